@@ -1,0 +1,95 @@
+# LibTorch, from (in order): -DTorch_DIR=..., CMAKE_PREFIX_PATH, or the torch wheel in U3D_TORCH_VENV.
+# Any LibTorch >= 2.6 works (official zip, a cluster's PyTorch); the project pins torch==2.11.0.
+
+# TorchConfig needs the CUDA toolkit at configure time when LibTorch is a CUDA build.
+find_package(CUDAToolkit QUIET)
+if(CUDAToolkit_FOUND)
+  # CUDA 13 ships no nvToolsExt library; Caffe2's config still asks for CUDA::nvToolsExt
+  # (pytorch #116242, #133293). The header-only NVTX3 target provides the same API.
+  if(NOT TARGET CUDA::nvToolsExt AND TARGET CUDA::nvtx3)
+    add_library(CUDA::nvToolsExt INTERFACE IMPORTED)
+    target_link_libraries(CUDA::nvToolsExt INTERFACE CUDA::nvtx3)
+  endif()
+endif()
+
+if(NOT Torch_DIR AND NOT DEFINED ENV{Torch_DIR})
+  set(_u3d_python "${U3D_TORCH_VENV}/bin/python")
+  if(EXISTS "${_u3d_python}")
+    execute_process(
+      COMMAND "${_u3d_python}" -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
+      OUTPUT_VARIABLE _u3d_torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
+      ERROR_QUIET RESULT_VARIABLE _u3d_rc)
+    if(_u3d_rc EQUAL 0 AND _u3d_torch_prefix)
+      list(APPEND CMAKE_PREFIX_PATH "${_u3d_torch_prefix}")
+    endif()
+  endif()
+endif()
+
+find_package(Torch REQUIRED)
+if(Torch_VERSION AND Torch_VERSION VERSION_LESS 2.6)
+  message(FATAL_ERROR "u3d: LibTorch ${Torch_VERSION} found at ${Torch_DIR}; 2.6 or newer is required")
+endif()
+message(STATUS "u3d: LibTorch ${Torch_VERSION} from ${Torch_DIR}")
+
+# LibTorch's include folder carries its own {fmt} (12.x) headers, while Debian's spdlog is compiled
+# against libfmt 9. Shadow the torch include folders with copies made of symbolic links that leave
+# `fmt/` out, so every `#include <fmt/...>` resolves to the system {fmt} that spdlog links.
+set(_u3d_shadow_root "${CMAKE_BINARY_DIR}/torch-include")
+set(_u3d_shadow_count 0)
+
+# Shadow folder for one include folder holding fmt/ (created once per folder).
+function(_u3d_shadow_dir dir out_var)
+  string(MD5 _hash "${dir}")
+  set(_shadow "${_u3d_shadow_root}/${_hash}")
+  if(NOT EXISTS "${_shadow}")
+    file(MAKE_DIRECTORY "${_shadow}")
+    file(GLOB _entries RELATIVE "${dir}" "${dir}/*")
+    foreach(_entry IN LISTS _entries)
+      if(NOT _entry STREQUAL "fmt")
+        file(CREATE_LINK "${dir}/${_entry}" "${_shadow}/${_entry}" SYMBOLIC)
+      endif()
+    endforeach()
+  endif()
+  set(${out_var} "${_shadow}" PARENT_SCOPE)
+endfunction()
+
+# Rewrites the include folders of `target` and of every imported target it links, recursively.
+function(_u3d_shadow_target target)
+  if(NOT TARGET ${target})
+    return()
+  endif()
+  get_property(_done GLOBAL PROPERTY _u3d_shadowed_${target})
+  if(_done)
+    return()
+  endif()
+  set_property(GLOBAL PROPERTY _u3d_shadowed_${target} TRUE)
+  get_target_property(_inc ${target} INTERFACE_INCLUDE_DIRECTORIES)
+  if(_inc)
+    set(_new)
+    foreach(_dir IN LISTS _inc)
+      if(EXISTS "${_dir}/fmt")
+        _u3d_shadow_dir("${_dir}" _dir)
+      endif()
+      list(APPEND _new "${_dir}")
+    endforeach()
+    set_target_properties(${target} PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${_new}")
+  endif()
+  get_target_property(_links ${target} INTERFACE_LINK_LIBRARIES)
+  if(_links)
+    foreach(_lib IN LISTS _links)
+      if(TARGET ${_lib})
+        _u3d_shadow_target(${_lib})
+      endif()
+    endforeach()
+  endif()
+endfunction()
+
+get_property(_u3d_imported DIRECTORY PROPERTY IMPORTED_TARGETS)
+foreach(_lib IN LISTS TORCH_LIBRARIES _u3d_imported)
+  _u3d_shadow_target(${_lib})
+endforeach()
+
+set(U3D_HAVE_CUDA_TORCH OFF)
+if(TARGET torch_cuda OR TARGET c10_cuda)
+  set(U3D_HAVE_CUDA_TORCH ON)
+endif()

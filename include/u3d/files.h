@@ -1,0 +1,36 @@
+// File-system helpers: crash-safe writes and checks with messages that name the path.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace u3d {
+
+namespace fs = std::filesystem;
+
+// Writes `path` so that it either keeps its old content or holds the whole new content, never a
+// mix: the bytes go to a temporary file in the same folder, which is fsynced, renamed over `path`,
+// and the folder is fsynced. `write` receives a sink that appends bytes. On any failure the
+// temporary file is removed, the old file is untouched, and IoError names the path and the free
+// space left on its file system.
+using ByteSink = std::function<void(const void* data, size_t size)>;
+void write_file_atomic(const fs::path& path, const std::function<void(const ByteSink&)>& write);
+void write_file_atomic(const fs::path& path, std::string_view content);
+
+// fsyncs a folder so that a rename inside it is durable.
+void fsync_directory(const fs::path& dir);
+
+// Creates `dir` (and parents) and checks that a file can be created in it; IoError otherwise.
+void ensure_writable_directory(const fs::path& dir);
+
+// Whole file as a string; IoError naming the path when it cannot be read.
+std::string read_file(const fs::path& path);
+
+// Free bytes on the file system holding `path` (or its nearest existing parent); -1 if unknown.
+int64_t free_bytes(const fs::path& path);
+// "12.3 GB" style.
+std::string human_bytes(double bytes);
+
+}  // namespace u3d

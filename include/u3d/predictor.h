@@ -1,0 +1,44 @@
+// Whole-volume prediction: sliding windows with Gaussian importance weighting, used for
+// validation during training and by `trainer --predict-only`.
+#pragma once
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "u3d/config.h"
+#include "u3d/preprocess.h"
+#include "u3d/unet.h"
+
+namespace u3d {
+
+// Window origins along one axis: first at 0, last at size - patch, step at most
+// patch * (1 - overlap). A size below the patch gives {0} (the volume is padded).
+std::vector<int64_t> window_starts(int64_t size, int64_t patch, double overlap);
+// (d, h, w) float32 Gaussian centred on the patch, sigma = patch * sigma_fraction per axis,
+// scaled to max 1 and clamped away from 0 so border voxels still count.
+torch::Tensor gaussian_importance_map(const Shape3& patch, double sigma_fraction = 0.125);
+
+struct SlidingWindowOptions {
+  Shape3 patch = {64, 64, 64};
+  double overlap = 0.5;
+  int64_t batch_size = 2;  // windows per forward pass
+  bool gaussian = true;
+};
+
+// Network output (K, D, H, W) float32 for a normalised image (C, D, H, W), on `device`. Runs in
+// eval mode without gradients; restores the module's training flag afterwards.
+torch::Tensor sliding_window_predict(NetworkImpl& net, const torch::Tensor& image, const SlidingWindowOptions& options,
+                                     const torch::Device& device);
+
+// Turns a network output into the task's prediction: regression (D, H, W) float32 in target
+// units; segmentation (D, H, W) uint8 labels (argmax).
+torch::Tensor finalize_prediction(const torch::Tensor& network_output, const Preprocessor& pre);
+
+// `trainer --predict-only`: predicts cfg.predict.split of cfg.data.path with the chosen checkpoint
+// ("best", "last" or a path) into <run>/predictions/<split>.h5 and, when the cases have targets,
+// writes <split>_metrics.csv (per case, with the "predict the mean" baseline) and logs the means.
+void run_prediction(const Config& cfg, const std::string& checkpoint);
+
+}  // namespace u3d

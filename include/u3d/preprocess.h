@@ -1,0 +1,49 @@
+// Maps raw dataset values to network inputs and targets and back; one object shared by training,
+// validation and prediction so the three always agree.
+#pragma once
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "u3d/config.h"
+#include "u3d/dataset.h"
+
+namespace u3d {
+
+// One channel's normalisation (data.normalize entry).
+struct ChannelNorm {
+  enum class Kind { kNone, kZScore, kClip, kScale } kind = Kind::kNone;
+  double a = 0, b = 0;  // clip: [a, b]; scale: divisor a
+};
+ChannelNorm parse_channel_norm(const std::string& spec);  // ConfigError on a bad spec
+
+class Preprocessor {
+ public:
+  // Resolves data.channels against the file's channel names (ConfigError naming the unknown one).
+  Preprocessor(const DataConfig& data, const DatasetInfo& info);
+
+  // (C_file, D, H, W) raw -> (C, D, H, W) float32: selected channels, normalised.
+  torch::Tensor image(const torch::Tensor& raw) const;
+  // Regression: (D, H, W) in target units -> (1, D, H, W) float32 divided by data.target_scale.
+  // Segmentation: (D, H, W) uint8 labels, unchanged.
+  torch::Tensor target(const torch::Tensor& raw) const;
+  // Network output (N, 1, ...) in training units -> target units (multiplied by data.target_scale).
+  torch::Tensor restore_target(const torch::Tensor& out) const;
+
+  int64_t in_channels() const { return static_cast<int64_t>(indices_.size()); }
+  // Output channels of the network: 1 for regression, num_classes for segmentation.
+  int64_t out_channels() const;
+  Task task() const { return task_; }
+  const std::vector<std::string>& channel_names() const { return names_; }
+
+ private:
+  Task task_;
+  int64_t num_classes_;
+  double target_scale_;
+  std::vector<int64_t> indices_;    // file channel index per input channel
+  std::vector<std::string> names_;
+  std::vector<ChannelNorm> norms_;  // per input channel
+};
+
+}  // namespace u3d

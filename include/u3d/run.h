@@ -1,0 +1,35 @@
+// The run folder and the process-wide runtime (device, threads, seeds, determinism).
+//
+//   <experiment.output_dir>/<experiment.name>/
+//     config.yaml        resolved config (every key)
+//     train.log          everything the console showed
+//     metrics.csv        one row per epoch
+//     checkpoints/       epoch_NNNN.pt (newest checkpoint.keep_last), best.pt
+//     predictions/       <split>.h5 and <split>_metrics.csv from --predict-only
+#pragma once
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "u3d/config.h"
+
+namespace u3d {
+
+struct RunPaths {
+  std::filesystem::path root, checkpoints, predictions, config, log, metrics;
+  explicit RunPaths(const Config& cfg);
+};
+
+struct Runtime {
+  torch::Device device = torch::kCPU;
+  int64_t threads = 1;
+};
+
+// Resolves training.device (ConfigError when cuda is asked for and absent), sets intra-op
+// threads, seeds torch (CPU and CUDA) with experiment.seed, and applies training.deterministic
+// (deterministic algorithms, no cuDNN autotuning, no TF32).
+Runtime init_runtime(const Config& cfg);
+// Threads for parallel host work (loading): training.threads, or cores - 1.
+int64_t host_threads(const Config& cfg);
+
+}  // namespace u3d

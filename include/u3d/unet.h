@@ -1,0 +1,64 @@
+// 3D networks. Every architecture derives from NetworkImpl so the trainer, checkpoints and the
+// predictor handle them alike.
+#pragma once
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "u3d/config.h"
+
+namespace u3d {
+
+class NetworkImpl : public torch::nn::Module {
+ public:
+  ~NetworkImpl() override = default;
+  // (N, C_in, D, H, W) -> (N, C_out, D, H, W): logits (segmentation) or the regression output.
+  virtual torch::Tensor forward(const torch::Tensor& x) = 0;
+  // Every spatial size of an input must divide by this.
+  virtual int64_t size_divisor() const = 0;
+};
+using Network = std::shared_ptr<NetworkImpl>;
+
+// conv -> [dropout] -> [norm] -> activation, the unit every stage is made of.
+class ConvBlockImpl : public torch::nn::Module {
+ public:
+  ConvBlockImpl(int64_t in, int64_t out, int64_t stride, const ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  torch::nn::Conv3d conv_{nullptr};
+  torch::nn::Dropout3d dropout_{nullptr};
+  torch::nn::AnyModule norm_;
+  Activation activation_;
+  double negative_slope_;
+};
+TORCH_MODULE(ConvBlock);
+
+// Configurable U-Net: `levels` stages; stage l has min(base * 2^l, max) filters and
+// `convs_per_level` ConvBlocks, the first of stages l > 0 with stride 2 (strided-conv
+// down-sampling); the decoder up-samples with stride-2 transposed convolutions, concatenates the
+// skip connection and applies `convs_per_level` ConvBlocks; a 1x1x1 convolution is the head.
+class UNet3dImpl : public NetworkImpl {
+ public:
+  UNet3dImpl(const ModelConfig& cfg, int64_t in_channels, int64_t out_channels);
+  torch::Tensor forward(const torch::Tensor& x) override;
+  int64_t size_divisor() const override { return int64_t{1} << (levels_ - 1); }
+  const std::vector<int64_t>& filters() const { return filters_; }
+
+ private:
+  int64_t levels_;
+  std::vector<int64_t> filters_;
+  OutputActivation output_activation_;
+  std::vector<torch::nn::Sequential> encoder_;  // one per level
+  std::vector<torch::nn::ConvTranspose3d> up_;  // levels - 1, deepest first
+  std::vector<torch::nn::Sequential> decoder_;  // levels - 1, deepest first
+  torch::nn::Conv3d head_{nullptr};
+};
+
+// The network `cfg` describes; weights initialised (Kaiming normal) from the current torch seed.
+Network build_network(const ModelConfig& cfg, int64_t in_channels, int64_t out_channels);
+// Number of parameters (trainable only by default).
+int64_t count_parameters(const torch::nn::Module& module, bool trainable_only = true);
+
+}  // namespace u3d

@@ -1,0 +1,709 @@
+// The option table and everything derived from it. To add a key: add the field to the struct in
+// include/u3d/config.h and one make_option(...) line to option_table() below.
+#include "u3d/config.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <set>
+#include <type_traits>
+#include <utility>
+
+#include "u3d/errors.h"
+#include "u3d/files.h"
+
+namespace u3d {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Enum names as written in YAML.
+template <class E>
+struct EnumNames;
+#define U3D_ENUM_NAMES(E, ...)                                                   \
+  template <>                                                                    \
+  struct EnumNames<E> {                                                          \
+    static const std::vector<std::pair<E, std::string>>& get() {                 \
+      static const std::vector<std::pair<E, std::string>> names = {__VA_ARGS__}; \
+      return names;                                                              \
+    }                                                                            \
+  };
+U3D_ENUM_NAMES(Device, {Device::kAuto, "auto"}, {Device::kCpu, "cpu"}, {Device::kCuda, "cuda"})
+U3D_ENUM_NAMES(Norm, {Norm::kBatch, "batch"}, {Norm::kInstance, "instance"}, {Norm::kGroup, "group"},
+               {Norm::kNone, "none"})
+U3D_ENUM_NAMES(Activation, {Activation::kRelu, "relu"}, {Activation::kLeakyRelu, "leaky_relu"},
+               {Activation::kGelu, "gelu"}, {Activation::kElu, "elu"})
+U3D_ENUM_NAMES(Architecture, {Architecture::kUNet, "unet"})
+U3D_ENUM_NAMES(OutputActivation, {OutputActivation::kNone, "none"}, {OutputActivation::kRelu, "relu"},
+               {OutputActivation::kSigmoid, "sigmoid"})
+U3D_ENUM_NAMES(OptimizerKind, {OptimizerKind::kAdam, "adam"}, {OptimizerKind::kAdamW, "adamw"},
+               {OptimizerKind::kSgd, "sgd"})
+U3D_ENUM_NAMES(ScheduleKind, {ScheduleKind::kConstant, "constant"}, {ScheduleKind::kCosine, "cosine"},
+               {ScheduleKind::kPoly, "poly"})
+U3D_ENUM_NAMES(LossKind, {LossKind::kAuto, "auto"}, {LossKind::kL1, "l1"}, {LossKind::kMaskedL1, "masked_l1"},
+               {LossKind::kMse, "mse"}, {LossKind::kMaskedMse, "masked_mse"}, {LossKind::kDiceCe, "dice_ce"},
+               {LossKind::kCe, "ce"})
+U3D_ENUM_NAMES(Monitor, {Monitor::kAuto, "auto"}, {Monitor::kValLoss, "val_loss"},
+               {Monitor::kValMetric, "val_metric"})
+U3D_ENUM_NAMES(CachePlacement, {CachePlacement::kMemory, "memory"})
+#undef U3D_ENUM_NAMES
+
+template <class E>
+std::string enum_name(E v) {
+  for (const auto& [value, name] : EnumNames<E>::get()) {
+    if (value == v) return name;
+  }
+  return "?";
+}
+template <class E>
+std::string enum_choices() {
+  std::vector<std::string> names;
+  for (const auto& entry : EnumNames<E>::get()) names.push_back(entry.second);
+  return fmt::format("{}", fmt::join(names, "|"));
+}
+
+// ---------------------------------------------------------------------------------------------
+[[noreturn]] void fail(const std::string& where, const std::string& key, const std::string& what) {
+  throw ConfigError(fmt::format("{}: {}: {}", where, key, what));
+}
+
+std::string where_of(const std::string& source, const YAML::Node& node) {
+  const YAML::Mark mark = node.Mark();
+  if (mark.is_null()) return source;
+  return fmt::format("{}:{}:{}", source, mark.line + 1, mark.column + 1);
+}
+
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string shown(const YAML::Node& n) {
+  if (n.IsScalar()) return quote(n.Scalar());
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a mapping";
+  return "nothing";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Value codecs: parse a YAML node (with the key and position for messages) and format a value as
+// YAML flow text.
+template <class T, class Enable = void>
+struct Codec;
+
+template <>
+struct Codec<int64_t> {
+  static std::string type() { return "integer"; }
+  static int64_t parse(const YAML::Node& n, const std::string& where, const std::string& key) {
+    if (n.IsScalar()) {
+      const std::string& s = n.Scalar();
+      int64_t v = 0;
+      const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      if (ec == std::errc() && ptr == s.data() + s.size() && !s.empty()) return v;
+    }
+    fail(where, key, fmt::format("expected an integer, got {}", shown(n)));
+  }
+  static std::string format(int64_t v) { return std::to_string(v); }
+};
+
+template <>
+struct Codec<double> {
+  static std::string type() { return "number"; }
+  static double parse(const YAML::Node& n, const std::string& where, const std::string& key) {
+    if (n.IsScalar()) {
+      const std::string& s = n.Scalar();
+      char* end = nullptr;
+      const double v = std::strtod(s.c_str(), &end);
+      if (!s.empty() && end == s.c_str() + s.size() && std::isfinite(v)) return v;
+    }
+    fail(where, key, fmt::format("expected a finite number, got {}", shown(n)));
+  }
+  static std::string format(double v) {
+    std::string s = fmt::format("{}", v);  // shortest text that reads back to the same double
+    return s;
+  }
+};
+
+template <>
+struct Codec<bool> {
+  static std::string type() { return "true|false"; }
+  static bool parse(const YAML::Node& n, const std::string& where, const std::string& key) {
+    if (n.IsScalar()) {
+      std::string s = n.Scalar();
+      std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+      if (s == "true" || s == "yes" || s == "on") return true;
+      if (s == "false" || s == "no" || s == "off") return false;
+    }
+    fail(where, key, fmt::format("expected true or false, got {}", shown(n)));
+  }
+  static std::string format(bool v) { return v ? "true" : "false"; }
+};
+
+template <>
+struct Codec<std::string> {
+  static std::string type() { return "string"; }
+  static std::string parse(const YAML::Node& n, const std::string& where, const std::string& key) {
+    if (n.IsNull()) return "";
+    if (n.IsScalar()) return n.Scalar();
+    fail(where, key, fmt::format("expected a string, got {}", shown(n)));
+  }
+  static std::string format(const std::string& v) { return quote(v); }
+};
+
+template <class E>
+struct Codec<E, std::enable_if_t<std::is_enum_v<E>>> {
+  static std::string type() { return enum_choices<E>(); }
+  static E parse(const YAML::Node& n, const std::string& where, const std::string& key) {
+    if (n.IsScalar()) {
+      for (const auto& [value, name] : EnumNames<E>::get()) {
+        if (name == n.Scalar()) return value;
+      }
+    }
+    fail(where, key, fmt::format("{} is not allowed; expected one of {}", shown(n), enum_choices<E>()));
+  }
+  static std::string format(E v) { return enum_name(v); }
+};
+
+template <class T>
+struct Codec<std::vector<T>> {
+  static std::string type() { return "list of " + Codec<T>::type(); }
+  static std::vector<T> parse(const YAML::Node& n, const std::string& where, const std::string& key) {
+    std::vector<T> out;
+    if (n.IsNull()) return out;
+    if (n.IsScalar()) return {Codec<T>::parse(n, where, key)};  // one value: a list of one
+    if (!n.IsSequence()) fail(where, key, fmt::format("expected a list, got {}", shown(n)));
+    for (const auto& item : n) out.push_back(Codec<T>::parse(item, where, key));
+    return out;
+  }
+  static std::string format(const std::vector<T>& v) {
+    std::vector<std::string> parts;
+    for (const auto& x : v) parts.push_back(Codec<T>::format(x));
+    return fmt::format("[{}]", fmt::join(parts, ", "));
+  }
+};
+
+template <>
+struct Codec<Shape3> {
+  static std::string type() { return "3 integers (D, H, W) or one"; }
+  static Shape3 parse(const YAML::Node& n, const std::string& where, const std::string& key) {
+    const auto v = Codec<std::vector<int64_t>>::parse(n, where, key);
+    if (v.size() == 1) return {v[0], v[0], v[0]};
+    if (v.size() == 3) return {v[0], v[1], v[2]};
+    fail(where, key, fmt::format("expected 3 integers (D, H, W) or one, got {} values", v.size()));
+  }
+  static std::string format(const Shape3& v) { return fmt::format("[{}, {}, {}]", v[0], v[1], v[2]); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Value checks: return "" when fine, else what is allowed.
+template <class T>
+using Check = std::function<std::string(const T&)>;
+
+template <class T>
+Check<T> at_least(T lo) {
+  return [lo](const T& v) { return v >= lo ? "" : fmt::format("must be >= {}", lo); };
+}
+template <class T>
+Check<T> in_range(T lo, T hi) {
+  return [lo, hi](const T& v) { return (v >= lo && v <= hi) ? "" : fmt::format("must be in [{}, {}]", lo, hi); };
+}
+Check<double> positive() {
+  return [](const double& v) { return v > 0 ? "" : std::string("must be > 0"); };
+}
+Check<double> in_unit_open(double hi_excl) {
+  return [hi_excl](const double& v) {
+    return (v >= 0 && v < hi_excl) ? "" : fmt::format("must be in [0, {})", hi_excl);
+  };
+}
+Check<std::string> file_name_safe() {
+  return [](const std::string& v) {
+    if (v.empty()) return std::string("must not be empty");
+    for (char c : v) {
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) {
+        return std::string("may hold only letters, digits, '_', '-' and '.'");
+      }
+    }
+    if (v == "." || v == "..") return std::string("must name a folder");
+    return std::string();
+  };
+}
+Check<std::string> one_of(std::vector<std::string> allowed) {
+  return [allowed](const std::string& v) {
+    if (std::find(allowed.begin(), allowed.end(), v) != allowed.end()) return std::string();
+    return fmt::format("expected one of {}", fmt::join(allowed, "|"));
+  };
+}
+Check<Shape3> shape_at_least(int64_t lo) {
+  return [lo](const Shape3& v) {
+    for (auto x : v) {
+      if (x < lo) return fmt::format("every size must be >= {}", lo);
+    }
+    return std::string();
+  };
+}
+Check<std::vector<double>> betas_check() {
+  return [](const std::vector<double>& v) {
+    if (v.size() != 2) return std::string("expected two numbers [beta1, beta2]");
+    for (double b : v) {
+      if (b < 0 || b >= 1) return std::string("each beta must be in [0, 1)");
+    }
+    return std::string();
+  };
+}
+
+// One normalisation spec: none | zscore | clip:LO:HI | scale:S. Returns "" or the problem.
+std::string check_norm_spec(const std::string& spec) {
+  if (spec == "none" || spec == "zscore") return "";
+  auto parse_num = [](const std::string& s, double& out) {
+    char* end = nullptr;
+    out = std::strtod(s.c_str(), &end);
+    return !s.empty() && end == s.c_str() + s.size() && std::isfinite(out);
+  };
+  if (spec.rfind("clip:", 0) == 0) {
+    const auto rest = spec.substr(5);
+    const auto colon = rest.find(':');
+    double lo = 0, hi = 0;
+    if (colon != std::string::npos && parse_num(rest.substr(0, colon), lo) &&
+        parse_num(rest.substr(colon + 1), hi) && hi > lo) {
+      return "";
+    }
+    return fmt::format("'{}' is not clip:LO:HI with LO < HI", spec);
+  }
+  if (spec.rfind("scale:", 0) == 0) {
+    double s = 0;
+    if (parse_num(spec.substr(6), s) && s != 0) return "";
+    return fmt::format("'{}' is not scale:S with S != 0", spec);
+  }
+  return fmt::format("'{}' is not one of none|zscore|clip:LO:HI|scale:S", spec);
+}
+
+// ---------------------------------------------------------------------------------------------
+struct Option {
+  std::string key;
+  std::string type;
+  std::string doc;
+  std::function<void(Config&, const YAML::Node&, const std::string& where)> set;
+  std::function<std::string(const Config&)> get;
+};
+
+template <class S, class T>
+Option make_option(std::string key, S Config::*section, T S::*field, std::string doc, Check<T> check = nullptr) {
+  Option o;
+  o.key = key;
+  o.type = Codec<T>::type();
+  o.doc = std::move(doc);
+  o.set = [key, section, field, check](Config& c, const YAML::Node& n, const std::string& where) {
+    T v = Codec<T>::parse(n, where, key);
+    if (check) {
+      const std::string problem = check(v);
+      if (!problem.empty()) fail(where, key, fmt::format("{} is not allowed; {}", Codec<T>::format(v), problem));
+    }
+    (c.*section).*field = std::move(v);
+    c.origin[key] = where;
+  };
+  o.get = [section, field](const Config& c) { return Codec<T>::format((c.*section).*field); };
+  return o;
+}
+
+const std::vector<Option>& option_table() {
+  using C = Config;
+  static const std::vector<Option> table = {
+      // experiment
+      make_option("experiment.name", &C::experiment, &ExperimentConfig::name,
+                  "Run name; the run folder is <output_dir>/<name>", file_name_safe()),
+      make_option("experiment.output_dir", &C::experiment, &ExperimentConfig::output_dir,
+                  "Folder that holds run folders"),
+      make_option("experiment.seed", &C::experiment, &ExperimentConfig::seed,
+                  "Seed of model initialisation, patch sampling and dropout", at_least<int64_t>(0)),
+      make_option("experiment.description", &C::experiment, &ExperimentConfig::description,
+                  "Free text kept with the run"),
+      // data
+      make_option("data.path", &C::data, &DataConfig::path,
+                  "Dataset file (HDF5, docs/dataset-format.md), relative to the working folder"),
+      make_option("data.train_split", &C::data, &DataConfig::train_split, "Split used for training"),
+      make_option("data.val_split", &C::data, &DataConfig::val_split,
+                  "Split used for validation; empty: no validation"),
+      make_option("data.channels", &C::data, &DataConfig::channels,
+                  "Input channels by name; empty: every channel in file order"),
+      make_option("data.normalize", &C::data, &DataConfig::normalize,
+                  "Per input channel (one entry: all): none | zscore (per case) | clip:LO:HI (clip, map to "
+                  "[0, 1]) | scale:S (divide by S)",
+                  Check<std::vector<std::string>>([](const std::vector<std::string>& v) {
+                    if (v.empty()) return std::string("needs at least one entry");
+                    for (const auto& s : v) {
+                      const auto p = check_norm_spec(s);
+                      if (!p.empty()) return p;
+                    }
+                    return std::string();
+                  })),
+      make_option("data.target_scale", &C::data, &DataConfig::target_scale,
+                  "Regression targets are divided by this for training and predictions multiplied back "
+                  "(e.g. 70 for dose in Gy)",
+                  positive()),
+      make_option("data.batch_size", &C::data, &DataConfig::batch_size, "Patches per training step",
+                  at_least<int64_t>(1)),
+      make_option("data.patch_size", &C::data, &DataConfig::patch_size,
+                  "Training patch (D, H, W) in voxels; must divide by 2^(model.levels - 1)", shape_at_least(1)),
+      make_option("data.cache", &C::data, &DataConfig::cache, "Where the training split is kept"),
+      // augment
+      make_option("augment.flip_prob", &C::augment, &AugmentConfig::flip_prob,
+                  "Probability of mirroring each axis of a training patch", in_range(0.0, 1.0)),
+      // model
+      make_option("model.architecture", &C::model, &ModelConfig::architecture, "Network family"),
+      make_option("model.levels", &C::model, &ModelConfig::levels, "Resolution stages of the U-Net",
+                  in_range<int64_t>(1, 8)),
+      make_option("model.base_filters", &C::model, &ModelConfig::base_filters,
+                  "Filters at full resolution (doubling per level)", at_least<int64_t>(1)),
+      make_option("model.max_filters", &C::model, &ModelConfig::max_filters, "Cap on filters per level",
+                  at_least<int64_t>(1)),
+      make_option("model.convs_per_level", &C::model, &ModelConfig::convs_per_level,
+                  "Convolutions per stage", in_range<int64_t>(1, 8)),
+      make_option("model.kernel_size", &C::model, &ModelConfig::kernel_size, "Convolution kernel (odd)",
+                  Check<int64_t>([](const int64_t& k) {
+                    return (k >= 1 && k % 2 == 1 && k <= 7) ? "" : std::string("must be 1, 3, 5 or 7");
+                  })),
+      make_option("model.norm", &C::model, &ModelConfig::norm, "Normalisation after each convolution"),
+      make_option("model.norm_groups", &C::model, &ModelConfig::norm_groups, "Groups for norm: group",
+                  at_least<int64_t>(1)),
+      make_option("model.activation", &C::model, &ModelConfig::activation, "Non-linearity"),
+      make_option("model.negative_slope", &C::model, &ModelConfig::negative_slope, "Slope for leaky_relu",
+                  in_range(0.0, 1.0)),
+      make_option("model.dropout", &C::model, &ModelConfig::dropout,
+                  "Channel dropout probability after each convolution", in_unit_open(1.0)),
+      make_option("model.output_activation", &C::model, &ModelConfig::output_activation,
+                  "Activation of a regression head (segmentation heads give logits)"),
+      // training
+      make_option("training.device", &C::training, &TrainingConfig::device,
+                  "auto: CUDA when available, else CPU"),
+      make_option("training.threads", &C::training, &TrainingConfig::threads,
+                  "Intra-op CPU threads; 0: cores - 1", at_least<int64_t>(0)),
+      make_option("training.epochs", &C::training, &TrainingConfig::epochs, "Epochs to train",
+                  at_least<int64_t>(1)),
+      make_option("training.steps_per_epoch", &C::training, &TrainingConfig::steps_per_epoch,
+                  "Steps per epoch; 0: ceil(training cases / batch size)", at_least<int64_t>(0)),
+      make_option("training.optimizer", &C::training, &TrainingConfig::optimizer, "Optimizer"),
+      make_option("training.lr", &C::training, &TrainingConfig::lr, "Peak learning rate", positive()),
+      make_option("training.min_lr", &C::training, &TrainingConfig::min_lr, "Final learning rate of cosine",
+                  at_least(0.0)),
+      make_option("training.weight_decay", &C::training, &TrainingConfig::weight_decay, "Weight decay",
+                  at_least(0.0)),
+      make_option("training.betas", &C::training, &TrainingConfig::betas, "Adam betas [beta1, beta2]",
+                  betas_check()),
+      make_option("training.momentum", &C::training, &TrainingConfig::momentum, "SGD momentum",
+                  in_unit_open(1.0)),
+      make_option("training.nesterov", &C::training, &TrainingConfig::nesterov, "SGD Nesterov momentum"),
+      make_option("training.lr_schedule", &C::training, &TrainingConfig::lr_schedule,
+                  "Learning-rate decay after warm-up"),
+      make_option("training.warmup_steps", &C::training, &TrainingConfig::warmup_steps,
+                  "Linear warm-up steps", at_least<int64_t>(0)),
+      make_option("training.poly_power", &C::training, &TrainingConfig::poly_power, "Exponent of poly decay",
+                  positive()),
+      make_option("training.loss", &C::training, &TrainingConfig::loss,
+                  "auto: masked_l1 (regression with a loss mask), l1 (without), dice_ce (segmentation)"),
+      make_option("training.grad_clip_norm", &C::training, &TrainingConfig::grad_clip_norm,
+                  "Clip the global gradient norm; 0: off", at_least(0.0)),
+      make_option("training.val_every", &C::training, &TrainingConfig::val_every,
+                  "Validate every N epochs and after the last", at_least<int64_t>(1)),
+      make_option("training.deterministic", &C::training, &TrainingConfig::deterministic,
+                  "Deterministic algorithms only (slower), no TF32"),
+      // checkpoint
+      make_option("checkpoint.every_epochs", &C::checkpoint, &CheckpointConfig::every_epochs,
+                  "Write a checkpoint every N epochs (and after the last)", at_least<int64_t>(1)),
+      make_option("checkpoint.keep_last", &C::checkpoint, &CheckpointConfig::keep_last,
+                  "Newest periodic checkpoints to keep (best.pt is kept apart)", at_least<int64_t>(1)),
+      make_option("checkpoint.monitor", &C::checkpoint, &CheckpointConfig::monitor,
+                  "What 'best' means; auto/val_metric: the task metric (MAE for regression, Dice for "
+                  "segmentation)"),
+      // predict
+      make_option("predict.split", &C::predict, &PredictConfig::split, "Split written by --predict-only"),
+      make_option("predict.overlap", &C::predict, &PredictConfig::overlap,
+                  "Sliding-window overlap as a fraction of the patch", in_unit_open(1.0)),
+      make_option("predict.batch_size", &C::predict, &PredictConfig::batch_size,
+                  "Windows per forward pass; 0: data.batch_size", at_least<int64_t>(0)),
+      make_option("predict.gaussian", &C::predict, &PredictConfig::gaussian,
+                  "Gaussian importance weighting of windows (sigma = patch / 8)"),
+      // logging
+      make_option("logging.level", &C::logging, &LoggingConfig::level, "Console and train.log level",
+                  one_of({"trace", "debug", "info", "warn", "error"})),
+      make_option("logging.progress_seconds", &C::logging, &LoggingConfig::progress_seconds,
+                  "Progress line inside an epoch at most this often; 0: off", at_least(0.0)),
+  };
+  return table;
+}
+
+const Option* find_option(const std::string& key) {
+  for (const auto& o : option_table()) {
+    if (o.key == key) return &o;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> section_names() {
+  std::vector<std::string> out;
+  for (const auto& o : option_table()) {
+    const auto s = o.key.substr(0, o.key.find('.'));
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+  }
+  return out;
+}
+
+size_t levenshtein(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string leaf(const std::string& key) {
+  const auto dot = key.rfind('.');
+  return dot == std::string::npos ? key : key.substr(dot + 1);
+}
+
+// " (did you mean 'data.batch_size'?)" or "".
+std::string suggestion(const std::string& key, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = std::string::npos;
+  for (const auto& c : candidates) {
+    size_t d = levenshtein(key, c);
+    if (leaf(key) == leaf(c)) d = std::min<size_t>(d, 1);  // right key, wrong section
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  const size_t limit = std::max<size_t>(2, key.size() / 4);
+  return (best_d <= limit) ? fmt::format(" (did you mean '{}'?)", best) : "";
+}
+
+[[noreturn]] void unknown_key(const std::string& where, const std::string& key) {
+  std::vector<std::string> keys;
+  for (const auto& o : option_table()) keys.push_back(o.key);
+  const bool is_section = key.find('.') == std::string::npos;
+  throw ConfigError(fmt::format("{}: unknown {} '{}'{}", where, is_section ? "section" : "key", key,
+                                suggestion(key, is_section ? section_names() : keys)));
+}
+
+void apply_yaml(Config& cfg, const YAML::Node& root, const std::string& source) {
+  if (!root || root.IsNull()) return;
+  if (!root.IsMap()) {
+    throw ConfigError(fmt::format("{}: expected a mapping of sections ({})", where_of(source, root),
+                                  fmt::join(section_names(), ", ")));
+  }
+  const auto sections = section_names();
+  std::set<std::string> seen;
+  for (const auto& section_it : root) {
+    const std::string section = section_it.first.Scalar();
+    const std::string section_where = where_of(source, section_it.first);
+    if (std::find(sections.begin(), sections.end(), section) == sections.end()) unknown_key(section_where, section);
+    if (!seen.insert(section).second) {
+      throw ConfigError(fmt::format("{}: section '{}' appears twice", section_where, section));
+    }
+    const YAML::Node& body = section_it.second;
+    if (body.IsNull()) continue;
+    if (!body.IsMap()) {
+      throw ConfigError(fmt::format("{}: {}: expected a mapping of keys, got {}", section_where, section, shown(body)));
+    }
+    for (const auto& kv : body) {
+      const std::string key = section + "." + kv.first.Scalar();
+      const std::string key_where = where_of(source, kv.first);
+      const Option* opt = find_option(key);
+      if (!opt) unknown_key(key_where, key);
+      if (!seen.insert(key).second) throw ConfigError(fmt::format("{}: key '{}' appears twice", key_where, key));
+      opt->set(cfg, kv.second, where_of(source, kv.second));
+    }
+  }
+}
+
+YAML::Node parse_yaml(const std::string& text, const std::string& source) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(fmt::format("{}:{}:{}: YAML syntax error: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+}
+
+// "[64, 64, 64]" -> 64*64*64-style helpers for validate().
+int64_t pow2(int64_t e) { return int64_t{1} << e; }
+
+std::string origin_of(const Config& cfg, const std::string& key) {
+  const auto it = cfg.origin.find(key);
+  if (it != cfg.origin.end()) return it->second;
+  return cfg.source.empty() ? std::string("config") : cfg.source + " (default)";
+}
+
+}  // namespace
+
+// -----------------------------------------------------------------------------------------------
+std::string to_string(Device v) { return enum_name(v); }
+std::string to_string(Norm v) { return enum_name(v); }
+std::string to_string(Activation v) { return enum_name(v); }
+std::string to_string(Architecture v) { return enum_name(v); }
+std::string to_string(OutputActivation v) { return enum_name(v); }
+std::string to_string(OptimizerKind v) { return enum_name(v); }
+std::string to_string(ScheduleKind v) { return enum_name(v); }
+std::string to_string(LossKind v) { return enum_name(v); }
+std::string to_string(Monitor v) { return enum_name(v); }
+std::string to_string(CachePlacement v) { return enum_name(v); }
+
+void apply_override(Config& cfg, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw ConfigError(fmt::format("--set {}: expected key.path=value (e.g. --set training.epochs=3)", assignment));
+  }
+  const std::string key = assignment.substr(0, eq);
+  const std::string value = assignment.substr(eq + 1);
+  const std::string where = "--set " + assignment;
+  const Option* opt = find_option(key);
+  if (!opt) unknown_key("--set", key);
+  YAML::Node node;
+  try {
+    node = YAML::Load(value);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(fmt::format("{}: {}: value is not valid YAML: {}", where, key, e.msg));
+  }
+  opt->set(cfg, node, where);
+}
+
+Config load_config_from_string(const std::string& yaml, const std::string& source,
+                               const std::vector<std::string>& overrides) {
+  Config cfg;
+  cfg.source = source;
+  apply_yaml(cfg, parse_yaml(yaml, source), source);
+  for (const auto& o : overrides) apply_override(cfg, o);
+  validate(cfg);
+  return cfg;
+}
+
+Config load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    throw ConfigError(fmt::format("config file {} not found", path.string()));
+  }
+  if (std::filesystem::is_directory(path, ec)) {
+    throw ConfigError(fmt::format("config file {} is a folder; expected a YAML file", path.string()));
+  }
+  std::string text;
+  try {
+    text = read_file(path);
+  } catch (const IoError& e) {
+    throw ConfigError(e.what());
+  }
+  return load_config_from_string(text, path.string(), overrides);
+}
+
+void validate(const Config& cfg) {
+  const auto& m = cfg.model;
+  if (cfg.data.path.empty()) {
+    throw ConfigError(fmt::format("{}: data.path: required; the dataset file to train on (make one with "
+                                  "`trainer synth` or `trainer import`)",
+                                  origin_of(cfg, "data.path")));
+  }
+  if (m.max_filters < m.base_filters) {
+    throw ConfigError(fmt::format("{}: model.max_filters: {} is below model.base_filters = {}",
+                                  origin_of(cfg, "model.max_filters"), m.max_filters, m.base_filters));
+  }
+  const int64_t divisor = pow2(m.levels - 1);
+  for (int axis = 0; axis < 3; ++axis) {
+    if (cfg.data.patch_size[axis] % divisor != 0) {
+      throw ConfigError(fmt::format(
+          "{}: data.patch_size: {} must divide by {} in every axis for model.levels = {} (each level halves it)",
+          origin_of(cfg, "data.patch_size"), Codec<Shape3>::format(cfg.data.patch_size), divisor, m.levels));
+    }
+  }
+  if (!cfg.data.channels.empty() && cfg.data.normalize.size() != 1 &&
+      cfg.data.normalize.size() != cfg.data.channels.size()) {
+    throw ConfigError(fmt::format("{}: data.normalize: {} entries for {} channels in data.channels; give one "
+                                  "entry (all channels) or one per channel",
+                                  origin_of(cfg, "data.normalize"), cfg.data.normalize.size(),
+                                  cfg.data.channels.size()));
+  }
+  std::set<std::string> unique_channels(cfg.data.channels.begin(), cfg.data.channels.end());
+  if (unique_channels.size() != cfg.data.channels.size()) {
+    throw ConfigError(fmt::format("{}: data.channels: a channel is listed twice", origin_of(cfg, "data.channels")));
+  }
+  if (m.output_activation != OutputActivation::kNone && cfg.training.loss == LossKind::kDiceCe) {
+    throw ConfigError(fmt::format("{}: model.output_activation: must be none with training.loss = dice_ce",
+                                  origin_of(cfg, "model.output_activation")));
+  }
+  if (cfg.training.min_lr > cfg.training.lr) {
+    throw ConfigError(fmt::format("{}: training.min_lr: {} is above training.lr = {}",
+                                  origin_of(cfg, "training.min_lr"), cfg.training.min_lr, cfg.training.lr));
+  }
+}
+
+std::string to_yaml(const Config& cfg) {
+  std::string out;
+  std::string section;
+  for (const auto& o : option_table()) {
+    const auto s = o.key.substr(0, o.key.find('.'));
+    if (s != section) {
+      section = s;
+      out += section + ":\n";
+    }
+    out += fmt::format("  {}: {}\n", leaf(o.key), o.get(cfg));
+  }
+  return out;
+}
+
+std::string describe(const Config& cfg) {
+  size_t width = 0;
+  for (const auto& o : option_table()) width = std::max(width, o.key.size());
+  std::string out;
+  for (const auto& o : option_table()) out += fmt::format("  {:<{}}  {}\n", o.key, width, o.get(cfg));
+  return out;
+}
+
+std::string get_value(const Config& cfg, const std::string& key) {
+  const Option* opt = find_option(key);
+  if (!opt) unknown_key("get_value", key);
+  return opt->get(cfg);
+}
+
+std::vector<std::string> diff(const Config& a, const Config& b) {
+  std::vector<std::string> out;
+  for (const auto& o : option_table()) {
+    const auto va = o.get(a);
+    const auto vb = o.get(b);
+    if (va != vb) out.push_back(fmt::format("{}: {} -> {}", o.key, va, vb));
+  }
+  return out;
+}
+
+std::string reference_markdown() {
+  const Config defaults;
+  std::string out =
+      "# Configuration reference\n\n"
+      "Generated by `trainer config-reference`; every key of the option table in src/core/config.cpp.\n"
+      "A config file is YAML with these sections; any key can be overridden with `--set key=value`.\n"
+      "Unknown keys are errors. `<run>/config.yaml` holds the resolved value of every key.\n";
+  std::string section;
+  for (const auto& o : option_table()) {
+    const auto s = o.key.substr(0, o.key.find('.'));
+    if (s != section) {
+      section = s;
+      out += fmt::format("\n## {}\n\n| key | type | default | meaning |\n|---|---|---|---|\n", section);
+    }
+    std::string type = o.type;
+    std::replace(type.begin(), type.end(), '|', '/');
+    std::string doc = o.doc;
+    for (size_t p = doc.find('|'); p != std::string::npos; p = doc.find('|', p + 2)) doc.replace(p, 1, "\\|");
+    out += fmt::format("| `{}` | {} | `{}` | {} |\n", o.key, type, o.get(defaults), doc);
+  }
+  return out;
+}
+
+}  // namespace u3d

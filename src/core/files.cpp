@@ -1,0 +1,143 @@
+#include "u3d/files.h"
+
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "u3d/errors.h"
+
+namespace u3d {
+namespace {
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+std::string space_note(const fs::path& path) {
+  const int64_t free = free_bytes(path);
+  return free >= 0 ? fmt::format(" ({} free on its file system)", human_bytes(static_cast<double>(free))) : "";
+}
+
+// Unique temporary name beside `path`: "<name>.tmp.<pid>.<n>".
+fs::path temporary_beside(const fs::path& path) {
+  static std::atomic<uint64_t> counter{0};
+  return path.parent_path() /
+         fmt::format(".{}.tmp.{}.{}", path.filename().string(), ::getpid(), counter.fetch_add(1));
+}
+
+}  // namespace
+
+void fsync_directory(const fs::path& dir) {
+  const fs::path d = dir.empty() ? fs::path(".") : dir;
+  const int fd = ::open(d.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw IoError(fmt::format("{}: cannot open folder to sync: {}", d.string(), errno_text(errno)));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw IoError(fmt::format("{}: fsync of folder failed: {}", d.string(), errno_text(err)));
+}
+
+void write_file_atomic(const fs::path& path, const std::function<void(const ByteSink&)>& write) {
+  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  const fs::path tmp = temporary_beside(path);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    throw IoError(fmt::format("{}: cannot create a file in {}: {}{}", path.string(), dir.string(), errno_text(err),
+                              space_note(dir)));
+  }
+  auto fail = [&](const std::string& what, int err) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw IoError(fmt::format("{}: {}: {}{}", path.string(), what, errno_text(err), space_note(dir)));
+  };
+  const ByteSink sink = [&](const void* data, size_t size) {
+    const char* p = static_cast<const char*>(data);
+    while (size > 0) {
+      const ssize_t n = ::write(fd, p, size);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        fail("write failed", errno);
+      }
+      p += n;
+      size -= static_cast<size_t>(n);
+    }
+  };
+  try {
+    write(sink);
+  } catch (const IoError&) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (::fsync(fd) != 0) fail("fsync failed", errno);
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw IoError(fmt::format("{}: close failed: {}{}", path.string(), errno_text(err), space_note(dir)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw IoError(fmt::format("{}: rename into place failed: {}", path.string(), errno_text(err)));
+  }
+  fsync_directory(dir);
+}
+
+void write_file_atomic(const fs::path& path, std::string_view content) {
+  write_file_atomic(path, [&](const ByteSink& sink) { sink(content.data(), content.size()); });
+}
+
+void ensure_writable_directory(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw IoError(fmt::format("{}: cannot create folder: {}", dir.string(), ec.message()));
+  if (!fs::is_directory(dir, ec)) throw IoError(fmt::format("{}: exists and is not a folder", dir.string()));
+  const fs::path probe = temporary_beside(dir / "write-probe");
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    throw IoError(fmt::format("{}: folder is not writable: {}{}", dir.string(), errno_text(err), space_note(dir)));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(fmt::format("{}: cannot open for reading", path.string()));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw IoError(fmt::format("{}: read failed", path.string()));
+  return ss.str();
+}
+
+int64_t free_bytes(const fs::path& path) {
+  fs::path p = path.empty() ? fs::path(".") : path;
+  std::error_code ec;
+  while (!p.empty() && !fs::exists(p, ec)) p = p.parent_path();
+  if (p.empty()) p = ".";
+  struct statvfs st {};
+  if (::statvfs(p.c_str(), &st) != 0) return -1;
+  return static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
+}
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  while (bytes >= 1000.0 && u < 4) {
+    bytes /= 1000.0;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} {}", bytes, units[u]) : fmt::format("{:.1f} {}", bytes, units[u]);
+}
+
+}  // namespace u3d

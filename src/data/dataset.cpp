@@ -1,0 +1,267 @@
+#include "u3d/dataset.h"
+
+#include <algorithm>
+#include <set>
+
+#include "h5.h"
+#include "u3d/errors.h"
+#include "u3d/files.h"
+
+namespace u3d {
+namespace {
+
+constexpr const char* kFormatName = "u3d-dataset";
+
+std::vector<std::string> list_group(hid_t file, const std::string& path, const std::string& context) {
+  std::vector<std::string> names;
+  if (!h5::exists(file, path)) return names;
+  h5::Handle g = h5::open_group(file, path, context);
+  H5G_info_t info{};
+  if (H5Gget_info(g.get(), &info) < 0) throw DataError(fmt::format("{}: cannot list '{}'", context, path));
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t len = H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    if (len < 0) throw DataError(fmt::format("{}: cannot list '{}'", context, path));
+    std::string name(static_cast<size_t>(len) + 1, '\0');
+    H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(), H5P_DEFAULT);
+    name.resize(static_cast<size_t>(len));
+    names.push_back(std::move(name));
+  }
+  return names;
+}
+
+void check_finite(const torch::Tensor& t, const std::string& context, const std::string& field) {
+  if (!t.is_floating_point()) return;
+  const auto bad = (~torch::isfinite(t)).sum().item<int64_t>();
+  if (bad > 0) throw DataError(fmt::format("{}: '{}' holds {} NaN or Inf voxels", context, field, bad));
+}
+
+std::string shape_text(torch::IntArrayRef s) { return fmt::format("({})", fmt::join(s, ", ")); }
+
+}  // namespace
+
+std::string to_string(Task t) { return t == Task::kDose ? "dose" : "segmentation"; }
+
+Task task_from_string(const std::string& s) {
+  if (s == "dose" || s == "regression") return Task::kDose;
+  if (s == "segmentation") return Task::kSegmentation;
+  throw DataError(fmt::format("task '{}' is not dose or segmentation", s));
+}
+
+bool is_valid_case_id(const std::string& id) {
+  if (id.empty() || id == "." || id == "..") return false;
+  return std::all_of(id.begin(), id.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '_' || c == '-' || c == '.';
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+DatasetReader::DatasetReader(const std::filesystem::path& path) : path_(path) {
+  h5::silence_errors();
+  const std::string ctx = path.string();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw IoError(fmt::format("{}: dataset file not found", ctx));
+  if (H5Fis_hdf5(path.c_str()) <= 0) throw DataError(fmt::format("{}: not an HDF5 file", ctx));
+  file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file_ < 0) throw DataError(fmt::format("{}: cannot open HDF5 file (truncated or corrupt?)", ctx));
+
+  const hid_t f = static_cast<hid_t>(file_);
+  h5::Handle root = h5::open_group(f, "/", ctx);
+  if (!h5::has_attribute(root.get(), "format") ||
+      h5::read_string_attribute(root.get(), "format", ctx) != kFormatName) {
+    throw DataError(fmt::format("{}: root attribute format=\"{}\" is missing; not a trainer dataset "
+                                "(see docs/dataset-format.md)",
+                                ctx, kFormatName));
+  }
+  const int64_t version = h5::read_int_attribute(root.get(), "format_version", ctx);
+  if (version != kDatasetFormatVersion) {
+    throw DataError(fmt::format("{}: format_version {} is not supported (this build reads {})", ctx, version,
+                                kDatasetFormatVersion));
+  }
+  info_.task = task_from_string(h5::read_string_attribute(root.get(), "task", ctx));
+  info_.channel_names = h5::read_string_list_attribute(root.get(), "channel_names", ctx);
+  if (info_.channel_names.empty()) throw DataError(fmt::format("{}: channel_names is empty", ctx));
+  if (h5::has_attribute(root.get(), "target_name")) {
+    info_.target_name = h5::read_string_attribute(root.get(), "target_name", ctx);
+  }
+  if (h5::has_attribute(root.get(), "target_units")) {
+    info_.target_units = h5::read_string_attribute(root.get(), "target_units", ctx);
+  }
+  if (h5::has_attribute(root.get(), "description")) {
+    info_.description = h5::read_string_attribute(root.get(), "description", ctx);
+  }
+  if (info_.task == Task::kSegmentation) {
+    info_.num_classes = h5::read_int_attribute(root.get(), "num_classes", ctx);
+    if (info_.num_classes < 2 || info_.num_classes > 256) {
+      throw DataError(fmt::format("{}: num_classes = {}; expected 2..256 (background included)", ctx,
+                                  info_.num_classes));
+    }
+    if (h5::has_attribute(root.get(), "class_names")) {
+      info_.class_names = h5::read_string_list_attribute(root.get(), "class_names", ctx);
+    }
+    if (info_.class_names.size() != static_cast<size_t>(info_.num_classes)) {
+      info_.class_names.clear();
+      for (int64_t k = 0; k < info_.num_classes; ++k) info_.class_names.push_back(k == 0 ? "background" : fmt::format("class_{}", k));
+    }
+  }
+  info_.case_ids = list_group(f, "cases", ctx);
+  std::sort(info_.case_ids.begin(), info_.case_ids.end());
+  const std::set<std::string> known(info_.case_ids.begin(), info_.case_ids.end());
+  for (const auto& split : list_group(f, "splits", ctx)) {
+    auto ids = h5::read_string_dataset(f, "splits/" + split, ctx);
+    for (const auto& id : ids) {
+      if (!known.count(id)) {
+        throw DataError(fmt::format("{}: split '{}' names case '{}', which is not in /cases", ctx, split, id));
+      }
+    }
+    info_.splits[split] = std::move(ids);
+  }
+}
+
+DatasetReader::~DatasetReader() {
+  if (file_ >= 0) H5Fclose(static_cast<hid_t>(file_));
+}
+
+const std::vector<std::string>& DatasetReader::split(const std::string& name) const {
+  const auto it = info_.splits.find(name);
+  if (it == info_.splits.end()) {
+    std::vector<std::string> names;
+    for (const auto& [n, ids] : info_.splits) names.push_back(n);
+    throw DataError(fmt::format("{}: split '{}' is missing; the file has: {}", path_.string(), name,
+                                names.empty() ? std::string("no splits") : fmt::format("{}", fmt::join(names, ", "))));
+  }
+  return it->second;
+}
+
+Shape3 DatasetReader::case_shape(const std::string& id) const {
+  const std::string ctx = fmt::format("{}: case '{}'", path_.string(), id);
+  h5::Handle d = h5::open_dataset(static_cast<hid_t>(file_), "cases/" + id + "/image", ctx);
+  const auto s = h5::dataset_shape(d.get(), ctx);
+  if (s.size() != 4) throw DataError(fmt::format("{}: 'image' should be (C, D, H, W), has {} dimensions", ctx, s.size()));
+  return {s[1], s[2], s[3]};
+}
+
+CaseData DatasetReader::read_case(const std::string& id) const {
+  const std::string ctx = fmt::format("{}: case '{}'", path_.string(), id);
+  const hid_t f = static_cast<hid_t>(file_);
+  const std::string base = "cases/" + id;
+  if (!h5::exists(f, base)) throw DataError(fmt::format("{}: not in the file", ctx));
+  CaseData c;
+  c.id = id;
+  c.image = h5::read_tensor(f, base + "/image", torch::kFloat, ctx);
+  if (c.image.dim() != 4) {
+    throw DataError(fmt::format("{}: 'image' should be (C, D, H, W), is {}", ctx, shape_text(c.image.sizes())));
+  }
+  if (c.image.size(0) != static_cast<int64_t>(info_.channel_names.size())) {
+    throw DataError(fmt::format("{}: 'image' has {} channels; channel_names lists {}", ctx, c.image.size(0),
+                                info_.channel_names.size()));
+  }
+  check_finite(c.image, ctx, "image");
+  const auto spatial = c.image.sizes().slice(1);
+  if (h5::exists(f, base + "/target")) {
+    if (info_.task == Task::kSegmentation) {
+      torch::Tensor labels = h5::read_tensor(f, base + "/target", torch::kInt64, ctx);
+      if (labels.numel() > 0) {
+        const int64_t lo = labels.min().item<int64_t>();
+        const int64_t hi = labels.max().item<int64_t>();
+        if (lo < 0 || hi >= info_.num_classes) {
+          throw DataError(fmt::format("{}: 'target' holds label values in [{}, {}]; num_classes = {} allows 0..{}",
+                                      ctx, lo, hi, info_.num_classes, info_.num_classes - 1));
+        }
+      }
+      c.target = labels.to(torch::kUInt8);
+    } else {
+      c.target = h5::read_tensor(f, base + "/target", torch::kFloat, ctx);
+      check_finite(c.target, ctx, "target");
+    }
+    if (c.target.sizes() != spatial) {
+      throw DataError(fmt::format("{}: 'target' is {} but the image is {} spatially", ctx,
+                                  shape_text(c.target.sizes()), shape_text(spatial)));
+    }
+  }
+  if (h5::exists(f, base + "/mask")) {
+    c.mask = h5::read_tensor(f, base + "/mask", torch::kUInt8, ctx);
+    if (c.mask.sizes() != spatial) {
+      throw DataError(fmt::format("{}: 'mask' is {} but the image is {} spatially", ctx, shape_text(c.mask.sizes()),
+                                  shape_text(spatial)));
+    }
+  }
+  h5::Handle group = h5::open_group(f, base, ctx);
+  if (h5::has_attribute(group.get(), "spacing")) {
+    const auto s = h5::read_double_list_attribute(group.get(), "spacing", ctx);
+    if (s.size() != 3 || !std::all_of(s.begin(), s.end(), [](double v) { return std::isfinite(v) && v > 0; })) {
+      throw DataError(fmt::format("{}: 'spacing' should be three positive numbers (mm along D, H, W)", ctx));
+    }
+    c.spacing = {s[0], s[1], s[2]};
+  }
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+DatasetWriter::DatasetWriter(std::filesystem::path path, DatasetInfo info, DatasetWriteOptions options)
+    : path_(std::move(path)), info_(std::move(info)), options_(options) {
+  file_ = std::make_unique<h5::StagedFile>(path_);
+  h5::Handle root(H5Gopen2(file_->get(), "/", H5P_DEFAULT), H5Gclose);
+  h5::write_string_attribute(root.get(), "format", kFormatName);
+  h5::write_int_attribute(root.get(), "format_version", kDatasetFormatVersion);
+  h5::write_string_attribute(root.get(), "task", to_string(info_.task));
+  h5::write_string_list_attribute(root.get(), "channel_names", info_.channel_names);
+  h5::write_string_attribute(root.get(), "target_name", info_.target_name);
+  h5::write_string_attribute(root.get(), "target_units", info_.target_units);
+  if (!info_.description.empty()) h5::write_string_attribute(root.get(), "description", info_.description);
+  if (info_.task == Task::kSegmentation) {
+    h5::write_int_attribute(root.get(), "num_classes", info_.num_classes);
+    if (!info_.class_names.empty()) h5::write_string_list_attribute(root.get(), "class_names", info_.class_names);
+  }
+  info_.case_ids.clear();
+}
+
+DatasetWriter::~DatasetWriter() = default;
+
+void DatasetWriter::write_case(const CaseData& c) {
+  const std::string ctx = fmt::format("{}: case '{}'", path_.string(), c.id);
+  if (!is_valid_case_id(c.id)) {
+    throw DataError(fmt::format("{}: case ids may hold only letters, digits, '_', '-' and '.'", ctx));
+  }
+  if (std::find(info_.case_ids.begin(), info_.case_ids.end(), c.id) != info_.case_ids.end()) {
+    throw DataError(fmt::format("{}: written twice", ctx));
+  }
+  if (!c.image.defined() || c.image.dim() != 4 ||
+      c.image.size(0) != static_cast<int64_t>(info_.channel_names.size())) {
+    throw DataError(fmt::format("{}: image must be (C, D, H, W) with C = {}", ctx, info_.channel_names.size()));
+  }
+  const auto spatial = c.image.sizes().slice(1);
+  const hid_t f = file_->get();
+  const std::string base = "cases/" + c.id;
+  h5::Handle group = h5::create_group(f, base, ctx);
+  const int64_t k = options_.chunk;
+  h5::write_tensor(f, base + "/image", c.image, {1, k, k, k}, options_.compression_level, ctx);
+  if (c.target.defined()) {
+    if (c.target.sizes() != spatial) throw DataError(fmt::format("{}: target must be (D, H, W) like the image", ctx));
+    h5::write_tensor(f, base + "/target", c.target, {k, k, k}, options_.compression_level, ctx);
+  }
+  if (c.mask.defined()) {
+    if (c.mask.sizes() != spatial) throw DataError(fmt::format("{}: mask must be (D, H, W) like the image", ctx));
+    h5::write_tensor(f, base + "/mask", c.mask.to(torch::kUInt8), {k, k, k}, options_.compression_level, ctx);
+  }
+  h5::write_double_list_attribute(group.get(), "spacing", {c.spacing[0], c.spacing[1], c.spacing[2]});
+  info_.case_ids.push_back(c.id);
+}
+
+void DatasetWriter::set_split(const std::string& name, std::vector<std::string> ids) {
+  info_.splits[name] = std::move(ids);
+}
+
+void DatasetWriter::commit() {
+  const std::set<std::string> known(info_.case_ids.begin(), info_.case_ids.end());
+  for (const auto& [name, ids] : info_.splits) {
+    for (const auto& id : ids) {
+      if (!known.count(id)) {
+        throw DataError(fmt::format("{}: split '{}' names case '{}', which was not written", path_.string(), name, id));
+      }
+    }
+    h5::write_string_dataset(file_->get(), "splits/" + name, ids);
+  }
+  file_->commit();
+}
+
+}  // namespace u3d

@@ -1,0 +1,98 @@
+// Internal HDF5 helpers: RAII handles and typed reads/writes of attributes and datasets.
+#pragma once
+#include <hdf5.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "u3d/errors.h"
+
+namespace u3d::h5 {
+
+// Owns one hid_t and closes it with the matching H5*close.
+class Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Handle() = default;
+  Handle(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  ~Handle() { reset(); }
+  Handle(Handle&& o) noexcept : id_(o.id_), closer_(o.closer_) { o.id_ = -1; }
+  Handle& operator=(Handle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = o.id_;
+      closer_ = o.closer_;
+      o.id_ = -1;
+    }
+    return *this;
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  void reset() {
+    if (id_ >= 0 && closer_) closer_(id_);
+    id_ = -1;
+  }
+
+ private:
+  hid_t id_ = -1;
+  Closer closer_ = nullptr;
+};
+
+// A new HDF5 file built under a temporary name beside `path` and moved into place by commit()
+// (flush, close, fsync, rename, folder fsync): an interrupted write never leaves a half file under
+// the final name. Without commit() the destructor removes the temporary file.
+class StagedFile {
+ public:
+  explicit StagedFile(std::filesystem::path path);
+  ~StagedFile();
+  StagedFile(const StagedFile&) = delete;
+  StagedFile& operator=(const StagedFile&) = delete;
+  hid_t get() const { return file_; }
+  const std::filesystem::path& path() const { return path_; }
+  void commit();
+
+ private:
+  std::filesystem::path path_, tmp_path_;
+  hid_t file_ = -1;
+  bool committed_ = false;
+};
+
+// Turns HDF5's automatic error printing off (errors become exceptions with context instead).
+void silence_errors();
+
+bool exists(hid_t loc, const std::string& path);
+bool has_attribute(hid_t obj, const std::string& name);
+
+Handle open_group(hid_t loc, const std::string& path, const std::string& context);
+Handle create_group(hid_t loc, const std::string& path, const std::string& context);
+Handle open_dataset(hid_t loc, const std::string& path, const std::string& context);
+
+std::string read_string_attribute(hid_t obj, const std::string& name, const std::string& context);
+std::vector<std::string> read_string_list_attribute(hid_t obj, const std::string& name, const std::string& context);
+int64_t read_int_attribute(hid_t obj, const std::string& name, const std::string& context);
+std::vector<double> read_double_list_attribute(hid_t obj, const std::string& name, const std::string& context);
+
+void write_string_attribute(hid_t obj, const std::string& name, const std::string& value);
+void write_string_list_attribute(hid_t obj, const std::string& name, const std::vector<std::string>& values);
+void write_int_attribute(hid_t obj, const std::string& name, int64_t value);
+void write_double_list_attribute(hid_t obj, const std::string& name, const std::vector<double>& values);
+
+// 1-D string dataset (variable-length UTF-8, as h5py writes by default; fixed-length also read).
+std::vector<std::string> read_string_dataset(hid_t loc, const std::string& path, const std::string& context);
+void write_string_dataset(hid_t loc, const std::string& path, const std::vector<std::string>& values);
+
+// Shape of a dataset.
+std::vector<int64_t> dataset_shape(hid_t dataset, const std::string& context);
+// Reads a whole numeric dataset into a CPU tensor of `dtype` (HDF5 converts on read).
+torch::Tensor read_tensor(hid_t loc, const std::string& path, torch::ScalarType dtype, const std::string& context);
+// The dtype a dataset is stored in, mapped to torch (float32/float64/int8..int64/uint8).
+torch::ScalarType stored_dtype(hid_t dataset, const std::string& context);
+// Writes a contiguous CPU tensor as a chunked, shuffled, gzip-compressed dataset.
+void write_tensor(hid_t loc, const std::string& path, const torch::Tensor& t, const std::vector<int64_t>& chunk,
+                  int compression_level, const std::string& context);
+
+}  // namespace u3d::h5

@@ -1,0 +1,212 @@
+#include "u3d/predictor.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+
+#include "../data/h5.h"
+#include "u3d/cache.h"
+#include "u3d/checkpoint.h"
+#include "u3d/dataset.h"
+#include "u3d/errors.h"
+#include "u3d/files.h"
+#include "u3d/metrics.h"
+#include "u3d/run.h"
+
+namespace u3d {
+
+std::vector<int64_t> window_starts(int64_t size, int64_t patch, double overlap) {
+  if (size <= patch) return {0};
+  const int64_t step = std::max<int64_t>(1, static_cast<int64_t>(std::floor(static_cast<double>(patch) * (1.0 - overlap))));
+  const int64_t n = static_cast<int64_t>(std::ceil(static_cast<double>(size - patch) / static_cast<double>(step))) + 1;
+  std::vector<int64_t> starts;
+  for (int64_t i = 0; i < n; ++i) {
+    // Spread the windows evenly between 0 and size - patch (as nnU-Net does).
+    starts.push_back(n == 1 ? 0 : static_cast<int64_t>(std::llround(static_cast<double>(i) * static_cast<double>(size - patch) / static_cast<double>(n - 1))));
+  }
+  return starts;
+}
+
+torch::Tensor gaussian_importance_map(const Shape3& patch, double sigma_fraction) {
+  torch::Tensor map = torch::ones({1}, torch::kFloat);
+  std::vector<torch::Tensor> axes;
+  for (int a = 0; a < 3; ++a) {
+    const double centre = (static_cast<double>(patch[a]) - 1.0) / 2.0;
+    const double sigma = std::max(1e-3, static_cast<double>(patch[a]) * sigma_fraction);
+    const auto x = torch::arange(patch[a], torch::kDouble);
+    axes.push_back(torch::exp(-0.5 * ((x - centre) / sigma).square()));
+  }
+  auto g = axes[0].view({-1, 1, 1}) * axes[1].view({1, -1, 1}) * axes[2].view({1, 1, -1});
+  g = g / g.max();
+  const double floor = g.masked_select(g > 0).min().item<double>();
+  return g.clamp_min(std::max(floor, 1e-6)).to(torch::kFloat);
+}
+
+torch::Tensor sliding_window_predict(NetworkImpl& net, const torch::Tensor& image, const SlidingWindowOptions& o,
+                                     const torch::Device& device) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = net.is_training();
+  net.eval();
+  // Pad axes smaller than the patch (at the end, with 0 = the mean of a z-scored channel).
+  torch::Tensor x = image.to(device, torch::kFloat);
+  const Shape3 shape = {x.size(1), x.size(2), x.size(3)};
+  const Shape3 padded = {std::max(shape[0], o.patch[0]), std::max(shape[1], o.patch[1]), std::max(shape[2], o.patch[2])};
+  if (padded != shape) {
+    x = torch::constant_pad_nd(x, {0, padded[2] - shape[2], 0, padded[1] - shape[1], 0, padded[0] - shape[0]}, 0.0);
+  }
+  const auto zs = window_starts(padded[0], o.patch[0], o.overlap);
+  const auto ys = window_starts(padded[1], o.patch[1], o.overlap);
+  const auto xs = window_starts(padded[2], o.patch[2], o.overlap);
+  std::vector<Shape3> origins;
+  for (auto z : zs)
+    for (auto y : ys)
+      for (auto w : xs) origins.push_back({z, y, w});
+
+  const torch::Tensor weight = (o.gaussian ? gaussian_importance_map(o.patch) : torch::ones({o.patch[0], o.patch[1], o.patch[2]}))
+                                   .to(device);  // (d, h, w)
+  torch::Tensor sum;                                           // (K, D', H', W')
+  torch::Tensor norm = torch::zeros({padded[0], padded[1], padded[2]}, torch::TensorOptions().device(device));
+  const int64_t bs = std::max<int64_t>(1, o.batch_size);
+  for (size_t first = 0; first < origins.size(); first += static_cast<size_t>(bs)) {
+    const size_t last = std::min(origins.size(), first + static_cast<size_t>(bs));
+    std::vector<torch::Tensor> windows;
+    for (size_t i = first; i < last; ++i) {
+      const auto& p = origins[i];
+      windows.push_back(x.slice(1, p[0], p[0] + o.patch[0]).slice(2, p[1], p[1] + o.patch[1]).slice(3, p[2], p[2] + o.patch[2]));
+    }
+    const torch::Tensor out = net.forward(torch::stack(windows)).to(torch::kFloat);  // (n, K, d, h, w)
+    if (!sum.defined()) sum = torch::zeros({out.size(1), padded[0], padded[1], padded[2]}, out.options());
+    for (size_t i = first; i < last; ++i) {
+      const auto& p = origins[i];
+      sum.slice(1, p[0], p[0] + o.patch[0]).slice(2, p[1], p[1] + o.patch[1]).slice(3, p[2], p[2] + o.patch[2])
+          .add_(out[static_cast<int64_t>(i - first)] * weight);
+      norm.slice(0, p[0], p[0] + o.patch[0]).slice(1, p[1], p[1] + o.patch[1]).slice(2, p[2], p[2] + o.patch[2]).add_(weight);
+    }
+  }
+  net.train(was_training);
+  torch::Tensor result = sum / norm;
+  return result.slice(1, 0, shape[0]).slice(2, 0, shape[1]).slice(3, 0, shape[2]).contiguous();
+}
+
+torch::Tensor finalize_prediction(const torch::Tensor& network_output, const Preprocessor& pre) {
+  if (pre.task() == Task::kSegmentation) return network_output.argmax(0).to(torch::kUInt8);
+  return pre.restore_target(network_output[0]).to(torch::kFloat);
+}
+
+namespace {
+
+// Predictions file (docs/dataset-format.md, "Predictions"): root attrs format="u3d-predictions",
+// task, source, checkpoint; /cases/<id>/prediction (D, H, W) with the case's spacing (and its
+// loss mask, so an evaluation can apply it).
+class PredictionWriter {
+ public:
+  PredictionWriter(const std::filesystem::path& path, const DatasetInfo& info, const std::string& source,
+                   const std::string& checkpoint)
+      : file_(path) {
+    h5::Handle root(H5Gopen2(file_.get(), "/", H5P_DEFAULT), H5Gclose);
+    h5::write_string_attribute(root.get(), "format", "u3d-predictions");
+    h5::write_int_attribute(root.get(), "format_version", kDatasetFormatVersion);
+    h5::write_string_attribute(root.get(), "task", to_string(info.task));
+    h5::write_string_attribute(root.get(), "target_name", info.target_name);
+    h5::write_string_attribute(root.get(), "target_units", info.target_units);
+    h5::write_string_attribute(root.get(), "source", source);
+    h5::write_string_attribute(root.get(), "checkpoint", checkpoint);
+  }
+  void write(const CachedCase& c, const torch::Tensor& prediction) {
+    const std::string ctx = fmt::format("{}: case '{}'", file_.path().string(), c.id);
+    const std::string base = "cases/" + c.id;
+    h5::Handle group = h5::create_group(file_.get(), base, ctx);
+    h5::write_tensor(file_.get(), base + "/prediction", prediction.cpu(), {64, 64, 64}, 4, ctx);
+    if (c.mask.defined()) h5::write_tensor(file_.get(), base + "/mask", c.mask[0], {64, 64, 64}, 4, ctx);
+    h5::write_double_list_attribute(group.get(), "spacing", {c.spacing[0], c.spacing[1], c.spacing[2]});
+    ids_.push_back(c.id);
+  }
+  void commit(const std::string& split) {
+    h5::write_string_dataset(file_.get(), "splits/" + split, ids_);
+    file_.commit();
+  }
+
+ private:
+  h5::StagedFile file_;
+  std::vector<std::string> ids_;
+};
+
+}  // namespace
+
+void run_prediction(const Config& cfg, const std::string& checkpoint) {
+  const RunPaths paths(cfg);
+  const CheckpointStore store(paths.checkpoints, cfg.checkpoint.keep_last);
+  const auto ckpt_path = store.resolve(checkpoint);
+  const CheckpointInfo info = read_checkpoint_info(ckpt_path);
+  // The network and its preprocessing come from the checkpoint's config; data.path and predict.*
+  // from the config given now.
+  const Config trained = load_config_from_string(info.config_yaml, ckpt_path.string() + " (config)");
+  const auto differences = diff(trained, cfg);
+  for (const auto& d : differences) {
+    if (d.rfind("model.", 0) == 0 || d.rfind("data.normalize", 0) == 0 || d.rfind("data.channels", 0) == 0 ||
+        d.rfind("data.target_scale", 0) == 0) {
+      spdlog::warn("predict: {} differs from the checkpoint; using the checkpoint's value", d);
+    }
+  }
+  const Runtime rt = init_runtime(cfg);
+  std::error_code ec;
+  if (!std::filesystem::exists(cfg.data.path, ec)) {
+    throw ConfigError(fmt::format("data.path: dataset file {} not found", cfg.data.path));
+  }
+  const DatasetReader reader(cfg.data.path);
+  const Preprocessor pre(trained.data, reader.info());
+  if (pre.in_channels() != info.in_channels || pre.out_channels() != info.out_channels) {
+    throw ConfigError(fmt::format("{}: the checkpoint expects {} input and {} output channels; {} gives {} and {}",
+                                  ckpt_path.string(), info.in_channels, info.out_channels, cfg.data.path,
+                                  pre.in_channels(), pre.out_channels()));
+  }
+  Network net = build_network(trained.model, info.in_channels, info.out_channels);
+  net->to(rt.device);
+  load_checkpoint(ckpt_path, *net, nullptr, rt.device, /*restore_rng=*/false);
+  spdlog::info("predict: checkpoint {} (epoch {}, step {})", ckpt_path.string(), info.state.epoch, info.state.global_step);
+
+  const auto& ids = reader.split(cfg.predict.split);
+  const TensorCache cases = TensorCache::load(reader, ids, pre, rt.threads);
+  SlidingWindowOptions sw{trained.data.patch_size, cfg.predict.overlap,
+                          cfg.predict.batch_size > 0 ? cfg.predict.batch_size : cfg.data.batch_size, cfg.predict.gaussian};
+
+  ensure_writable_directory(paths.predictions);
+  const auto out_path = paths.predictions / (cfg.predict.split + ".h5");
+  PredictionWriter writer(out_path, reader.info(), cfg.data.path, ckpt_path.string());
+  const bool seg = pre.task() == Task::kSegmentation;
+  const std::string metric = seg ? "dice" : "mae";
+  std::string csv = fmt::format("case,{},baseline_{}\n", metric, metric);
+  std::vector<double> values, baselines;
+  for (const auto& c : cases.cases()) {
+    const auto out = sliding_window_predict(*net, c.image, sw, rt.device);
+    const auto pred = finalize_prediction(out, pre).cpu();
+    writer.write(c, pred);
+    if (!c.target.defined()) continue;
+    double v = 0, b = 0;
+    if (seg) {
+      v = nan_mean(dice_per_class(pred, c.target, reader.info().num_classes));
+      b = nan_mean(dice_per_class(torch::zeros_like(c.target), c.target, reader.info().num_classes));
+    } else {
+      const auto mask = c.mask.defined() ? c.mask[0] : torch::Tensor();
+      v = masked_mae(pred, c.raw_target, mask);
+      b = masked_mae(torch::full_like(c.raw_target, info.state.train_target_mean), c.raw_target, mask);
+    }
+    values.push_back(v);
+    baselines.push_back(b);
+    csv += fmt::format("{},{:.6g},{:.6g}\n", c.id, v, b);
+    spdlog::info("predict: {} {} {:.4f} (baseline {:.4f})", c.id, metric, v, b);
+  }
+  writer.commit(cfg.predict.split);
+  spdlog::info("predict: wrote {} ({} cases)", out_path.string(), cases.size());
+  if (!values.empty()) {
+    csv += fmt::format("mean,{:.6g},{:.6g}\n", nan_mean(values), nan_mean(baselines));
+    const auto csv_path = paths.predictions / (cfg.predict.split + "_metrics.csv");
+    write_file_atomic(csv_path, csv);
+    const std::string units = seg ? "" : (" " + reader.info().target_units);
+    spdlog::info("predict: {} split mean {} {:.4f}{} | baseline ({}) {:.4f}{}", cfg.predict.split, metric,
+                 nan_mean(values), units, seg ? "all background" : "predict the training mean",
+                 nan_mean(baselines), units);
+  }
+}
+
+}  // namespace u3d

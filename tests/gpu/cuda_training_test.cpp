@@ -1,0 +1,69 @@
+// CUDA paths; every test skips itself where no CUDA device is present.
+#include <gtest/gtest.h>
+
+#include "test_support.h"
+#include "u3d/checkpoint.h"
+#include "u3d/predictor.h"
+
+namespace u3d {
+namespace {
+
+#define U3D_REQUIRE_CUDA() \
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
+
+TEST(Gpu, TrainingOnCudaLowersTheLoss) {
+  U3D_REQUIRE_CUDA();
+  test::TempDir dir;
+  test::make_phantom(dir / "p.h5", Task::kDose, 8, 32);
+  test::write_text(dir / "g.yaml", test::tiny_config("p.h5", "g"));
+  const auto r = test::run_trainer({"--config", "g.yaml", "--set", "training.device=cuda", "--set",
+                                    "training.epochs=8", "--set", "data.patch_size=32", "--set",
+                                    "training.deterministic=false"},
+                                   dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("device cuda"), std::string::npos);
+  const auto rows = test::read_csv(dir / "runs" / "g" / "metrics.csv");
+  ASSERT_EQ(rows.size(), 8u);
+  EXPECT_LT(std::stod(rows.back().at("train_loss")), std::stod(rows.front().at("train_loss")));
+}
+
+TEST(Gpu, CudaCheckpointGivesTheSameOutputsOnCpu) {
+  U3D_REQUIRE_CUDA();
+  test::TempDir dir;
+  ModelConfig m;
+  m.levels = 3;
+  m.base_filters = 8;
+  torch::manual_seed(3);
+  auto net = build_network(m, 2, 1);
+  net->to(torch::kCUDA);
+  CheckpointInfo info;
+  info.config_yaml = "data: {path: x.h5}\n";
+  save_checkpoint(dir / "c.pt", info, *net, nullptr);
+  auto cpu_net = build_network(m, 2, 1);
+  load_checkpoint(dir / "c.pt", *cpu_net, nullptr, torch::kCPU, false);
+  net->eval();
+  cpu_net->eval();
+  const auto x = torch::randn({1, 2, 16, 16, 16});
+  const auto a = net->forward(x.to(torch::kCUDA)).cpu();
+  const auto b = cpu_net->forward(x);
+  EXPECT_TRUE(torch::allclose(a, b, 1e-3, 1e-3));
+}
+
+TEST(Gpu, SlidingWindowOnCudaMatchesCpu) {
+  U3D_REQUIRE_CUDA();
+  ModelConfig m;
+  m.levels = 2;
+  m.base_filters = 4;
+  torch::manual_seed(5);
+  auto net = build_network(m, 1, 2);
+  const auto image = torch::randn({1, 20, 20, 20});
+  SlidingWindowOptions o;
+  o.patch = {8, 8, 8};
+  const auto cpu = sliding_window_predict(*net, image, o, torch::kCPU);
+  net->to(torch::kCUDA);
+  const auto gpu = sliding_window_predict(*net, image, o, torch::kCUDA).cpu();
+  EXPECT_TRUE(torch::allclose(cpu, gpu, 1e-3, 1e-3));
+}
+
+}  // namespace
+}  // namespace u3d

@@ -1,0 +1,121 @@
+// End-to-end runs of the trainer binary on tiny phantoms: training lowers the loss, resume
+// continues exactly, predict-only writes its outputs.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "test_support.h"
+#include "u3d/checkpoint.h"
+#include "u3d/config.h"
+
+namespace u3d {
+namespace {
+
+using test::read_csv;
+using test::run_trainer;
+
+class Training : public ::testing::Test {
+ protected:
+  void SetUp() override { test::make_phantom(dir / "p.h5", Task::kDose, 8, 16); }
+  test::CommandResult train(const std::string& name, std::vector<std::string> extra) {
+    test::write_text(dir / (name + ".yaml"), test::tiny_config("p.h5", name));
+    std::vector<std::string> args = {"--config", name + ".yaml"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_trainer(args, dir.path());
+  }
+  fs::path run(const std::string& name) const { return dir / "runs" / name; }
+  test::TempDir dir;
+};
+
+TEST_F(Training, ShortTrainingLowersTheLossAndWritesTheRunFolder) {
+  const auto r = train("a", {"--set", "training.epochs=6"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto rows = read_csv(run("a") / "metrics.csv");
+  ASSERT_EQ(rows.size(), 6u);
+  EXPECT_LT(std::stod(rows.back().at("train_loss")), std::stod(rows.front().at("train_loss")));
+  EXPECT_LT(std::stod(rows.back().at("val_mae")), std::stod(rows.front().at("val_mae")));
+  for (const char* col : {"epoch", "step", "lr", "train_loss", "val_loss", "val_mae", "epoch_seconds",
+                          "samples_per_second"}) {
+    EXPECT_FALSE(rows.back().at(col).empty()) << col;
+  }
+  EXPECT_TRUE(fs::exists(run("a") / "config.yaml"));
+  EXPECT_TRUE(fs::exists(run("a") / "train.log"));
+  EXPECT_TRUE(fs::exists(run("a") / "checkpoints" / "best.pt"));
+  // The resolved config in the run folder loads back to the config that ran.
+  const Config saved = load_config(run("a") / "config.yaml");
+  EXPECT_EQ(saved.training.epochs, 6);
+  EXPECT_NE(r.output.find("resolved config"), std::string::npos);
+  EXPECT_NE(r.output.find("device cpu"), std::string::npos);
+  EXPECT_NE(test::read_text(run("a") / "train.log").find("epoch 6/6"), std::string::npos);
+}
+
+TEST_F(Training, ResumeContinuesEpochStepAndLrExactly) {
+  // Straight run of 4 epochs, keeping every checkpoint.
+  ASSERT_EQ(train("straight", {"--set", "training.epochs=4"}).exit_code, 0);
+  // A second run that starts from the straight run's epoch-2 checkpoint and trains to epoch 4.
+  const auto ckpt = run("straight") / "checkpoints" / "epoch_0002.pt";
+  ASSERT_TRUE(fs::exists(ckpt));
+  const auto r = train("resumed", {"--set", "training.epochs=4", "--resume", ckpt.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto a = read_csv(run("straight") / "metrics.csv");
+  const auto b = read_csv(run("resumed") / "metrics.csv");
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    for (const char* col : {"epoch", "step", "lr", "train_loss", "val_loss", "val_mae"}) {
+      EXPECT_EQ(b[i].at(col), a[i + 2].at(col)) << col << " of epoch " << i + 3;
+    }
+  }
+}
+
+TEST_F(Training, ResumeInPlaceKeepsOneRowPerEpoch) {
+  ASSERT_EQ(train("r", {"--set", "training.epochs=2"}).exit_code, 0);
+  // Simulate rows written after the last checkpoint (a crash before the next one): dropped on resume.
+  {
+    std::ofstream out(run("r") / "metrics.csv", std::ios::app);
+    out << "3,99,0.1,1,1,1,0,1,0,1\n4,13";
+  }
+  const auto r = train("r", {"--set", "training.epochs=4", "--resume"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto rows = read_csv(run("r") / "metrics.csv");
+  ASSERT_EQ(rows.size(), 4u);
+  const int64_t steps_per_epoch = std::stoll(rows[0].at("step"));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].at("epoch"), std::to_string(i + 1));
+    EXPECT_EQ(std::stoll(rows[i].at("step")), steps_per_epoch * static_cast<int64_t>(i + 1));
+  }
+  const auto info = read_checkpoint_info(run("r") / "checkpoints" / "epoch_0004.pt");
+  EXPECT_EQ(info.state.epoch, 4);
+  EXPECT_EQ(info.state.global_step, 4 * steps_per_epoch);
+}
+
+TEST_F(Training, PredictOnlyWritesPredictionsAndMetrics) {
+  ASSERT_EQ(train("p", {"--set", "training.epochs=3"}).exit_code, 0);
+  const auto r = run_trainer({"--config", "p.yaml", "--predict-only", "--checkpoint", "last"}, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("baseline (predict the training mean)"), std::string::npos) << r.output;
+  const auto pred = run("p") / "predictions" / "val.h5";
+  ASSERT_TRUE(fs::exists(pred));
+  const auto rows = read_csv(run("p") / "predictions" / "val_metrics.csv");
+  ASSERT_EQ(rows.size(), 3u);  // 2 val cases + mean
+  EXPECT_EQ(rows.back().at("case"), "mean");
+  EXPECT_GT(std::stod(rows.back().at("mae")), 0.0);
+}
+
+TEST_F(Training, SegmentationRunsEndToEnd) {
+  test::make_phantom(dir / "s.h5", Task::kSegmentation, 6, 16);
+  test::write_text(dir / "s.yaml", test::tiny_config("s.h5", "seg", Task::kSegmentation));
+  auto r = run_trainer({"--config", "s.yaml", "--set", "training.epochs=2"}, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto rows = read_csv(run("seg") / "metrics.csv");
+  ASSERT_EQ(rows.size(), 2u);
+  const double dice = std::stod(rows.back().at("val_dice"));
+  EXPECT_GE(dice, 0.0);
+  EXPECT_LE(dice, 1.0);
+  r = run_trainer({"--config", "s.yaml", "--predict-only"}, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(run("seg") / "predictions" / "val.h5"));
+}
+
+}  // namespace
+}  // namespace u3d

@@ -1,0 +1,60 @@
+// Shared helpers for the test suites: temporary folders, running the real `trainer` binary, and
+// small phantom datasets and configs.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "u3d/dataset.h"
+
+namespace u3d {
+namespace fs = std::filesystem;
+}
+
+namespace u3d::test {
+
+// A fresh folder under $TMPDIR (or /tmp), removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+  fs::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  fs::path path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+fs::path trainer_path();
+fs::path source_dir();
+// Runs the trainer binary with `args` (each passed as one argument) in folder `cwd`.
+CommandResult run_trainer(const std::vector<std::string>& args, const fs::path& cwd);
+
+// Phantom dataset (format v1) at `path`: `cases` cases of size^3 (val: a quarter, at least one).
+void make_phantom(const fs::path& path, Task task, int64_t cases = 6, int64_t size = 16, uint64_t seed = 0);
+
+// A small, fast config (YAML text) for a dataset made by make_phantom: 2 levels, 4 filters,
+// patch 16, deterministic. `extra` is appended verbatim (more sections) and may override nothing:
+// use overrides for changes of keys already present.
+std::string tiny_config(const fs::path& dataset, const std::string& name, Task task = Task::kDose);
+
+void write_text(const fs::path& path, const std::string& text);
+std::string read_text(const fs::path& path);
+// Rows of a CSV file, each a map from header to value.
+std::vector<std::map<std::string, std::string>> read_csv(const fs::path& path);
+
+// ../shared/data when present (OpenKBP sample); std::nullopt otherwise.
+std::optional<fs::path> shared_data_dir();
+
+}  // namespace u3d::test

@@ -1,0 +1,72 @@
+#include <gtest/gtest.h>
+
+#include "u3d/predictor.h"
+
+namespace u3d {
+namespace {
+
+// Returns a fixed function of its input so the blended prediction is known exactly:
+// output channel 0 = 2 * input channel 0.
+class Doubler : public NetworkImpl {
+ public:
+  torch::Tensor forward(const torch::Tensor& x) override {
+    ++calls;
+    batch_sizes.push_back(x.size(0));
+    return x.narrow(1, 0, 1) * 2.0;
+  }
+  int64_t size_divisor() const override { return 1; }
+  int calls = 0;
+  std::vector<int64_t> batch_sizes;
+};
+
+TEST(Predictor, WindowStartsCoverTheVolume) {
+  EXPECT_EQ(window_starts(64, 64, 0.5), (std::vector<int64_t>{0}));
+  EXPECT_EQ(window_starts(40, 64, 0.5), (std::vector<int64_t>{0}));
+  EXPECT_EQ(window_starts(100, 64, 0.5), (std::vector<int64_t>{0, 18, 36}));  // as nnU-Net: ceil(36 / 32) + 1 windows
+  EXPECT_EQ(window_starts(128, 64, 0.5), (std::vector<int64_t>{0, 32, 64}));
+  for (int64_t size : {65, 77, 130, 200}) {
+    const auto s = window_starts(size, 32, 0.5);
+    EXPECT_EQ(s.front(), 0);
+    EXPECT_EQ(s.back(), size - 32);
+    for (size_t i = 1; i < s.size(); ++i) EXPECT_LE(s[i] - s[i - 1], 16);
+  }
+}
+
+TEST(Predictor, GaussianMapIsSymmetricWithPeakOne) {
+  const auto g = gaussian_importance_map({9, 8, 16});
+  EXPECT_EQ(g.sizes(), (torch::IntArrayRef{9, 8, 16}));
+  EXPECT_FLOAT_EQ(g.max().item<float>(), 1.0f);
+  EXPECT_GT(g.min().item<float>(), 0.0f);
+  EXPECT_TRUE(torch::allclose(g, torch::flip(g, {0})));
+  EXPECT_TRUE(torch::allclose(g, torch::flip(g, {1, 2})));
+  EXPECT_FLOAT_EQ(g[4][3][7].item<float>(), g[4][4][8].item<float>());
+}
+
+TEST(Predictor, SlidingWindowReproducesAVoxelwiseNetworkExactly) {
+  auto net = std::make_shared<Doubler>();
+  const auto image = torch::randn({2, 20, 13, 30});
+  SlidingWindowOptions o;
+  o.patch = {8, 8, 16};
+  o.overlap = 0.5;
+  o.batch_size = 3;
+  const auto out = sliding_window_predict(*net, image, o, torch::kCPU);
+  ASSERT_EQ(out.sizes(), (torch::IntArrayRef{1, 20, 13, 30}));
+  EXPECT_TRUE(torch::allclose(out[0], image[0] * 2.0, 1e-5, 1e-5));
+  // 20 -> 4 windows (0, 4, 8, 12 spread), 13 -> 2, 30 -> 3: windows batched by 3
+  const size_t windows = window_starts(20, 8, 0.5).size() * window_starts(13, 8, 0.5).size() * window_starts(30, 16, 0.5).size();
+  EXPECT_EQ(static_cast<size_t>(net->calls), (windows + 2) / 3);
+  EXPECT_EQ(net->batch_sizes.front(), 3);
+}
+
+TEST(Predictor, VolumeSmallerThanThePatchIsPaddedAndCropped) {
+  auto net = std::make_shared<Doubler>();
+  const auto image = torch::randn({1, 5, 6, 7});
+  SlidingWindowOptions o;
+  o.patch = {8, 8, 8};
+  const auto out = sliding_window_predict(*net, image, o, torch::kCPU);
+  EXPECT_EQ(out.sizes(), (torch::IntArrayRef{1, 5, 6, 7}));
+  EXPECT_TRUE(torch::allclose(out[0], image[0] * 2.0, 1e-5, 1e-5));
+}
+
+}  // namespace
+}  // namespace u3d

@@ -1,0 +1,104 @@
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "u3d/errors.h"
+#include "u3d/sampler.h"
+
+namespace u3d {
+namespace {
+
+// Five cases whose first image channel equals the target and whose values identify the case
+// (case i lies in [10 i, 10 i + 1)), so any crop or flip must keep image and target aligned.
+TensorCache aligned_cache() {
+  torch::manual_seed(0);
+  std::vector<CachedCase> cases;
+  for (int64_t i = 0; i < 5; ++i) {
+    CachedCase c;
+    c.id = "c" + std::to_string(i);
+    const auto values = torch::rand({1, 12, 10, 14}) + static_cast<double>(i) * 10.0;
+    c.image = torch::cat({values, values * 2});  // (2, D, H, W)
+    c.target = values.clone();                    // (1, D, H, W)
+    c.mask = (values > values.mean()).to(torch::kUInt8);
+    cases.push_back(c);
+  }
+  return TensorCache(std::move(cases));
+}
+
+SamplerOptions options(double flip = 0.5) {
+  SamplerOptions o;
+  o.patch = {8, 8, 8};
+  o.batch_size = 3;
+  o.seed = 11;
+  o.augment.flip_prob = flip;
+  return o;
+}
+
+TEST(Sampler, BatchesAreAPureFunctionOfEpochAndStep) {
+  const auto cache = aligned_cache();
+  PatchSampler a(cache, options()), b(cache, options());
+  const Batch x = a.batch(2, 1);
+  (void)b.batch(0, 0);  // call order must not matter
+  const Batch y = b.batch(2, 1);
+  EXPECT_TRUE(torch::equal(x.image, y.image));
+  EXPECT_TRUE(torch::equal(x.target, y.target));
+  EXPECT_EQ(x.cases, y.cases);
+  EXPECT_FALSE(torch::equal(x.image, a.batch(3, 1).image));
+}
+
+TEST(Sampler, ShapesAndDtypes) {
+  const auto cache = aligned_cache();
+  const Batch b = PatchSampler(cache, options()).batch(0, 0);
+  EXPECT_EQ(b.image.sizes(), (torch::IntArrayRef{3, 2, 8, 8, 8}));
+  EXPECT_EQ(b.target.sizes(), (torch::IntArrayRef{3, 1, 8, 8, 8}));
+  EXPECT_EQ(b.mask.sizes(), (torch::IntArrayRef{3, 1, 8, 8, 8}));
+  EXPECT_EQ(b.mask.scalar_type(), torch::kFloat);
+}
+
+TEST(Sampler, CropsAndFlipsKeepImageTargetAndCaseAligned) {
+  const auto cache = aligned_cache();
+  const PatchSampler s(cache, options(/*flip=*/0.5));
+  for (int64_t step = 0; step < 10; ++step) {
+    const Batch b = s.batch(1, step);
+    EXPECT_TRUE(torch::equal(b.image.select(1, 0).unsqueeze(1), b.target));
+    EXPECT_TRUE(torch::allclose(b.image.select(1, 1), b.image.select(1, 0) * 2));
+    for (int64_t i = 0; i < 3; ++i) {
+      const double lo = static_cast<double>(b.cases[static_cast<size_t>(i)]) * 10.0;
+      EXPECT_GE(b.target[i].min().item<double>(), lo);
+      EXPECT_LT(b.target[i].max().item<double>(), lo + 1.0);
+    }
+  }
+}
+
+TEST(Sampler, AlwaysFlippingMirrorsEveryAxis) {
+  const auto cache = aligned_cache();
+  SamplerOptions o = options(1.0);
+  o.patch = {12, 10, 14};  // the whole volume: no crop
+  o.batch_size = 1;
+  const Batch b = PatchSampler(cache, o).batch(0, 0);
+  const auto& c = cache[b.cases[0]];
+  EXPECT_TRUE(torch::equal(b.target[0], torch::flip(c.target, {1, 2, 3})));
+}
+
+TEST(Sampler, EveryCaseOncePerPass) {
+  const auto cache = aligned_cache();
+  SamplerOptions o = options();
+  o.batch_size = 5;
+  const Batch b = PatchSampler(cache, o).batch(4, 0);
+  EXPECT_EQ(std::set<int64_t>(b.cases.begin(), b.cases.end()).size(), 5u);
+}
+
+TEST(Sampler, PatchLargerThanACaseIsAConfigError) {
+  const auto cache = aligned_cache();
+  SamplerOptions o = options();
+  o.patch = {16, 8, 8};
+  try {
+    PatchSampler s(cache, o);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("larger than case 'c0' (12, 10, 14)"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace u3d
