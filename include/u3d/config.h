@@ -29,6 +29,7 @@ enum class ScheduleKind { kConstant, kCosine, kPoly };
 enum class LossKind { kAuto, kL1, kMaskedL1, kMse, kMaskedMse, kDiceCe, kCe };
 enum class Monitor { kAuto, kValLoss, kValMetric };
 enum class CachePlacement { kMemory };
+enum class Tta { kNone, kFlips };
 
 struct ExperimentConfig {
   std::string name = "experiment";  // run folder name: <output_dir>/<name>
@@ -46,6 +47,8 @@ struct DataConfig {
   double target_scale = 1.0;         // regression targets are divided by this for training (e.g. 70 Gy)
   int64_t batch_size = 2;
   Shape3 patch_size = {64, 64, 64};  // (D, H, W) voxels; a single number means a cube
+  double foreground_fraction = 0.0;  // share of patches centred on a foreground voxel (nnU-Net: 0.33)
+  std::string foreground = "auto";   // auto | target | mask | channel:NAME | labels:L1,L2,...
   CachePlacement cache = CachePlacement::kMemory;
 };
 
@@ -100,6 +103,7 @@ struct PredictConfig {
   double overlap = 0.5;              // sliding-window overlap as a fraction of the patch
   int64_t batch_size = 0;            // windows per forward pass; 0: data.batch_size
   bool gaussian = true;              // Gaussian importance weighting of windows (sigma = patch / 8)
+  Tta tta = Tta::kNone;              // flips: average over all 8 mirrorings, batched into one pass
 };
 
 struct LoggingConfig {
@@ -155,5 +159,6 @@ std::string to_string(ScheduleKind v);
 std::string to_string(LossKind v);
 std::string to_string(Monitor v);
 std::string to_string(CachePlacement v);
+std::string to_string(Tta v);
 
 }  // namespace u3d

@@ -25,7 +25,15 @@ struct SlidingWindowOptions {
   double overlap = 0.5;
   int64_t batch_size = 2;  // windows per forward pass
   bool gaussian = true;
+  // Test-time augmentation: each window is also predicted mirrored along every combination of the
+  // three spatial axes (8 inputs per window, in the same forward pass); the outputs are mirrored
+  // back and averaged.
+  bool mirror = false;
 };
+
+// The mirrorings used by SlidingWindowOptions::mirror: every subset of the spatial dims {2, 3, 4}
+// of an (N, C, D, H, W) tensor, the empty one (identity) first.
+std::vector<std::vector<int64_t>> mirror_combinations();
 
 // Network output (K, D, H, W) float32 for a normalised image (C, D, H, W), on `device`. Runs in
 // eval mode without gradients; restores the module's training flag afterwards.

@@ -24,6 +24,10 @@ struct SamplerOptions {
   int64_t batch_size = 2;
   uint64_t seed = 0;
   AugmentConfig augment;
+  double foreground_fraction = 0.0;    // share of samples centred on a foreground voxel
+  std::string foreground = "auto";     // data.foreground spec
+  std::vector<std::string> channel_names;  // of the cached images, for foreground "channel:NAME"
+  int64_t max_foreground_voxels = 10000;   // per case, subsampled deterministically (as nnU-Net)
 };
 
 class PatchSampler {
@@ -33,7 +37,9 @@ class PatchSampler {
 
   // Batch `step` of `epoch`. Sample i = step * batch_size + b draws its case from a per-epoch
   // shuffle of all cases (every case once per pass) and its crop origin and augmentation from
-  // Rng(seed, epoch, i): the result never depends on call order or threads.
+  // Rng(seed, epoch, i): the result never depends on call order or threads. With
+  // foreground_fraction > 0, a sample is centred on a random foreground voxel of its case with that
+  // probability (cases without foreground fall back to a uniform crop; a warning names them once).
   Batch batch(int64_t epoch, int64_t step) const;
   // One sample (exposed for tests): sample index i of `epoch`.
   Sample sample(int64_t epoch, int64_t index, int64_t* case_index = nullptr) const;
@@ -45,6 +51,12 @@ class PatchSampler {
 
   const TensorCache& cache_;
   SamplerOptions options_;
+  std::vector<torch::Tensor> foreground_;  // per case: (K, 3) int64 voxel coordinates (D, H, W)
 };
+
+// Foreground voxels of one case under a data.foreground spec, as a (D, H, W) bool tensor.
+// ConfigError when the spec does not fit the case (no mask, unknown channel, labels on regression).
+torch::Tensor foreground_mask(const CachedCase& c, const std::string& spec,
+                              const std::vector<std::string>& channel_names);
 
 }  // namespace u3d

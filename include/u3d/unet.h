@@ -15,6 +15,9 @@ class NetworkImpl : public torch::nn::Module {
   ~NetworkImpl() override = default;
   // (N, C_in, D, H, W) -> (N, C_out, D, H, W): logits (segmentation) or the regression output.
   virtual torch::Tensor forward(const torch::Tensor& x) = 0;
+  // Outputs at every supervised resolution, full resolution first: [(N, C_out, D, H, W),
+  // (N, C_out, D/2, H/2, W/2), ...]. Networks without deep supervision return {forward(x)}.
+  virtual std::vector<torch::Tensor> forward_deep(const torch::Tensor& x) { return {forward(x)}; }
   // Every spatial size of an input must divide by this.
   virtual int64_t size_divisor() const = 0;
 };

@@ -50,6 +50,7 @@ U3D_ENUM_NAMES(LossKind, {LossKind::kAuto, "auto"}, {LossKind::kL1, "l1"}, {Loss
 U3D_ENUM_NAMES(Monitor, {Monitor::kAuto, "auto"}, {Monitor::kValLoss, "val_loss"},
                {Monitor::kValMetric, "val_metric"})
 U3D_ENUM_NAMES(CachePlacement, {CachePlacement::kMemory, "memory"})
+U3D_ENUM_NAMES(Tta, {Tta::kNone, "none"}, {Tta::kFlips, "flips"})
 #undef U3D_ENUM_NAMES
 
 template <class E>
@@ -285,6 +286,26 @@ std::string check_norm_spec(const std::string& spec) {
   return fmt::format("'{}' is not one of none|zscore|clip:LO:HI|scale:S", spec);
 }
 
+// data.foreground: auto | target | mask | channel:NAME | labels:L1,L2,...
+std::string check_foreground_spec(const std::string& spec) {
+  if (spec == "auto" || spec == "target" || spec == "mask") return "";
+  if (spec.rfind("channel:", 0) == 0 && spec.size() > 8) return "";
+  if (spec.rfind("labels:", 0) == 0 && spec.size() > 7) {
+    const std::string list = spec.substr(7);
+    size_t pos = 0;
+    while (pos <= list.size()) {
+      const size_t comma = list.find(',', pos);
+      const std::string part = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      char* end = nullptr;
+      const long v = std::strtol(part.c_str(), &end, 10);
+      if (part.empty() || *end != '\0' || v < 1) return fmt::format("'{}': labels must be integers >= 1", spec);
+      if (comma == std::string::npos) return "";
+      pos = comma + 1;
+    }
+  }
+  return fmt::format("'{}' is not one of auto|target|mask|channel:NAME|labels:L1,L2,...", spec);
+}
+
 // ---------------------------------------------------------------------------------------------
 struct Option {
   std::string key;
@@ -352,6 +373,12 @@ const std::vector<Option>& option_table() {
                   at_least<int64_t>(1)),
       make_option("data.patch_size", &C::data, &DataConfig::patch_size,
                   "Training patch (D, H, W) in voxels; must divide by 2^(model.levels - 1)", shape_at_least(1)),
+      make_option("data.foreground_fraction", &C::data, &DataConfig::foreground_fraction,
+                  "Share of training patches centred on a foreground voxel (nnU-Net uses 0.33)", in_range(0.0, 1.0)),
+      make_option("data.foreground", &C::data, &DataConfig::foreground,
+                  "What is foreground: auto (labels > 0, or target > 0 for regression) | target | mask | "
+                  "channel:NAME (input channel above its minimum) | labels:L1,L2,...",
+                  Check<std::string>(check_foreground_spec)),
       make_option("data.cache", &C::data, &DataConfig::cache, "Where the training split is kept"),
       // augment
       make_option("augment.flip_prob", &C::augment, &AugmentConfig::flip_prob,
@@ -430,6 +457,8 @@ const std::vector<Option>& option_table() {
                   "Windows per forward pass; 0: data.batch_size", at_least<int64_t>(0)),
       make_option("predict.gaussian", &C::predict, &PredictConfig::gaussian,
                   "Gaussian importance weighting of windows (sigma = patch / 8)"),
+      make_option("predict.tta", &C::predict, &PredictConfig::tta,
+                  "Test-time augmentation: flips averages all 8 mirrorings, batched into one forward pass"),
       // logging
       make_option("logging.level", &C::logging, &LoggingConfig::level, "Console and train.log level",
                   one_of({"trace", "debug", "info", "warn", "error"})),
@@ -558,6 +587,7 @@ std::string to_string(ScheduleKind v) { return enum_name(v); }
 std::string to_string(LossKind v) { return enum_name(v); }
 std::string to_string(Monitor v) { return enum_name(v); }
 std::string to_string(CachePlacement v) { return enum_name(v); }
+std::string to_string(Tta v) { return enum_name(v); }
 
 void apply_override(Config& cfg, const std::string& assignment) {
   const auto eq = assignment.find('=');

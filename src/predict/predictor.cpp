@@ -42,6 +42,18 @@ torch::Tensor gaussian_importance_map(const Shape3& patch, double sigma_fraction
   return g.clamp_min(std::max(floor, 1e-6)).to(torch::kFloat);
 }
 
+std::vector<std::vector<int64_t>> mirror_combinations() {
+  std::vector<std::vector<int64_t>> out;
+  for (int mask = 0; mask < 8; ++mask) {
+    std::vector<int64_t> dims;
+    for (int a = 0; a < 3; ++a) {
+      if (mask & (1 << a)) dims.push_back(2 + a);
+    }
+    out.push_back(dims);
+  }
+  return out;
+}
+
 torch::Tensor sliding_window_predict(NetworkImpl& net, const torch::Tensor& image, const SlidingWindowOptions& o,
                                      const torch::Device& device) {
   torch::NoGradGuard no_grad;
@@ -74,7 +86,24 @@ torch::Tensor sliding_window_predict(NetworkImpl& net, const torch::Tensor& imag
       const auto& p = origins[i];
       windows.push_back(x.slice(1, p[0], p[0] + o.patch[0]).slice(2, p[1], p[1] + o.patch[1]).slice(3, p[2], p[2] + o.patch[2]));
     }
-    const torch::Tensor out = net.forward(torch::stack(windows)).to(torch::kFloat);  // (n, K, d, h, w)
+    const torch::Tensor batch = torch::stack(windows);  // (n, C, d, h, w)
+    torch::Tensor out;                                   // (n, K, d, h, w)
+    if (o.mirror) {
+      // All 8 mirrorings of the n windows in one forward pass: (8 n, C, d, h, w).
+      const auto sets = mirror_combinations();
+      std::vector<torch::Tensor> inputs;
+      for (const auto& dims : sets) inputs.push_back(dims.empty() ? batch : torch::flip(batch, dims));
+      const torch::Tensor all = net.forward(torch::cat(inputs)).to(torch::kFloat);
+      const int64_t n = batch.size(0);
+      for (size_t m = 0; m < sets.size(); ++m) {
+        torch::Tensor part = all.narrow(0, static_cast<int64_t>(m) * n, n);
+        if (!sets[m].empty()) part = torch::flip(part, sets[m]);
+        out = out.defined() ? out + part : part;
+      }
+      out = out / static_cast<double>(sets.size());
+    } else {
+      out = net.forward(batch).to(torch::kFloat);
+    }
     if (!sum.defined()) sum = torch::zeros({out.size(1), padded[0], padded[1], padded[2]}, out.options());
     for (size_t i = first; i < last; ++i) {
       const auto& p = origins[i];
@@ -168,7 +197,8 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
   const auto& ids = reader.split(cfg.predict.split);
   const TensorCache cases = TensorCache::load(reader, ids, pre, rt.threads);
   SlidingWindowOptions sw{trained.data.patch_size, cfg.predict.overlap,
-                          cfg.predict.batch_size > 0 ? cfg.predict.batch_size : cfg.data.batch_size, cfg.predict.gaussian};
+                          cfg.predict.batch_size > 0 ? cfg.predict.batch_size : cfg.data.batch_size, cfg.predict.gaussian,
+                          /*mirror=*/cfg.predict.tta == Tta::kFlips};
 
   ensure_writable_directory(paths.predictions);
   const auto out_path = paths.predictions / (cfg.predict.split + ".h5");

@@ -126,6 +126,9 @@ void Trainer::load_data() {
   so.batch_size = cfg_.data.batch_size;
   so.seed = static_cast<uint64_t>(cfg_.experiment.seed);
   so.augment = cfg_.augment;
+  so.foreground_fraction = cfg_.data.foreground_fraction;
+  so.foreground = cfg_.data.foreground;
+  so.channel_names = pre_->channel_names();
   sampler_ = std::make_unique<PatchSampler>(*train_cache_, so);
   steps_per_epoch_ = cfg_.training.steps_per_epoch > 0
                          ? cfg_.training.steps_per_epoch

@@ -126,10 +126,12 @@ TEST_F(Cli, SynthWritesAndRefusesToOverwrite) {
                "expected dose or segmentation");
 }
 
-TEST_F(Cli, ConfigReferenceListsKeys) {
+TEST_F(Cli, ConfigReferenceListsKeysAndMatchesTheDocs) {
   const auto r = run_trainer({"config-reference"}, dir.path());
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.output.find("`training.epochs`"), std::string::npos);
+  // docs/config.md is this output; regenerate it with `trainer config-reference > docs/config.md`.
+  EXPECT_EQ(r.output, test::read_text(test::source_dir() / "docs" / "config.md"));
 }
 
 }  // namespace

@@ -68,5 +68,42 @@ TEST(Predictor, VolumeSmallerThanThePatchIsPaddedAndCropped) {
   EXPECT_TRUE(torch::allclose(out[0], image[0] * 2.0, 1e-5, 1e-5));
 }
 
+// Adds a ramp along W that no mirroring leaves unchanged: not flip-equivariant.
+class Ramp : public NetworkImpl {
+ public:
+  torch::Tensor forward(const torch::Tensor& x) override {
+    return x.narrow(1, 0, 1) + torch::arange(x.size(4), x.options()).view({1, 1, 1, 1, -1});
+  }
+  int64_t size_divisor() const override { return 1; }
+};
+
+TEST(Predictor, MirrorTtaIsOneBatchedPassAndKeepsEquivariantOutputs) {
+  auto net = std::make_shared<Doubler>();
+  const auto image = torch::randn({1, 8, 8, 8});
+  SlidingWindowOptions o;
+  o.patch = {8, 8, 8};
+  o.batch_size = 1;
+  o.mirror = true;
+  const auto out = sliding_window_predict(*net, image, o, torch::kCPU);
+  EXPECT_EQ(net->calls, 1);
+  EXPECT_EQ(net->batch_sizes.front(), 8);  // 8 mirrorings of the one window, together
+  EXPECT_TRUE(torch::allclose(out[0], image[0] * 2.0, 1e-5, 1e-5));
+  EXPECT_EQ(mirror_combinations().size(), 8u);
+  EXPECT_TRUE(mirror_combinations().front().empty());
+}
+
+TEST(Predictor, MirrorTtaAveragesMirroredOutputs) {
+  auto net = std::make_shared<Ramp>();
+  const auto image = torch::zeros({1, 4, 4, 6});
+  SlidingWindowOptions o;
+  o.patch = {4, 4, 6};
+  o.mirror = true;
+  const auto out = sliding_window_predict(*net, image, o, torch::kCPU);
+  // Half of the mirrorings flip W: ramp 0..5 averaged with 5..0 is 2.5 everywhere.
+  EXPECT_TRUE(torch::allclose(out, torch::full_like(out, 2.5), 1e-5, 1e-5));
+  o.mirror = false;
+  EXPECT_FALSE(torch::allclose(sliding_window_predict(*net, image, o, torch::kCPU), torch::full_like(out, 2.5)));
+}
+
 }  // namespace
 }  // namespace u3d

@@ -88,6 +88,48 @@ TEST(Sampler, EveryCaseOncePerPass) {
   EXPECT_EQ(std::set<int64_t>(b.cases.begin(), b.cases.end()).size(), 5u);
 }
 
+TEST(Sampler, ForegroundFractionCentresPatchesOnForeground) {
+  // One voxel of foreground per case, in a corner region; patches of 4 in a 12x10x14 volume.
+  std::vector<CachedCase> cases;
+  for (int64_t i = 0; i < 3; ++i) {
+    CachedCase c;
+    c.id = "f" + std::to_string(i);
+    c.image = torch::zeros({1, 12, 10, 14});
+    c.target = torch::zeros({12, 10, 14}, torch::kUInt8);
+    c.target[10][1][12] = 2;
+    cases.push_back(c);
+  }
+  CachedCase empty;
+  empty.id = "empty";
+  empty.image = torch::zeros({1, 12, 10, 14});
+  empty.target = torch::zeros({12, 10, 14}, torch::kUInt8);
+  cases.push_back(empty);
+  const TensorCache cache(std::move(cases));
+  SamplerOptions o;
+  o.patch = {4, 4, 4};
+  o.batch_size = 4;
+  o.augment.flip_prob = 0;
+  o.foreground_fraction = 1.0;
+  const PatchSampler always(cache, o);
+  for (int64_t step = 0; step < 5; ++step) {
+    const Batch b = always.batch(0, step);
+    for (int64_t i = 0; i < 4; ++i) {
+      const bool has_fg = (b.target[i] == 2).any().item<bool>();
+      EXPECT_EQ(has_fg, b.cases[static_cast<size_t>(i)] != 3) << "case " << b.cases[static_cast<size_t>(i)];
+    }
+  }
+  o.foreground_fraction = 0.0;
+  const PatchSampler never(cache, o);
+  int64_t hits = 0;
+  for (int64_t step = 0; step < 20; ++step) hits += (never.batch(0, step).target == 2).any().item<bool>() ? 1 : 0;
+  EXPECT_LT(hits, 10);  // uniform crops of 4^3 rarely reach one corner voxel
+  // A channel spec that names no input channel is a config error.
+  o.foreground_fraction = 0.5;
+  o.foreground = "channel:ptv";
+  o.channel_names = {"ct"};
+  EXPECT_THROW(PatchSampler(cache, o), ConfigError);
+}
+
 TEST(Sampler, PatchLargerThanACaseIsAConfigError) {
   const auto cache = aligned_cache();
   SamplerOptions o = options();
