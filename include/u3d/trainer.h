@@ -116,7 +116,7 @@ class Trainer {
   std::unique_ptr<StepMonitor> monitor_;
   std::unique_ptr<MetricsCsv> step_csv_;  // logging.step_log
   std::unique_ptr<CheckpointCadence> cadence_;
-  std::vector<torch::Tensor> float_buffers_, saved_buffers_;  // restored when a step is skipped
+  std::vector<torch::Tensor> buffers_, saved_buffers_;  // restored when a step is skipped
   torch::Tensor last_found_inf_;  // () float32: whether the last step was skipped
   std::string cases_sha256_;
   int64_t saved_global_step_ = -1;  // global step of the newest committed periodic checkpoint

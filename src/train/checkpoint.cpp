@@ -188,10 +188,20 @@ void save_checkpoint(const std::filesystem::path& path, const CheckpointInfo& in
   }
   const auto dir = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
   CheckpointStore(dir, 2).commit(path, [&](const ByteSink& sink) {
-    ar.save_to([&](const void* data, size_t size) {
-      sink(data, size);
+    // No exception may cross LibTorch's zip writer (its destructor would std::terminate): the first
+    // write error is kept, the rest of the archive is discarded, and the error is raised after.
+    std::exception_ptr failure;
+    ar.save_to([&](const void* data, size_t size) -> size_t {
+      if (!failure) {
+        try {
+          sink(data, size);
+        } catch (...) {
+          failure = std::current_exception();
+        }
+      }
       return size;
     });
+    if (failure) std::rethrow_exception(failure);
   });
 }
 

@@ -105,8 +105,10 @@ TrainState Trainer::fit() {
     state_.step_in_epoch = 0;
     state_.epoch_samples = 0;
     monitor_->start_epoch();  // a checkpoint at an epoch boundary holds empty epoch sums
-    save_checkpoints(epoch, improved);
+    // The metrics row first, then the checkpoint: a kill in between leaves a row newer than the
+    // newest checkpoint, which the resume drops and writes again (never a missing row).
     log_epoch(epoch, stats, val, improved);
+    save_checkpoints(epoch, improved);
   }
   if (stop_signal_) {
     if (saved_global_step_ != state_.global_step && state_.global_step > 0) {  // stopped between an epoch's end and its checkpoint cadence
@@ -246,10 +248,8 @@ void Trainer::build_model() {
   loss_ = std::make_unique<Loss>(resolve_loss(cfg_.training.loss, pre_->task(), train_cache_->has_masks()));
   optimizer_ = std::make_unique<Optimizer>(cfg_.training, net_->parameters());
   monitor_ = std::make_unique<StepMonitor>(runtime_.device);
-  for (const auto& b : net_->buffers()) {
-    if (b.is_floating_point()) float_buffers_.push_back(b);  // batch-norm running statistics
-  }
-  for (const auto& b : float_buffers_) saved_buffers_.push_back(torch::empty_like(b));
+  buffers_ = net_->buffers();  // batch-norm running statistics and counters
+  for (const auto& b : buffers_) saved_buffers_.push_back(torch::empty_like(b));
   cadence_ = std::make_unique<CheckpointCadence>(cfg_.checkpoint.every_epochs, cfg_.checkpoint.every_minutes,
                                                  cfg_.training.epochs);
   schedule_ = std::make_unique<LrSchedule>(cfg_.training, cfg_.training.epochs * steps_per_epoch_);
@@ -286,7 +286,9 @@ void Trainer::restore() {
   saved_global_step_ = state_.global_step;
   csv_->resume(state_.epoch);
   if (step_csv_) step_csv_->resume(state_.global_step);
-  spdlog::info("resume: {} (epoch {}, step {}, written by {} {} at {})", path.string(), state_.epoch,
+  spdlog::info("resume: {} ({}, global step {}; written by trainer {} {} at {})", path.string(),
+               state_.step_in_epoch > 0 ? fmt::format("inside epoch {} after step {}", state_.epoch + 1, state_.step_in_epoch)
+                                        : fmt::format("end of epoch {}", state_.epoch),
                state_.global_step, info.version, info.commit, info.created);
 }
 
@@ -360,7 +362,7 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
 }
 
 torch::Tensor Trainer::train_step(const Batch& batch) {
-  if (!float_buffers_.empty()) torch::_foreach_copy_(saved_buffers_, float_buffers_);
+  if (!buffers_.empty()) torch::_foreach_copy_(saved_buffers_, buffers_);
   optimizer_->zero_grad();
   const torch::Tensor out = net_->forward(batch.image);
   const torch::Tensor loss = (*loss_)(out, batch.target, batch.mask);
@@ -373,11 +375,11 @@ torch::Tensor Trainer::train_step(const Batch& batch) {
   const torch::Tensor found_inf = nonfinite_flag(loss, norm);  // () float32 0/1, stays on the device
   if (cfg_.training.grad_clip_norm > 0) optimizer_->clip_grad_norm(norm, cfg_.training.grad_clip_norm);
   optimizer_->step(found_inf);
-  if (!float_buffers_.empty()) {  // a skipped step leaves batch-norm statistics as they were, too
+  if (!buffers_.empty()) {  // a skipped step leaves batch-norm statistics as they were, too
     torch::NoGradGuard no_grad;
     const torch::Tensor skip = found_inf > 0;
-    for (size_t i = 0; i < float_buffers_.size(); ++i) {
-      float_buffers_[i].copy_(torch::where(skip, saved_buffers_[i], float_buffers_[i]));
+    for (size_t i = 0; i < buffers_.size(); ++i) {
+      buffers_[i].copy_(torch::where(skip, saved_buffers_[i], buffers_[i]));
     }
   }
   monitor_->record(loss, found_inf);
