@@ -1,6 +1,7 @@
 // SHA-256 (FIPS 180-4), streaming, no dependency: the content hash of checkpoints in their
-// manifest. Uses the x86 SHA extensions when the CPU has them (about 1.5 GB/s instead of about
-// 0.3 GB/s); both paths give the same digest and are tested against the FIPS vectors.
+// manifest. Uses the x86 SHA extensions when the CPU has them (measured on a 2-core AMD EPYC VM:
+// 0.87 GB/s, against 0.21 GB/s for the portable code); both paths give the same digest and are
+// tested against the FIPS vectors.
 //
 //   Sha256 h;
 //   h.update(data, size);          // any number of times

@@ -58,6 +58,8 @@ int run_command(const RunCommand& cmd) {
 
 int check_data_command(const CheckDataCommand& cmd) {
   if (cmd.file.empty()) throw UsageError("check-data: FILE is required (trainer check-data data.h5)");
+  std::error_code ec;
+  if (!std::filesystem::exists(cmd.file, ec)) throw UsageError(fmt::format("check-data: {} not found", cmd.file));
   std::vector<std::string> ids;
   if (!cmd.split.empty()) {
     const DatasetReader reader(cmd.file);
