@@ -113,6 +113,12 @@ class Trainer {
   Network net_;
   std::unique_ptr<Loss> loss_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<LrSchedule> schedule_;
+  std::unique_ptr<MetricsCsv> csv_;
+  TaskMetric metric_;
+  TrainState state_;
+  int64_t steps_per_epoch_ = 0;
+  // Reliability (docs/reliability.md)
   std::unique_ptr<StepMonitor> monitor_;
   std::unique_ptr<MetricsCsv> step_csv_;  // logging.step_log
   std::unique_ptr<CheckpointCadence> cadence_;
@@ -124,11 +130,6 @@ class Trainer {
   int stop_signal_ = 0;
   struct Faults;  // test-only fault injection (U3D_TEST_FAULTS)
   std::unique_ptr<Faults> faults_;
-  std::unique_ptr<LrSchedule> schedule_;
-  std::unique_ptr<MetricsCsv> csv_;
-  TaskMetric metric_;
-  TrainState state_;
-  int64_t steps_per_epoch_ = 0;
 };
 
 }  // namespace u3d

@@ -119,10 +119,15 @@ TrainState Trainer::fit() {
                                 "intact checkpoint in {} is older",
                                 StopSignals::name(stop_signal_), paths_.checkpoints.string()));
     }
-    spdlog::info("stopped by {} at epoch {} step {} (global step {}); checkpoint {} written; continue with --resume",
-                 StopSignals::name(stop_signal_), state_.epoch + (state_.step_in_epoch > 0 ? 1 : 0),
-                 state_.step_in_epoch, state_.global_step,
-                 store_.latest() ? store_.latest()->filename().string() : std::string("?"));
+    if (state_.global_step == 0) {
+      spdlog::info("stopped by {} before the first step; nothing to save", StopSignals::name(stop_signal_));
+    } else {
+      spdlog::info("stopped by {} at epoch {} step {} (global step {}); checkpoint {} is the newest; continue with "
+                   "--resume",
+                   StopSignals::name(stop_signal_), state_.epoch + (state_.step_in_epoch > 0 ? 1 : 0),
+                   state_.step_in_epoch, state_.global_step,
+                   store_.latest() ? store_.latest()->filename().string() : std::string("?"));
+    }
     flush_logs();
     return state_;
   }
