@@ -492,22 +492,22 @@ void Trainer::save_inside_epoch(int64_t epoch) {
 }
 
 void Trainer::commit_checkpoint(const std::filesystem::path& path, bool periodic) {
+  bool written = true;
   try {
     save_checkpoint(path, checkpoint_info(), *net_, optimizer_.get());
-    last_save_failed_ = false;
   } catch (const IoError& e) {
     if (cfg_.checkpoint.on_error == SaveErrorPolicy::kStop) throw;
-    last_save_failed_ = true;
+    written = false;
     spdlog::warn("checkpoint not written: {}; training goes on and retries at the next checkpoint "
                  "(checkpoint.on_error = continue)",
                  e.what());
   }
-  if (periodic) {
-    cadence_->mark_saved();
-    if (!last_save_failed_) {
-      saved_global_step_ = state_.global_step;
-      store_.prune();  // only after the new checkpoint is committed
-    }
+  if (!periodic) return;  // best.pt: retried at the next improvement
+  last_save_failed_ = !written;
+  cadence_->mark_saved();
+  if (written) {
+    saved_global_step_ = state_.global_step;
+    store_.prune();  // only after the new checkpoint is committed
   }
 }
 
