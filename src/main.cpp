@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--allow-config-change", run.allow_config_change,
                  "With --resume: config keys that may differ from the checkpoint's (KEY[,KEY...], or section.*)")
+      ->expected(1)
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 

@@ -41,6 +41,7 @@ TEST_F(CheckpointFaults, SigkillDuringCheckpointWritesNeverLosesTheNewestCheckpo
   const int trials = 24;
   int inside_write = 0;
   int64_t newest_epoch = 0;
+  std::string expected_resume;  // the newest intact checkpoint after the previous kill
   for (int trial = 0; trial < trials; ++trial) {
     const std::string manifest_before =
         fs::exists(ckpts("k") / "manifest.sha256") ? test::read_text(ckpts("k") / "manifest.sha256") : "";
@@ -52,6 +53,10 @@ TEST_F(CheckpointFaults, SigkillDuringCheckpointWritesNeverLosesTheNewestCheckpo
       return fs::exists(ckpts("k") / "manifest.sha256") &&
              test::read_text(ckpts("k") / "manifest.sha256") != manifest_before;
     })) << "trial " << trial << ": no checkpoint committed\n" << p.output();
+    if (trial > 0) {  // it resumed from the newest intact checkpoint the last kill left
+      EXPECT_TRUE(test::contains(p.output(), "resume: runs/k/checkpoints/" + expected_resume + " (end of epoch"))
+          << "trial " << trial << " expected " << expected_resume << "\n" << p.output();
+    }
     if (trial % 2 == 1) {
       ASSERT_TRUE(p.wait_until([&] { return !test::temporaries(ckpts("k")).empty(); })) << p.output();
       std::this_thread::sleep_for(std::chrono::milliseconds(write_delay_ms(random)));
@@ -68,6 +73,7 @@ TEST_F(CheckpointFaults, SigkillDuringCheckpointWritesNeverLosesTheNewestCheckpo
     const int64_t epoch = read_checkpoint_info(*newest).state.epoch;
     EXPECT_GE(epoch, newest_epoch) << "trial " << trial << ": a committed checkpoint was lost";
     newest_epoch = epoch;
+    expected_resume = newest->filename().string();
     EXPECT_NO_THROW(test::load_network(*newest)) << newest->string();
     if (epoch >= 2) EXPECT_GE(test::verified_periodic(ckpts("k")), 2) << "trial " << trial;
   }
