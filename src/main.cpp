@@ -33,6 +33,11 @@ int main(int argc, char** argv) {
   app.add_option("--set", run.overrides, "Override a config key: --set training.epochs=3 (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--allow-config-change", run.allow_config_change,
+                 "With --resume: config keys that may differ from the checkpoint's (KEY[,KEY...], or section.*)")
+      ->expected(1)
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 
   u3d::SynthCommand synth;
   auto* synth_app = app.add_subcommand("synth", "Make a phantom dataset (HDF5, format v1)");
@@ -47,6 +52,12 @@ int main(int argc, char** argv) {
 
   auto* reference_app = app.add_subcommand("config-reference", "Print every config key as Markdown");
 
+  u3d::CheckDataCommand check;
+  auto* check_app = app.add_subcommand("check-data", "Read every case of a dataset in full and report every problem");
+  check_app->add_option("file", check.file, "Dataset file (HDF5, format v1)")->required();
+  check_app->add_option("--split", check.split, "Check only this split's cases");
+  check_app->add_option("--threads", check.threads, "Reader threads; 0: cores - 1")->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -56,6 +67,7 @@ int main(int argc, char** argv) {
   try {
     if (*synth_app) return u3d::synth_command(synth);
     if (*reference_app) return u3d::config_reference_command();
+    if (*check_app) return u3d::check_data_command(check);
     if (resume->count() > 0) run.resume = resume_path;
     if (run.config.empty()) {
       std::fputs(app.help().c_str(), stderr);

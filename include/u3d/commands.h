@@ -13,8 +13,19 @@ struct RunCommand {
   std::optional<std::string> resume;   // --resume [CHECKPOINT]; "" = newest
   bool predict_only = false;           // --predict-only
   std::string checkpoint = "best";     // --checkpoint best|last|PATH (with --predict-only)
+  std::vector<std::string> allow_config_change;  // --allow-config-change KEY[,KEY...] (with --resume)
 };
+// Exit code 0, or 128 + signal when a stop signal ended training early (after its checkpoint).
 int run_command(const RunCommand& cmd);
+
+struct CheckDataCommand {
+  std::string file;     // dataset (HDF5, format v1)
+  std::string split;    // only this split's cases; empty: every case in the file
+  int64_t threads = 0;  // 0: cores - 1
+};
+// `trainer check-data FILE`: reads every case in full and prints each problem (file, case, field)
+// and a summary. Exit 0 when no case has an error (warnings allowed), 1 otherwise.
+int check_data_command(const CheckDataCommand& cmd);
 
 struct SynthCommand {
   std::string task = "dose";  // dose|segmentation

@@ -30,6 +30,7 @@ enum class LossKind { kAuto, kL1, kMaskedL1, kMse, kMaskedMse, kDiceCe, kCe };
 enum class Monitor { kAuto, kValLoss, kValMetric };
 enum class CachePlacement { kMemory };
 enum class Tta { kNone, kFlips };
+enum class SaveErrorPolicy { kStop, kContinue };
 
 struct ExperimentConfig {
   std::string name = "experiment";  // run folder name: <output_dir>/<name>
@@ -50,6 +51,7 @@ struct DataConfig {
   double foreground_fraction = 0.0;  // share of patches centred on a foreground voxel (nnU-Net: 0.33)
   std::string foreground = "auto";   // auto | target | mask | channel:NAME | labels:L1,L2,...
   CachePlacement cache = CachePlacement::kMemory;
+  bool preflight = true;             // read and check every train/val case in full before training
 };
 
 struct AugmentConfig {
@@ -90,12 +92,15 @@ struct TrainingConfig {
   double grad_clip_norm = 0.0;       // 0: off
   int64_t val_every = 1;             // validate every N epochs (and after the last)
   bool deterministic = false;        // deterministic algorithms, no TF32
+  int64_t max_nonfinite_steps = 20;  // consecutive steps skipped for NaN/Inf before the run stops
 };
 
 struct CheckpointConfig {
   int64_t every_epochs = 1;
-  int64_t keep_last = 2;             // newest periodic checkpoints kept; best.pt is kept apart
+  int64_t keep_last = 2;             // newest periodic checkpoints kept (>= 2); best.pt is kept apart
   Monitor monitor = Monitor::kAuto;  // what "best" means; auto: the task's validation metric
+  double every_minutes = 0.0;        // also checkpoint inside an epoch this often (wall clock); 0: off
+  SaveErrorPolicy on_error = SaveErrorPolicy::kStop;  // a checkpoint that cannot be written: stop | continue
 };
 
 struct PredictConfig {
@@ -109,6 +114,7 @@ struct PredictConfig {
 struct LoggingConfig {
   std::string level = "info";        // trace|debug|info|warn|error
   double progress_seconds = 30.0;    // progress line inside an epoch at most this often; 0: off
+  bool step_log = false;             // <run>/steps.csv: every step's loss (debugging; reads the loss each step)
 };
 
 struct Config {
@@ -160,5 +166,6 @@ std::string to_string(LossKind v);
 std::string to_string(Monitor v);
 std::string to_string(CachePlacement v);
 std::string to_string(Tta v);
+std::string to_string(SaveErrorPolicy v);
 
 }  // namespace u3d

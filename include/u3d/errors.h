@@ -49,6 +49,12 @@ class CheckpointError : public Error {
  public:
   CheckpointError(const std::string& m, int exit_code = kExitRuntime) : Error(m, exit_code) {}
 };
+// Training that cannot go on: too many consecutive non-finite steps, out of memory. The message
+// says what happened, what was kept (the last good checkpoint) and which settings to change.
+class TrainingError : public Error {
+ public:
+  explicit TrainingError(const std::string& m) : Error(m, kExitRuntime) {}
+};
 // CUDA runtime failures.
 class CudaError : public Error {
  public:

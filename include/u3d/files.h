@@ -14,10 +14,17 @@ namespace fs = std::filesystem;
 // mix: the bytes go to a temporary file in the same folder, which is fsynced, renamed over `path`,
 // and the folder is fsynced. `write` receives a sink that appends bytes. On any failure the
 // temporary file is removed, the old file is untouched, and IoError names the path and the free
-// space left on its file system.
+// space left on its file system. `before_rename`, when given, runs after the temporary file is
+// complete and durable and before it is renamed into place (CheckpointStore records the hash in its
+// manifest there); if it throws, the temporary file is removed and the old file stays.
 using ByteSink = std::function<void(const void* data, size_t size)>;
-void write_file_atomic(const fs::path& path, const std::function<void(const ByteSink&)>& write);
+void write_file_atomic(const fs::path& path, const std::function<void(const ByteSink&)>& write,
+                       const std::function<void()>& before_rename = nullptr);
 void write_file_atomic(const fs::path& path, std::string_view content);
+
+// Removes the temporary files write_file_atomic left in `dir` (".<name>.tmp.<pid>.<n>") when the
+// process <pid> no longer runs (killed mid-write). Returns how many were removed.
+int remove_stale_temporaries(const fs::path& dir);
 
 // fsyncs a folder so that a rename inside it is durable.
 void fsync_directory(const fs::path& dir);

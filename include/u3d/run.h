@@ -32,4 +32,15 @@ Runtime init_runtime(const Config& cfg);
 // Threads for parallel host work (loading): training.threads, or cores - 1.
 int64_t host_threads(const Config& cfg);
 
+// Peak memory so far: the CUDA caching allocator's peak on a CUDA device, else the process's peak
+// resident set (host RAM). `total`, when given, receives the device's memory (0 when unknown).
+int64_t peak_memory_bytes(const torch::Device& device, int64_t* total = nullptr);
+// One line for an out-of-memory failure during `stage` ("training step", "validation"): device,
+// batch size, patch size, precision, peak memory, and the settings that lower memory use.
+// Whether `e` reports an allocation failure: c10::OutOfMemoryError (CUDA), the CPU allocator's
+// "can't allocate memory" error, or std::bad_alloc.
+bool is_out_of_memory(const std::exception& e);
+std::string out_of_memory_message(const Config& cfg, const torch::Device& device, const std::string& stage,
+                                  const std::string& precision = "fp32");
+
 }  // namespace u3d

@@ -1,14 +1,22 @@
 // The training run: named stages and a short fit() (as nnU-Net's run_training).
 //
 //   Trainer trainer(cfg, TrainOptions{});
-//   trainer.fit();   // prepare_run -> setup_runtime -> load_data -> build_model -> restore
-//                    // -> record_run -> per epoch: train_epoch, validate, save_checkpoints, log_epoch
+//   trainer.fit();   // prepare_run -> setup_runtime -> load_data (with the data preflight)
+//                    // -> build_model -> restore -> record_run
+//                    // -> per epoch: train_epoch, validate, save_checkpoints, log_epoch
+//
+// Reliability (docs/reliability.md): SIGINT/SIGTERM/SIGHUP end the run after the current step
+// with a checkpoint (stop_signal() then names the signal; the process exits with 128 + signal);
+// checkpoint.every_minutes adds checkpoints inside long epochs; a step whose loss or gradient norm
+// is not finite is skipped on the device and counted, and training.max_nonfinite_steps skips in a
+// row stop the run (TrainingError); out of memory stops it with the settings to change.
 #pragma once
 #include <torch/torch.h>
 
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "u3d/cache.h"
 #include "u3d/checkpoint.h"
@@ -17,10 +25,12 @@
 #include "u3d/logging.h"
 #include "u3d/losses.h"
 #include "u3d/metrics.h"
+#include "u3d/optimizer.h"
 #include "u3d/preprocess.h"
 #include "u3d/run.h"
 #include "u3d/sampler.h"
 #include "u3d/schedule.h"
+#include "u3d/step_monitor.h"
 #include "u3d/unet.h"
 
 namespace u3d {
@@ -29,6 +39,8 @@ struct TrainOptions {
   // Unset: a fresh run (refused when the run folder already holds checkpoints).
   // "" : continue from the newest checkpoint of the run; else the checkpoint at that path.
   std::optional<std::string> resume;
+  // Keys (or "section.*") a resume may change besides the runtime keys (resume.h).
+  std::vector<std::string> allow_config_change;
 };
 
 struct EpochStats {
@@ -36,11 +48,13 @@ struct EpochStats {
   double seconds = 0;
   double data_seconds = 0;  // time the loop spent getting batches
   int64_t samples = 0;
+  int64_t skipped = 0;      // steps skipped for a non-finite loss or gradient norm
 };
 
 struct ValStats {
   double loss = std::numeric_limits<double>::quiet_NaN();
   double metric = std::numeric_limits<double>::quiet_NaN();
+  bool complete = true;  // false: interrupted by a stop signal
 };
 
 class Trainer {
@@ -60,6 +74,13 @@ class Trainer {
   EpochStats train_epoch(int64_t epoch);
   ValStats validate();
   void save_checkpoints(int64_t epoch, bool improved);
+  // One optimizer step on `batch` (on the device): forward, loss, backward, gradient norm, skip
+  // flag, clipping, update; nothing is read back. Returns the loss (device scalar).
+  torch::Tensor train_step(const Batch& batch);
+
+  // The stop signal that ended fit() early, or 0.
+  int stop_signal() const { return stop_signal_; }
+  const Optimizer& optimizer() const { return *optimizer_; }
 
   const TrainState& state() const { return state_; }
   const Config& config() const { return cfg_; }
@@ -70,6 +91,15 @@ class Trainer {
   void print_banner() const;
   void log_epoch(int64_t epoch, const EpochStats& train, const std::optional<ValStats>& val, bool improved);
   CheckpointInfo checkpoint_info() const;
+  // Writes `path` (periodic: also prunes and restarts the wall-clock cadence); a write error stops
+  // the run or, with checkpoint.on_error = continue, is logged and retried at the next checkpoint.
+  void commit_checkpoint(const std::filesystem::path& path, bool periodic);
+  void save_inside_epoch(int64_t epoch);
+  // Stops the run (TrainingError) when training.max_nonfinite_steps steps in a row were skipped.
+  void check_nonfinite();
+  void after_step(int64_t epoch, int64_t step, double lr, const torch::Tensor& loss);
+  bool stopping();  // a stop signal arrived (records it)
+  std::string last_checkpoint_note() const;  // for error messages: which checkpoint is intact
 
   Config cfg_;
   TrainOptions options_;
@@ -82,12 +112,24 @@ class Trainer {
   std::unique_ptr<PatchSampler> sampler_;
   Network net_;
   std::unique_ptr<Loss> loss_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<MetricsCsv> csv_;
   TaskMetric metric_;
   TrainState state_;
   int64_t steps_per_epoch_ = 0;
+  // Reliability (docs/reliability.md)
+  std::unique_ptr<StepMonitor> monitor_;
+  std::unique_ptr<MetricsCsv> step_csv_;  // logging.step_log
+  std::unique_ptr<CheckpointCadence> cadence_;
+  std::vector<torch::Tensor> buffers_, saved_buffers_;  // restored when a step is skipped
+  torch::Tensor last_found_inf_;  // () float32: whether the last step was skipped
+  std::string cases_sha256_;
+  int64_t saved_global_step_ = -1;  // global step of the newest committed periodic checkpoint
+  bool last_save_failed_ = false;
+  int stop_signal_ = 0;
+  struct Faults;  // test-only fault injection (U3D_TEST_FAULTS)
+  std::unique_ptr<Faults> faults_;
 };
 
 }  // namespace u3d

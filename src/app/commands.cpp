@@ -9,7 +9,9 @@
 #include "u3d/errors.h"
 #include "u3d/logging.h"
 #include "u3d/predictor.h"
+#include "u3d/preflight.h"
 #include "u3d/synth.h"
+#include "u3d/run.h"
 #include "u3d/trainer.h"
 
 namespace u3d {
@@ -40,15 +42,44 @@ Shape3 parse_size(const std::string& text) {
 int run_command(const RunCommand& cmd) {
   if (cmd.config.empty()) throw UsageError("--config is required (trainer --config exp.yaml); see --help");
   if (cmd.predict_only && cmd.resume) throw UsageError("--predict-only and --resume cannot be combined");
+  if (!cmd.allow_config_change.empty() && !cmd.resume) {
+    throw UsageError("--allow-config-change only applies with --resume");
+  }
   Config cfg = load_config(cmd.config, cmd.overrides);
   init_console_logging(cfg.logging.level);
   if (cmd.predict_only) {
     run_prediction(cfg, cmd.checkpoint);
     return kExitOk;
   }
-  Trainer trainer(std::move(cfg), TrainOptions{cmd.resume});
+  Trainer trainer(std::move(cfg), TrainOptions{cmd.resume, cmd.allow_config_change});
   trainer.fit();
-  return kExitOk;
+  return trainer.stop_signal() ? 128 + trainer.stop_signal() : kExitOk;
+}
+
+int check_data_command(const CheckDataCommand& cmd) {
+  if (cmd.file.empty()) throw UsageError("check-data: FILE is required (trainer check-data data.h5)");
+  std::error_code ec;
+  if (!std::filesystem::exists(cmd.file, ec)) throw UsageError(fmt::format("check-data: {} not found", cmd.file));
+  std::vector<std::string> ids;
+  if (!cmd.split.empty()) {
+    const DatasetReader reader(cmd.file);
+    ids = reader.split(cmd.split);
+  }
+  int64_t threads = cmd.threads;
+  if (threads <= 0) threads = host_threads(Config{});
+  const auto t0 = std::chrono::steady_clock::now();
+  const DataReport report = check_dataset(cmd.file, ids, threads);
+  for (const auto& p : report.problems) {
+    std::printf("%-7s %s\n", p.is_error() ? "error" : "warning", report.describe(p).c_str());
+  }
+  std::printf("check-data: %s: %lld case(s) read in full in %.1f s: %lld error(s) in %zu case(s), %lld warning(s)%s\n",
+              cmd.file.c_str(), static_cast<long long>(report.cases_checked),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+              static_cast<long long>(report.errors()), report.bad_cases().size(),
+              static_cast<long long>(report.warnings()),
+              report.errors() > 0 ? "; training refuses these cases" : "; ready to train");
+  std::fflush(stdout);
+  return report.errors() > 0 ? kExitRuntime : kExitOk;
 }
 
 int synth_command(const SynthCommand& cmd) {

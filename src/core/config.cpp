@@ -51,6 +51,7 @@ U3D_ENUM_NAMES(Monitor, {Monitor::kAuto, "auto"}, {Monitor::kValLoss, "val_loss"
                {Monitor::kValMetric, "val_metric"})
 U3D_ENUM_NAMES(CachePlacement, {CachePlacement::kMemory, "memory"})
 U3D_ENUM_NAMES(Tta, {Tta::kNone, "none"}, {Tta::kFlips, "flips"})
+U3D_ENUM_NAMES(SaveErrorPolicy, {SaveErrorPolicy::kStop, "stop"}, {SaveErrorPolicy::kContinue, "continue"})
 #undef U3D_ENUM_NAMES
 
 template <class E>
@@ -380,6 +381,9 @@ const std::vector<Option>& option_table() {
                   "channel:NAME (input channel above its minimum) | labels:L1,L2,...",
                   Check<std::string>(check_foreground_spec)),
       make_option("data.cache", &C::data, &DataConfig::cache, "Where the training split is kept"),
+      make_option("data.preflight", &C::data, &DataConfig::preflight,
+                  "Read every train and validation case in full and check it before training (as `trainer "
+                  "check-data`); an error stops the run before it starts"),
       // augment
       make_option("augment.flip_prob", &C::augment, &AugmentConfig::flip_prob,
                   "Probability of mirroring each axis of a training patch", in_range(0.0, 1.0)),
@@ -441,14 +445,25 @@ const std::vector<Option>& option_table() {
                   "Validate every N epochs and after the last", at_least<int64_t>(1)),
       make_option("training.deterministic", &C::training, &TrainingConfig::deterministic,
                   "Deterministic algorithms only (slower), no TF32"),
+      make_option("training.max_nonfinite_steps", &C::training, &TrainingConfig::max_nonfinite_steps,
+                  "Steps in a row whose loss or gradient norm is NaN/Inf (each skipped, weights unchanged) before "
+                  "the run stops",
+                  at_least<int64_t>(1)),
       // checkpoint
       make_option("checkpoint.every_epochs", &C::checkpoint, &CheckpointConfig::every_epochs,
                   "Write a checkpoint every N epochs (and after the last)", at_least<int64_t>(1)),
       make_option("checkpoint.keep_last", &C::checkpoint, &CheckpointConfig::keep_last,
-                  "Newest periodic checkpoints to keep (best.pt is kept apart)", at_least<int64_t>(1)),
+                  "Newest periodic checkpoints to keep, at least 2 (best.pt is kept apart)", at_least<int64_t>(2)),
       make_option("checkpoint.monitor", &C::checkpoint, &CheckpointConfig::monitor,
                   "What 'best' means; auto/val_metric: the task metric (MAE for regression, Dice for "
                   "segmentation)"),
+      make_option("checkpoint.every_minutes", &C::checkpoint, &CheckpointConfig::every_minutes,
+                  "Also write a checkpoint inside an epoch (epoch_NNNN_step_SSSSSS.pt) when this many minutes of "
+                  "wall-clock time passed since the last one; 0: off",
+                  at_least(0.0)),
+      make_option("checkpoint.on_error", &C::checkpoint, &CheckpointConfig::on_error,
+                  "A checkpoint that cannot be written (disk full, read-only folder): stop (exit 1) or continue "
+                  "training and retry at the next checkpoint"),
       // predict
       make_option("predict.split", &C::predict, &PredictConfig::split, "Split written by --predict-only"),
       make_option("predict.overlap", &C::predict, &PredictConfig::overlap,
@@ -464,6 +479,8 @@ const std::vector<Option>& option_table() {
                   one_of({"trace", "debug", "info", "warn", "error"})),
       make_option("logging.progress_seconds", &C::logging, &LoggingConfig::progress_seconds,
                   "Progress line inside an epoch at most this often; 0: off", at_least(0.0)),
+      make_option("logging.step_log", &C::logging, &LoggingConfig::step_log,
+                  "Write every step's loss to <run>/steps.csv (debugging: reads the loss back each step)"),
   };
   return table;
 }
@@ -588,6 +605,7 @@ std::string to_string(LossKind v) { return enum_name(v); }
 std::string to_string(Monitor v) { return enum_name(v); }
 std::string to_string(CachePlacement v) { return enum_name(v); }
 std::string to_string(Tta v) { return enum_name(v); }
+std::string to_string(SaveErrorPolicy v) { return enum_name(v); }
 
 void apply_override(Config& cfg, const std::string& assignment) {
   const auto eq = assignment.find('=');

@@ -1,6 +1,7 @@
 #include "u3d/files.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "u3d/errors.h"
@@ -41,7 +43,8 @@ void fsync_directory(const fs::path& dir) {
   if (rc != 0) throw IoError(fmt::format("{}: fsync of folder failed: {}", d.string(), errno_text(err)));
 }
 
-void write_file_atomic(const fs::path& path, const std::function<void(const ByteSink&)>& write) {
+void write_file_atomic(const fs::path& path, const std::function<void(const ByteSink&)>& write,
+                       const std::function<void()>& before_rename) {
   const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
   const fs::path tmp = temporary_beside(path);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -61,7 +64,8 @@ void write_file_atomic(const fs::path& path, const std::function<void(const Byte
       const ssize_t n = ::write(fd, p, size);
       if (n < 0) {
         if (errno == EINTR) continue;
-        fail("write failed", errno);
+        // Cleanup (close, unlink) happens in the catch below, once.
+        throw IoError(fmt::format("{}: write failed: {}{}", path.string(), errno_text(errno), space_note(dir)));
       }
       p += n;
       size -= static_cast<size_t>(n);
@@ -69,10 +73,6 @@ void write_file_atomic(const fs::path& path, const std::function<void(const Byte
   };
   try {
     write(sink);
-  } catch (const IoError&) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
   } catch (...) {
     ::close(fd);
     ::unlink(tmp.c_str());
@@ -84,12 +84,37 @@ void write_file_atomic(const fs::path& path, const std::function<void(const Byte
     ::unlink(tmp.c_str());
     throw IoError(fmt::format("{}: close failed: {}{}", path.string(), errno_text(err), space_note(dir)));
   }
+  if (before_rename) {
+    try {
+      before_rename();
+    } catch (...) {
+      ::unlink(tmp.c_str());
+      throw;
+    }
+  }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
     throw IoError(fmt::format("{}: rename into place failed: {}", path.string(), errno_text(err)));
   }
   fsync_directory(dir);
+}
+
+int remove_stale_temporaries(const fs::path& dir) {
+  static const std::regex pattern(R"(\..+\.tmp\.(\d+)\.\d+)");
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (!std::regex_match(name, m, pattern)) continue;
+    const pid_t pid = static_cast<pid_t>(std::stoll(m[1].str()));
+    const bool alive = pid == ::getpid() || ::kill(pid, 0) == 0 || errno == EPERM;
+    if (alive) continue;
+    std::error_code rec;
+    if (fs::remove(entry.path(), rec)) ++removed;
+  }
+  return removed;
 }
 
 void write_file_atomic(const fs::path& path, std::string_view content) {

@@ -1,10 +1,13 @@
 #include "u3d/run.h"
 
 #include <ATen/Parallel.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <sys/resource.h>
 
 #include <thread>
 
 #include "u3d/errors.h"
+#include "u3d/files.h"
 
 namespace u3d {
 
@@ -45,6 +48,48 @@ Runtime init_runtime(const Config& cfg) {
   ctx.setAllowTF32CuBLAS(!det);
   ctx.setAllowTF32CuDNN(!det);
   return rt;
+}
+
+int64_t peak_memory_bytes(const torch::Device& device, int64_t* total) {
+  if (total) *total = 0;
+  if (device.is_cuda()) {
+    const auto index = device.has_index() ? device.index() : 0;
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+    if (total) {
+      size_t free_bytes = 0, total_bytes = 0;
+      if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) *total = static_cast<int64_t>(total_bytes);
+    }
+    return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+  }
+  struct rusage usage {};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // kB on Linux
+}
+
+bool is_out_of_memory(const std::exception& e) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) || dynamic_cast<const std::bad_alloc*>(&e)) return true;
+  if (const auto* c10e = dynamic_cast<const c10::Error*>(&e)) {
+    const std::string& m = c10e->msg();
+    return m.find("can't allocate memory") != std::string::npos || m.find("not enough memory") != std::string::npos ||
+           m.find("out of memory") != std::string::npos;
+  }
+  return false;
+}
+
+std::string out_of_memory_message(const Config& cfg, const torch::Device& device, const std::string& stage,
+                                  const std::string& precision) {
+  int64_t total = 0;
+  const int64_t peak = peak_memory_bytes(device, &total);
+  const auto& p = cfg.data.patch_size;
+  const std::string memory = device.is_cuda() ? "GPU memory" : "host memory";
+  return fmt::format(
+      "out of {} during the {} on {}: data.batch_size = {}, data.patch_size = [{}, {}, {}], precision {}, peak {}{}; "
+      "lower data.batch_size or data.patch_size (each halving of a patch edge halves the activations), or "
+      "model.base_filters / model.levels{}",
+      memory, stage, device.str(), cfg.data.batch_size, p[0], p[1], p[2], precision,
+      human_bytes(static_cast<double>(peak)),
+      total > 0 ? fmt::format(" of {}", human_bytes(static_cast<double>(total))) : "",
+      precision == "fp32" && device.is_cuda() ? ", or train in bf16 where the build offers it" : "");
 }
 
 }  // namespace u3d

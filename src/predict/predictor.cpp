@@ -11,6 +11,7 @@
 #include "u3d/errors.h"
 #include "u3d/files.h"
 #include "u3d/metrics.h"
+#include "u3d/preflight.h"
 #include "u3d/run.h"
 
 namespace u3d {
@@ -194,13 +195,39 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
   load_checkpoint(ckpt_path, *net, nullptr, rt.device, /*restore_rng=*/false);
   spdlog::info("predict: checkpoint {} (epoch {}, step {})", ckpt_path.string(), info.state.epoch, info.state.global_step);
 
-  const auto& ids = reader.split(cfg.predict.split);
+  // Preflight: a case with an error is skipped with a per-case report; the others are predicted.
+  const auto& split_ids = reader.split(cfg.predict.split);
+  const DataReport report = check_dataset(cfg.data.path, split_ids, rt.threads);
+  log_report(report, "predict preflight");
+  if (report.file_unusable()) throw DataError(report.describe(report.problems.front()));
+  const auto bad = report.bad_cases();
+  std::vector<std::string> ids;
+  for (const auto& id : split_ids) {
+    if (!bad.count(id)) ids.push_back(id);
+  }
+  ensure_writable_directory(paths.predictions);
+  if (!bad.empty()) {
+    std::string skipped = "case,field,problem\n";
+    for (const auto& p : report.problems) {
+      if (!p.is_error() || p.case_id.empty()) continue;
+      std::string message = p.message;
+      std::replace(message.begin(), message.end(), ',', ';');
+      skipped += fmt::format("{},{},{}\n", p.case_id, p.field, message);
+    }
+    const auto skipped_path = paths.predictions / (cfg.predict.split + "_skipped.csv");
+    write_file_atomic(skipped_path, skipped);
+    spdlog::warn("predict: skipping {} of {} case(s) with errors: {} (listed in {}); predicting the others", bad.size(),
+                 split_ids.size(), fmt::join(bad, ", "), skipped_path.string());
+  }
+  if (ids.empty()) {
+    throw DataError(fmt::format("{}: every case of split '{}' has errors (listed above); nothing to predict",
+                                cfg.data.path, cfg.predict.split));
+  }
   const TensorCache cases = TensorCache::load(reader, ids, pre, rt.threads);
   SlidingWindowOptions sw{trained.data.patch_size, cfg.predict.overlap,
                           cfg.predict.batch_size > 0 ? cfg.predict.batch_size : cfg.data.batch_size, cfg.predict.gaussian,
                           /*mirror=*/cfg.predict.tta == Tta::kFlips};
 
-  ensure_writable_directory(paths.predictions);
   const auto out_path = paths.predictions / (cfg.predict.split + ".h5");
   PredictionWriter writer(out_path, reader.info(), cfg.data.path, ckpt_path.string());
   const bool seg = pre.task() == Task::kSegmentation;

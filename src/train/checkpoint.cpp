@@ -3,18 +3,23 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <mutex>
 #include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
 
 #include "u3d/errors.h"
 #include "u3d/files.h"
+#include "u3d/sha256.h"
 #include "u3d/version.h"
 
 namespace u3d {
 namespace {
 
-constexpr int64_t kCheckpointFormat = 1;
+constexpr int64_t kCheckpointFormat = 2;
 
 std::string utc_now() {
   const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
@@ -25,21 +30,40 @@ std::string utc_now() {
   return buf;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Archive fields. Integers and doubles go in as IValues; names are part of the format.
 void write_info(torch::serialize::OutputArchive& ar, const CheckpointInfo& info) {
-  ar.write("u3d.format", c10::IValue(kCheckpointFormat));
-  ar.write("u3d.version", c10::IValue(info.version));
-  ar.write("u3d.commit", c10::IValue(info.commit));
-  ar.write("u3d.created", c10::IValue(info.created));
-  ar.write("u3d.config", c10::IValue(info.config_yaml));
-  ar.write("u3d.task", c10::IValue(info.task));
-  ar.write("u3d.in_channels", c10::IValue(info.in_channels));
-  ar.write("u3d.out_channels", c10::IValue(info.out_channels));
-  ar.write("state.epoch", c10::IValue(info.state.epoch));
-  ar.write("state.global_step", c10::IValue(info.state.global_step));
-  ar.write("state.step_in_epoch", c10::IValue(info.state.step_in_epoch));
-  ar.write("state.best_metric", c10::IValue(info.state.best_metric));
-  ar.write("state.best_epoch", c10::IValue(info.state.best_epoch));
-  ar.write("state.train_target_mean", c10::IValue(info.state.train_target_mean));
+  auto put = [&](const char* key, c10::IValue v) { ar.write(key, v); };
+  put("u3d.format", kCheckpointFormat);
+  put("u3d.version", info.version);
+  put("u3d.commit", info.commit);
+  put("u3d.created", info.created);
+  put("u3d.config", info.config_yaml);
+  put("u3d.task", info.task);
+  put("u3d.in_channels", info.in_channels);
+  put("u3d.out_channels", info.out_channels);
+  const TrainState& s = info.state;
+  put("state.epoch", s.epoch);
+  put("state.global_step", s.global_step);
+  put("state.step_in_epoch", s.step_in_epoch);
+  put("state.best_metric", s.best_metric);
+  put("state.best_epoch", s.best_epoch);
+  put("state.train_target_mean", s.train_target_mean);
+  put("state.epoch_loss_sum", s.epoch_loss_sum);
+  put("state.epoch_loss_steps", s.epoch_loss_steps);
+  put("state.epoch_samples", s.epoch_samples);
+  put("state.epoch_skipped", s.epoch_skipped);
+  put("state.skipped_total", s.skipped_total);
+  put("state.skipped_in_a_row", s.skipped_in_a_row);
+  put("state.loss_scale", s.loss_scale);
+  put("state.loss_scale_growth", s.loss_scale_growth);
+  const SamplerPosition& p = info.sampler;
+  put("sampler.seed", p.seed);
+  put("sampler.batch_size", p.batch_size);
+  put("sampler.epoch", p.epoch);
+  put("sampler.next_sample", p.next_sample);
+  put("sampler.cases", p.cases);
+  put("sampler.cases_sha256", p.cases_sha256);
 }
 
 CheckpointInfo read_info(torch::serialize::InputArchive& ar, const std::filesystem::path& path) {
@@ -61,12 +85,28 @@ CheckpointInfo read_info(torch::serialize::InputArchive& ar, const std::filesyst
   info.task = get("u3d.task").toStringRef();
   info.in_channels = get("u3d.in_channels").toInt();
   info.out_channels = get("u3d.out_channels").toInt();
-  info.state.epoch = get("state.epoch").toInt();
-  info.state.global_step = get("state.global_step").toInt();
-  info.state.step_in_epoch = get("state.step_in_epoch").toInt();
-  info.state.best_metric = get("state.best_metric").toDouble();
-  info.state.best_epoch = get("state.best_epoch").toInt();
-  info.state.train_target_mean = get("state.train_target_mean").toDouble();
+  TrainState& s = info.state;
+  s.epoch = get("state.epoch").toInt();
+  s.global_step = get("state.global_step").toInt();
+  s.step_in_epoch = get("state.step_in_epoch").toInt();
+  s.best_metric = get("state.best_metric").toDouble();
+  s.best_epoch = get("state.best_epoch").toInt();
+  s.train_target_mean = get("state.train_target_mean").toDouble();
+  s.epoch_loss_sum = get("state.epoch_loss_sum").toDouble();
+  s.epoch_loss_steps = get("state.epoch_loss_steps").toInt();
+  s.epoch_samples = get("state.epoch_samples").toInt();
+  s.epoch_skipped = get("state.epoch_skipped").toInt();
+  s.skipped_total = get("state.skipped_total").toInt();
+  s.skipped_in_a_row = get("state.skipped_in_a_row").toInt();
+  s.loss_scale = get("state.loss_scale").toDouble();
+  s.loss_scale_growth = get("state.loss_scale_growth").toInt();
+  SamplerPosition& p = info.sampler;
+  p.seed = get("sampler.seed").toInt();
+  p.batch_size = get("sampler.batch_size").toInt();
+  p.epoch = get("sampler.epoch").toInt();
+  p.next_sample = get("sampler.next_sample").toInt();
+  p.cases = get("sampler.cases").toInt();
+  p.cases_sha256 = get("sampler.cases_sha256").toStringRef();
   return info;
 }
 
@@ -85,10 +125,49 @@ torch::serialize::InputArchive open_archive(const std::filesystem::path& path, c
   return ar;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The manifest: "<sha256>  <name>" lines, as sha256sum writes them.
+struct ManifestEntry {
+  std::string hash, name;
+};
+
+std::optional<std::vector<ManifestEntry>> read_manifest(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return std::nullopt;
+  std::vector<ManifestEntry> entries;
+  std::istringstream in(read_file(path));
+  std::string line;
+  static const std::regex pattern(R"(([0-9a-f]{64}) [ *](.+))");
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_match(line, m, pattern)) entries.push_back({m[1].str(), m[2].str()});
+  }
+  return entries;
+}
+
+void write_manifest(const std::filesystem::path& path, const std::vector<ManifestEntry>& entries) {
+  std::string text;
+  for (const auto& e : entries) text += e.hash + "  " + e.name + "\n";
+  write_file_atomic(path, text);
+}
+
+int64_t test_delay_ms() {
+  static const int64_t ms = [] {
+    const char* v = std::getenv("U3D_TEST_CHECKPOINT_DELAY_MS");
+    return v ? std::max<int64_t>(0, std::atoll(v)) : int64_t{0};
+  }();
+  return ms;
+}
+
 }  // namespace
 
+void checkpoint_test_delay() {
+  if (const int64_t ms = test_delay_ms(); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+// -----------------------------------------------------------------------------------------------
 void save_checkpoint(const std::filesystem::path& path, const CheckpointInfo& info_in, NetworkImpl& model,
-                     torch::optim::Optimizer* optimizer) {
+                     const Optimizer* optimizer) {
   CheckpointInfo info = info_in;
   info.version = std::string(version());
   info.commit = std::string(git_commit());
@@ -107,11 +186,22 @@ void save_checkpoint(const std::filesystem::path& path, const CheckpointInfo& in
   if (torch::cuda::is_available()) {
     ar.write("rng.cuda", at::globalContext().defaultGenerator(torch::Device(torch::kCUDA, 0)).get_state(), true);
   }
-  write_file_atomic(path, [&](const ByteSink& sink) {
-    ar.save_to([&](const void* data, size_t size) {
-      sink(data, size);
+  const auto dir = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+  CheckpointStore(dir, 2).commit(path, [&](const ByteSink& sink) {
+    // No exception may cross LibTorch's zip writer (its destructor would std::terminate): the first
+    // write error is kept, the rest of the archive is discarded, and the error is raised after.
+    std::exception_ptr failure;
+    ar.save_to([&](const void* data, size_t size) -> size_t {
+      if (!failure) {
+        try {
+          sink(data, size);
+        } catch (...) {
+          failure = std::current_exception();
+        }
+      }
       return size;
     });
+    if (failure) std::rethrow_exception(failure);
   });
 }
 
@@ -120,8 +210,8 @@ CheckpointInfo read_checkpoint_info(const std::filesystem::path& path) {
   return read_info(ar, path);
 }
 
-CheckpointInfo load_checkpoint(const std::filesystem::path& path, NetworkImpl& model,
-                               torch::optim::Optimizer* optimizer, const torch::Device& device, bool restore_rng) {
+CheckpointInfo load_checkpoint(const std::filesystem::path& path, NetworkImpl& model, Optimizer* optimizer,
+                               const torch::Device& device, bool restore_rng) {
   auto ar = open_archive(path, device);
   CheckpointInfo info = read_info(ar, path);
   try {
@@ -133,7 +223,11 @@ CheckpointInfo load_checkpoint(const std::filesystem::path& path, NetworkImpl& m
       if (!ar.try_read("optimizer", opt_ar)) {
         throw CheckpointError(fmt::format("{}: holds no optimizer state", path.string()));
       }
-      optimizer->load(opt_ar);
+      try {
+        optimizer->load(opt_ar);
+      } catch (const CheckpointError& e) {
+        throw CheckpointError(fmt::format("{}: {}", path.string(), e.what()));
+      }
     }
     if (restore_rng) {
       torch::Tensor cpu_state;
@@ -156,11 +250,16 @@ CheckpointInfo load_checkpoint(const std::filesystem::path& path, NetworkImpl& m
   return info;
 }
 
+// -----------------------------------------------------------------------------------------------
 CheckpointStore::CheckpointStore(std::filesystem::path dir, int64_t keep_last)
-    : dir_(std::move(dir)), keep_last_(keep_last) {}
+    : dir_(std::move(dir)), keep_last_(std::max<int64_t>(2, keep_last)) {}
 
 std::filesystem::path CheckpointStore::periodic_path(int64_t epoch) const {
   return dir_ / fmt::format("epoch_{:04d}.pt", epoch);
+}
+
+std::filesystem::path CheckpointStore::step_path(int64_t epoch, int64_t step) const {
+  return dir_ / fmt::format("epoch_{:04d}_step_{:06d}.pt", epoch, step);
 }
 
 std::vector<std::filesystem::path> CheckpointStore::periodic() const {
@@ -189,37 +288,219 @@ std::optional<std::filesystem::path> CheckpointStore::latest() const {
   return all.back();
 }
 
-void CheckpointStore::prune() const {
-  const auto all = periodic();
-  const int64_t excess = static_cast<int64_t>(all.size()) - keep_last_;
-  for (int64_t i = 0; i < excess; ++i) {
+void CheckpointStore::commit(const std::filesystem::path& path,
+                             const std::function<void(const ByteSink&)>& write) const {
+  const std::string name = path.filename().string();
+  std::vector<ManifestEntry> entries = read_manifest(manifest_path()).value_or(std::vector<ManifestEntry>{});
+  Sha256 hash;
+  std::string digest;
+  size_t since_pause = 0;
+  write_file_atomic(
+      path,
+      [&](const ByteSink& sink) {
+        write([&](const void* data, size_t size) {
+          hash.update(data, size);
+          sink(data, size);
+          since_pause += size;
+          if (since_pause >= (size_t{64} << 10)) {  // test hook: a pause every 64 KiB
+            since_pause = 0;
+            checkpoint_test_delay();
+          }
+        });
+      },
+      /*before_rename=*/[&] {
+        checkpoint_test_delay();
+        digest = hash.hex();
+        entries.push_back({digest, name});  // step 2: the old hash of `name` stays listed too
+        write_manifest(manifest_path(), entries);
+        checkpoint_test_delay();
+      });
+  checkpoint_test_delay();
+  // Step 4: only the new hash for `name`; entries of files that are gone dropped.
+  std::vector<ManifestEntry> kept;
+  for (const auto& e : entries) {
     std::error_code ec;
-    std::filesystem::remove(all[static_cast<size_t>(i)], ec);
-    if (ec) spdlog::warn("could not delete old checkpoint {}: {}", all[static_cast<size_t>(i)].string(), ec.message());
+    if (e.name == name ? e.hash == digest : std::filesystem::exists(dir_ / e.name, ec)) kept.push_back(e);
+  }
+  try {
+    write_manifest(manifest_path(), kept);
+  } catch (const IoError& e) {
+    // Harmless: the manifest still lists the new hash (and a stale one).
+    spdlog::warn("could not tidy {}: {}", manifest_path().string(), e.what());
   }
 }
 
-std::filesystem::path CheckpointStore::resolve(const std::string& which) const {
-  if (which == "last" || which.empty()) {
-    if (auto p = latest()) return *p;
-    throw CheckpointError(fmt::format("{}: no checkpoint found; train first (trainer --config ...)", dir_.string()),
-                          kExitUsage);
-  }
-  if (which == "best") {
-    std::error_code ec;
-    if (std::filesystem::exists(best_path(), ec)) return best_path();
-    if (auto p = latest()) {
-      spdlog::warn("{} does not exist; using the newest checkpoint {}", best_path().string(), p->string());
-      return *p;
-    }
-    throw CheckpointError(fmt::format("{}: no checkpoint found; train first (trainer --config ...)", dir_.string()),
-                          kExitUsage);
-  }
+Verification CheckpointStore::verify(const std::filesystem::path& path) const {
+  Verification v;
   std::error_code ec;
+  const auto folder = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+  const auto manifest = folder / kManifestName;
+  if (!std::filesystem::exists(path, ec)) {
+    v.status = Verification::Status::kMissing;
+    v.detail = fmt::format("{}: checkpoint not found", path.string());
+    return v;
+  }
+  const auto entries = read_manifest(manifest);
+  if (!entries) {
+    v.status = Verification::Status::kNoManifest;
+    v.detail = fmt::format("{}: no {} beside it, so it cannot be verified", path.string(), kManifestName);
+    return v;
+  }
+  const std::string name = path.filename().string();
+  std::vector<std::string> listed;
+  for (const auto& e : *entries) {
+    if (e.name == name) listed.push_back(e.hash);
+  }
+  if (listed.empty()) {
+    v.status = Verification::Status::kUnlisted;
+    v.detail = fmt::format("{}: not listed in {}", path.string(), manifest.string());
+    return v;
+  }
+  std::string actual;
+  try {
+    actual = sha256_file(path);
+  } catch (const IoError& e) {
+    v.status = Verification::Status::kMismatch;
+    v.detail = e.what();
+    return v;
+  }
+  if (std::find(listed.begin(), listed.end(), actual) == listed.end()) {
+    v.status = Verification::Status::kMismatch;
+    v.detail = fmt::format("{}: content does not match its SHA-256 in {} (truncated or corrupt: {} bytes, sha256 {}..., "
+                           "listed {}...)",
+                           path.string(), kManifestName, std::filesystem::file_size(path, ec), actual.substr(0, 12),
+                           listed.back().substr(0, 12));
+  }
+  return v;
+}
+
+std::optional<std::filesystem::path> CheckpointStore::newest_valid() const {
+  const auto all = periodic();
+  bool warned_no_manifest = false;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    const Verification v = verify(*it);
+    if (v.status == Verification::Status::kNoManifest) {
+      if (!warned_no_manifest) {
+        spdlog::warn("{}: no {}; checkpoints cannot be verified, using the newest that opens", dir_.string(),
+                     kManifestName);
+        warned_no_manifest = true;
+      }
+      try {
+        read_checkpoint_info(*it);
+        return *it;
+      } catch (const CheckpointError& e) {
+        spdlog::warn("{}; skipping it", e.what());
+        continue;
+      }
+    }
+    if (!v.verified()) {
+      spdlog::warn("{}; skipping it for an older checkpoint", v.detail);
+      continue;
+    }
+    return *it;  // the bytes the serializer wrote: it opens
+  }
+  return std::nullopt;
+}
+
+void CheckpointStore::prune() const {
+  const auto all = periodic();
+  const auto entries = read_manifest(manifest_path());
+  std::set<std::string> listed;
+  if (entries) {
+    for (const auto& e : *entries) listed.insert(e.name);
+  }
+  int64_t kept = 0;
+  bool deleted = false;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    const bool counts = !entries || listed.count(it->filename().string()) > 0;
+    if (!counts) continue;  // not committed by the protocol: neither counted nor deleted
+    if (kept < keep_last_) {
+      ++kept;
+      continue;
+    }
+    checkpoint_test_delay();
+    std::error_code ec;
+    std::filesystem::remove(*it, ec);
+    if (ec) {
+      spdlog::warn("could not delete old checkpoint {}: {}", it->string(), ec.message());
+    } else {
+      deleted = true;
+    }
+  }
+  if (deleted && entries) {
+    std::vector<ManifestEntry> kept_entries;
+    for (const auto& e : *entries) {
+      std::error_code ec;
+      if (std::filesystem::exists(dir_ / e.name, ec)) kept_entries.push_back(e);
+    }
+    try {
+      write_manifest(manifest_path(), kept_entries);
+    } catch (const IoError& e) {
+      spdlog::warn("could not tidy {}: {}", manifest_path().string(), e.what());
+    }
+  }
+}
+
+void CheckpointStore::remove_stale_temporaries() const {
+  const int n = u3d::remove_stale_temporaries(dir_);
+  if (n > 0) spdlog::info("removed {} temporary file(s) left in {} by an interrupted write", n, dir_.string());
+}
+
+std::filesystem::path CheckpointStore::resolve(const std::string& which) const {
+  auto newest_or_throw = [&]() {
+    if (auto p = newest_valid()) return *p;
+    const auto all = periodic();
+    if (all.empty()) {
+      throw CheckpointError(fmt::format("{}: no checkpoint found; train first (trainer --config ...)", dir_.string()),
+                            kExitUsage);
+    }
+    throw CheckpointError(fmt::format("{}: none of the {} checkpoints is intact (see the warnings above); nothing to "
+                                      "continue from",
+                                      dir_.string(), all.size()),
+                          kExitUsage);
+  };
+  if (which == "last" || which.empty()) return newest_or_throw();
+  std::error_code ec;
+  if (which == "best") {
+    if (std::filesystem::exists(best_path(), ec)) {
+      const Verification v = verify(best_path());
+      if (v.verified() || v.status == Verification::Status::kNoManifest) return best_path();
+      spdlog::warn("{}; using the newest intact checkpoint instead", v.detail);
+      return newest_or_throw();
+    }
+    const auto p = newest_or_throw();
+    spdlog::warn("{} does not exist; using the newest checkpoint {}", best_path().string(), p.string());
+    return p;
+  }
   if (!std::filesystem::exists(which, ec)) {
     throw CheckpointError(fmt::format("{}: checkpoint not found", which), kExitUsage);
   }
+  const Verification v = verify(which);
+  if (v.status == Verification::Status::kMismatch) {
+    throw CheckpointError(fmt::format("{}; choose another checkpoint, or --resume without a path for the newest "
+                                      "intact one",
+                                      v.detail));
+  }
+  if (!v.verified()) spdlog::warn("{}; loading it unverified", v.detail);
   return which;
 }
+
+// -----------------------------------------------------------------------------------------------
+CheckpointCadence::CheckpointCadence(int64_t every_epochs, double every_minutes, int64_t last_epoch)
+    : every_epochs_(std::max<int64_t>(1, every_epochs)),
+      every_seconds_(every_minutes * 60.0),
+      last_epoch_(last_epoch),
+      last_save_(std::chrono::steady_clock::now()) {}
+
+bool CheckpointCadence::due_at_epoch_end(int64_t epoch) const {
+  return epoch % every_epochs_ == 0 || epoch == last_epoch_;
+}
+
+bool CheckpointCadence::due_inside_epoch() const {
+  return every_seconds_ > 0 &&
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_).count() >= every_seconds_;
+}
+
+void CheckpointCadence::mark_saved() { last_save_ = std::chrono::steady_clock::now(); }
 
 }  // namespace u3d

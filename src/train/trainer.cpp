@@ -4,11 +4,16 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <set>
 
 #include "u3d/errors.h"
 #include "u3d/files.h"
 #include "u3d/optimizer.h"
 #include "u3d/predictor.h"
+#include "u3d/preflight.h"
+#include "u3d/resume.h"
+#include "u3d/signals.h"
 #include "u3d/version.h"
 
 namespace u3d {
@@ -21,32 +26,76 @@ std::string fmt_metric(double v) { return std::isfinite(v) ? fmt::format("{:.6g}
 
 }  // namespace
 
+// Test-only fault injection, read from U3D_TEST_FAULTS (docs/reliability.md):
+// "nan_batch@5,inf_grad@7-9,nan_val@2": a NaN voxel in the batch of step 5, an Inf gradient in
+// steps 7 to 9 (steps count from 1, as metrics.csv's step column), a NaN validation result in
+// epoch 2. Unset in normal runs.
+struct Trainer::Faults {
+  std::set<int64_t> nan_batch, inf_grad, nan_val;
+  static std::unique_ptr<Faults> from_env() {
+    const char* env = std::getenv("U3D_TEST_FAULTS");
+    if (!env || !*env) return nullptr;
+    auto f = std::make_unique<Faults>();
+    std::string text = env;
+    for (size_t pos = 0; pos < text.size();) {
+      const size_t comma = std::min(text.find(',', pos), text.size());
+      const std::string item = text.substr(pos, comma - pos);
+      pos = comma + 1;
+      const size_t at = item.find('@');
+      if (at == std::string::npos) continue;
+      const std::string kind = item.substr(0, at), range = item.substr(at + 1);
+      const size_t dash = range.find('-');
+      const int64_t lo = std::atoll(range.substr(0, dash).c_str());
+      const int64_t hi = dash == std::string::npos ? lo : std::atoll(range.substr(dash + 1).c_str());
+      auto& set = kind == "nan_batch" ? f->nan_batch : kind == "inf_grad" ? f->inf_grad : f->nan_val;
+      for (int64_t v = lo; v <= hi; ++v) set.insert(v);
+    }
+    spdlog::warn("test fault injection is active (U3D_TEST_FAULTS={})", text);
+    return f;
+  }
+};
+
 Trainer::Trainer(Config cfg, TrainOptions options)
     : cfg_(std::move(cfg)),
       options_(std::move(options)),
       paths_(cfg_),
       store_(paths_.checkpoints, cfg_.checkpoint.keep_last),
-      metric_{"val_metric", false} {}
+      metric_{"val_metric", false},
+      faults_(Faults::from_env()) {}
 
 Trainer::~Trainer() = default;
 
 TrainState Trainer::fit() {
+  StopSignals signals;  // SIGINT/SIGTERM/SIGHUP: finish the step, checkpoint, exit 128 + signal
   prepare_run();
   setup_runtime();
   load_data();
+  if (stopping()) {
+    spdlog::info("stopped by {} before training started; nothing to save", StopSignals::name(stop_signal_));
+    return state_;
+  }
   build_model();
   if (options_.resume) restore();
   record_run();
   print_banner();
-  for (int64_t epoch = state_.epoch + 1; epoch <= cfg_.training.epochs; ++epoch) {
+  for (int64_t epoch = state_.epoch + 1; epoch <= cfg_.training.epochs && !stopping(); ++epoch) {
     const EpochStats stats = train_epoch(epoch);
+    if (stop_signal_) break;  // train_epoch wrote the checkpoint
     std::optional<ValStats> val;
     bool improved = false;
     if (val_cache_ && (epoch % cfg_.training.val_every == 0 || epoch == cfg_.training.epochs)) {
       val = validate();
+      if (!val->complete) {  // stopped during validation: the epoch's steps are done, its validation is not
+        save_inside_epoch(epoch);
+        break;
+      }
       const bool use_loss = cfg_.checkpoint.monitor == Monitor::kValLoss;
       const double score = use_loss ? val->loss : val->metric;
       improved = is_improvement(score, state_.best_metric, !use_loss && metric_.higher_is_better);
+      if (!std::isfinite(score)) {
+        spdlog::warn("epoch {}: the validation {} is not finite; it is never taken as the best", epoch,
+                     use_loss ? "loss" : metric_.name);
+      }
       if (improved) {
         state_.best_metric = score;
         state_.best_epoch = epoch;
@@ -54,8 +103,38 @@ TrainState Trainer::fit() {
     }
     state_.epoch = epoch;
     state_.step_in_epoch = 0;
-    save_checkpoints(epoch, improved);
+    state_.epoch_samples = 0;
+    monitor_->start_epoch();  // a checkpoint at an epoch boundary holds empty epoch sums
+    // The metrics row first, then the checkpoint: a kill in between leaves a row newer than the
+    // newest checkpoint, which the resume drops and writes again (never a missing row).
     log_epoch(epoch, stats, val, improved);
+    save_checkpoints(epoch, improved);
+  }
+  if (stop_signal_) {
+    if (saved_global_step_ != state_.global_step && state_.global_step > 0) {  // stopped between an epoch's end and its checkpoint cadence
+      commit_checkpoint(store_.periodic_path(state_.epoch), /*periodic=*/true);
+    }
+    if (last_save_failed_) {
+      throw IoError(fmt::format("stopped by {}, but the checkpoint could not be written (see above); the newest "
+                                "intact checkpoint in {} is older",
+                                StopSignals::name(stop_signal_), paths_.checkpoints.string()));
+    }
+    if (state_.global_step == 0) {
+      spdlog::info("stopped by {} before the first step; nothing to save", StopSignals::name(stop_signal_));
+    } else {
+      spdlog::info("stopped by {} at epoch {} step {} (global step {}); checkpoint {} is the newest; continue with "
+                   "--resume",
+                   StopSignals::name(stop_signal_), state_.epoch + (state_.step_in_epoch > 0 ? 1 : 0),
+                   state_.step_in_epoch, state_.global_step,
+                   store_.latest() ? store_.latest()->filename().string() : std::string("?"));
+    }
+    flush_logs();
+    return state_;
+  }
+  if (last_save_failed_) {
+    throw IoError(fmt::format("training finished, but the last checkpoint could not be written (see the warnings "
+                              "above); the newest intact checkpoint in {} is older",
+                              paths_.checkpoints.string()));
   }
   spdlog::info("done: {} epochs, {} steps; best {} {} at epoch {}; run folder {}", state_.epoch, state_.global_step,
                cfg_.checkpoint.monitor == Monitor::kValLoss ? "val_loss" : metric_.name,
@@ -64,9 +143,16 @@ TrainState Trainer::fit() {
   return state_;
 }
 
+bool Trainer::stopping() {
+  if (!stop_signal_) stop_signal_ = StopSignals::pending();
+  return stop_signal_ != 0;
+}
+
 void Trainer::prepare_run() {
   ensure_writable_directory(paths_.root);
   ensure_writable_directory(paths_.checkpoints);
+  store_.remove_stale_temporaries();  // left by a run killed while writing
+  remove_stale_temporaries(paths_.root);
   if (!options_.resume && store_.latest()) {
     throw ConfigError(fmt::format("{} already holds checkpoints of a run named '{}'; continue it with --resume, or "
                                   "choose another experiment.name",
@@ -79,6 +165,7 @@ void Trainer::record_run() const {
   write_file_atomic(paths_.config, fmt::format("# resolved config of run '{}' (trainer {} {})\n{}",
                                                cfg_.experiment.name, version(), git_commit(), to_yaml(cfg_)));
   if (!options_.resume) csv_->start_fresh();
+  if (step_csv_ && !options_.resume) step_csv_->start_fresh();
 }
 
 void Trainer::setup_runtime() { runtime_ = init_runtime(cfg_); }
@@ -94,7 +181,7 @@ void Trainer::load_data() {
   const auto t0 = Clock::now();
   reader_ = std::make_unique<DatasetReader>(cfg_.data.path);
   const auto& info = reader_->info();
-  auto split_ids = [&](const std::string& key, const std::string& name) {
+  auto split_ids = [&](const std::string& key, const std::string& name) -> const std::vector<std::string>& {
     if (!reader_->has_split(name)) {
       std::vector<std::string> names;
       for (const auto& [n, ids] : info.splits) names.push_back(n);
@@ -107,6 +194,24 @@ void Trainer::load_data() {
   };
   pre_ = std::make_unique<Preprocessor>(cfg_.data, info);
   metric_ = task_metric(info.task);
+  const auto& train_ids = split_ids("data.train_split", cfg_.data.train_split);
+  cases_sha256_ = case_ids_sha256(train_ids);
+  if (cfg_.data.preflight) {
+    std::vector<std::string> ids = train_ids;
+    if (!cfg_.data.val_split.empty()) {
+      const auto& val_ids = split_ids("data.val_split", cfg_.data.val_split);
+      ids.insert(ids.end(), val_ids.begin(), val_ids.end());
+    }
+    const DataReport report = check_dataset(cfg_.data.path, ids, runtime_.threads);
+    log_report(report, "preflight");
+    if (report.errors() > 0) {
+      throw DataError(fmt::format("{}: the preflight found {} error(s) in {} of the {} train/val cases (listed above); "
+                                  "fix them or leave those cases out of the splits (`trainer check-data {}` lists "
+                                  "every problem)",
+                                  cfg_.data.path, report.errors(), report.bad_cases().size(), ids.size(),
+                                  cfg_.data.path));
+    }
+  }
   train_cache_ = std::make_unique<TensorCache>(
       TensorCache::load(*reader_, split_ids("data.train_split", cfg_.data.train_split), *pre_, runtime_.threads));
   if (!train_cache_->has_targets()) {
@@ -146,21 +251,49 @@ void Trainer::build_model() {
   net_ = build_network(cfg_.model, pre_->in_channels(), pre_->out_channels());
   net_->to(runtime_.device);
   loss_ = std::make_unique<Loss>(resolve_loss(cfg_.training.loss, pre_->task(), train_cache_->has_masks()));
-  optimizer_ = make_optimizer(cfg_.training, net_->parameters());
+  optimizer_ = std::make_unique<Optimizer>(cfg_.training, net_->parameters());
+  monitor_ = std::make_unique<StepMonitor>(runtime_.device);
+  buffers_ = net_->buffers();  // batch-norm running statistics and counters
+  for (const auto& b : buffers_) saved_buffers_.push_back(torch::empty_like(b));
+  cadence_ = std::make_unique<CheckpointCadence>(cfg_.checkpoint.every_epochs, cfg_.checkpoint.every_minutes,
+                                                 cfg_.training.epochs);
   schedule_ = std::make_unique<LrSchedule>(cfg_.training, cfg_.training.epochs * steps_per_epoch_);
   csv_ = std::make_unique<MetricsCsv>(
       paths_.metrics, std::vector<std::string>{"epoch", "step", "lr", "train_loss", "val_loss", metric_.name, "best",
-                                               "epoch_seconds", "data_seconds", "samples_per_second"});
+                                               "epoch_seconds", "data_seconds", "samples_per_second",
+                                               "skipped_steps"});
+  if (cfg_.logging.step_log) {
+    step_csv_ = std::make_unique<MetricsCsv>(paths_.root / "steps.csv",
+                                             std::vector<std::string>{"step", "epoch", "step_in_epoch", "lr", "loss",
+                                                                      "skipped"});
+  }
 }
 
 void Trainer::restore() {
+  check_allow_patterns(options_.allow_config_change);
   const auto path = options_.resume->empty() ? store_.resolve("last") : store_.resolve(*options_.resume);
+  const CheckpointInfo saved_info = read_checkpoint_info(path);
+  const Config saved = load_config_from_string(saved_info.config_yaml, path.string() + " (config)");
+  check_config_drift(saved, cfg_, options_.allow_config_change, path.string());
+  if (saved_info.sampler.cases_sha256 != cases_sha256_ &&
+      !key_matches("data.path", options_.allow_config_change) &&
+      !key_matches("data.train_split", options_.allow_config_change)) {
+    throw ConfigError(fmt::format("resume: the training split '{}' of {} is not the one {} was trained on ({} cases "
+                                  "then, {} now, or other case ids); the sampler would draw other batches. Accept "
+                                  "it with --allow-config-change data.path",
+                                  cfg_.data.train_split, cfg_.data.path, path.string(), saved_info.sampler.cases,
+                                  train_cache_->size()));
+  }
   const CheckpointInfo info = load_checkpoint(path, *net_, optimizer_.get(), runtime_.device, /*restore_rng=*/true);
-  const Config saved = load_config_from_string(info.config_yaml, path.string() + " (config)");
-  for (const auto& d : diff(saved, cfg_)) spdlog::warn("resume: config changed since the checkpoint: {}", d);
   state_ = info.state;
+  if (state_.step_in_epoch > steps_per_epoch_) state_.step_in_epoch = steps_per_epoch_;
+  monitor_->restore(state_);
+  saved_global_step_ = state_.global_step;
   csv_->resume(state_.epoch);
-  spdlog::info("resume: {} (epoch {}, step {}, written by {} {} at {})", path.string(), state_.epoch,
+  if (step_csv_) step_csv_->resume(state_.global_step);
+  spdlog::info("resume: {} ({}, global step {}; written by trainer {} {} at {})", path.string(),
+               state_.step_in_epoch > 0 ? fmt::format("inside epoch {} after step {}", state_.epoch + 1, state_.step_in_epoch)
+                                        : fmt::format("end of epoch {}", state_.epoch),
                state_.global_step, info.version, info.commit, info.created);
 }
 
@@ -177,43 +310,122 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
   EpochStats stats;
   const auto t0 = Clock::now();
   auto last_progress = t0;
-  double loss_sum = 0;
-  int64_t steps = 0;
-  for (int64_t step = state_.step_in_epoch; step < steps_per_epoch_; ++step) {
-    const double lr = schedule_->at(state_.global_step);
-    set_learning_rate(*optimizer_, lr);
-    const auto td = Clock::now();
-    const Batch batch = sampler_->batch(epoch, step).to(runtime_.device);
-    stats.data_seconds += seconds_since(td);
+  const int64_t first_step = state_.step_in_epoch;  // > 0 when resumed inside the epoch
+  int64_t samples = 0;                              // drawn by this process (for samples/s)
+  try {
+    for (int64_t step = first_step; step < steps_per_epoch_; ++step) {
+      const double lr = schedule_->at(state_.global_step);
+      optimizer_->set_lr(lr);
+      const auto td = Clock::now();
+      Batch batch = sampler_->batch(epoch, step).to(runtime_.device);
+      stats.data_seconds += seconds_since(td);
+      if (faults_ && faults_->nan_batch.count(state_.global_step + 1)) {
+        batch.image = batch.image.clone();
+        batch.image.view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
+      }
 
-    optimizer_->zero_grad();
-    const torch::Tensor out = net_->forward(batch.image);
-    const torch::Tensor loss = (*loss_)(out, batch.target, batch.mask);
-    loss.backward();
-    if (cfg_.training.grad_clip_norm > 0) {
-      torch::nn::utils::clip_grad_norm_(net_->parameters(), cfg_.training.grad_clip_norm);
+      const torch::Tensor loss = train_step(batch);
+      ++state_.global_step;
+      state_.step_in_epoch = step + 1;
+      state_.epoch_samples += batch.image.size(0);
+      samples += batch.image.size(0);
+      after_step(epoch, step, lr, loss);
+
+      if (cfg_.logging.progress_seconds > 0 && seconds_since(last_progress) >= cfg_.logging.progress_seconds &&
+          step + 1 < steps_per_epoch_) {
+        last_progress = Clock::now();
+        const auto totals = monitor_->totals();  // the only host read between checks
+        const int64_t steps = state_.step_in_epoch - first_step;
+        const double elapsed = seconds_since(t0);
+        const double per_step = elapsed / static_cast<double>(steps);
+        const int64_t counted = state_.step_in_epoch - totals.skipped;
+        spdlog::info("epoch {}/{} step {}/{} loss {:.5f} lr {:.3g} {:.1f} samples/s, epoch ends in {:.0f} s{}", epoch,
+                     cfg_.training.epochs, step + 1, steps_per_epoch_,
+                     counted > 0 ? totals.loss_sum / static_cast<double>(counted) : std::nan(""), lr,
+                     static_cast<double>(samples) / elapsed,
+                     per_step * static_cast<double>(steps_per_epoch_ - step - 1),
+                     totals.skipped > 0 ? fmt::format(", {} steps skipped (NaN/Inf)", totals.skipped) : "");
+      }
+      if (stopping()) {
+        save_inside_epoch(epoch);
+        break;
+      }
+      if (cadence_->due_inside_epoch() && step + 1 < steps_per_epoch_) save_inside_epoch(epoch);
     }
-    optimizer_->step();
-    loss_sum += loss.item<double>();
-    ++steps;
-    ++state_.global_step;
-    state_.step_in_epoch = step + 1;
-    stats.samples += batch.image.size(0);
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e)) throw;
+    throw TrainingError(out_of_memory_message(cfg_, runtime_.device, "training step") + "; " + last_checkpoint_note());
+  }
+  check_nonfinite();
+  const auto totals = monitor_->totals();
+  const int64_t counted = state_.step_in_epoch - totals.skipped;
+  stats.seconds = seconds_since(t0);
+  stats.samples = samples;
+  stats.skipped = totals.skipped;
+  stats.train_loss = counted > 0 ? totals.loss_sum / static_cast<double>(counted) : std::numeric_limits<double>::quiet_NaN();
+  return stats;
+}
 
-    if (cfg_.logging.progress_seconds > 0 && seconds_since(last_progress) >= cfg_.logging.progress_seconds &&
-        step + 1 < steps_per_epoch_) {
-      last_progress = Clock::now();
-      const double elapsed = seconds_since(t0);
-      const double per_step = elapsed / static_cast<double>(steps);
-      spdlog::info("epoch {}/{} step {}/{} loss {:.5f} lr {:.3g} {:.1f} samples/s, epoch ends in {:.0f} s", epoch,
-                   cfg_.training.epochs, step + 1, steps_per_epoch_, loss_sum / static_cast<double>(steps), lr,
-                   static_cast<double>(stats.samples) / elapsed,
-                   per_step * static_cast<double>(steps_per_epoch_ - step - 1));
+torch::Tensor Trainer::train_step(const Batch& batch) {
+  if (!buffers_.empty()) torch::_foreach_copy_(saved_buffers_, buffers_);
+  optimizer_->zero_grad();
+  const torch::Tensor out = net_->forward(batch.image);
+  const torch::Tensor loss = (*loss_)(out, batch.target, batch.mask);
+  loss.backward();
+  if (faults_ && faults_->inf_grad.count(state_.global_step + 1)) {
+    torch::NoGradGuard no_grad;
+    optimizer_->params()[0].grad().view(-1)[0] = std::numeric_limits<float>::infinity();
+  }
+  const torch::Tensor norm = optimizer_->grad_norm();
+  const torch::Tensor found_inf = nonfinite_flag(loss, norm);  // () float32 0/1, stays on the device
+  if (cfg_.training.grad_clip_norm > 0) optimizer_->clip_grad_norm(norm, cfg_.training.grad_clip_norm);
+  optimizer_->step(found_inf);
+  if (!buffers_.empty()) {  // a skipped step leaves batch-norm statistics as they were, too
+    torch::NoGradGuard no_grad;
+    const torch::Tensor skip = found_inf > 0;
+    for (size_t i = 0; i < buffers_.size(); ++i) {
+      buffers_[i].copy_(torch::where(skip, saved_buffers_[i], buffers_[i]));
     }
   }
-  stats.seconds = seconds_since(t0);
-  stats.train_loss = steps > 0 ? loss_sum / static_cast<double>(steps) : std::numeric_limits<double>::quiet_NaN();
-  return stats;
+  monitor_->record(loss, found_inf);
+  last_found_inf_ = found_inf;
+  return loss;
+}
+
+void Trainer::after_step(int64_t epoch, int64_t step, double lr, const torch::Tensor& loss) {
+  if (step_csv_) {  // debugging aid: one host read per step
+    const float value = loss.item<float>();
+    const bool skipped = last_found_inf_.item<float>() > 0;
+    step_csv_->append({{"step", std::to_string(state_.global_step)},
+                       {"epoch", std::to_string(epoch)},
+                       {"step_in_epoch", std::to_string(step + 1)},
+                       {"lr", fmt::format("{:.9g}", lr)},
+                       {"loss", fmt::format("{:.9g}", value)},
+                       {"skipped", skipped ? "1" : "0"}});
+  }
+  if (state_.global_step % cfg_.training.max_nonfinite_steps == 0) check_nonfinite();
+}
+
+void Trainer::check_nonfinite() {
+  const auto totals = monitor_->totals();
+  if (totals.longest_run < cfg_.training.max_nonfinite_steps) {
+    monitor_->reset_longest_run();
+    return;
+  }
+  throw TrainingError(fmt::format(
+      "training stopped at global step {}: {} steps in a row had a non-finite loss or gradient norm (NaN/Inf; each "
+      "was skipped, weights unchanged; training.max_nonfinite_steps = {}); {} skipped in total; {}. Lower training.lr, "
+      "set training.grad_clip_norm, or check the data (trainer check-data {})",
+      state_.global_step, totals.longest_run, cfg_.training.max_nonfinite_steps, totals.skipped_total,
+      last_checkpoint_note(), cfg_.data.path));
+}
+
+std::string Trainer::last_checkpoint_note() const {
+  const auto last = saved_global_step_ >= 0 ? store_.latest() : std::nullopt;
+  if (!last) return "no checkpoint was written yet";
+  return fmt::format("the last checkpoint {} is intact (continue with --resume; --allow-config-change KEY for "
+                     "settings you change)",
+                     last->string());
 }
 
 ValStats Trainer::validate() {
@@ -221,7 +433,13 @@ ValStats Trainer::validate() {
                           cfg_.predict.batch_size > 0 ? cfg_.predict.batch_size : cfg_.data.batch_size,
                           cfg_.predict.gaussian};
   std::vector<double> losses, metrics;
+  try {
   for (const auto& c : val_cache_->cases()) {
+    if (stopping()) {
+      ValStats interrupted;
+      interrupted.complete = false;
+      return interrupted;
+    }
     const torch::Tensor out = sliding_window_predict(*net_, c.image, sw, runtime_.device);  // (K, D, H, W)
     const torch::Tensor target = c.target.to(runtime_.device);
     const torch::Tensor mask = c.mask.defined() ? c.mask.unsqueeze(0).to(runtime_.device, torch::kFloat) : torch::Tensor();
@@ -235,12 +453,27 @@ ValStats Trainer::validate() {
       metrics.push_back(masked_mae(pred, c.raw_target, c.mask.defined() ? c.mask[0] : torch::Tensor()));
     }
   }
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e)) throw;
+    throw TrainingError(out_of_memory_message(cfg_, runtime_.device, "validation") + "; " + last_checkpoint_note());
+  }
+  if (faults_ && faults_->nan_val.count(state_.epoch + 1)) {
+    return ValStats{std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
+  }
   return ValStats{nan_mean(losses), nan_mean(metrics)};
 }
 
 CheckpointInfo Trainer::checkpoint_info() const {
   CheckpointInfo info;
   info.state = state_;
+  monitor_->store(info.state);
+  info.state.epoch_loss_steps = info.state.step_in_epoch - info.state.epoch_skipped;
+  info.sampler.seed = cfg_.experiment.seed;
+  info.sampler.batch_size = cfg_.data.batch_size;
+  info.sampler.epoch = state_.epoch + 1;
+  info.sampler.next_sample = state_.step_in_epoch * cfg_.data.batch_size;
+  info.sampler.cases = train_cache_->size();
+  info.sampler.cases_sha256 = cases_sha256_;
   info.config_yaml = to_yaml(cfg_);
   info.task = to_string(pre_->task());
   info.in_channels = pre_->in_channels();
@@ -249,12 +482,33 @@ CheckpointInfo Trainer::checkpoint_info() const {
 }
 
 void Trainer::save_checkpoints(int64_t epoch, bool improved) {
-  const CheckpointInfo info = checkpoint_info();
-  if (epoch % cfg_.checkpoint.every_epochs == 0 || epoch == cfg_.training.epochs) {
-    save_checkpoint(store_.periodic_path(epoch), info, *net_, optimizer_.get());
-    store_.prune();
+  if (cadence_->due_at_epoch_end(epoch)) commit_checkpoint(store_.periodic_path(epoch), /*periodic=*/true);
+  if (improved) commit_checkpoint(store_.best_path(), /*periodic=*/false);
+}
+
+void Trainer::save_inside_epoch(int64_t epoch) {
+  check_nonfinite();
+  commit_checkpoint(store_.step_path(epoch, state_.step_in_epoch), /*periodic=*/true);
+}
+
+void Trainer::commit_checkpoint(const std::filesystem::path& path, bool periodic) {
+  bool written = true;
+  try {
+    save_checkpoint(path, checkpoint_info(), *net_, optimizer_.get());
+  } catch (const IoError& e) {
+    if (cfg_.checkpoint.on_error == SaveErrorPolicy::kStop) throw;
+    written = false;
+    spdlog::warn("checkpoint not written: {}; training goes on and retries at the next checkpoint "
+                 "(checkpoint.on_error = continue)",
+                 e.what());
   }
-  if (improved) save_checkpoint(store_.best_path(), info, *net_, optimizer_.get());
+  if (!periodic) return;  // best.pt: retried at the next improvement
+  last_save_failed_ = !written;
+  cadence_->mark_saved();
+  if (written) {
+    saved_global_step_ = state_.global_step;
+    store_.prune();  // only after the new checkpoint is committed
+  }
 }
 
 void Trainer::log_epoch(int64_t epoch, const EpochStats& train, const std::optional<ValStats>& val, bool improved) {
@@ -269,7 +523,8 @@ void Trainer::log_epoch(int64_t epoch, const EpochStats& train, const std::optio
                 {"best", improved ? "1" : "0"},
                 {"epoch_seconds", fmt::format("{:.3f}", train.seconds)},
                 {"data_seconds", fmt::format("{:.3f}", train.data_seconds)},
-                {"samples_per_second", fmt::format("{:.3f}", sps)}});
+                {"samples_per_second", fmt::format("{:.3f}", sps)},
+                {"skipped_steps", std::to_string(train.skipped)}});
   if (val) {
     spdlog::info("epoch {}/{}: train_loss {:.5f} val_loss {:.5f} {} {:.4f}{} | {:.1f} s, {:.1f} samples/s", epoch,
                  cfg_.training.epochs, train.train_loss, val->loss, metric_.name, val->metric,

@@ -73,9 +73,9 @@ TEST_F(Training, ResumeInPlaceKeepsOneRowPerEpoch) {
   // Simulate rows written after the last checkpoint (a crash before the next one): dropped on resume.
   {
     std::ofstream out(run("r") / "metrics.csv", std::ios::app);
-    out << "3,99,0.1,1,1,1,0,1,0,1\n4,13";
+    out << "3,99,0.1,1,1,1,0,1,0,1,0\n4,13";
   }
-  const auto r = train("r", {"--set", "training.epochs=4", "--resume"});
+  const auto r = train("r", {"--set", "training.epochs=4", "--resume", "--allow-config-change", "training.epochs"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto rows = read_csv(run("r") / "metrics.csv");
   ASSERT_EQ(rows.size(), 4u);

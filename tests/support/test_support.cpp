@@ -1,7 +1,14 @@
 #include "test_support.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
 
 #include <array>
 #include <cstdio>
@@ -62,6 +69,102 @@ CommandResult run_trainer(const std::vector<std::string>& args, const fs::path& 
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
 }
+
+TrainerProcess::TrainerProcess(const std::vector<std::string>& args, const fs::path& cwd, ProcessOptions options) {
+  static std::atomic<int> counter{0};
+  log_ = options.log.empty() ? cwd / ("trainer-" + std::to_string(counter.fetch_add(1)) + ".out") : options.log;
+  const std::string binary = trainer_path().string();
+  std::vector<std::string> argv_text = {binary};
+  argv_text.insert(argv_text.end(), args.begin(), args.end());
+  // Everything the child needs is built before fork: after it, only async-signal-safe calls.
+  std::vector<char*> argv;
+  for (auto& a : argv_text) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_text;
+  for (char** e = environ; *e; ++e) {
+    const std::string entry = *e;
+    if (!options.env.count(entry.substr(0, entry.find('=')))) env_text.push_back(entry);
+  }
+  for (const auto& [k, v] : options.env) env_text.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const std::string log_text = log_.string(), cwd_text = cwd.string();
+  pid_ = ::fork();
+  if (pid_ < 0) throw std::runtime_error("fork failed");
+  if (pid_ == 0) {  // child: only async-signal-safe work from here on, then exec
+    const int fd = ::open(log_text.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+      ::close(fd);
+    }
+    if (::chdir(cwd_text.c_str()) != 0) ::_exit(127);
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
+    ::signal(SIGHUP, options.ignore_sighup ? SIG_IGN : SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (options.file_size_limit > 0) {
+      ::signal(SIGXFSZ, SIG_IGN);
+      struct rlimit lim {options.file_size_limit, options.file_size_limit};
+      ::setrlimit(RLIMIT_FSIZE, &lim);
+    }
+    if (options.address_space_limit > 0) {
+      struct rlimit lim {options.address_space_limit, options.address_space_limit};
+      ::setrlimit(RLIMIT_AS, &lim);
+    }
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+}
+
+TrainerProcess::~TrainerProcess() {
+  if (pid_ > 0 && !reaped_) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, &status_, 0);
+  }
+}
+
+void TrainerProcess::signal(int sig) {
+  if (pid_ > 0 && !reaped_) ::kill(pid_, sig);
+}
+
+bool TrainerProcess::running() {
+  if (reaped_) return false;
+  const pid_t r = ::waitpid(pid_, &status_, WNOHANG);
+  if (r == pid_) reaped_ = true;
+  return !reaped_;
+}
+
+int TrainerProcess::wait(double timeout_seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  while (running()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ADD_FAILURE() << "trainer (pid " << pid_ << ") still running after " << timeout_seconds << " s; killed\n"
+                    << output();
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status_, 0);
+      reaped_ = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return WIFEXITED(status_) ? WEXITSTATUS(status_) : 128 + WTERMSIG(status_);
+}
+
+bool TrainerProcess::wait_until(const std::function<bool()>& ready, double timeout_seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (ready()) return true;
+    if (!running()) return ready();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+std::string TrainerProcess::output() const { return read_text(log_); }
 
 void make_phantom(const fs::path& path, Task task, int64_t cases, int64_t size, uint64_t seed) {
   PhantomOptions o;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -48,6 +49,38 @@ void make_phantom(const fs::path& path, Task task, int64_t cases = 6, int64_t si
 // patch 16, deterministic. `extra` is appended verbatim (more sections) and may override nothing:
 // use overrides for changes of keys already present.
 std::string tiny_config(const fs::path& dataset, const std::string& name, Task task = Task::kDose);
+
+// A trainer process started with fork/exec, for tests that signal or kill it at chosen moments.
+// Its stdout and stderr go to `log` (default: <cwd>/trainer-<n>.out). The destructor kills
+// (SIGKILL) and reaps a process still running.
+struct ProcessOptions {
+  std::map<std::string, std::string> env;  // set in the child before exec
+  uint64_t file_size_limit = 0;            // RLIMIT_FSIZE in bytes (SIGXFSZ ignored: writes fail with EFBIG)
+  uint64_t address_space_limit = 0;        // RLIMIT_AS in bytes
+  bool ignore_sighup = false;              // as under nohup (else SIGHUP, SIGINT, SIGTERM start at their defaults)
+  fs::path log;
+};
+class TrainerProcess {
+ public:
+  TrainerProcess(const std::vector<std::string>& args, const fs::path& cwd, ProcessOptions options = {});
+  ~TrainerProcess();
+  TrainerProcess(const TrainerProcess&) = delete;
+  TrainerProcess& operator=(const TrainerProcess&) = delete;
+  int pid() const { return pid_; }
+  void signal(int sig);
+  bool running();
+  // Exit code (128 + signal when killed); fails the test and kills the process after the timeout.
+  int wait(double timeout_seconds = 120);
+  // Polls `ready` every millisecond; false when the process exits first or the timeout passes.
+  bool wait_until(const std::function<bool()>& ready, double timeout_seconds = 60);
+  std::string output() const;
+
+ private:
+  int pid_ = -1;
+  int status_ = -1;
+  bool reaped_ = false;
+  fs::path log_;
+};
 
 void write_text(const fs::path& path, const std::string& text);
 std::string read_text(const fs::path& path);

@@ -1,0 +1,38 @@
+// Graceful stop on SIGINT, SIGTERM and SIGHUP.
+//
+//   StopSignals guard;                        // installs the handlers; restores the old ones on exit
+//   ... after each training step:
+//   if (int sig = StopSignals::pending()) { write a checkpoint; return 128 + sig; }
+//
+// The first signal only records itself: the training loop finishes its step, writes a checkpoint,
+// flushes metrics.csv and the log, and the process exits with 128 + signal (130 for SIGINT, 143
+// for SIGTERM, 129 for SIGHUP). A second signal prints a note on stderr and changes nothing (the
+// checkpoint being written is committed atomically either way). A third exits at once with
+// 128 + the first signal; the newest committed checkpoint is intact, the temporary file of the
+// write in progress is removed at the next start.
+//
+// SIGHUP stays ignored when the process started with it ignored (nohup). SIGPIPE is ignored, so a
+// console pipe that closes (`trainer ... | tee log` with tee killed) does not end the run; output
+// still goes to train.log.
+#pragma once
+
+namespace u3d {
+
+class StopSignals {
+ public:
+  StopSignals();
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+  // The first stop signal received since the guard was installed, or 0. Lock-free; any thread.
+  static int pending();
+  // Short name: "SIGTERM".
+  static const char* name(int signal);
+
+ private:
+  struct Saved;
+  Saved* saved_;
+};
+
+}  // namespace u3d

@@ -1,0 +1,306 @@
+#include "u3d/preflight.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "h5.h"
+#include "u3d/errors.h"
+
+namespace u3d {
+namespace {
+
+DataProblem problem(DataProblem::Severity s, std::string id, std::string field, std::string message) {
+  return DataProblem{s, std::move(id), std::move(field), std::move(message)};
+}
+DataProblem error(const std::string& id, const std::string& field, std::string message) {
+  return problem(DataProblem::Severity::kError, id, field, std::move(message));
+}
+DataProblem warning(const std::string& id, const std::string& field, std::string message) {
+  return problem(DataProblem::Severity::kWarning, id, field, std::move(message));
+}
+
+std::string shape_text(torch::IntArrayRef s) { return fmt::format("({})", fmt::join(s, ", ")); }
+
+// Where the first non-finite voxel is, as "(c, z, y, x)" in the tensor's own index order.
+std::string first_index(const torch::Tensor& bad) {
+  int64_t flat = bad.flatten().to(torch::kByte).argmax().item<int64_t>();
+  std::vector<int64_t> idx(static_cast<size_t>(bad.dim()));
+  for (int64_t d = bad.dim() - 1; d >= 0; --d) {
+    idx[static_cast<size_t>(d)] = flat % bad.size(d);
+    flat /= bad.size(d);
+  }
+  return fmt::format("({})", fmt::join(idx, ", "));
+}
+
+void check_finite(const torch::Tensor& t, const std::string& id, const std::string& field,
+                  std::vector<DataProblem>& out) {
+  if (!t.is_floating_point()) return;
+  const torch::Tensor bad = torch::logical_not(torch::isfinite(t));
+  const int64_t n = bad.sum().item<int64_t>();
+  if (n > 0) {
+    out.push_back(error(id, field, fmt::format("holds {} NaN or Inf voxel{} (first at index {})", n, n == 1 ? "" : "s",
+                                               first_index(bad))));
+  }
+}
+
+std::string strip_prefix(const std::string& message, const std::filesystem::path& file) {
+  const std::string prefix = file.string() + ": ";
+  return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
+}
+
+// One case read field by field, so one broken field does not hide the others.
+std::vector<DataProblem> inspect_case(hid_t file, const DatasetInfo& info, const std::string& id,
+                                      std::array<double, 3>* spacing_out, bool* has_spacing_out) {
+  std::vector<DataProblem> out;
+  const std::string base = "cases/" + id;
+  const std::string ctx = fmt::format("case '{}'", id);
+  if (!h5::exists(file, base)) {
+    out.push_back(error(id, "", "is not in the file"));
+    return out;
+  }
+  CaseData c;
+  c.id = id;
+  // Reads `field` as `dtype`, or records why it cannot be read; also its own spacing attribute.
+  std::map<std::string, std::vector<double>> field_spacing;
+  auto read = [&](const std::string& field, torch::ScalarType dtype, bool required) -> torch::Tensor {
+    const std::string path = base + "/" + field;
+    if (!h5::exists(file, path)) {
+      if (required) out.push_back(error(id, field, "is missing"));
+      return {};
+    }
+    try {
+      h5::Handle d = h5::open_dataset(file, path, ctx);
+      if (h5::has_attribute(d.get(), "spacing")) {
+        field_spacing[field] = h5::read_double_list_attribute(d.get(), "spacing", ctx);
+      }
+      if (field == "target" && info.task == Task::kSegmentation && c10::isFloatingType(h5::stored_dtype(d.get(), ctx))) {
+        torch::Tensor t = h5::read_tensor(file, path, torch::kDouble, ctx);
+        if (!torch::isfinite(t).all().item<bool>() || !torch::equal(t, t.round())) {
+          out.push_back(error(id, field, "holds label values that are not integers"));
+          return {};
+        }
+        return t.to(dtype);
+      }
+      return h5::read_tensor(file, path, dtype, ctx);
+    } catch (const Error&) {
+      out.push_back(error(id, field, "cannot be read (truncated or corrupt HDF5 data)"));
+      return {};
+    }
+  };
+  c.image = read("image", torch::kFloat, /*required=*/true);
+  c.target = read("target", info.task == Task::kSegmentation ? torch::kLong : torch::kFloat, false);
+  c.mask = read("mask", torch::kFloat, false);
+  bool has_spacing = false;
+  try {
+    h5::Handle group = h5::open_group(file, base, ctx);
+    if (h5::has_attribute(group.get(), "spacing")) {
+      const auto s = h5::read_double_list_attribute(group.get(), "spacing", ctx);
+      if (s.size() != 3 || !std::all_of(s.begin(), s.end(), [](double v) { return std::isfinite(v) && v > 0; })) {
+        out.push_back(error(id, "spacing", fmt::format("should be three positive numbers (mm along D, H, W), is [{}]",
+                                                       fmt::join(s, ", "))));
+      } else {
+        c.spacing = {s[0], s[1], s[2]};
+        has_spacing = true;
+      }
+    } else {
+      out.push_back(warning(id, "spacing", "attribute is missing; 1 mm voxels assumed"));
+    }
+  } catch (const Error&) {
+    out.push_back(error(id, "spacing", "cannot be read"));
+  }
+  for (const auto& [field, s] : field_spacing) {
+    const bool same = s.size() == 3 && std::equal(s.begin(), s.end(), c.spacing.begin(),
+                                                  [](double a, double b) { return std::abs(a - b) <= 1e-3 * b; });
+    if (!same) {
+      out.push_back(error(id, field, fmt::format("spacing mismatch: the field says [{}] mm, the case [{}] mm",
+                                                 fmt::join(s, ", "), fmt::join(c.spacing, ", "))));
+    }
+  }
+  auto content = check_case(c, info);
+  out.insert(out.end(), content.begin(), content.end());
+  if (spacing_out) *spacing_out = c.spacing;
+  if (has_spacing_out) *has_spacing_out = has_spacing;
+  return out;
+}
+
+}  // namespace
+
+int64_t DataReport::errors() const {
+  return std::count_if(problems.begin(), problems.end(), [](const DataProblem& p) { return p.is_error(); });
+}
+
+int64_t DataReport::warnings() const { return static_cast<int64_t>(problems.size()) - errors(); }
+
+std::set<std::string> DataReport::bad_cases() const {
+  std::set<std::string> out;
+  for (const auto& p : problems) {
+    if (p.is_error() && !p.case_id.empty()) out.insert(p.case_id);
+  }
+  return out;
+}
+
+bool DataReport::file_unusable() const {
+  return std::any_of(problems.begin(), problems.end(),
+                     [](const DataProblem& p) { return p.is_error() && p.case_id.empty(); });
+}
+
+std::string DataReport::describe(const DataProblem& p) const {
+  std::string out = file.string();
+  if (!p.case_id.empty()) out += fmt::format(": case '{}'", p.case_id);
+  if (!p.field.empty()) out += fmt::format(": '{}'", p.field);
+  return out + ": " + p.message;
+}
+
+std::vector<DataProblem> check_case(const CaseData& c, const DatasetInfo& info) {
+  std::vector<DataProblem> out;
+  const std::string& id = c.id;
+  std::vector<int64_t> spatial;
+  if (c.image.defined()) {
+    if (c.image.dim() != 4) {
+      out.push_back(error(id, "image", fmt::format("should be (C, D, H, W), is {}", shape_text(c.image.sizes()))));
+    } else {
+      spatial = c.image.sizes().slice(1).vec();
+      if (c.image.size(0) != static_cast<int64_t>(info.channel_names.size())) {
+        out.push_back(error(id, "image", fmt::format("has {} channels; channel_names lists {}", c.image.size(0),
+                                                     info.channel_names.size())));
+      }
+      check_finite(c.image, id, "image", out);
+    }
+  }
+  if (c.target.defined()) {
+    if (!spatial.empty() && c.target.sizes().vec() != spatial) {
+      out.push_back(error(id, "target", fmt::format("shape mismatch: target is {} but the image is {} spatially",
+                                                    shape_text(c.target.sizes()), shape_text(spatial))));
+    }
+    if (info.task == Task::kSegmentation) {
+      const torch::Tensor labels = c.target.to(torch::kLong);
+      const torch::Tensor outside = (labels < 0) | (labels >= info.num_classes);
+      if (outside.any().item<bool>()) {
+        const auto values = std::get<0>(torch::_unique(labels.masked_select(outside)));
+        std::vector<int64_t> v(values.data_ptr<int64_t>(), values.data_ptr<int64_t>() + std::min<int64_t>(8, values.numel()));
+        out.push_back(error(id, "target", fmt::format("label values {{{}}} are outside the declared classes 0..{} "
+                                                      "(num_classes = {})",
+                                                      fmt::join(v, ", "), info.num_classes - 1, info.num_classes)));
+      } else if (labels.numel() > 0 && labels.max().item<int64_t>() == 0) {
+        out.push_back(warning(id, "target", "is empty (background only); patches of this case teach only background"));
+      }
+    } else {
+      check_finite(c.target, id, "target", out);
+      const torch::Tensor finite = c.target.masked_select(torch::isfinite(c.target));
+      if (finite.numel() > 0) {
+        const double lo = finite.min().item<double>();
+        const double hi = finite.max().item<double>();
+        if (hi == 0 && lo == 0) {
+          out.push_back(warning(id, "target", "is empty (all zero)"));
+        } else if (lo < 0) {
+          out.push_back(warning(id, "target", fmt::format("holds negative values (min {:.4g})", lo)));
+        }
+      }
+    }
+  }
+  if (c.mask.defined()) {
+    if (!spatial.empty() && c.mask.sizes().vec() != spatial) {
+      out.push_back(error(id, "mask", fmt::format("shape mismatch: mask is {} but the image is {} spatially",
+                                                  shape_text(c.mask.sizes()), shape_text(spatial))));
+    }
+    const torch::Tensor m = c.mask.to(torch::kFloat);
+    if (!((m == 0) | (m == 1)).all().item<bool>()) {
+      out.push_back(warning(id, "mask", "holds values other than 0 and 1 (read as uint8: nonzero counts as inside)"));
+    }
+    if (!(m != 0).any().item<bool>()) {
+      out.push_back(warning(id, "mask", "is empty (all zero): the case adds nothing to a masked loss or metric"));
+    }
+  }
+  if (!std::all_of(c.spacing.begin(), c.spacing.end(), [](double v) { return std::isfinite(v) && v > 0; })) {
+    out.push_back(error(id, "spacing", fmt::format("should be three positive numbers, is [{}]", fmt::join(c.spacing, ", "))));
+  }
+  return out;
+}
+
+DataReport check_dataset(const std::filesystem::path& path, const std::vector<std::string>& ids_in, int64_t threads) {
+  DataReport report;
+  report.file = path;
+  std::unique_ptr<DatasetReader> reader;
+  try {
+    reader = std::make_unique<DatasetReader>(path);
+  } catch (const Error& e) {
+    report.problems.push_back(error("", "", strip_prefix(e.what(), path)));
+    return report;
+  }
+  const DatasetInfo& info = reader->info();
+  const std::vector<std::string>& ids = ids_in.empty() ? info.case_ids : ids_in;
+  h5::Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!file.valid()) {
+    report.problems.push_back(error("", "", "cannot open HDF5 file (truncated or corrupt?)"));
+    return report;
+  }
+  std::vector<std::vector<DataProblem>> per_case(ids.size());
+  std::vector<std::array<double, 3>> spacing(ids.size());
+  std::vector<char> has_spacing(ids.size(), 0);
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next.fetch_add(1); i < ids.size(); i = next.fetch_add(1)) {
+      bool has = false;
+      try {
+        per_case[i] = inspect_case(file.get(), info, ids[i], &spacing[i], &has);
+      } catch (const std::exception& e) {  // anything unexpected still names the case
+        per_case[i].push_back(error(ids[i], "", fmt::format("cannot be checked: {}", e.what())));
+      }
+      has_spacing[i] = has ? 1 : 0;
+    }
+  };
+  const int64_t n = std::max<int64_t>(1, std::min<int64_t>(threads, static_cast<int64_t>(ids.size())));
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < n; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  report.cases_checked = static_cast<int64_t>(ids.size());
+  // Spacing far from the dataset's median: usually a case that was not resampled.
+  std::array<std::vector<double>, 3> axes;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!has_spacing[i]) continue;
+    for (size_t a = 0; a < 3; ++a) axes[a].push_back(spacing[i][a]);
+  }
+  if (axes[0].size() >= 3) {
+    std::array<double, 3> median{};
+    for (size_t a = 0; a < 3; ++a) {
+      auto v = axes[a];
+      std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+      median[a] = v[v.size() / 2];
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (!has_spacing[i]) continue;
+      for (size_t a = 0; a < 3; ++a) {
+        const double ratio = spacing[i][a] / median[a];
+        if (ratio > 2.0 || ratio < 0.5) {
+          per_case[i].push_back(warning(ids[i], "spacing", fmt::format("[{}] mm is more than 2x off the dataset's "
+                                                                       "median [{}] mm; resample the case?",
+                                                                       fmt::join(spacing[i], ", "), fmt::join(median, ", "))));
+          break;
+        }
+      }
+    }
+  }
+  for (auto& problems : per_case) report.problems.insert(report.problems.end(), problems.begin(), problems.end());
+  return report;
+}
+
+void log_report(const DataReport& report, const std::string& what) {
+  for (const auto& p : report.problems) {
+    if (p.is_error()) {
+      spdlog::error("{}: {}", what, report.describe(p));
+    } else {
+      spdlog::warn("{}: {}", what, report.describe(p));
+    }
+  }
+  spdlog::info("{}: {} cases of {} read in full: {} error(s) in {} case(s), {} warning(s)", what, report.cases_checked,
+               report.file.string(), report.errors(), report.bad_cases().size(), report.warnings());
+}
+
+}  // namespace u3d

@@ -1,0 +1,104 @@
+// Helpers shared by the fault-injection tests: run folders, checkpoint checks, weight comparison,
+// and private mounts (tmpfs, read-only binds) where the test may create them.
+#pragma once
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/mount.h>
+
+#include <fstream>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_support.h"
+#include "u3d/checkpoint.h"
+#include "u3d/config.h"
+
+namespace u3d::test {
+
+inline std::string with_overrides(std::string yaml, const std::vector<std::pair<std::string, std::string>>& sets) {
+  Config c = load_config_from_string(yaml, "fault.yaml");
+  for (const auto& [k, v] : sets) apply_override(c, k + "=" + v);
+  return to_yaml(c);
+}
+
+// Temporary files of write_file_atomic in `folder`.
+inline std::vector<fs::path> temporaries(const fs::path& folder) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(folder, ec)) {
+    if (e.path().filename().string().find(".tmp.") != std::string::npos) out.push_back(e.path());
+  }
+  return out;
+}
+
+// Whether the manifest lists some file twice (a kill between protocol steps 2 and 4).
+inline bool manifest_lists_a_name_twice(const fs::path& checkpoints) {
+  std::istringstream in(read_text(checkpoints / CheckpointStore::kManifestName));
+  std::set<std::string> names;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.size() > 66 && !names.insert(line.substr(66)).second) return true;
+  }
+  return false;
+}
+
+// Periodic checkpoints that match the manifest.
+inline int64_t verified_periodic(const fs::path& checkpoints) {
+  CheckpointStore store(checkpoints, 2);
+  int64_t n = 0;
+  for (const auto& p : store.periodic()) n += store.verify(p).verified() ? 1 : 0;
+  return n;
+}
+
+// Builds the network a checkpoint was trained with and loads it (throws when it cannot).
+inline Network load_network(const fs::path& checkpoint) {
+  const CheckpointInfo info = read_checkpoint_info(checkpoint);
+  const Config cfg = load_config_from_string(info.config_yaml, checkpoint.string());
+  Network net = build_network(cfg.model, info.in_channels, info.out_channels);
+  load_checkpoint(checkpoint, *net, nullptr, torch::kCPU, /*restore_rng=*/false);
+  return net;
+}
+
+// Every parameter and buffer bit for bit.
+inline void expect_same_weights(const fs::path& a, const fs::path& b) {
+  Network na = load_network(a), nb = load_network(b);
+  const auto pa = na->named_parameters(), pb = nb->named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (const auto& item : pa) EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
+  const auto ba = na->named_buffers(), bb = nb->named_buffers();
+  for (const auto& item : ba) EXPECT_TRUE(torch::equal(item.value(), bb[item.key()])) << item.key();
+}
+
+inline bool contains(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+inline size_t count_lines(const fs::path& p) {
+  const std::string t = read_text(p);
+  return static_cast<size_t>(std::count(t.begin(), t.end(), '\n'));
+}
+
+// A private mount namespace for this test process and the trainers it starts (each test runs in
+// its own process under ctest), so tmpfs and read-only binds vanish with it. False when the
+// system does not allow it (no CAP_SYS_ADMIN): the test then skips what needs it.
+inline bool private_mount_namespace() {
+  static const bool ok = ::unshare(CLONE_NEWNS) == 0 && ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0;
+  return ok;
+}
+
+inline bool mount_tmpfs(const fs::path& at, const std::string& size) {
+  fs::create_directories(at);
+  return ::mount("tmpfs", at.c_str(), "tmpfs", 0, ("size=" + size).c_str()) == 0;
+}
+
+inline bool bind_read_only(const fs::path& folder) {
+  return ::mount(folder.c_str(), folder.c_str(), nullptr, MS_BIND, nullptr) == 0 &&
+         ::mount(nullptr, folder.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) == 0;
+}
+
+inline void unmount(const fs::path& at) { ::umount2(at.c_str(), MNT_DETACH); }
+
+}  // namespace u3d::test

@@ -1,0 +1,64 @@
+// What a resume may change: runtime keys freely, others only when --allow-config-change names them.
+#include <gtest/gtest.h>
+
+#include "test_support.h"
+#include "u3d/errors.h"
+#include "u3d/resume.h"
+
+namespace u3d {
+namespace {
+
+Config base() { return load_config_from_string("data: {path: x.h5}\n", "test.yaml"); }
+
+TEST(Resume, RuntimeKeysMayChangeFreely) {
+  Config now = base();
+  now.experiment.name = "moved";
+  now.training.threads = 3;
+  now.logging.progress_seconds = 5;
+  now.checkpoint.every_minutes = 10;
+  now.predict.overlap = 0.25;
+  EXPECT_NO_THROW(check_config_drift(base(), now, {}, "c.pt"));
+}
+
+TEST(Resume, OtherChangesAreRefusedWithADiff) {
+  Config now = base();
+  now.training.epochs = 20;
+  now.data.patch_size = {32, 32, 32};
+  try {
+    check_config_drift(base(), now, {}, "runs/a/checkpoints/epoch_0002.pt");
+    FAIL() << "accepted a changed patch size";
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("runs/a/checkpoints/epoch_0002.pt"), std::string::npos) << m;
+    EXPECT_NE(m.find("data.patch_size: [64, 64, 64] -> [32, 32, 32]"), std::string::npos) << m;
+    EXPECT_NE(m.find("training.epochs: 10 -> 20"), std::string::npos) << m;
+    EXPECT_NE(m.find("--allow-config-change data.patch_size,training.epochs"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << "one line";
+  }
+  EXPECT_NO_THROW(check_config_drift(base(), now, {"training.epochs", "data.patch_size"}, "c.pt"));
+  EXPECT_NO_THROW(check_config_drift(base(), now, {"training.*", "data"}, "c.pt"));
+  EXPECT_THROW(check_config_drift(base(), now, {"training.epochs"}, "c.pt"), ConfigError);
+}
+
+TEST(Resume, AllowPatternsAreChecked) {
+  EXPECT_NO_THROW(check_allow_patterns({"training.epochs", "data.*", "model"}));
+  try {
+    check_allow_patterns({"training.epoch"});
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--allow-config-change: unknown key 'training.epoch' (did you mean "
+                                         "'training.epochs'?)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(check_allow_patterns({"trainingg.*"}), ConfigError);
+}
+
+TEST(Resume, CaseFingerprint) {
+  EXPECT_EQ(case_ids_sha256({"a", "b"}), case_ids_sha256({"a", "b"}));
+  EXPECT_NE(case_ids_sha256({"a", "b"}), case_ids_sha256({"b", "a"}));
+  EXPECT_NE(case_ids_sha256({"ab"}), case_ids_sha256({"a", "b"}));
+}
+
+}  // namespace
+}  // namespace u3d
