@@ -13,6 +13,10 @@ struct RunCommand {
   std::optional<std::string> resume;   // --resume [CHECKPOINT]; "" = newest
   bool predict_only = false;           // --predict-only
   std::string checkpoint = "best";     // --checkpoint best|last|PATH (with --predict-only)
+  // --benchmark [KIND]: "data" runs the batch pipeline alone (benchmark.h); "" (no value) is the
+  // training-step benchmark (not implemented yet: exit 2).
+  std::optional<std::string> benchmark;
+  std::string workers;                 // --workers 1,2,4 (with --benchmark data)
 };
 int run_command(const RunCommand& cmd);
 
