@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
                                    "Benchmark instead of training: data (the batch pipeline alone, no model)")
                         ->expected(0, 1);
   app.add_option("--workers", run.workers, "With --benchmark data: sampler thread counts to measure, e.g. 1,2,4");
+  app.add_option("--benchmark-seconds", run.benchmark_seconds, "With --benchmark: seconds measured per result row")
+      ->check(CLI::PositiveNumber);
   app.add_option("--set", run.overrides, "Override a config key: --set training.epochs=3 (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);

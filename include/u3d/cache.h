@@ -68,6 +68,7 @@ struct CacheOptions {
   bool float16 = false;                // data.cache_float16
   int64_t threads = 1;                 // loading threads
   double gpu_share = 0.5;              // data.gpu_cache_share
+  int64_t limit_bytes = -1;            // at most this much may be used (-1: what the machine has free)
 };
 
 enum class FieldKind { kImage, kTarget, kMask };

@@ -17,6 +17,7 @@ struct RunCommand {
   // training-step benchmark (not implemented yet: exit 2).
   std::optional<std::string> benchmark;
   std::string workers;                 // --workers 1,2,4 (with --benchmark data)
+  double benchmark_seconds = 3.0;      // --benchmark-seconds: measured time per benchmark row
 };
 int run_command(const RunCommand& cmd);
 

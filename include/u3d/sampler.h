@@ -76,7 +76,9 @@ class PatchSampler {
   SamplePlan plan(int64_t epoch, int64_t index) const;
   // A CPU raw batch of the right shapes and dtypes (pinned: page-locked, for staging).
   RawBatch allocate_raw(bool pinned = false) const;
-  // Fills `out` (from allocate_raw) with batch `step` of `epoch`.
+  // Fills `out` (from allocate_raw) with batch `step` of `epoch`. A failure is a DataError naming the
+  // case. Fault injection for tests: with the environment variable U3D_FAULT_SAMPLER_CASE=<case id>
+  // set when the sampler is built, every sample of that case fails.
   void fill_raw(int64_t epoch, int64_t step, RawBatch& out) const;
   RawBatch raw_batch(int64_t epoch, int64_t step) const;
   // Case index of sample `index` of `epoch`.
@@ -101,6 +103,7 @@ class PatchSampler {
   std::vector<torch::Tensor> foreground_;
   std::vector<int64_t> intensity_channels_;
   std::unique_ptr<BatchFinalizer> finalizer_;
+  std::string fault_case_;  // U3D_FAULT_SAMPLER_CASE: filling this case fails (fault-injection tests)
 };
 
 // Sampling on the cache's device with tensor ops (see the file comment). The cache must outlive it.

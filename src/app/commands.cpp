@@ -59,6 +59,7 @@ int run_command(const RunCommand& cmd) {
   if (cmd.benchmark) {
     DataBenchmarkOptions o;
     if (!cmd.workers.empty()) o.workers = parse_worker_list(cmd.workers);
+    o.seconds = cmd.benchmark_seconds;
     return data_benchmark_command(cfg, o);
   }
   if (cmd.predict_only) {

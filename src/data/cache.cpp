@@ -402,7 +402,8 @@ StackedCache StackedCache::load(const DatasetReader& reader, const std::vector<s
   if (placement == CachePlacement::kGpu && (!torch::cuda::is_available() || !options.device.is_cuda())) {
     throw ConfigError("data.cache: gpu needs a CUDA device and none is available; use auto, pinned or memory");
   }
-  const int64_t available = available_bytes(placement, options.device);
+  int64_t available = available_bytes(placement, options.device);
+  if (options.limit_bytes >= 0) available = available < 0 ? options.limit_bytes : std::min(available, options.limit_bytes);
   const int64_t host_need = placement == CachePlacement::kPinned ? 2 * estimate : estimate;
   const int64_t need = placement == CachePlacement::kGpu ? estimate : host_need;
   if (available >= 0 && need > available) {

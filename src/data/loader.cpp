@@ -253,6 +253,7 @@ struct BatchLoader::Impl {
   }
 
   Batch next(int64_t epoch, int64_t step) {
+    if (!options.finalize) throw std::logic_error("BatchLoader::next needs finalize = true; use next_raw");
     if (device) {
       const auto t0 = Clock::now();
       if (device->epoch() != epoch) device->set_epoch(epoch, options.steps_per_epoch);

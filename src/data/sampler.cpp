@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 
 #include "u3d/errors.h"
@@ -145,6 +146,7 @@ void PatchSampler::init() {
     }
   }
   finalizer_ = std::make_unique<BatchFinalizer>(cache, options_.augment, intensity_channels_, options_.seed);
+  if (const char* fault = std::getenv("U3D_FAULT_SAMPLER_CASE")) fault_case_ = fault;
 }
 
 int64_t PatchSampler::case_for(int64_t epoch, int64_t index) const {
@@ -239,6 +241,9 @@ RawBatch PatchSampler::allocate_raw(bool pinned) const {
 void PatchSampler::fill_sample(const SamplePlan& p, RawBatch& out, int64_t b) const {
   const StackedCache& cache = *cache_;
   const int64_t ci = p.case_index;
+  if (!fault_case_.empty() && cache.id(ci) == fault_case_) {
+    throw DataError("injected fault (U3D_FAULT_SAMPLER_CASE)");
+  }
   const Interp image_interp = p.affine ? Interp::kLinear : Interp::kNearest;
   std::vector<float> pad;
   const auto& fields = cache.image_fields();
