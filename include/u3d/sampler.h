@@ -131,6 +131,12 @@ class DeviceSampler {
   torch::Tensor rot_matrices_;  // (4, 3, 3) float64: rot90 by k
   torch::Tensor pad_raw_;       // (N_cases, C) float32: pad value in raw units per case and channel
   std::vector<torch::Tensor> field_pad_;  // per image field: (N_cases, Cf) float32
+  // Constants made once, so a step issues device work only (no host-to-device copies).
+  torch::Tensor epoch_key_;     // 0-dim int64: the epoch's part of every sample's stream seed
+  torch::Tensor offsets_;       // (S, 3) float32: patch voxel offsets p - pc
+  torch::Tensor patch_, half_;  // (1, 3), (3,) int64: patch size and patch / 2
+  torch::Tensor corners_;       // (8, 1, 1, 3) int64: trilinear tap offsets
+  std::vector<torch::Tensor> field_channel_;  // per field (image fields, target, mask): (1, Cf, 1) int64 0..Cf-1
 };
 
 // Foreground voxels of one case under a data.foreground spec, as a (D, H, W) bool tensor.

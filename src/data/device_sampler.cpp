@@ -79,6 +79,23 @@ DeviceSampler::DeviceSampler(const PatchSampler& host) : host_(host), device_(ho
   for (const auto& f : cache.image_fields()) {
     field_pad_.push_back(pad_raw_.index_select(1, torch::tensor(f.channels, torch::kLong).to(device_)));
   }
+  epoch_key_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kLong).device(device_));
+  const Shape3& patch = o.patch;
+  std::vector<torch::Tensor> axes;
+  for (int64_t a = 0; a < 3; ++a) {
+    const int64_t p = patch[static_cast<size_t>(a)];
+    axes.push_back(torch::arange(p, torch::kFloat) - (static_cast<float>(p) - 1.0f) / 2.0f);
+  }
+  const auto grid = torch::meshgrid(axes, "ij");
+  offsets_ = torch::stack({grid[0].reshape(-1), grid[1].reshape(-1), grid[2].reshape(-1)}, 1).to(device_);  // (S, 3)
+  patch_ = torch::tensor({patch[0], patch[1], patch[2]}, torch::kLong).view({1, 3}).to(device_);
+  half_ = torch::tensor({patch[0] / 2, patch[1] / 2, patch[2] / 2}, torch::kLong).to(device_);
+  std::vector<int64_t> corners;
+  for (int64_t k = 0; k < 8; ++k) corners.insert(corners.end(), {k >> 2, (k >> 1) & 1, k & 1});
+  corners_ = torch::tensor(corners, torch::kLong).view({8, 1, 1, 3}).to(device_);
+  auto channel_range = [&](int64_t cf) { return torch::arange(cf, torch::kLong).view({1, cf, 1}).to(device_); };
+  for (const auto& f : cache.image_fields()) field_channel_.push_back(channel_range(f.channel_count()));
+  field_channel_.push_back(channel_range(1));  // target and mask
 }
 
 void DeviceSampler::set_epoch(int64_t epoch, int64_t steps_per_epoch) {
@@ -86,6 +103,8 @@ void DeviceSampler::set_epoch(int64_t epoch, int64_t steps_per_epoch) {
   std::vector<int64_t> cases(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) cases[static_cast<size_t>(i)] = host_.case_for(epoch, i);
   epoch_cases_ = torch::tensor(cases, torch::kLong).to(device_);
+  const uint64_t seed = host_.options().seed;
+  epoch_key_.fill_(bits(mix64(seed) ^ mix64(static_cast<uint64_t>(epoch) + 0x632BE59BD9B4E019ull)));
   epoch_ = epoch;
 }
 
@@ -110,12 +129,10 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
 
   // Streams of samples step * n + b: Rng(seed, epoch, index).state() on the device.
   const torch::Tensor index = step.to(lopt) * n + torch::arange(n, lopt);  // (N,)
-  const uint64_t epoch_key = mix64(o.seed) ^ mix64(static_cast<uint64_t>(epoch_) + 0x632BE59BD9B4E019ull);
-  const Streams r{mix(mix(index + bits(0x8CB92BA72F3D8DD7ull)) ^ bits(epoch_key))};
+  const Streams r{mix(mix(index + bits(0x8CB92BA72F3D8DD7ull)) ^ epoch_key_)};
   const torch::Tensor cases = epoch_cases_.index_select(0, index);  // (N,)
   const torch::Tensor geom = geometry_.index_select(0, cases);       // (N, 4): offset, D, H, W
   const torch::Tensor dims = geom.slice(1, 1, 4);                    // (N, 3)
-  const torch::Tensor patch_t = torch::tensor({patch[0], patch[1], patch[2]}, torch::kLong).to(device_).view({1, 3});
 
   // Crop origins: uniform, or centred on a foreground voxel.
   std::vector<torch::Tensor> uniform_origin;
@@ -128,8 +145,7 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
     const torch::Tensor centred = r.bernoulli(kSlotForeground, o.foreground_fraction).logical_and(count > 0);
     const torch::Tensor pick = fg_offset_.index_select(0, cases) + r.uniform_int(kSlotVoxel, count.clamp_min(1));
     const torch::Tensor voxel = fg_voxels_.index_select(0, pick.clamp_max(fg_voxels_.size(0) - 1));  // (N, 3)
-    const torch::Tensor half = torch::tensor({patch[0] / 2, patch[1] / 2, patch[2] / 2}, torch::kLong).to(device_);
-    const torch::Tensor centred_origin = torch::minimum(torch::clamp_min(voxel - half, 0), dims - patch_t);
+    const torch::Tensor centred_origin = torch::minimum(torch::clamp_min(voxel - half_, 0), dims - patch_);
     origin = torch::where(centred.view({n, 1}), centred_origin, origin);
   }
 
@@ -171,15 +187,9 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
 
   // Source coordinates of every patch voxel: centre + M (p - pc), (N, S, 3) float32.
   const int64_t voxels = patch[0] * patch[1] * patch[2];
-  std::vector<torch::Tensor> axes;
-  for (int64_t a = 0; a < 3; ++a) {
-    axes.push_back(torch::arange(patch[static_cast<size_t>(a)], fopt) - (static_cast<float>(patch[static_cast<size_t>(a)]) - 1.0f) / 2.0f);
-  }
-  const auto grid = torch::meshgrid(axes, "ij");
-  const torch::Tensor offsets = torch::stack({grid[0].reshape(-1), grid[1].reshape(-1), grid[2].reshape(-1)}, 1);  // (S, 3)
-  torch::Tensor centre = origin.to(torch::kFloat);
-  for (int64_t a = 0; a < 3; ++a) centre.select(1, a).add_((static_cast<float>(patch[static_cast<size_t>(a)]) - 1.0f) / 2.0f);
-  const torch::Tensor q = torch::matmul(offsets.unsqueeze(0), m.to(torch::kFloat).transpose(1, 2)) + centre.view({n, 1, 3});
+  // centre = origin + pc, with pc = (patch - 1) / 2 = -offsets[0].
+  const torch::Tensor centre = origin.to(torch::kFloat) - offsets_.select(0, 0).view({1, 3});
+  const torch::Tensor q = torch::matmul(offsets_.unsqueeze(0), m.to(torch::kFloat).transpose(1, 2)) + centre.view({n, 1, 3});
 
   const torch::Tensor extent = dims.view({n, 1, 3});
   const torch::Tensor d_hw = geom.select(1, 2) * geom.select(1, 3);  // (N,)
@@ -191,10 +201,9 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
     return lin.masked_fill(inside.logical_not(), 0);
   };
   // One field, (N, Cf, d, h, w): nearest (exact at integer coordinates) or trilinear (float32).
-  auto gather = [&](const CacheField& f, bool linear, const torch::Tensor& pad) {
+  auto gather = [&](const CacheField& f, const torch::Tensor& channel, bool linear, const torch::Tensor& pad) {
     const int64_t cf = f.channel_count();
-    const torch::Tensor base = (geom.select(1, 0) * cf).view({n, 1, 1}) +
-                               torch::arange(cf, lopt).view({1, cf, 1}) * volume.view({n, 1, 1});  // (N, Cf, 1)
+    const torch::Tensor base = (geom.select(1, 0) * cf).view({n, 1, 1}) + channel * volume.view({n, 1, 1});  // (N, Cf, 1)
     auto read = [&](const torch::Tensor& at, torch::Tensor& inside) {
       const torch::Tensor lin = linear_index(at, inside);
       torch::Tensor v = f.arena.take(base + lin.view({n, 1, voxels}));  // (N, Cf, S)
@@ -216,9 +225,8 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
       out = torch::zeros({n, cf, voxels}, fopt);
       for (int64_t k = 0; k < 8; ++k) {
         const int64_t dz = k >> 2, dy = (k >> 1) & 1, dx = k & 1;
-        const torch::Tensor step_k = torch::tensor({dz, dy, dx}, torch::kLong).to(device_).view({1, 1, 3});
         torch::Tensor inside;
-        torch::Tensor v = read(corner + step_k, inside).to(torch::kFloat);
+        torch::Tensor v = read(corner + corners_[k], inside).to(torch::kFloat);
         v = pad.defined() ? torch::where(inside.unsqueeze(1), v, pad.view({n, cf, 1}))
                           : v.masked_fill(inside.logical_not().unsqueeze(1), 0);
         const torch::Tensor weight = (dz ? w.select(2, 0) : 1 - w.select(2, 0)) *
@@ -235,12 +243,12 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
   const auto& fields = cache.image_fields();
   for (size_t f = 0; f < fields.size(); ++f) {
     const torch::Tensor pad = affine ? field_pad_[f].index_select(0, cases) : torch::Tensor();
-    raw.images.push_back(gather(fields[f], affine, pad));
+    raw.images.push_back(gather(fields[f], field_channel_[f], affine, pad));
   }
   if (cache.target()) {
-    raw.target = gather(*cache.target(), affine && !cache.segmentation(), torch::Tensor());
+    raw.target = gather(*cache.target(), field_channel_.back(), affine && !cache.segmentation(), torch::Tensor());
   }
-  if (cache.mask()) raw.mask = gather(*cache.mask(), /*linear=*/false, torch::Tensor());
+  if (cache.mask()) raw.mask = gather(*cache.mask(), field_channel_.back(), /*linear=*/false, torch::Tensor());
 
   // Intensity parameters per sample (identity where not drawn).
   auto draw = [&](double prob, uint64_t slot, const std::vector<double>& range, double identity) {

@@ -64,7 +64,8 @@ std::optional<torch::ScalarType> plain_file_dtype(hid_t type) {
 // (short HDF5 calls under the library's global lock) and inflating them here, outside the lock, so
 // threads reading different datasets decompress in parallel (H5Dread would decompress inside the
 // lock, one thread at a time). Returns an undefined tensor, having read nothing, when the layout,
-// filters or type are not of that kind or a chunk is unallocated; read_tensor then uses H5Dread.
+// filters or type are not of that kind; read_tensor then uses H5Dread. Chunks never written read as
+// the dataset's fill value, as H5Dread gives them.
 torch::Tensor read_raw_chunks(hid_t d, const std::vector<int64_t>& shape, const std::string& context,
                               const std::string& path) {
   Handle dcpl(H5Dget_create_plist(d), H5Pclose);
@@ -106,28 +107,51 @@ torch::Tensor read_raw_chunks(hid_t d, const std::vector<int64_t>& shape, const 
   };
   std::vector<hsize_t> offset(static_cast<size_t>(rank));
   std::vector<hsize_t> stored_bytes(static_cast<size_t>(chunks));
-  for (int64_t c = 0; c < chunks; ++c) {  // unallocated chunks hold fill values: leave those to H5Dread
+  bool unallocated = false;
+  for (int64_t c = 0; c < chunks; ++c) {  // 0 bytes: a chunk never written, which reads as the fill value
     chunk_offset(c, offset);
-    if (H5Dget_chunk_storage_size(d, offset.data(), &stored_bytes[static_cast<size_t>(c)]) < 0 ||
-        stored_bytes[static_cast<size_t>(c)] == 0) {
+    unsigned filter_mask = 0;
+    haddr_t address = HADDR_UNDEF;
+    if (H5Dget_chunk_info_by_coord(d, offset.data(), &filter_mask, &address, &stored_bytes[static_cast<size_t>(c)]) < 0) {
       return {};
     }
+    if (address == HADDR_UNDEF) stored_bytes[static_cast<size_t>(c)] = 0;
+    unallocated = unallocated || stored_bytes[static_cast<size_t>(c)] == 0;
+  }
+  std::vector<uint8_t> fill(elem, 0);
+  if (unallocated) {
+    H5D_fill_value_t defined = H5D_FILL_VALUE_UNDEFINED;
+    if (H5Pfill_value_defined(dcpl.get(), &defined) < 0) return {};
+    if (defined == H5D_FILL_VALUE_USER_DEFINED && H5Pget_fill_value(dcpl.get(), type.get(), fill.data()) < 0) return {};
   }
   torch::Tensor out = torch::empty(shape, torch::TensorOptions().dtype(*file_dtype));
   auto* dst = static_cast<uint8_t*>(out.data_ptr());
   std::vector<int64_t> out_stride(static_cast<size_t>(rank), 1);
   for (int a = rank - 2; a >= 0; --a) out_stride[static_cast<size_t>(a)] = out_stride[static_cast<size_t>(a) + 1] * shape[static_cast<size_t>(a) + 1];
   std::vector<uint8_t> stored, inflated(chunk_elems * elem), unshuffled(chunk_elems * elem);
+  std::vector<uint8_t> filled;
   for (int64_t c = 0; c < chunks; ++c) {
     chunk_offset(c, offset);
-    stored.resize(stored_bytes[static_cast<size_t>(c)]);
-    uint32_t mask = 0;
-    if (H5Dread_chunk(d, H5P_DEFAULT, offset.data(), &mask, stored.data()) < 0) {
-      throw DataError(fmt::format("{}: '{}' cannot be read (truncated or corrupt file?)", context, path));
+    const uint8_t* data = nullptr;
+    size_t size = 0;
+    uint32_t mask = ~0u;  // no filter to undo
+    if (stored_bytes[static_cast<size_t>(c)] == 0) {
+      if (filled.empty()) {
+        filled.resize(chunk_elems * elem);
+        for (size_t k = 0; k < chunk_elems; ++k) std::memcpy(filled.data() + k * elem, fill.data(), elem);
+      }
+      data = filled.data();
+      size = filled.size();
+    } else {
+      stored.resize(stored_bytes[static_cast<size_t>(c)]);
+      mask = 0;
+      if (H5Dread_chunk(d, H5P_DEFAULT, offset.data(), &mask, stored.data()) < 0) {
+        throw DataError(fmt::format("{}: '{}' cannot be read (truncated or corrupt file?)", context, path));
+      }
+      data = stored.data();
+      size = stored.size();
     }
     // Undo the filters in reverse order (a set bit in `mask` means the filter was skipped).
-    const uint8_t* data = stored.data();
-    size_t size = stored.size();
     for (int i = static_cast<int>(filters.size()) - 1; i >= 0; --i) {
       if (mask & (1u << i)) continue;
       if (filters[static_cast<size_t>(i)] == H5Z_FILTER_DEFLATE) {

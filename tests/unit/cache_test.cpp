@@ -1,6 +1,7 @@
 // The stacked training cache: compact dtypes, arena layout, normalisation equal to the evaluation
 // path, placements, the fit check, and the raw-chunk HDF5 reader it loads through.
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
 #include "test_support.h"
 #include "u3d/cache.h"
@@ -207,6 +208,52 @@ TEST(RawChunkReader, ReadsBackWhatWasWrittenForEveryLayout) {
     EXPECT_TRUE(torch::equal(f.target, target)) << path;
     EXPECT_TRUE(torch::equal(f.mask, mask)) << path;
     EXPECT_TRUE(torch::equal(r.read_case("i").image, ct.to(torch::kFloat))) << path;
+  }
+}
+
+// Chunks never written (as sparse writers leave them) read as the fill value.
+TEST(RawChunkReader, UnwrittenChunksReadAsTheFillValue) {
+  test::TempDir dir;
+  const auto path = dir / "sparse.h5";
+  DatasetInfo info;
+  info.task = Task::kDose;
+  info.channel_names = {"a", "b"};
+  const auto image = torch::zeros({2, 12, 12, 12});
+  {
+    DatasetWriter w(path, info);
+    w.write_case(CaseData{"s", image, torch::Tensor(), torch::Tensor(), {1, 1, 1}});
+    w.set_split("train", {"s"});
+    w.commit();
+  }
+  // Replace the image by a chunked, compressed dataset of which only one 4^3 block is written.
+  const torch::Tensor block = torch::arange(64, torch::kInt16).view({1, 4, 4, 4});
+  for (const int16_t fill : {int16_t{0}, int16_t{7}}) {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    H5Ldelete(file, "cases/s/image", H5P_DEFAULT);
+    const hsize_t dims[4] = {2, 12, 12, 12}, chunk[4] = {1, 4, 4, 4};
+    const hid_t space = H5Screate_simple(4, dims, nullptr);
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 4, chunk);
+    H5Pset_shuffle(dcpl);
+    H5Pset_deflate(dcpl, 3);
+    H5Pset_fill_value(dcpl, H5T_NATIVE_INT16, &fill);
+    const hid_t d = H5Dcreate2(file, "cases/s/image", H5T_STD_I16LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    const hsize_t start[4] = {1, 4, 8, 0}, count[4] = {1, 4, 4, 4};
+    const hid_t mem = H5Screate_simple(4, count, nullptr);
+    H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr);
+    ASSERT_GE(H5Dwrite(d, H5T_NATIVE_INT16, mem, space, H5P_DEFAULT, block.data_ptr()), 0);
+    H5Sclose(mem);
+    H5Dclose(d);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    H5Fclose(file);
+
+    const DatasetReader r(path);
+    const torch::Tensor read = r.read_case("s").image;
+    torch::Tensor expected = torch::full({2, 12, 12, 12}, static_cast<float>(fill));
+    expected.slice(0, 1, 2).slice(1, 4, 8).slice(2, 8, 12).slice(3, 0, 4).copy_(block);
+    EXPECT_TRUE(torch::equal(read, expected)) << "fill " << fill;
   }
 }
 
