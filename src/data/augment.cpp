@@ -138,6 +138,25 @@ void dispatch_dtype(torch::ScalarType t, F&& f) {
   }
 }
 
+// CPU: out[b, channels[k]] = (float(field[b, k]) - sub[case_b, c]) / div[case_b, c] in one pass over
+// the data, the same float32 operations (and so the same bits) as the tensor expression.
+template <typename T>
+void normalize_field(const torch::Tensor& field, const std::vector<int64_t>& channels, const std::vector<int64_t>& cases,
+                     const float* sub, const float* div, int64_t in_channels, torch::Tensor& out) {
+  const int64_t n = field.size(0), cf = field.size(1), voxels = field[0][0].numel();
+  const T* src = field.data_ptr<T>();
+  float* dst = out.data_ptr<float>();
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t k = 0; k < cf; ++k) {
+      const int64_t c = channels[static_cast<size_t>(k)];
+      const float s = sub[cases[static_cast<size_t>(b)] * in_channels + c], d = div[cases[static_cast<size_t>(b)] * in_channels + c];
+      const T* in = src + (b * cf + k) * voxels;
+      float* o = dst + (b * in_channels + c) * voxels;
+      for (int64_t v = 0; v < voxels; ++v) o[v] = (static_cast<float>(in[v]) - s) / d;
+    }
+  }
+}
+
 at::Generator noise_generator(const torch::Device& device, uint64_t seed) {
   if (device.is_cuda()) {
     at::Generator g = at::cuda::detail::createCUDAGenerator(device.index());
@@ -354,7 +373,23 @@ Batch BatchFinalizer::operator()(const RawBatch& raw) const {
   // (N, C, d, h, w) float32 in raw units, then normalised per case and channel.
   const auto& first = raw.images.front();
   const std::vector<int64_t> shape = {n, channels, first.size(2), first.size(3), first.size(4)};
-  if (raw.images.size() == 1) {
+  if (device.is_cpu()) {
+    std::vector<int64_t> cases(static_cast<size_t>(n));
+    const torch::Tensor plan = raw.plan.contiguous();
+    for (int64_t i = 0; i < n; ++i) {
+      cases[static_cast<size_t>(i)] = static_cast<int64_t>(plan.data_ptr<double>()[i * kPlanColumns + kPlanCase]);
+    }
+    b.image = torch::empty(shape, fopt);
+    const auto& fields = cache_.image_fields();
+    for (size_t f = 0; f < raw.images.size(); ++f) {
+      const torch::Tensor field = raw.images[f].contiguous();
+      dispatch_dtype(field.scalar_type(), [&](auto tag) {
+        using T = decltype(tag);
+        normalize_field<T>(field, fields[f].channels, cases, tb.sub.data_ptr<float>(), tb.div.data_ptr<float>(), channels,
+                           b.image);
+      });
+    }
+  } else if (raw.images.size() == 1) {
     b.image = first.to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
   } else {
     b.image = torch::empty(shape, fopt);
@@ -362,9 +397,11 @@ Batch BatchFinalizer::operator()(const RawBatch& raw) const {
       b.image.index_copy_(1, tb.field_channels[f], raw.images[f].to(torch::kFloat));
     }
   }
-  const torch::Tensor cases = raw.plan.select(1, kPlanCase).to(torch::kLong);
-  b.image.sub_(tb.sub.index_select(0, cases).view({n, channels, 1, 1, 1}))
-      .div_(tb.div.index_select(0, cases).view({n, channels, 1, 1, 1}));
+  if (!device.is_cpu()) {
+    const torch::Tensor cases = raw.plan.select(1, kPlanCase).to(torch::kLong);
+    b.image.sub_(tb.sub.index_select(0, cases).view({n, channels, 1, 1, 1}))
+        .div_(tb.div.index_select(0, cases).view({n, channels, 1, 1, 1}));
+  }
 
   // Intensity transforms: one call each over the whole batch; untouched samples and channels get
   // the identity (factor 1, shift 0, gamma 1, noise 0).
