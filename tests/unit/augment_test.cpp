@@ -43,6 +43,10 @@ TEST(Augment, MirrorOfAnIndexGrid) {
     EXPECT_TRUE(torch::equal(resample(grid, t, Interp::kNearest, dtype), expected)) << dtype;
     // With a float32 destination (affine enabled for the batch) the copy converts exactly.
     EXPECT_TRUE(torch::equal(resample(grid, t, Interp::kNearest, torch::kFloat), expected.to(torch::kFloat)));
+    // Long rows (reversed 8 bytes at a time, then a tail).
+    const auto wide = (index_grid({2, 3, 2, 37}).remainder(251)).to(dtype);
+    const PatchTransform w{{0, 0, 0}, {3, 2, 37}, flip_matrix({false, true, true})};
+    EXPECT_TRUE(torch::equal(resample(wide, w, Interp::kNearest, dtype), wide.flip({2, 3}))) << dtype;
   }
 }
 
