@@ -197,12 +197,14 @@ int data_benchmark_command(const Config& cfg, const DataBenchmarkOptions& option
         r.placement, r.stage, r.workers, r.batches, r.seconds, r.batches_per_second, r.samples_per_second,
         r.megabytes_per_second));
   }
+  const bool cuda = rt.device.is_cuda();
+  if (!cuda) table += "pinned, gpu: not measured (no CUDA device)\n";
   std::fputs(table.c_str(), stdout);
   const std::string json = fmt::format(
       "{{\"benchmark\": \"data\", \"dataset\": \"{}\", \"device\": \"{}\", \"batch_size\": {}, \"patch\": [{}, {}, "
-      "{}], \"augment\": \"{}\", \"results\": [{}]}}\n",
+      "{}], \"augment\": \"{}\", \"results\": [{}], \"not_measured\": [{}]}}\n",
       json_escape(cfg.data.path), rt.device.str(), cfg.data.batch_size, p[0], p[1], p[2], augment_summary(cfg.augment),
-      fmt::join(json_rows, ", "));
+      fmt::join(json_rows, ", "), cuda ? "" : "\"pinned\", \"gpu\"");
   std::fputs(json.c_str(), stdout);
   std::fflush(stdout);
   return kExitOk;

@@ -3,6 +3,8 @@
 // training with the case and reason.
 #include <gtest/gtest.h>
 
+#include <torch/torch.h>
+
 #include <cstdlib>
 
 #include "test_support.h"
@@ -73,6 +75,9 @@ TEST_F(DataPipeline, DataBenchmarkPrintsATableAndJson) {
                           "\"stage\": \"device\", \"workers\": 1", "\"stage\": \"device\", \"workers\": 2",
                           "\"batches_per_s\"", "\"samples_per_s\"", "\"mb_per_s\""}) {
     EXPECT_NE(line.find(key), std::string::npos) << key << "\n" << line;
+  }
+  if (!torch::cuda::is_available()) {
+    EXPECT_NE(line.find("\"not_measured\": [\"pinned\", \"gpu\"]"), std::string::npos) << line;
   }
   EXPECT_FALSE(std::filesystem::exists(dir / "runs" / "b" / "checkpoints"));  // no training happened
 }
