@@ -31,6 +31,8 @@ struct Runtime {
 Runtime init_runtime(const Config& cfg);
 // Threads for parallel host work (loading): training.threads, or cores - 1.
 int64_t host_threads(const Config& cfg);
+// Threads that load the training cache at start-up: training.threads, or one per core.
+int64_t loading_threads(const Config& cfg);
 // Sampler threads: data.workers, or cores - 1, at least 1.
 int64_t data_workers(const Config& cfg);
 // Makes LibTorch CPU ops called from the current (helper) thread run on this thread alone. LibTorch's

@@ -138,7 +138,7 @@ std::vector<DataBenchmarkRow> run_data_benchmark(const Config& cfg, const DataBe
     co.placement = placement;
     co.device = rt.device;
     co.float16 = cfg.data.cache_float16;
-    co.threads = rt.threads;
+    co.threads = loading_threads(cfg);
     const StackedCache cache = StackedCache::load(reader, ids, pre, co);
     spdlog::info("benchmark: cache {}", cache.describe());
     const PatchSampler sampler(cache, so);

@@ -24,6 +24,11 @@ int64_t host_threads(const Config& cfg) {
   return std::max<int64_t>(1, cores - 1);
 }
 
+int64_t loading_threads(const Config& cfg) {
+  if (cfg.training.threads > 0) return cfg.training.threads;
+  return static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 int64_t data_workers(const Config& cfg) {
   if (cfg.data.workers > 0) return cfg.data.workers;
   const int64_t cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));

@@ -105,34 +105,63 @@ void for_each_source(const PatchTransform& t, F&& fn) {
   }
 }
 
+// Trilinear resampling in blocks of output voxels: the block's corner indices and weights are
+// computed once, then each channel is interpolated over the block (channel-planar data stays in
+// cache).
 template <typename T>
 void resample_linear(const T* src, const Shape3& dims, int64_t channels, const PatchTransform& t, const float* pad,
                      float* dst) {
   const int64_t volume = dims[0] * dims[1] * dims[2];
   const int64_t out_volume = t.patch[0] * t.patch[1] * t.patch[2];
-  int64_t o = 0;
+  const int64_t hw = dims[1] * dims[2];
+  const int64_t tap[8] = {0, 1, dims[2], dims[2] + 1, hw, hw + 1, hw + dims[2], hw + dims[2] + 1};
+  constexpr int64_t kBlock = 2048;
+  std::vector<int64_t> base(kBlock);       // lower corner index; -1: some tap outside the volume
+  std::vector<float> weight(kBlock * 8);
+  std::vector<int64_t> index(kBlock * 8);  // border voxels: every tap's index, -1 outside
+  int64_t o = 0, filled = 0;
+  auto flush = [&] {
+    for (int64_t c = 0; c < channels; ++c) {
+      const T* s = src + c * volume;
+      const float p = pad ? pad[c] : 0.0f;
+      float* out = dst + c * out_volume + o;
+      for (int64_t i = 0; i < filled; ++i) {
+        const float* w = &weight[static_cast<size_t>(i * 8)];
+        float v = 0;
+        if (base[static_cast<size_t>(i)] >= 0) {
+          const T* b = s + base[static_cast<size_t>(i)];
+          for (int k = 0; k < 8; ++k) v += w[k] * static_cast<float>(b[tap[k]]);
+        } else {
+          const int64_t* at = &index[static_cast<size_t>(i * 8)];
+          for (int k = 0; k < 8; ++k) v += w[k] * (at[k] >= 0 ? static_cast<float>(s[at[k]]) : p);
+        }
+        out[i] = v;
+      }
+    }
+    o += filled;
+    filled = 0;
+  };
   for_each_source(t, [&](double q0, double q1, double q2) {
     const double f0 = std::floor(q0), f1 = std::floor(q1), f2 = std::floor(q2);
     const int64_t z = static_cast<int64_t>(f0), y = static_cast<int64_t>(f1), x = static_cast<int64_t>(f2);
     const float w0 = static_cast<float>(q0 - f0), w1 = static_cast<float>(q1 - f1), w2 = static_cast<float>(q2 - f2);
-    int64_t index[8];
-    float weight[8];
-    bool inside[8];
+    float* w = &weight[static_cast<size_t>(filled * 8)];
     for (int k = 0; k < 8; ++k) {
-      const int64_t zz = z + (k >> 2), yy = y + ((k >> 1) & 1), xx = x + (k & 1);
-      inside[k] = zz >= 0 && zz < dims[0] && yy >= 0 && yy < dims[1] && xx >= 0 && xx < dims[2];
-      index[k] = inside[k] ? (zz * dims[1] + yy) * dims[2] + xx : 0;
-      weight[k] = ((k >> 2) ? w0 : 1.0f - w0) * (((k >> 1) & 1) ? w1 : 1.0f - w1) * ((k & 1) ? w2 : 1.0f - w2);
+      w[k] = ((k >> 2) ? w0 : 1.0f - w0) * (((k >> 1) & 1) ? w1 : 1.0f - w1) * ((k & 1) ? w2 : 1.0f - w2);
     }
-    for (int64_t c = 0; c < channels; ++c) {
-      const T* s = src + c * volume;
-      const float p = pad ? pad[c] : 0.0f;
-      float v = 0;
-      for (int k = 0; k < 8; ++k) v += weight[k] * (inside[k] ? static_cast<float>(s[index[k]]) : p);
-      dst[c * out_volume + o] = v;
+    if (z >= 0 && z + 1 < dims[0] && y >= 0 && y + 1 < dims[1] && x >= 0 && x + 1 < dims[2]) {
+      base[static_cast<size_t>(filled)] = (z * dims[1] + y) * dims[2] + x;
+    } else {
+      base[static_cast<size_t>(filled)] = -1;
+      for (int k = 0; k < 8; ++k) {
+        const int64_t zz = z + (k >> 2), yy = y + ((k >> 1) & 1), xx = x + (k & 1);
+        const bool inside = zz >= 0 && zz < dims[0] && yy >= 0 && yy < dims[1] && xx >= 0 && xx < dims[2];
+        index[static_cast<size_t>(filled * 8 + k)] = inside ? (zz * dims[1] + yy) * dims[2] + xx : -1;
+      }
     }
-    ++o;
+    if (++filled == kBlock) flush();
   });
+  flush();
 }
 
 template <typename T>

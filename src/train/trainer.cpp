@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <thread>
 
 #include "u3d/errors.h"
 #include "u3d/files.h"
@@ -112,10 +111,7 @@ void Trainer::load_data() {
   cache_options.placement = cfg_.data.cache;
   cache_options.device = runtime_.device;
   cache_options.float16 = cfg_.data.cache_float16;
-  // Loading: one thread per core (nothing else runs yet), or training.threads when set.
-  cache_options.threads = cfg_.training.threads > 0
-                              ? cfg_.training.threads
-                              : static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  cache_options.threads = loading_threads(cfg_);  // one per core: nothing else runs yet
   cache_options.gpu_share = cfg_.data.gpu_cache_share;
   train_cache_ = std::make_unique<StackedCache>(
       StackedCache::load(*reader_, split_ids("data.train_split", cfg_.data.train_split), *pre_, cache_options));
