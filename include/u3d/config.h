@@ -54,7 +54,7 @@ struct DataConfig {
   double gpu_cache_share = 0.5;      // share of free GPU memory the gpu cache may take (auto)
   bool cache_float16 = false;        // keep non-integer image channels and regression targets as float16 (lossy)
   int64_t workers = 0;               // sampler threads; 0: cores - 1 (at least 1)
-  int64_t prefetch = 4;              // ready batches queued ahead of the training loop
+  int64_t prefetch = 0;              // batches made ahead of the training loop (ready or in the making); 0: 2 x workers
   double pad_value = 0.0;            // image value (normalised units) where an augmented patch reaches past the volume
 };
 

@@ -7,7 +7,8 @@
 // Three ways, chosen by where the cache lives and where training runs:
 //  - GPU cache: DeviceSampler on the GPU, no threads; next() only enqueues device work.
 //  - host cache, CPU training: data.workers threads each build whole batches (crop, spatial
-//    augmentation, normalisation, intensity augmentation) into a bounded queue data.prefetch deep.
+//    augmentation, normalisation, intensity augmentation) into a bounded queue: at most
+//    data.prefetch batches are ready or in the making (so keep it >= workers).
 //  - host cache, CUDA training: the threads fill a ring of page-locked staging batches in compact
 //    dtypes; the loop copies each to a device ring on a separate CUDA stream (events order the copy
 //    after the slot's previous use and the compute after the copy) and issues the copy of the next
@@ -31,7 +32,7 @@ namespace u3d {
 struct LoaderOptions {
   torch::Device device = torch::kCPU;  // training device
   int64_t workers = 1;                 // sampler threads (host cache)
-  int64_t prefetch = 4;                // batches produced ahead of the loop
+  int64_t prefetch = 0;                // batches made ahead of the loop (ready or in the making); 0: 2 x workers
   int64_t steps_per_epoch = 1;
   int64_t epochs = -1;                 // last epoch to produce (inclusive); -1: no end
   // false: next_raw() hands out host raw batches (crops in compact dtypes, no normalisation or

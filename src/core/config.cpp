@@ -412,7 +412,9 @@ const std::vector<Option>& option_table() {
       make_option("data.workers", &C::data, &DataConfig::workers,
                   "Sampler threads filling the batch queue; 0: cores - 1 (at least 1)", at_least<int64_t>(0)),
       make_option("data.prefetch", &C::data, &DataConfig::prefetch,
-                  "Ready batches queued ahead of the training loop", at_least<int64_t>(1)),
+                  "Batches made ahead of the training loop (ready or in the making); at most this many threads "
+                  "work at once; 0: twice data.workers",
+                  at_least<int64_t>(0)),
       make_option("data.pad_value", &C::data, &DataConfig::pad_value,
                   "Image value (normalised units) where an affine-augmented patch reaches past the volume; "
                   "targets, labels and masks are padded with 0"),

@@ -73,7 +73,7 @@ struct BatchLoader::Impl {
   Impl(const PatchSampler& s, LoaderOptions o) : sampler(s), options(std::move(o)) {
     if (options.steps_per_epoch < 1) throw std::invalid_argument("BatchLoader: steps_per_epoch must be >= 1");
     options.workers = std::max<int64_t>(1, options.workers);
-    options.prefetch = std::max<int64_t>(1, options.prefetch);
+    options.prefetch = options.prefetch > 0 ? options.prefetch : 2 * options.workers;
     if (sampler.cache().device().is_cuda()) {
       device = std::make_unique<DeviceSampler>(sampler);
       return;

@@ -146,6 +146,10 @@ void Trainer::load_data() {
   lo.prefetch = cfg_.data.prefetch;
   lo.steps_per_epoch = steps_per_epoch_;
   lo.epochs = cfg_.training.epochs;
+  if (lo.prefetch > 0 && lo.prefetch < lo.workers) {
+    spdlog::warn("data.prefetch: {} is below data.workers = {}; only {} sampler threads can work at once", lo.prefetch,
+                 lo.workers, lo.prefetch);
+  }
   loader_ = std::make_unique<BatchLoader>(*sampler_, lo);
   state_.train_target_mean = train_cache_->target_mean();
   spdlog::info("data: {} ({}), {} train / {} val cases, {} input channels [{}], cache {} in {:.1f} s",
