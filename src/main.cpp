@@ -30,6 +30,13 @@ int main(int argc, char** argv) {
                      ->expected(0, 1);
   app.add_flag("--predict-only", run.predict_only, "Predict predict.split with a checkpoint into <run>/predictions/");
   app.add_option("--checkpoint", run.checkpoint, "With --predict-only: best (default), last or a path");
+  std::string benchmark_kind;
+  auto* benchmark = app.add_option("--benchmark", benchmark_kind,
+                                   "Benchmark instead of training: data (the batch pipeline alone, no model)")
+                        ->expected(0, 1);
+  app.add_option("--workers", run.workers, "With --benchmark data: sampler thread counts to measure, e.g. 1,2,4");
+  app.add_option("--benchmark-seconds", run.benchmark_seconds, "With --benchmark: seconds measured per result row")
+      ->check(CLI::PositiveNumber);
   app.add_option("--set", run.overrides, "Override a config key: --set training.epochs=3 (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -69,6 +76,7 @@ int main(int argc, char** argv) {
     if (*reference_app) return u3d::config_reference_command();
     if (*check_app) return u3d::check_data_command(check);
     if (resume->count() > 0) run.resume = resume_path;
+    if (benchmark->count() > 0) run.benchmark = benchmark_kind;
     if (run.config.empty()) {
       std::fputs(app.help().c_str(), stderr);
       throw u3d::UsageError("--config is required (trainer --config exp.yaml)");

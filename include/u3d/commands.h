@@ -14,6 +14,11 @@ struct RunCommand {
   bool predict_only = false;           // --predict-only
   std::string checkpoint = "best";     // --checkpoint best|last|PATH (with --predict-only)
   std::vector<std::string> allow_config_change;  // --allow-config-change KEY[,KEY...] (with --resume)
+  // --benchmark [KIND]: "data" runs the batch pipeline alone (benchmark.h); "" (no value) is the
+  // training-step benchmark (not implemented yet: exit 2).
+  std::optional<std::string> benchmark;
+  std::string workers;                 // --workers 1,2,4 (with --benchmark data)
+  double benchmark_seconds = 3.0;      // --benchmark-seconds: measured time per benchmark row
 };
 // Exit code 0, or 128 + signal when a stop signal ended training early (after its checkpoint).
 int run_command(const RunCommand& cmd);

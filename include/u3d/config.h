@@ -28,7 +28,7 @@ enum class OptimizerKind { kAdam, kAdamW, kSgd };
 enum class ScheduleKind { kConstant, kCosine, kPoly };
 enum class LossKind { kAuto, kL1, kMaskedL1, kMse, kMaskedMse, kDiceCe, kCe };
 enum class Monitor { kAuto, kValLoss, kValMetric };
-enum class CachePlacement { kMemory };
+enum class CachePlacement { kAuto, kGpu, kPinned, kMemory };
 enum class Tta { kNone, kFlips };
 enum class SaveErrorPolicy { kStop, kContinue };
 
@@ -50,12 +50,34 @@ struct DataConfig {
   Shape3 patch_size = {64, 64, 64};  // (D, H, W) voxels; a single number means a cube
   double foreground_fraction = 0.0;  // share of patches centred on a foreground voxel (nnU-Net: 0.33)
   std::string foreground = "auto";   // auto | target | mask | channel:NAME | labels:L1,L2,...
-  CachePlacement cache = CachePlacement::kMemory;
   bool preflight = true;             // read and check every train/val case in full before training
+  // Training cache (include/u3d/cache.h) and sampler threads (include/u3d/loader.h).
+  CachePlacement cache = CachePlacement::kAuto;  // auto: gpu when it fits in gpu_cache_share of free GPU memory, else pinned (memory on CPU)
+  double gpu_cache_share = 0.5;      // share of free GPU memory the gpu cache may take (auto)
+  bool cache_float16 = false;        // keep non-integer image channels and regression targets as float16 (lossy)
+  int64_t workers = 0;               // sampler threads; 0: cores - 1 (at least 1)
+  int64_t prefetch = 0;              // batches made ahead of the training loop (ready or in the making); 0: 2 x workers
+  double pad_value = 0.0;            // image value (normalised units) where an augmented patch reaches past the volume
 };
 
+// Training-patch augmentation; each transform has a probability (per sample) and a range. Spatial
+// transforms act on image, target and mask together; intensity transforms on image channels only.
 struct AugmentConfig {
   double flip_prob = 0.5;            // probability of mirroring, drawn per sample and per axis
+  std::vector<int64_t> flip_axes = {0, 1, 2};       // spatial axes that may be mirrored (0 D, 1 H, 2 W)
+  double rot90_prob = 0.0;           // probability of a rotation by 90, 180 or 270 degrees
+  std::vector<int64_t> rot90_plane = {1, 2};        // the two spatial axes of the rotation plane
+  double affine_prob = 0.0;          // probability of a random rotation and scaling
+  std::vector<double> affine_rotation = {30, 30, 30};  // max degrees about the D, H, W axes (uniform in [-a, a])
+  std::vector<double> affine_scale = {0.7, 1.4};    // zoom factor range (isotropic; > 1 magnifies)
+  double intensity_prob = 0.0;       // probability of x * scale + shift
+  std::vector<double> intensity_scale = {0.9, 1.1};
+  std::vector<double> intensity_shift = {-0.1, 0.1};  // normalised units
+  double gamma_prob = 0.0;           // probability of a gamma curve on the patch's [min, max]
+  std::vector<double> gamma_range = {0.7, 1.5};
+  double noise_prob = 0.0;           // probability of additive Gaussian noise
+  std::vector<double> noise_std = {0.0, 0.1};       // standard deviation range, normalised units
+  std::vector<std::string> intensity_channels;      // channels intensity, gamma and noise touch; empty: all
 };
 
 struct ModelConfig {

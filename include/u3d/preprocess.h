@@ -24,7 +24,24 @@ class Preprocessor {
   Preprocessor(const DataConfig& data, const DatasetInfo& info);
 
   // (C_file, D, H, W) raw -> (C, D, H, W) float32: selected channels, normalised.
+  // Equal to applying channel_affines() to select_channels(): (clamp(x) - sub) / div in float32.
   torch::Tensor image(const torch::Tensor& raw) const;
+
+  // The normalisation of one channel of one case as an affine map after an optional clamp, so a cache
+  // can keep raw values in a compact dtype and normalise crops later with the same result:
+  // normalised = (clamp(raw, lo, hi) - sub) / div, computed in float32.
+  struct ChannelAffine {
+    bool clamp = false;
+    double lo = 0, hi = 0;  // clamp bounds (clip:LO:HI)
+    float sub = 0, div = 1;
+  };
+  // (C_file, D, H, W) raw -> (C, D, H, W) float32: the selected channels, clamped where the
+  // normalisation is clip:LO:HI, not yet normalised.
+  torch::Tensor select_channels(const torch::Tensor& raw) const;
+  // Per selected channel of one case, from select_channels()'s result (zscore takes its statistics).
+  std::vector<ChannelAffine> channel_affines(const torch::Tensor& selected) const;
+  // Regression targets are divided by this for training (data.target_scale).
+  double target_scale() const { return target_scale_; }
   // Regression: (D, H, W) in target units -> (1, D, H, W) float32 divided by data.target_scale.
   // Segmentation: (D, H, W) uint8 labels, unchanged.
   torch::Tensor target(const torch::Tensor& raw) const;

@@ -43,6 +43,10 @@ class Rng {
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   }
   uint64_t state() const { return state_; }
+  // Value number k (0, 1, ...) of the stream that starts at `state` (a fresh Rng's state()), without
+  // drawing the ones before it: equal to the (k + 1)-th next_u64(). Lets a sample keep each random
+  // choice at a fixed position, which vectorised (device) samplers compute directly.
+  static constexpr uint64_t value_at(uint64_t state, uint64_t k) { return mix64(state + k * 0x9E3779B97F4A7C15ull); }
 
  private:
   uint64_t state_;

@@ -31,6 +31,14 @@ struct Runtime {
 Runtime init_runtime(const Config& cfg);
 // Threads for parallel host work (loading): training.threads, or cores - 1.
 int64_t host_threads(const Config& cfg);
+// Threads that load the training cache at start-up: training.threads, or one per core.
+int64_t loading_threads(const Config& cfg);
+// Sampler threads: data.workers, or cores - 1, at least 1.
+int64_t data_workers(const Config& cfg);
+// Makes LibTorch CPU ops called from the current (helper) thread run on this thread alone. LibTorch's
+// OpenMP pool is per calling thread: without this, every sampler or loading thread would start its
+// own team of cores threads for each large op and oversubscribe the machine.
+void use_one_intra_op_thread();
 
 // Peak memory so far: the CUDA caching allocator's peak on a CUDA device, else the process's peak
 // resident set (host RAM). `total`, when given, receives the device's memory (0 when unknown).

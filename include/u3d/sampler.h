@@ -1,4 +1,18 @@
-// Random training patches from the tensor cache, deterministic in (seed, epoch, sample index).
+// Random training patches from the stacked cache, deterministic in (seed, epoch, sample index).
+//
+// Sample i = step * batch_size + b of an epoch draws its case from a per-epoch shuffle of all cases
+// (every case once per pass) and everything else from its own stream Rng(seed, epoch, i), each
+// choice at a fixed position of the stream (SampleSlot), so a sample never depends on which thread,
+// worker count or device built it, and a resumed run sees the batches it would have seen.
+//
+// PatchSampler     on the CPU: plan() per sample, then exact strided copies (crop, mirror, rot90)
+//                  or resampling (affine) from the cache into a RawBatch. Thread-safe (const).
+// DeviceSampler    the same plans computed as tensor ops on the cache's device (the GPU for a gpu
+//                  cache): the counter-based stream, case table, crop origins, foreground choice
+//                  and one gather per field, all with static shapes and no host synchronisation, so
+//                  a step needs no host work and can be captured in a CUDA graph. Its integer
+//                  choices equal PatchSampler's bit for bit; affine coordinates agree to rounding.
+// BatchFinalizer   (augment.h) then normalises and applies the intensity transforms.
 #pragma once
 #include <torch/torch.h>
 
@@ -10,15 +24,6 @@
 
 namespace u3d {
 
-struct Batch {
-  torch::Tensor image;   // (N, C, d, h, w) float32
-  torch::Tensor target;  // regression: (N, 1, d, h, w) float32; segmentation: (N, d, h, w) int64
-  torch::Tensor mask;    // (N, 1, d, h, w) float32 in {0, 1}, or undefined
-  std::vector<int64_t> cases;  // cache index of each sample
-
-  Batch to(const torch::Device& device, bool non_blocking = false) const;
-};
-
 struct SamplerOptions {
   Shape3 patch = {64, 64, 64};
   int64_t batch_size = 2;
@@ -28,35 +33,117 @@ struct SamplerOptions {
   std::string foreground = "auto";     // data.foreground spec
   std::vector<std::string> channel_names;  // of the cached images, for foreground "channel:NAME"
   int64_t max_foreground_voxels = 10000;   // per case, subsampled deterministically (as nnU-Net)
+  double pad_value = 0.0;              // image value (normalised units) outside the volume
+};
+
+// Fixed positions of a sample's draws in its stream Rng(seed, epoch, index): Rng::value_at(slot).
+enum SampleSlot : uint64_t {
+  kSlotForeground = 0,  // bernoulli(foreground_fraction)
+  kSlotVoxel,           // which foreground voxel
+  kSlotOrigin,          // 3 slots: uniform crop origin per axis
+  kSlotFlip = kSlotOrigin + 3,  // 3 slots: mirror per axis
+  kSlotRot90 = kSlotFlip + 3,   // apply, then k - 1 in {0, 1, 2}
+  kSlotAffine = kSlotRot90 + 2, // apply, 3 angles, scale
+  kSlotIntensity = kSlotAffine + 5,  // apply, scale, shift
+  kSlotGamma = kSlotIntensity + 3,   // apply, gamma
+  kSlotNoise = kSlotGamma + 2,       // apply, standard deviation
+  kSlotCount = kSlotNoise + 2
+};
+
+// Everything one sample's randomness decided.
+struct SamplePlan {
+  int64_t index = 0;       // sample index in the epoch
+  int64_t case_index = 0;  // in the cache
+  bool centred = false;    // centred on a foreground voxel
+  PatchTransform transform;
+  bool affine = false;     // transform.matrix is not a signed permutation
+  double scale = 1, shift = 0, gamma = 1, noise_std = 0;  // intensity parameters (identity when not drawn)
 };
 
 class PatchSampler {
  public:
-  // ConfigError when the patch is larger than a case (naming the case and both shapes).
+  // ConfigError when the patch is larger than a case (naming the case and both shapes) or a
+  // foreground spec does not fit. Keeps a reference to `cache`.
+  PatchSampler(const StackedCache& cache, SamplerOptions options);
+  // Builds and owns a StackedCache from evaluation-form cases (tests, small in-memory data).
   PatchSampler(const TensorCache& cache, SamplerOptions options);
 
-  // Batch `step` of `epoch`. Sample i = step * batch_size + b draws its case from a per-epoch
-  // shuffle of all cases (every case once per pass) and its crop origin and augmentation from
-  // Rng(seed, epoch, i): the result never depends on call order or threads. With
-  // foreground_fraction > 0, a sample is centred on a random foreground voxel of its case with that
-  // probability (cases without foreground fall back to a uniform crop; a warning names them once).
+  // The finished batch `step` of `epoch` on the CPU: raw_batch() then the finalizer.
   Batch batch(int64_t epoch, int64_t step) const;
-  // One sample (exposed for tests): sample index i of `epoch`.
+  // One finished sample (sample index i of `epoch`).
   Sample sample(int64_t epoch, int64_t index, int64_t* case_index = nullptr) const;
 
-  const SamplerOptions& options() const { return options_; }
-
- private:
+  SamplePlan plan(int64_t epoch, int64_t index) const;
+  // A CPU raw batch of the right shapes and dtypes (pinned: page-locked, for staging).
+  RawBatch allocate_raw(bool pinned = false) const;
+  // Fills `out` (from allocate_raw) with batch `step` of `epoch`. A failure is a DataError naming the
+  // case. Fault injection for tests: with the environment variable U3D_FAULT_SAMPLER_CASE=<case id>
+  // set when the sampler is built, every sample of that case fails.
+  void fill_raw(int64_t epoch, int64_t step, RawBatch& out) const;
+  RawBatch raw_batch(int64_t epoch, int64_t step) const;
+  // Case index of sample `index` of `epoch`.
   int64_t case_for(int64_t epoch, int64_t index) const;
 
-  const TensorCache& cache_;
+  const SamplerOptions& options() const { return options_; }
+  const StackedCache& cache() const { return *cache_; }
+  const BatchFinalizer& finalizer() const { return *finalizer_; }
+  // Per case: (K, 3) int64 foreground voxel coordinates (D, H, W); empty when not oversampling.
+  const std::vector<torch::Tensor>& foreground() const { return foreground_; }
+  // Input channels the intensity transforms touch (augment.intensity_channels resolved).
+  const std::vector<int64_t>& intensity_channels() const { return intensity_channels_; }
+  bool affine_enabled() const { return options_.augment.affine_prob > 0; }
+
+ private:
+  void init();
+  void fill_sample(const SamplePlan& p, RawBatch& out, int64_t b) const;
+
+  std::shared_ptr<StackedCache> owned_;
+  const StackedCache* cache_;
   SamplerOptions options_;
-  std::vector<torch::Tensor> foreground_;  // per case: (K, 3) int64 voxel coordinates (D, H, W)
+  std::vector<torch::Tensor> foreground_;
+  std::vector<int64_t> intensity_channels_;
+  std::unique_ptr<BatchFinalizer> finalizer_;
+  std::string fault_case_;  // U3D_FAULT_SAMPLER_CASE: filling this case fails (fault-injection tests)
+};
+
+// Sampling on the cache's device with tensor ops (see the file comment). The cache must outlive it.
+class DeviceSampler {
+ public:
+  explicit DeviceSampler(const PatchSampler& host);
+
+  // Uploads the case order of `epoch` (one small copy per epoch).
+  void set_epoch(int64_t epoch, int64_t steps_per_epoch);
+  // Raw batch `step` (a 0-dim int64 tensor on the device, or a number) of the current epoch, on the device.
+  RawBatch raw_batch(const torch::Tensor& step) const;
+  RawBatch raw_batch(int64_t step) const;
+  // raw_batch then the finalizer.
+  Batch batch(int64_t step) const;
+  int64_t epoch() const { return epoch_; }
+
+ private:
+  const PatchSampler& host_;
+  torch::Device device_;
+  int64_t epoch_ = -1;
+  torch::Tensor epoch_cases_;   // (steps * batch,) int64 case per sample index of the epoch
+  torch::Tensor geometry_;      // (N_cases, 4) int64: voxel offset, D, H, W
+  torch::Tensor fg_voxels_;     // (sum K, 3) int64
+  torch::Tensor fg_offset_, fg_count_;  // (N_cases,) int64
+  torch::Tensor rot_matrices_;  // (4, 3, 3) float64: rot90 by k
+  torch::Tensor pad_raw_;       // (N_cases, C) float32: pad value in raw units per case and channel
+  std::vector<torch::Tensor> field_pad_;  // per image field: (N_cases, Cf) float32
+  // Constants made once, so a step issues device work only (no host-to-device copies).
+  torch::Tensor epoch_key_;     // 0-dim int64: the epoch's part of every sample's stream seed
+  torch::Tensor offsets_;       // (S, 3) float32: patch voxel offsets p - pc
+  torch::Tensor patch_, half_;  // (1, 3), (3,) int64: patch size and patch / 2
+  torch::Tensor corners_;       // (8, 1, 1, 3) int64: trilinear tap offsets
+  std::vector<torch::Tensor> field_channel_;  // per field (image fields, target, mask): (1, Cf, 1) int64 0..Cf-1
 };
 
 // Foreground voxels of one case under a data.foreground spec, as a (D, H, W) bool tensor.
 // ConfigError when the spec does not fit the case (no mask, unknown channel, labels on regression).
 torch::Tensor foreground_mask(const CachedCase& c, const std::string& spec,
+                              const std::vector<std::string>& channel_names);
+torch::Tensor foreground_mask(const StackedCache& cache, int64_t i, const std::string& spec,
                               const std::vector<std::string>& channel_names);
 
 }  // namespace u3d

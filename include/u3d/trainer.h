@@ -22,6 +22,7 @@
 #include "u3d/checkpoint.h"
 #include "u3d/config.h"
 #include "u3d/dataset.h"
+#include "u3d/loader.h"
 #include "u3d/logging.h"
 #include "u3d/losses.h"
 #include "u3d/metrics.h"
@@ -46,7 +47,7 @@ struct TrainOptions {
 struct EpochStats {
   double train_loss = 0;
   double seconds = 0;
-  double data_seconds = 0;  // time the loop spent getting batches
+  double data_seconds = 0;  // time the loop waited for batches (BatchLoader::wait_seconds)
   int64_t samples = 0;
   int64_t skipped = 0;      // steps skipped for a non-finite loss or gradient norm
 };
@@ -108,8 +109,10 @@ class Trainer {
   Runtime runtime_;
   std::unique_ptr<DatasetReader> reader_;
   std::unique_ptr<Preprocessor> pre_;
-  std::unique_ptr<TensorCache> train_cache_, val_cache_;
+  std::unique_ptr<StackedCache> train_cache_;
+  std::unique_ptr<TensorCache> val_cache_;
   std::unique_ptr<PatchSampler> sampler_;
+  std::unique_ptr<BatchLoader> loader_;  // after sampler_: destroyed (threads joined) first
   Network net_;
   std::unique_ptr<Loss> loss_;
   std::unique_ptr<Optimizer> optimizer_;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "u3d/benchmark.h"
 #include "u3d/config.h"
 #include "u3d/errors.h"
 #include "u3d/logging.h"
@@ -45,8 +46,27 @@ int run_command(const RunCommand& cmd) {
   if (!cmd.allow_config_change.empty() && !cmd.resume) {
     throw UsageError("--allow-config-change only applies with --resume");
   }
+  if (cmd.benchmark && (cmd.predict_only || cmd.resume)) {
+    throw UsageError("--benchmark cannot be combined with --predict-only or --resume");
+  }
+  if (!cmd.workers.empty() && cmd.benchmark != std::optional<std::string>("data")) {
+    throw UsageError("--workers goes with --benchmark data");
+  }
+  if (cmd.benchmark && *cmd.benchmark != "data") {
+    if (cmd.benchmark->empty()) {
+      throw UsageError("--benchmark without a value (the training-step benchmark) is not implemented yet; "
+                       "--benchmark data runs the batch pipeline alone");
+    }
+    throw UsageError(fmt::format("--benchmark '{}': expected data, or no value for the training step", *cmd.benchmark));
+  }
   Config cfg = load_config(cmd.config, cmd.overrides);
   init_console_logging(cfg.logging.level);
+  if (cmd.benchmark) {
+    DataBenchmarkOptions o;
+    if (!cmd.workers.empty()) o.workers = parse_worker_list(cmd.workers);
+    o.seconds = cmd.benchmark_seconds;
+    return data_benchmark_command(cfg, o);
+  }
   if (cmd.predict_only) {
     run_prediction(cfg, cmd.checkpoint);
     return kExitOk;

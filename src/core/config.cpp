@@ -49,7 +49,8 @@ U3D_ENUM_NAMES(LossKind, {LossKind::kAuto, "auto"}, {LossKind::kL1, "l1"}, {Loss
                {LossKind::kCe, "ce"})
 U3D_ENUM_NAMES(Monitor, {Monitor::kAuto, "auto"}, {Monitor::kValLoss, "val_loss"},
                {Monitor::kValMetric, "val_metric"})
-U3D_ENUM_NAMES(CachePlacement, {CachePlacement::kMemory, "memory"})
+U3D_ENUM_NAMES(CachePlacement, {CachePlacement::kAuto, "auto"}, {CachePlacement::kGpu, "gpu"},
+               {CachePlacement::kPinned, "pinned"}, {CachePlacement::kMemory, "memory"})
 U3D_ENUM_NAMES(Tta, {Tta::kNone, "none"}, {Tta::kFlips, "flips"})
 U3D_ENUM_NAMES(SaveErrorPolicy, {SaveErrorPolicy::kStop, "stop"}, {SaveErrorPolicy::kContinue, "continue"})
 #undef U3D_ENUM_NAMES
@@ -261,6 +262,26 @@ Check<std::vector<double>> betas_check() {
   };
 }
 
+// [lo, hi] with lo <= hi, both within [min, max].
+Check<std::vector<double>> range_check(double min, double max) {
+  return [min, max](const std::vector<double>& v) {
+    if (v.size() != 2 || v[0] > v[1]) return std::string("expected [low, high] with low <= high");
+    if (v[0] < min || v[1] > max) return fmt::format("both ends must be in [{}, {}]", min, max);
+    return std::string();
+  };
+}
+// Spatial axes 0 (D), 1 (H), 2 (W), each at most once; `count` of them, or any number when 0.
+Check<std::vector<int64_t>> axes_check(size_t count) {
+  return [count](const std::vector<int64_t>& v) {
+    if (count > 0 && v.size() != count) return fmt::format("expected {} distinct axes out of 0, 1, 2", count);
+    std::set<int64_t> seen;
+    for (int64_t a : v) {
+      if (a < 0 || a > 2 || !seen.insert(a).second) return std::string("axes are distinct values out of 0, 1, 2");
+    }
+    return std::string();
+  };
+}
+
 // One normalisation spec: none | zscore | clip:LO:HI | scale:S. Returns "" or the problem.
 std::string check_norm_spec(const std::string& spec) {
   if (spec == "none" || spec == "zscore") return "";
@@ -380,13 +401,70 @@ const std::vector<Option>& option_table() {
                   "What is foreground: auto (labels > 0, or target > 0 for regression) | target | mask | "
                   "channel:NAME (input channel above its minimum) | labels:L1,L2,...",
                   Check<std::string>(check_foreground_spec)),
-      make_option("data.cache", &C::data, &DataConfig::cache, "Where the training split is kept"),
       make_option("data.preflight", &C::data, &DataConfig::preflight,
                   "Read every train and validation case in full and check it before training (as `trainer "
                   "check-data`); an error stops the run before it starts"),
+      make_option("data.cache", &C::data, &DataConfig::cache,
+                  "Where the training split is kept: gpu (whole split in GPU memory, sampling on the GPU), pinned "
+                  "(page-locked RAM), memory; auto: gpu when it fits in data.gpu_cache_share of free GPU memory, "
+                  "else pinned (memory when training on CPU)"),
+      make_option("data.gpu_cache_share", &C::data, &DataConfig::gpu_cache_share,
+                  "Share of free GPU memory that data.cache: auto may give the cache", in_range(0.0, 1.0)),
+      make_option("data.cache_float16", &C::data, &DataConfig::cache_float16,
+                  "Keep non-integer image channels and regression targets as float16 (halves them; lossy). "
+                  "Integer channels (CT in HU, masks) are always kept exactly as int16/uint8"),
+      make_option("data.workers", &C::data, &DataConfig::workers,
+                  "Sampler threads filling the batch queue; 0: cores - 1 (at least 1)", at_least<int64_t>(0)),
+      make_option("data.prefetch", &C::data, &DataConfig::prefetch,
+                  "Batches made ahead of the training loop (ready or in the making); at most this many threads "
+                  "work at once; 0: twice data.workers",
+                  at_least<int64_t>(0)),
+      make_option("data.pad_value", &C::data, &DataConfig::pad_value,
+                  "Image value (normalised units) where an affine-augmented patch reaches past the volume; "
+                  "targets, labels and masks are padded with 0"),
       // augment
       make_option("augment.flip_prob", &C::augment, &AugmentConfig::flip_prob,
                   "Probability of mirroring each axis of a training patch", in_range(0.0, 1.0)),
+      make_option("augment.flip_axes", &C::augment, &AugmentConfig::flip_axes,
+                  "Spatial axes that may be mirrored (0 D, 1 H, 2 W)", axes_check(0)),
+      make_option("augment.rot90_prob", &C::augment, &AugmentConfig::rot90_prob,
+                  "Probability of rotating a patch by 90, 180 or 270 degrees (equally likely) in rot90_plane",
+                  in_range(0.0, 1.0)),
+      make_option("augment.rot90_plane", &C::augment, &AugmentConfig::rot90_plane,
+                  "Two spatial axes spanning the rot90 plane; the patch must be square in them", axes_check(2)),
+      make_option("augment.affine_prob", &C::augment, &AugmentConfig::affine_prob,
+                  "Probability of a random rotation and scaling (trilinear for images and regression targets, "
+                  "nearest for labels and masks)",
+                  in_range(0.0, 1.0)),
+      make_option("augment.affine_rotation", &C::augment, &AugmentConfig::affine_rotation,
+                  "Largest rotation in degrees about the D, H and W axes (each drawn uniformly in [-a, a])",
+                  Check<std::vector<double>>([](const std::vector<double>& v) {
+                    if (v.size() != 3) return std::string("expected three angles [D, H, W] in degrees");
+                    for (double a : v) {
+                      if (a < 0 || a > 180) return std::string("each angle must be in [0, 180]");
+                    }
+                    return std::string();
+                  })),
+      make_option("augment.affine_scale", &C::augment, &AugmentConfig::affine_scale,
+                  "Range of the zoom factor [low, high] (isotropic; > 1 magnifies)", range_check(0.05, 20.0)),
+      make_option("augment.intensity_prob", &C::augment, &AugmentConfig::intensity_prob,
+                  "Probability of x * scale + shift on the intensity channels", in_range(0.0, 1.0)),
+      make_option("augment.intensity_scale", &C::augment, &AugmentConfig::intensity_scale,
+                  "Range of the multiplicative factor", range_check(0.0, 100.0)),
+      make_option("augment.intensity_shift", &C::augment, &AugmentConfig::intensity_shift,
+                  "Range of the additive shift (normalised units)", range_check(-1e6, 1e6)),
+      make_option("augment.gamma_prob", &C::augment, &AugmentConfig::gamma_prob,
+                  "Probability of a gamma curve: x mapped to [0, 1] over the patch's range, raised to gamma, "
+                  "mapped back",
+                  in_range(0.0, 1.0)),
+      make_option("augment.gamma_range", &C::augment, &AugmentConfig::gamma_range, "Range of gamma",
+                  range_check(0.01, 100.0)),
+      make_option("augment.noise_prob", &C::augment, &AugmentConfig::noise_prob,
+                  "Probability of additive Gaussian noise", in_range(0.0, 1.0)),
+      make_option("augment.noise_std", &C::augment, &AugmentConfig::noise_std,
+                  "Range of the noise standard deviation (normalised units)", range_check(0.0, 1e6)),
+      make_option("augment.intensity_channels", &C::augment, &AugmentConfig::intensity_channels,
+                  "Input channels that intensity, gamma and noise change (e.g. [ct]); empty: all"),
       // model
       make_option("model.architecture", &C::model, &ModelConfig::architecture, "Network family"),
       make_option("model.levels", &C::model, &ModelConfig::levels, "Resolution stages of the U-Net",
@@ -686,6 +764,14 @@ void validate(const Config& cfg) {
   if (m.output_activation != OutputActivation::kNone && cfg.training.loss == LossKind::kDiceCe) {
     throw ConfigError(fmt::format("{}: model.output_activation: must be none with training.loss = dice_ce",
                                   origin_of(cfg, "model.output_activation")));
+  }
+  const auto& rp = cfg.augment.rot90_plane;
+  if (cfg.augment.rot90_prob > 0 && cfg.data.patch_size[static_cast<size_t>(rp[0])] !=
+                                        cfg.data.patch_size[static_cast<size_t>(rp[1])]) {
+    throw ConfigError(fmt::format("{}: augment.rot90_plane: the patch {} is not square in axes {} and {}; rotating "
+                                  "by 90 degrees needs equal patch sizes there",
+                                  origin_of(cfg, "augment.rot90_plane"), Codec<Shape3>::format(cfg.data.patch_size),
+                                  rp[0], rp[1]));
   }
   if (cfg.training.min_lr > cfg.training.lr) {
     throw ConfigError(fmt::format("{}: training.min_lr: {} is above training.lr = {}",

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <sys/resource.h>
+#include <dlfcn.h>
 
 #include <thread>
 
@@ -24,6 +25,27 @@ int64_t host_threads(const Config& cfg) {
   if (cfg.training.threads > 0) return cfg.training.threads;
   const int64_t cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
   return std::max<int64_t>(1, cores - 1);
+}
+
+int64_t loading_threads(const Config& cfg) {
+  if (cfg.training.threads > 0) return cfg.training.threads;
+  return static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+int64_t data_workers(const Config& cfg) {
+  if (cfg.data.workers > 0) return cfg.data.workers;
+  const int64_t cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max<int64_t>(1, cores - 1);
+}
+
+void use_one_intra_op_thread() {
+  // First let ATen initialise this thread's settings (it would otherwise reset them on its first
+  // parallel op), then set the calling thread's OpenMP team size in the OpenMP runtime LibTorch
+  // loaded (looked up at run time: the wheel bundles its own libgomp).
+  (void)at::get_num_threads();
+  using SetThreads = void (*)(int);
+  static const auto set_threads = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+  if (set_threads) set_threads(1);
 }
 
 Runtime init_runtime(const Config& cfg) {

@@ -1,51 +1,181 @@
 #include "u3d/cache.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cmath>
 #include <exception>
+#include <fstream>
+#include <functional>
 #include <mutex>
 #include <thread>
 
+#include "u3d/errors.h"
+#include "u3d/files.h"
+#include "u3d/run.h"
+
+#include <cuda_runtime_api.h>
+
 namespace u3d {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Runs fn(i) for i in [0, n) on up to `threads` threads; the first exception stops the others from
+// starting new items and is rethrown here.
+void parallel_items(int64_t n, int64_t threads, const std::function<void(int64_t)>& fn) {
+  std::atomic<int64_t> next{0};
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto worker = [&] {
+    use_one_intra_op_thread();
+    while (!failed.load()) {
+      const int64_t i = next.fetch_add(1);
+      if (i >= n) return;
+      try {
+        fn(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+        failed = true;
+      }
+    }
+  };
+  const int64_t count = std::max<int64_t>(1, std::min<int64_t>(threads, n));
+  std::vector<std::thread> pool;
+  for (int64_t t = 0; t < count; ++t) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+// Smallest exact storage of a channel: 0 uint8, 1 int16, 2 floating point.
+enum Compact : int { kCompactUInt8 = 0, kCompactInt16 = 1, kCompactFloat = 2 };
+
+Compact compact_kind(const torch::Tensor& x) {  // float32, contiguous
+  const float* p = x.data_ptr<float>();
+  const int64_t n = x.numel();
+  float lo = 0, hi = 0;
+  bool integral = true;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = p[i];
+    integral = integral && v == std::nearbyint(v);
+    lo = i == 0 ? v : std::min(lo, v);
+    hi = i == 0 ? v : std::max(hi, v);
+  }
+  if (!integral) return kCompactFloat;
+  if (lo >= 0 && hi <= 255) return kCompactUInt8;
+  if (lo >= -32768 && hi <= 32767) return kCompactInt16;
+  return kCompactFloat;
+}
+
+torch::ScalarType compact_dtype(int kind, bool float16) {
+  switch (kind) {
+    case kCompactUInt8: return torch::kUInt8;
+    case kCompactInt16: return torch::kInt16;
+    default: return float16 ? torch::kHalf : torch::kFloat;
+  }
+}
+
+std::string dtype_name(torch::ScalarType t) {
+  switch (t) {
+    case torch::kUInt8: return "uint8";
+    case torch::kInt16: return "int16";
+    case torch::kHalf: return "float16";
+    case torch::kFloat: return "float32";
+    default: return c10::toString(t);
+  }
+}
+
+// One case as read, before it is copied into the arena.
+struct LoadedCase {
+  std::string id;
+  Shape3 shape{};
+  std::vector<torch::Tensor> channels;  // per input channel: (D, H, W) in its own compact dtype
+  std::vector<int> kinds;               // Compact per channel
+  std::vector<float> sub, div;          // normalisation per channel
+  torch::Tensor target;                 // (D, H, W) float32 raw target, or uint8 labels; or undefined
+  torch::Tensor mask;                   // (D, H, W) uint8, or undefined
+  double target_sum = 0, target_count = 0;
+  double read_seconds = 0;  // HDF5 read and decompression
+};
+
+LoadedCase load_case(const DatasetReader& reader, const std::string& id, const Preprocessor& pre, bool float16) {
+  const auto t0 = Clock::now();
+  CaseData raw = reader.read_case(id);
+  LoadedCase c;
+  c.read_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  c.id = id;
+  torch::Tensor x = pre.select_channels(raw.image);  // (C, D, H, W) float32, clamped
+  raw.image = torch::Tensor();
+  const auto affines = pre.channel_affines(x);
+  c.shape = {x.size(1), x.size(2), x.size(3)};
+  for (int64_t ch = 0; ch < x.size(0); ++ch) {
+    const torch::Tensor v = x[ch].contiguous();
+    const int kind = compact_kind(v);
+    c.kinds.push_back(kind);
+    c.channels.push_back(v.to(compact_dtype(kind, float16)));
+    c.sub.push_back(affines[static_cast<size_t>(ch)].sub);
+    c.div.push_back(affines[static_cast<size_t>(ch)].div);
+  }
+  if (raw.target.defined()) {
+    c.target = raw.target;  // float32 target units, or uint8 labels
+    if (pre.task() == Task::kDose) {
+      if (raw.mask.defined()) {
+        const auto m = raw.mask.to(torch::kBool);
+        c.target_sum = raw.target.masked_select(m).sum(torch::kDouble).item<double>();
+        c.target_count = static_cast<double>(m.sum().item<int64_t>());
+      } else {
+        c.target_sum = raw.target.sum(torch::kDouble).item<double>();
+        c.target_count = static_cast<double>(raw.target.numel());
+      }
+    }
+  }
+  if (raw.mask.defined()) c.mask = raw.mask.to(torch::kUInt8);
+  return c;
+}
+
+int64_t voxels(const Shape3& s) { return s[0] * s[1] * s[2]; }
+
+torch::TensorOptions arena_options(torch::ScalarType dtype, CachePlacement placement, const torch::Device& device) {
+  auto o = torch::TensorOptions().dtype(dtype);
+  if (placement == CachePlacement::kGpu) return o.device(device);
+  if (placement == CachePlacement::kPinned) return o.pinned_memory(true);
+  return o;
+}
+
+std::string placement_text(CachePlacement p) {
+  switch (p) {
+    case CachePlacement::kGpu: return "GPU memory";
+    case CachePlacement::kPinned: return "page-locked RAM";
+    default: return "RAM";
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// TensorCache
 
 TensorCache TensorCache::load(const DatasetReader& reader, const std::vector<std::string>& ids,
                               const Preprocessor& pre, int64_t threads) {
   TensorCache cache;
   cache.cases_.resize(ids.size());
-  std::atomic<size_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  auto worker = [&] {
-    while (true) {
-      const size_t i = next.fetch_add(1);
-      if (i >= ids.size()) return;
-      {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (error) return;
-      }
-      try {
-        CaseData raw = reader.read_case(ids[i]);
-        CachedCase c;
-        c.id = raw.id;
-        c.spacing = raw.spacing;
-        c.image = pre.image(raw.image);
-        if (raw.target.defined()) {
-          c.target = pre.target(raw.target);
-          if (pre.task() == Task::kDose) c.raw_target = raw.target;
-        }
-        if (raw.mask.defined()) c.mask = raw.mask.unsqueeze(0);
-        cache.cases_[i] = std::move(c);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-      }
+  parallel_items(static_cast<int64_t>(ids.size()), threads, [&](int64_t i) {
+    CaseData raw = reader.read_case(ids[static_cast<size_t>(i)]);
+    CachedCase c;
+    c.id = raw.id;
+    c.spacing = raw.spacing;
+    c.image = pre.image(raw.image);
+    if (raw.target.defined()) {
+      c.target = pre.target(raw.target);
+      if (pre.task() == Task::kDose) c.raw_target = raw.target;
     }
-  };
-  const int64_t n = std::max<int64_t>(1, std::min<int64_t>(threads, static_cast<int64_t>(ids.size())));
-  std::vector<std::thread> pool;
-  for (int64_t t = 0; t < n; ++t) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
+    if (raw.mask.defined()) c.mask = raw.mask.unsqueeze(0);
+    cache.cases_[static_cast<size_t>(i)] = std::move(c);
+  });
   return cache;
 }
 
@@ -89,6 +219,316 @@ Shape3 TensorCache::min_shape() const {
     for (int a = 0; a < 3; ++a) s[a] = std::min(s[a], c.image.size(a + 1));
   }
   return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// StackedCache
+
+std::string CacheField::name() const {
+  switch (kind) {
+    case FieldKind::kTarget: return "target";
+    case FieldKind::kMask: return "mask";
+    default: return channels.size() == 1 ? fmt::format("image[channel {}]", channels[0])
+                                         : fmt::format("image[{} channels]", channels.size());
+  }
+}
+
+// Builds a StackedCache from loaded cases: dtypes per channel over all cases, arena allocation,
+// parallel copy (each case's temporaries are released once copied).
+class StackedCacheBuilder {
+ public:
+  static StackedCache build(std::vector<LoadedCase>& cases, bool segmentation, double target_scale,
+                            CachePlacement placement, const torch::Device& device, bool float16, int64_t threads,
+                            int64_t available) {
+    StackedCache s;
+    s.placement_ = placement;
+    s.device_ = placement == CachePlacement::kGpu ? device : torch::Device(torch::kCPU);
+    s.segmentation_ = segmentation;
+    s.target_scale_ = target_scale;
+    const int64_t n = static_cast<int64_t>(cases.size());
+    const int64_t channels = static_cast<int64_t>(cases.front().channels.size());
+    s.in_channels_ = channels;
+    s.offsets_.push_back(0);
+    double target_sum = 0, target_count = 0;
+    bool all_targets = true, all_masks = true;
+    for (const auto& c : cases) {
+      if (static_cast<int64_t>(c.channels.size()) != channels) {
+        throw DataError(fmt::format("case '{}' has {} input channels; the others have {}", c.id, c.channels.size(),
+                                    channels));
+      }
+      s.ids_.push_back(c.id);
+      s.shapes_.push_back(c.shape);
+      s.offsets_.push_back(s.offsets_.back() + voxels(c.shape));
+      target_sum += c.target_sum;
+      target_count += c.target_count;
+      all_targets = all_targets && c.target.defined();
+      all_masks = all_masks && c.mask.defined();
+    }
+    s.target_mean_ = target_count > 0 ? target_sum / target_count : 0.0;
+    const int64_t total = s.offsets_.back();
+
+    // Channel dtypes: the widest kind any case needs.
+    std::vector<int> kind(static_cast<size_t>(channels), kCompactUInt8);
+    for (const auto& c : cases) {
+      for (int64_t ch = 0; ch < channels; ++ch) {
+        kind[static_cast<size_t>(ch)] = std::max(kind[static_cast<size_t>(ch)], c.kinds[static_cast<size_t>(ch)]);
+      }
+    }
+    std::vector<std::pair<CacheField*, int64_t>> planned;  // field, bytes per voxel
+    for (int k = kCompactUInt8; k <= kCompactFloat; ++k) {
+      CacheField f;
+      f.kind = FieldKind::kImage;
+      f.dtype = compact_dtype(k, float16);
+      for (int64_t ch = 0; ch < channels; ++ch) {
+        if (kind[static_cast<size_t>(ch)] == k) f.channels.push_back(ch);
+      }
+      if (!f.channels.empty()) s.image_fields_.push_back(f);
+    }
+    if (all_targets) {
+      s.target_.kind = FieldKind::kTarget;
+      s.target_.dtype = segmentation ? torch::kUInt8 : (float16 ? torch::kHalf : torch::kFloat);
+      s.target_.channels = {0};
+    }
+    if (all_masks) {
+      s.mask_.kind = FieldKind::kMask;
+      s.mask_.dtype = torch::kUInt8;
+      s.mask_.channels = {0};
+    }
+    int64_t needed = 0;
+    std::vector<CacheField*> fields;
+    for (auto& f : s.image_fields_) fields.push_back(&f);
+    if (all_targets) fields.push_back(&s.target_);
+    if (all_masks) fields.push_back(&s.mask_);
+    for (auto* f : fields) needed += total * f->channel_count() * static_cast<int64_t>(c10::elementSize(f->dtype));
+    try {
+      for (auto* f : fields) {
+        f->arena = torch::empty({total * f->channel_count()}, arena_options(f->dtype, placement, s.device_));
+      }
+    } catch (const std::exception& e) {
+      throw DataError(fmt::format("data.cache: the training split needs {} of {} but it cannot be allocated ({} "
+                                  "available): {}; use data.cache: memory, data.cache_float16: true or a smaller "
+                                  "split",
+                                  human_bytes(static_cast<double>(needed)), placement_text(placement),
+                                  available >= 0 ? human_bytes(static_cast<double>(available)) : "unknown",
+                                  std::string(e.what()).substr(0, std::string(e.what()).find('\n'))));
+    }
+
+    // Normalisation tables and the copy into the arena.
+    s.norm_sub_ = torch::empty({n, channels}, torch::kFloat);
+    s.norm_div_ = torch::empty({n, channels}, torch::kFloat);
+    parallel_items(n, threads, [&](int64_t i) {
+      LoadedCase& c = cases[static_cast<size_t>(i)];
+      std::copy(c.sub.begin(), c.sub.end(), s.norm_sub_.data_ptr<float>() + i * channels);
+      std::copy(c.div.begin(), c.div.end(), s.norm_div_.data_ptr<float>() + i * channels);
+      for (const auto& f : s.image_fields_) {
+        const torch::Tensor dst = s.view(f, i);  // (Cf, D, H, W)
+        for (int64_t k = 0; k < f.channel_count(); ++k) {
+          dst[k].copy_(c.channels[static_cast<size_t>(f.channels[static_cast<size_t>(k)])]);
+        }
+      }
+      if (s.target()) s.view(s.target_, i)[0].copy_(c.target);
+      if (s.mask()) s.view(s.mask_, i)[0].copy_(c.mask);
+      c = LoadedCase{};  // release the temporaries
+    });
+    return s;
+  }
+};
+
+int64_t available_bytes(CachePlacement placement, const torch::Device& device) {
+  if (placement == CachePlacement::kGpu) {
+    if (!torch::cuda::is_available() || !device.is_cuda()) return 0;
+    size_t free = 0, total = 0;
+    const int index = device.has_index() ? device.index() : 0;
+    int previous = 0;
+    U3D_CHECK_CUDA(cudaGetDevice(&previous));
+    U3D_CHECK_CUDA(cudaSetDevice(index));
+    U3D_CHECK_CUDA(cudaMemGetInfo(&free, &total));
+    U3D_CHECK_CUDA(cudaSetDevice(previous));
+    return static_cast<int64_t>(free);
+  }
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t value = 0;
+  std::string unit;
+  while (meminfo >> key >> value >> unit) {
+    if (key == "MemAvailable:") return value * 1024;
+  }
+  return -1;
+}
+
+CachePlacement resolve_placement(CachePlacement requested, double gpu_share, const torch::Device& device,
+                                 int64_t needed_bytes) {
+  if (!device.is_cuda()) {
+    if (requested == CachePlacement::kGpu) {
+      throw ConfigError("data.cache: gpu needs training on a CUDA device, but this run trains on the CPU; use auto, "
+                        "pinned or memory");
+    }
+    return requested == CachePlacement::kAuto ? CachePlacement::kMemory : requested;
+  }
+  if (requested != CachePlacement::kAuto) return requested;
+  const int64_t free = available_bytes(CachePlacement::kGpu, device);
+  const bool fits = static_cast<double>(needed_bytes) <= gpu_share * static_cast<double>(free);
+  spdlog::info("data.cache: auto: the cache needs about {}; {:.0f}% of the {} free GPU memory is {} -> {}",
+               human_bytes(static_cast<double>(needed_bytes)), gpu_share * 100, human_bytes(static_cast<double>(free)),
+               human_bytes(gpu_share * static_cast<double>(free)), fits ? "gpu" : "pinned");
+  return fits ? CachePlacement::kGpu : CachePlacement::kPinned;
+}
+
+int64_t estimate_cache_bytes(const DatasetReader& reader, const std::vector<std::string>& ids,
+                             const Preprocessor& pre, bool float16) {
+  if (ids.empty()) return 0;
+  const LoadedCase first = load_case(reader, ids.front(), pre, float16);
+  int64_t per_voxel = 0;
+  for (int kind : first.kinds) per_voxel += static_cast<int64_t>(c10::elementSize(compact_dtype(kind, float16)));
+  if (first.target.defined()) {
+    per_voxel += first.target.scalar_type() == torch::kUInt8 ? 1 : (float16 ? 2 : 4);
+  }
+  if (first.mask.defined()) per_voxel += 1;
+  int64_t total = 0;
+  for (const auto& id : ids) total += voxels(reader.case_shape(id));
+  return total * per_voxel;
+}
+
+StackedCache StackedCache::load(const DatasetReader& reader, const std::vector<std::string>& ids,
+                                const Preprocessor& pre, const CacheOptions& options) {
+  if (ids.empty()) throw ConfigError("data: the training split holds no cases");
+  const auto t0 = Clock::now();
+  // Fit check before reading everything: the first case's dtypes times every case's size. A pinned
+  // cache briefly needs twice that in RAM while loading (pageable temporaries + page-locked arena).
+  const int64_t estimate = estimate_cache_bytes(reader, ids, pre, options.float16);
+  CachePlacement placement = resolve_placement(options.placement, options.gpu_share, options.device, estimate);
+  if (placement == CachePlacement::kPinned && !torch::cuda::is_available()) {
+    spdlog::warn("data.cache: pinned needs CUDA (the CUDA driver allocates page-locked memory) and no CUDA device "
+                 "is available; the cache is kept in ordinary memory");
+    placement = CachePlacement::kMemory;
+  }
+  if (placement == CachePlacement::kGpu && (!torch::cuda::is_available() || !options.device.is_cuda())) {
+    throw ConfigError("data.cache: gpu needs a CUDA device and none is available; use auto, pinned or memory");
+  }
+  int64_t available = available_bytes(placement, options.device);
+  if (options.limit_bytes >= 0) available = available < 0 ? options.limit_bytes : std::min(available, options.limit_bytes);
+  const int64_t host_need = placement == CachePlacement::kPinned ? 2 * estimate : estimate;
+  const int64_t need = placement == CachePlacement::kGpu ? estimate : host_need;
+  if (available >= 0 && need > available) {
+    throw DataError(fmt::format(
+        "data.cache: the training split ({} cases) needs about {} in {}{} but only {} is available; use {}"
+        "data.cache_float16: true, fewer cases, or a machine with more memory",
+        ids.size(), human_bytes(static_cast<double>(need)), placement_text(placement),
+        placement == CachePlacement::kPinned ? " while loading" : "", human_bytes(static_cast<double>(available)),
+        placement == CachePlacement::kGpu ? "data.cache: pinned, " : ""));
+  }
+  std::vector<LoadedCase> cases(ids.size());
+  const auto t_read = Clock::now();
+  parallel_items(static_cast<int64_t>(ids.size()), options.threads, [&](int64_t i) {
+    cases[static_cast<size_t>(i)] = load_case(reader, ids[static_cast<size_t>(i)], pre, options.float16);
+  });
+  double reading = 0;
+  for (const auto& c : cases) reading += c.read_seconds;
+  const double decoding = std::chrono::duration<double>(Clock::now() - t_read).count();
+  const auto t_build = Clock::now();
+  const double target_scale = pre.task() == Task::kDose ? pre.target_scale() : 1.0;
+  StackedCache s = StackedCacheBuilder::build(cases, pre.task() == Task::kSegmentation, target_scale, placement,
+                                              options.device, options.float16, options.threads, available);
+  s.load_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
+  spdlog::info("data.cache: {} cases with {} thread{}: size estimate {:.1f} s, reading and converting {:.1f} s "
+               "(HDF5 reads {:.1f} s summed over threads), arena {:.1f} s",
+               ids.size(), options.threads, options.threads == 1 ? "" : "s",
+               std::chrono::duration<double>(t_read - t0).count(), decoding, reading,
+               std::chrono::duration<double>(Clock::now() - t_build).count());
+  return s;
+}
+
+StackedCache StackedCache::from_cases(const std::vector<CachedCase>& in, const CacheOptions& options) {
+  if (in.empty()) throw ConfigError("data: the training split holds no cases");
+  std::vector<LoadedCase> cases;
+  bool segmentation = false;
+  double sum = 0, count = 0;
+  for (const auto& c : in) {
+    LoadedCase l;
+    l.id = c.id;
+    const torch::Tensor image = c.image.to(torch::kCPU, torch::kFloat).contiguous();
+    l.shape = {image.size(1), image.size(2), image.size(3)};
+    for (int64_t ch = 0; ch < image.size(0); ++ch) {
+      const torch::Tensor v = image[ch].contiguous();
+      const int kind = compact_kind(v);
+      l.kinds.push_back(kind);
+      l.channels.push_back(v.to(compact_dtype(kind, options.float16)));
+      l.sub.push_back(0.0f);
+      l.div.push_back(1.0f);
+    }
+    if (c.target.defined()) {
+      segmentation = c.target.scalar_type() == torch::kUInt8;
+      l.target = segmentation ? c.target.cpu() : c.target.cpu().to(torch::kFloat).reshape(
+                                                     {l.shape[0], l.shape[1], l.shape[2]});
+    }
+    if (c.mask.defined()) l.mask = c.mask.cpu().to(torch::kUInt8).reshape({l.shape[0], l.shape[1], l.shape[2]});
+    if (c.raw_target.defined()) {
+      const torch::Tensor m = c.mask.defined() ? l.mask.to(torch::kBool) : torch::ones_like(c.raw_target, torch::kBool);
+      sum += c.raw_target.masked_select(m).sum(torch::kDouble).item<double>();
+      count += static_cast<double>(m.sum().item<int64_t>());
+    }
+    cases.push_back(std::move(l));
+  }
+  CachePlacement placement = options.placement == CachePlacement::kAuto ? CachePlacement::kMemory : options.placement;
+  if (placement == CachePlacement::kPinned && !torch::cuda::is_available()) placement = CachePlacement::kMemory;
+  StackedCache s = StackedCacheBuilder::build(cases, segmentation, 1.0, placement, options.device, options.float16,
+                                              options.threads, -1);
+  s.target_mean_ = count > 0 ? sum / count : 0.0;
+  return s;
+}
+
+bool StackedCache::uniform_shape() const {
+  return std::all_of(shapes_.begin(), shapes_.end(), [&](const Shape3& s) { return s == shapes_.front(); });
+}
+
+Shape3 StackedCache::min_shape() const {
+  Shape3 m = {INT64_MAX, INT64_MAX, INT64_MAX};
+  for (const auto& s : shapes_) {
+    for (int a = 0; a < 3; ++a) m[a] = std::min(m[a], s[a]);
+  }
+  return m;
+}
+
+torch::Tensor StackedCache::view(const CacheField& field, int64_t i) const {
+  const Shape3& s = shapes_[static_cast<size_t>(i)];
+  const int64_t cf = field.channel_count();
+  return field.arena.narrow(0, offsets_[static_cast<size_t>(i)] * cf, voxels(s) * cf).view({cf, s[0], s[1], s[2]});
+}
+
+torch::Tensor StackedCache::stacked(const CacheField& field) const {
+  if (!uniform_shape() || shapes_.empty()) return torch::Tensor();
+  const Shape3& s = shapes_.front();
+  return field.arena.view({size(), field.channel_count(), s[0], s[1], s[2]});
+}
+
+torch::Tensor StackedCache::channel(int64_t i, int64_t c) const {
+  for (const auto& f : image_fields_) {
+    const auto it = std::find(f.channels.begin(), f.channels.end(), c);
+    if (it != f.channels.end()) return view(f, i)[it - f.channels.begin()];
+  }
+  throw std::out_of_range(fmt::format("StackedCache::channel: no input channel {}", c));
+}
+
+int64_t StackedCache::bytes() const {
+  int64_t total = 0;
+  for (const auto& f : image_fields_) total += f.arena.numel() * static_cast<int64_t>(f.arena.element_size());
+  for (const auto* f : {&target_, &mask_}) {
+    if (f->arena.defined()) total += f->arena.numel() * static_cast<int64_t>(f->arena.element_size());
+  }
+  return total;
+}
+
+std::string StackedCache::describe() const {
+  std::vector<std::string> parts;
+  for (const auto& f : image_fields_) parts.push_back(fmt::format("{} {}", f.name(), dtype_name(f.dtype)));
+  if (target()) parts.push_back(fmt::format("target {}", dtype_name(target_.dtype)));
+  if (mask()) parts.push_back(fmt::format("mask {}", dtype_name(mask_.dtype)));
+  return fmt::format("{} cases, {} in {} ({}){}, loaded in {:.1f} s", size(), human_bytes(static_cast<double>(bytes())),
+                     placement_text(placement_), fmt::join(parts, ", "),
+                     uniform_shape() ? fmt::format(", stacked ({}, C, {}, {}, {})", size(), shapes_.front()[0],
+                                                   shapes_.front()[1], shapes_.front()[2])
+                                     : ", per-case arena (sizes differ)",
+                     load_seconds_);
 }
 
 }  // namespace u3d

@@ -5,8 +5,12 @@
 
 #include "u3d/files.h"
 
+#include <zlib.h>
+
 #include <algorithm>
+#include <cstring>
 #include <mutex>
+#include <optional>
 
 namespace u3d::h5 {
 namespace {
@@ -35,6 +39,157 @@ hid_t file_type(torch::ScalarType t) {
     case torch::kInt64: return H5T_STD_I64LE;
     default: throw IoError(fmt::format("HDF5: unsupported tensor dtype {}", c10::toString(t)));
   }
+}
+
+// The torch dtype of a little-endian integer or IEEE float file type, or nullopt.
+std::optional<torch::ScalarType> plain_file_dtype(hid_t type) {
+  const auto cls = H5Tget_class(type);
+  const size_t size = H5Tget_size(type);
+  if (H5Tget_order(type) != H5T_ORDER_LE) return std::nullopt;
+  if (cls == H5T_FLOAT) {
+    if (size == 4 && H5Tequal(type, H5T_IEEE_F32LE) > 0) return torch::kFloat;
+    if (size == 8 && H5Tequal(type, H5T_IEEE_F64LE) > 0) return torch::kDouble;
+    return std::nullopt;
+  }
+  if (cls != H5T_INTEGER) return std::nullopt;
+  const bool is_signed = H5Tget_sign(type) == H5T_SGN_2;
+  if (size == 1) return is_signed ? torch::kInt8 : torch::kUInt8;
+  if (size == 2 && is_signed) return torch::kInt16;
+  if (size == 4 && is_signed) return torch::kInt32;
+  if (size == 8 && is_signed) return torch::kInt64;
+  return std::nullopt;
+}
+
+// Reads a chunked dataset whose filters are only shuffle and deflate by fetching its raw chunks
+// (short HDF5 calls under the library's global lock) and inflating them here, outside the lock, so
+// threads reading different datasets decompress in parallel (H5Dread would decompress inside the
+// lock, one thread at a time). Returns an undefined tensor, having read nothing, when the layout,
+// filters or type are not of that kind; read_tensor then uses H5Dread. Chunks never written read as
+// the dataset's fill value, as H5Dread gives them.
+torch::Tensor read_raw_chunks(hid_t d, const std::vector<int64_t>& shape, const std::string& context,
+                              const std::string& path) {
+  Handle dcpl(H5Dget_create_plist(d), H5Pclose);
+  if (!dcpl.valid() || H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return {};
+  const int rank = static_cast<int>(shape.size());
+  if (rank == 0) return {};
+  std::vector<hsize_t> chunk(static_cast<size_t>(rank));
+  if (H5Pget_chunk(dcpl.get(), rank, chunk.data()) != rank) return {};
+  std::vector<H5Z_filter_t> filters;
+  const int nfilters = H5Pget_nfilters(dcpl.get());
+  for (int i = 0; i < nfilters; ++i) {
+    unsigned flags = 0, config = 0;
+    size_t nvalues = 8;
+    unsigned values[8];
+    char name[64];
+    const H5Z_filter_t f = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &nvalues, values, sizeof name,
+                                          name, &config);
+    if (f != H5Z_FILTER_DEFLATE && f != H5Z_FILTER_SHUFFLE) return {};
+    filters.push_back(f);
+  }
+  Handle type(H5Dget_type(d), H5Tclose);
+  const auto file_dtype = plain_file_dtype(type.get());
+  if (!file_dtype) return {};
+  const size_t elem = c10::elementSize(*file_dtype);
+  size_t chunk_elems = 1;
+  std::vector<int64_t> grid(static_cast<size_t>(rank));
+  int64_t chunks = 1;
+  for (int a = 0; a < rank; ++a) {
+    chunk_elems *= chunk[static_cast<size_t>(a)];
+    grid[static_cast<size_t>(a)] = (shape[static_cast<size_t>(a)] + static_cast<int64_t>(chunk[static_cast<size_t>(a)]) - 1) /
+                                   static_cast<int64_t>(chunk[static_cast<size_t>(a)]);
+    chunks *= grid[static_cast<size_t>(a)];
+  }
+  auto chunk_offset = [&](int64_t c, std::vector<hsize_t>& offset) {
+    for (int a = rank - 1; a >= 0; --a) {
+      offset[static_cast<size_t>(a)] = static_cast<hsize_t>(c % grid[static_cast<size_t>(a)]) * chunk[static_cast<size_t>(a)];
+      c /= grid[static_cast<size_t>(a)];
+    }
+  };
+  std::vector<hsize_t> offset(static_cast<size_t>(rank));
+  std::vector<hsize_t> stored_bytes(static_cast<size_t>(chunks));
+  bool unallocated = false;
+  for (int64_t c = 0; c < chunks; ++c) {  // 0 bytes: a chunk never written, which reads as the fill value
+    chunk_offset(c, offset);
+    unsigned filter_mask = 0;
+    haddr_t address = HADDR_UNDEF;
+    if (H5Dget_chunk_info_by_coord(d, offset.data(), &filter_mask, &address, &stored_bytes[static_cast<size_t>(c)]) < 0) {
+      return {};
+    }
+    if (address == HADDR_UNDEF) stored_bytes[static_cast<size_t>(c)] = 0;
+    unallocated = unallocated || stored_bytes[static_cast<size_t>(c)] == 0;
+  }
+  std::vector<uint8_t> fill(elem, 0);
+  if (unallocated) {
+    H5D_fill_value_t defined = H5D_FILL_VALUE_UNDEFINED;
+    if (H5Pfill_value_defined(dcpl.get(), &defined) < 0) return {};
+    if (defined == H5D_FILL_VALUE_USER_DEFINED && H5Pget_fill_value(dcpl.get(), type.get(), fill.data()) < 0) return {};
+  }
+  torch::Tensor out = torch::empty(shape, torch::TensorOptions().dtype(*file_dtype));
+  auto* dst = static_cast<uint8_t*>(out.data_ptr());
+  std::vector<int64_t> out_stride(static_cast<size_t>(rank), 1);
+  for (int a = rank - 2; a >= 0; --a) out_stride[static_cast<size_t>(a)] = out_stride[static_cast<size_t>(a) + 1] * shape[static_cast<size_t>(a) + 1];
+  std::vector<uint8_t> stored, inflated(chunk_elems * elem), unshuffled(chunk_elems * elem);
+  std::vector<uint8_t> filled;
+  for (int64_t c = 0; c < chunks; ++c) {
+    chunk_offset(c, offset);
+    const uint8_t* data = nullptr;
+    size_t size = 0;
+    uint32_t mask = ~0u;  // no filter to undo
+    if (stored_bytes[static_cast<size_t>(c)] == 0) {
+      if (filled.empty()) {
+        filled.resize(chunk_elems * elem);
+        for (size_t k = 0; k < chunk_elems; ++k) std::memcpy(filled.data() + k * elem, fill.data(), elem);
+      }
+      data = filled.data();
+      size = filled.size();
+    } else {
+      stored.resize(stored_bytes[static_cast<size_t>(c)]);
+      mask = 0;
+      if (H5Dread_chunk(d, H5P_DEFAULT, offset.data(), &mask, stored.data()) < 0) {
+        throw DataError(fmt::format("{}: '{}' cannot be read (truncated or corrupt file?)", context, path));
+      }
+      data = stored.data();
+      size = stored.size();
+    }
+    // Undo the filters in reverse order (a set bit in `mask` means the filter was skipped).
+    for (int i = static_cast<int>(filters.size()) - 1; i >= 0; --i) {
+      if (mask & (1u << i)) continue;
+      if (filters[static_cast<size_t>(i)] == H5Z_FILTER_DEFLATE) {
+        uLongf length = static_cast<uLongf>(inflated.size());
+        if (uncompress(inflated.data(), &length, data, static_cast<uLong>(size)) != Z_OK ||
+            length != inflated.size()) {
+          throw DataError(fmt::format("{}: '{}' has a corrupt compressed chunk", context, path));
+        }
+        data = inflated.data();
+        size = length;
+      } else {  // shuffle: byte b of element k was stored at b * n + k
+        if (size != chunk_elems * elem) throw DataError(fmt::format("{}: '{}' has a corrupt chunk", context, path));
+        for (size_t b = 0; b < elem; ++b) {
+          const uint8_t* plane = data + b * chunk_elems;
+          for (size_t k = 0; k < chunk_elems; ++k) unshuffled[k * elem + b] = plane[k];
+        }
+        data = unshuffled.data();
+      }
+    }
+    if (size != chunk_elems * elem) throw DataError(fmt::format("{}: '{}' has a corrupt chunk", context, path));
+    // Scatter the chunk's rows (the last axis) that lie inside the dataset.
+    const size_t row = chunk[static_cast<size_t>(rank) - 1];
+    const size_t rows = chunk_elems / row;
+    const int64_t last_off = static_cast<int64_t>(offset[static_cast<size_t>(rank) - 1]);
+    const size_t keep = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(row), shape.back() - last_off));
+    for (size_t r = 0; r < rows; ++r) {
+      int64_t rest_r = static_cast<int64_t>(r), target = last_off;
+      bool inside = true;
+      for (int a = rank - 2; a >= 0; --a) {
+        const int64_t i = rest_r % static_cast<int64_t>(chunk[static_cast<size_t>(a)]) + static_cast<int64_t>(offset[static_cast<size_t>(a)]);
+        rest_r /= static_cast<int64_t>(chunk[static_cast<size_t>(a)]);
+        inside = inside && i < shape[static_cast<size_t>(a)];
+        target += i * out_stride[static_cast<size_t>(a)];
+      }
+      if (inside) std::memcpy(dst + static_cast<size_t>(target) * elem, data + r * row * elem, keep * elem);
+    }
+  }
+  return out;
 }
 
 Handle open_attribute(hid_t obj, const std::string& name, const std::string& context) {
@@ -298,6 +453,9 @@ torch::Tensor read_tensor(hid_t loc, const std::string& path, torch::ScalarType 
     if (cls != H5T_FLOAT && cls != H5T_INTEGER) {
       throw DataError(fmt::format("{}: '{}' is not numeric", context, path));
     }
+  }
+  if (torch::Tensor raw = read_raw_chunks(d.get(), shape, context, path); raw.defined()) {
+    return raw.scalar_type() == dtype ? raw : raw.to(dtype);
   }
   torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(dtype));
   if (t.numel() == 0) return t;

@@ -61,23 +61,47 @@ Preprocessor::Preprocessor(const DataConfig& data, const DatasetInfo& info)
 
 int64_t Preprocessor::out_channels() const { return task_ == Task::kSegmentation ? num_classes_ : 1; }
 
-torch::Tensor Preprocessor::image(const torch::Tensor& raw) const {
+torch::Tensor Preprocessor::select_channels(const torch::Tensor& raw) const {
   const auto index = torch::tensor(indices_, torch::kLong);
   torch::Tensor x = raw.index_select(0, index.to(raw.device())).to(torch::kFloat).contiguous();  // (C, D, H, W)
   for (size_t c = 0; c < norms_.size(); ++c) {
-    torch::Tensor ch = x[static_cast<int64_t>(c)];
+    if (norms_[c].kind == ChannelNorm::Kind::kClip) x[static_cast<int64_t>(c)].clamp_(norms_[c].a, norms_[c].b);
+  }
+  return x;
+}
+
+std::vector<Preprocessor::ChannelAffine> Preprocessor::channel_affines(const torch::Tensor& selected) const {
+  std::vector<ChannelAffine> out(norms_.size());
+  for (size_t c = 0; c < norms_.size(); ++c) {
     const ChannelNorm& n = norms_[c];
+    ChannelAffine& a = out[c];
     switch (n.kind) {
       case ChannelNorm::Kind::kNone: break;
       case ChannelNorm::Kind::kZScore: {
-        const auto mean = ch.mean();
-        const auto std = ch.std(/*unbiased=*/false).clamp_min(1e-6);
-        ch.sub_(mean).div_(std);
+        const torch::Tensor ch = selected[static_cast<int64_t>(c)];
+        a.sub = ch.mean().item<float>();
+        a.div = ch.std(/*unbiased=*/false).clamp_min(1e-6).item<float>();
         break;
       }
-      case ChannelNorm::Kind::kClip: ch.clamp_(n.a, n.b).sub_(n.a).div_(n.b - n.a); break;
-      case ChannelNorm::Kind::kScale: ch.div_(n.a); break;
+      case ChannelNorm::Kind::kClip:
+        a.clamp = true;
+        a.lo = n.a;
+        a.hi = n.b;
+        a.sub = static_cast<float>(n.a);
+        a.div = static_cast<float>(n.b - n.a);
+        break;
+      case ChannelNorm::Kind::kScale: a.div = static_cast<float>(n.a); break;
     }
+  }
+  return out;
+}
+
+torch::Tensor Preprocessor::image(const torch::Tensor& raw) const {
+  torch::Tensor x = select_channels(raw);  // (C, D, H, W) float32, clamped
+  const auto affines = channel_affines(x);
+  for (size_t c = 0; c < affines.size(); ++c) {
+    const ChannelAffine& a = affines[c];
+    if (a.sub != 0.0f || a.div != 1.0f) x[static_cast<int64_t>(c)].sub_(a.sub).div_(a.div);
   }
   return x;
 }

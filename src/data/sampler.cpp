@@ -3,25 +3,34 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 
-#include "u3d/augment.h"
 #include "u3d/errors.h"
 #include "u3d/rng.h"
 
 namespace u3d {
 namespace {
 constexpr uint64_t kShuffleStream = 0x5A3D1E0000000000ull;
-}
 
-Batch Batch::to(const torch::Device& device, bool non_blocking) const {
-  Batch b;
-  b.image = image.to(device, non_blocking);
-  b.target = target.to(device, non_blocking);
-  if (mask.defined()) b.mask = mask.to(device, non_blocking);
-  b.cases = cases;
-  return b;
-}
+// A sample's stream: value k of Rng(seed, epoch, index), as the DeviceSampler computes it.
+class SampleStream {
+ public:
+  SampleStream(uint64_t seed, int64_t epoch, int64_t index)
+      : state_(Rng(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index)).state()) {}
+  uint64_t u64(uint64_t slot) const { return Rng::value_at(state_, slot); }
+  double uniform(uint64_t slot) const { return static_cast<double>(u64(slot) >> 11) * (1.0 / 9007199254740992.0); }
+  double uniform(uint64_t slot, double lo, double hi) const { return lo + (hi - lo) * uniform(slot); }
+  int64_t uniform_int(uint64_t slot, int64_t n) const {
+    return static_cast<int64_t>((static_cast<unsigned __int128>(u64(slot)) * static_cast<uint64_t>(n)) >> 64);
+  }
+  bool bernoulli(uint64_t slot, double p) const { return uniform(slot) < p; }
+
+ private:
+  uint64_t state_;
+};
+
+}  // namespace
 
 torch::Tensor foreground_mask(const CachedCase& c, const std::string& spec,
                               const std::vector<std::string>& channel_names) {
@@ -57,31 +66,77 @@ torch::Tensor foreground_mask(const CachedCase& c, const std::string& spec,
       if (comma == std::string::npos) break;
       pos = comma + 1;
     }
-    return torch::isin(c.target.to(torch::kLong), torch::tensor(wanted, torch::kLong));
+    return torch::isin(c.target.to(torch::kLong), torch::tensor(wanted, torch::kLong).to(c.target.device()));
   }
   throw ConfigError(fmt::format("data.foreground: '{}' is not a foreground spec", spec));
 }
 
-PatchSampler::PatchSampler(const TensorCache& cache, SamplerOptions options) : cache_(cache), options_(options) {
-  if (cache_.size() == 0) throw ConfigError("data: the training split holds no cases");
-  for (const auto& c : cache_.cases()) {
+torch::Tensor foreground_mask(const StackedCache& cache, int64_t i, const std::string& spec,
+                              const std::vector<std::string>& channel_names) {
+  CachedCase c;  // views in the cache's raw units: every spec compares with 0 or the channel minimum
+  c.id = cache.id(i);
+  if (cache.target()) {
+    const torch::Tensor t = cache.view(*cache.target(), i);  // (1, D, H, W)
+    c.target = cache.segmentation() ? t[0] : t;
+  }
+  if (cache.mask()) c.mask = cache.view(*cache.mask(), i);
+  if (spec.rfind("channel:", 0) == 0) {
+    std::vector<torch::Tensor> channels;
+    for (int64_t ch = 0; ch < cache.in_channels(); ++ch) channels.push_back(cache.channel(i, ch).to(torch::kFloat));
+    c.image = torch::stack(channels);
+  }
+  return foreground_mask(c, spec, channel_names);
+}
+
+// ---------------------------------------------------------------------------------------------
+PatchSampler::PatchSampler(const StackedCache& cache, SamplerOptions options)
+    : cache_(&cache), options_(std::move(options)) {
+  init();
+}
+
+PatchSampler::PatchSampler(const TensorCache& cache, SamplerOptions options)
+    : owned_(std::make_shared<StackedCache>(StackedCache::from_cases(cache.cases()))),
+      cache_(owned_.get()),
+      options_(std::move(options)) {
+  init();
+}
+
+void PatchSampler::init() {
+  const StackedCache& cache = *cache_;
+  if (cache.size() == 0) throw ConfigError("data: the training split holds no cases");
+  for (int64_t i = 0; i < cache.size(); ++i) {
+    const Shape3 s = cache.shape(i);
     for (int a = 0; a < 3; ++a) {
-      if (options_.patch[a] > c.image.size(a + 1)) {
+      if (options_.patch[a] > s[a]) {
         throw ConfigError(fmt::format(
             "data.patch_size: [{}, {}, {}] is larger than case '{}' ({}, {}, {}); use a patch no larger than the "
             "smallest volume",
-            options_.patch[0], options_.patch[1], options_.patch[2], c.id, c.image.size(1), c.image.size(2),
-            c.image.size(3)));
+            options_.patch[0], options_.patch[1], options_.patch[2], cache.id(i), s[0], s[1], s[2]));
       }
     }
   }
+  const auto& aug = options_.augment;
+  if (aug.rot90_prob > 0) {
+    const auto& rp = aug.rot90_plane;
+    if (rp.size() != 2 || options_.patch[static_cast<size_t>(rp[0])] != options_.patch[static_cast<size_t>(rp[1])]) {
+      throw ConfigError("augment.rot90_plane: the patch must be square in the rotation plane");
+    }
+  }
+  for (const auto& name : aug.intensity_channels) {
+    const auto it = std::find(options_.channel_names.begin(), options_.channel_names.end(), name);
+    if (it == options_.channel_names.end()) {
+      throw ConfigError(fmt::format("augment.intensity_channels: '{}' is not an input channel; they are: {}", name,
+                                    fmt::join(options_.channel_names, ", ")));
+    }
+    intensity_channels_.push_back(it - options_.channel_names.begin());
+  }
+  std::sort(intensity_channels_.begin(), intensity_channels_.end());
   if (options_.foreground_fraction > 0) {
-    for (int64_t i = 0; i < cache_.size(); ++i) {
-      const CachedCase& c = cache_[i];
-      torch::Tensor voxels = foreground_mask(c, options_.foreground, options_.channel_names).nonzero();  // (K, 3)
+    for (int64_t i = 0; i < cache.size(); ++i) {
+      torch::Tensor voxels = foreground_mask(cache, i, options_.foreground, options_.channel_names).nonzero().cpu();
       if (voxels.size(0) == 0) {
-        spdlog::warn("sampler: case '{}' has no foreground ({}); its foreground patches are drawn uniformly", c.id,
-                     options_.foreground);
+        spdlog::warn("sampler: case '{}' has no foreground ({}); its foreground patches are drawn uniformly",
+                     cache.id(i), options_.foreground);
       } else if (voxels.size(0) > options_.max_foreground_voxels) {
         auto gen = at::make_generator<at::CPUGeneratorImpl>(mix64(options_.seed ^ mix64(static_cast<uint64_t>(i))));
         voxels = voxels.index_select(0, torch::randperm(voxels.size(0), gen, torch::kLong)
@@ -90,10 +145,12 @@ PatchSampler::PatchSampler(const TensorCache& cache, SamplerOptions options) : c
       foreground_.push_back(voxels.contiguous());
     }
   }
+  finalizer_ = std::make_unique<BatchFinalizer>(cache, options_.augment, intensity_channels_, options_.seed);
+  if (const char* fault = std::getenv("U3D_FAULT_SAMPLER_CASE")) fault_case_ = fault;
 }
 
 int64_t PatchSampler::case_for(int64_t epoch, int64_t index) const {
-  const int64_t n = cache_.size();
+  const int64_t n = cache_->size();
   const int64_t pass = index / n;
   // Fisher-Yates shuffle of 0..n-1 for this (epoch, pass).
   std::vector<int64_t> order(static_cast<size_t>(n));
@@ -103,52 +160,164 @@ int64_t PatchSampler::case_for(int64_t epoch, int64_t index) const {
   return order[static_cast<size_t>(index % n)];
 }
 
-Sample PatchSampler::sample(int64_t epoch, int64_t index, int64_t* case_index) const {
-  const int64_t ci = case_for(epoch, index);
-  if (case_index) *case_index = ci;
-  const CachedCase& c = cache_[ci];
-  Rng rng(options_.seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index));
-  std::array<int64_t, 3> origin{};
-  const bool centred = options_.foreground_fraction > 0 && rng.bernoulli(options_.foreground_fraction) &&
-                       foreground_[static_cast<size_t>(ci)].size(0) > 0;
-  if (centred) {
-    const torch::Tensor& fg = foreground_[static_cast<size_t>(ci)];
-    const auto voxel = fg[rng.uniform_int(fg.size(0))];
+SamplePlan PatchSampler::plan(int64_t epoch, int64_t index) const {
+  const auto& aug = options_.augment;
+  const SampleStream r(options_.seed, epoch, index);
+  SamplePlan p;
+  p.index = index;
+  p.case_index = case_for(epoch, index);
+  const Shape3 dims = cache_->shape(p.case_index);
+  auto& t = p.transform;
+  t.patch = options_.patch;
+  const torch::Tensor* fg = foreground_.empty() ? nullptr : &foreground_[static_cast<size_t>(p.case_index)];
+  p.centred = options_.foreground_fraction > 0 && r.bernoulli(kSlotForeground, options_.foreground_fraction) &&
+              fg->size(0) > 0;
+  if (p.centred) {
+    const int64_t* voxel = fg->data_ptr<int64_t>() + 3 * r.uniform_int(kSlotVoxel, fg->size(0));
     for (int a = 0; a < 3; ++a) {
-      const int64_t hi = c.image.size(a + 1) - options_.patch[a];
-      origin[a] = std::clamp<int64_t>(voxel[a].item<int64_t>() - options_.patch[a] / 2, 0, hi);
+      t.origin[static_cast<size_t>(a)] = std::clamp<int64_t>(voxel[a] - t.patch[static_cast<size_t>(a)] / 2, 0,
+                                                             dims[static_cast<size_t>(a)] - t.patch[static_cast<size_t>(a)]);
     }
   } else {
-    for (int a = 0; a < 3; ++a) origin[a] = rng.uniform_int(c.image.size(a + 1) - options_.patch[a] + 1);
+    for (int a = 0; a < 3; ++a) {
+      t.origin[static_cast<size_t>(a)] =
+          r.uniform_int(kSlotOrigin + static_cast<uint64_t>(a), dims[static_cast<size_t>(a)] - t.patch[static_cast<size_t>(a)] + 1);
+    }
   }
-  auto crop = [&](const torch::Tensor& t) {
-    if (!t.defined()) return t;
-    const int64_t first = t.dim() - 3;  // spatial axes are the last three
-    torch::Tensor out = t;
-    for (int a = 0; a < 3; ++a) out = out.narrow(first + a, origin[a], options_.patch[a]);
-    return out;
-  };
-  Sample s{crop(c.image), crop(c.target), crop(c.mask)};
-  augment_sample(s, options_.augment, rng);
-  return s;
+  // Spatial: M = A R F (affine of the rotated mirrored patch; augment.h).
+  std::array<bool, 3> flips{};
+  if (aug.flip_prob > 0) {
+    for (int64_t a : aug.flip_axes) flips[static_cast<size_t>(a)] = r.bernoulli(kSlotFlip + static_cast<uint64_t>(a), aug.flip_prob);
+  }
+  Matrix3 m = flip_matrix(flips);
+  if (aug.rot90_prob > 0 && r.bernoulli(kSlotRot90, aug.rot90_prob)) {
+    m = matmul(rot90_matrix(1 + r.uniform_int(kSlotRot90 + 1, 3), aug.rot90_plane[0], aug.rot90_plane[1]), m);
+  }
+  if (aug.affine_prob > 0 && r.bernoulli(kSlotAffine, aug.affine_prob)) {
+    std::array<double, 3> degrees{};
+    for (int a = 0; a < 3; ++a) {
+      const double lim = aug.affine_rotation[static_cast<size_t>(a)];
+      degrees[static_cast<size_t>(a)] = r.uniform(kSlotAffine + 1 + static_cast<uint64_t>(a), -lim, lim);
+    }
+    const double scale = r.uniform(kSlotAffine + 4, aug.affine_scale[0], aug.affine_scale[1]);
+    m = matmul(affine_matrix(degrees, scale), m);
+    p.affine = !is_signed_permutation(m);
+  }
+  t.matrix = m;
+  // Intensity parameters (applied per batch by the finalizer).
+  if (aug.intensity_prob > 0 && r.bernoulli(kSlotIntensity, aug.intensity_prob)) {
+    p.scale = r.uniform(kSlotIntensity + 1, aug.intensity_scale[0], aug.intensity_scale[1]);
+    p.shift = r.uniform(kSlotIntensity + 2, aug.intensity_shift[0], aug.intensity_shift[1]);
+  }
+  if (aug.gamma_prob > 0 && r.bernoulli(kSlotGamma, aug.gamma_prob)) {
+    p.gamma = r.uniform(kSlotGamma + 1, aug.gamma_range[0], aug.gamma_range[1]);
+  }
+  if (aug.noise_prob > 0 && r.bernoulli(kSlotNoise, aug.noise_prob)) {
+    p.noise_std = r.uniform(kSlotNoise + 1, aug.noise_std[0], aug.noise_std[1]);
+  }
+  return p;
 }
 
-Batch PatchSampler::batch(int64_t epoch, int64_t step) const {
-  std::vector<torch::Tensor> images, targets, masks;
-  Batch b;
-  for (int64_t i = 0; i < options_.batch_size; ++i) {
-    int64_t ci = 0;
-    Sample s = sample(epoch, step * options_.batch_size + i, &ci);
-    images.push_back(s.image);
-    targets.push_back(s.target);
-    if (s.mask.defined()) masks.push_back(s.mask);
-    b.cases.push_back(ci);
+RawBatch PatchSampler::allocate_raw(bool pinned) const {
+  const StackedCache& cache = *cache_;
+  const int64_t n = options_.batch_size;
+  const auto& s = options_.patch;
+  const bool affine = affine_enabled();
+  auto opts = [&](torch::ScalarType t) { return torch::TensorOptions().dtype(t).pinned_memory(pinned); };
+  RawBatch r;
+  for (const auto& f : cache.image_fields()) {
+    r.images.push_back(torch::empty({n, f.channel_count(), s[0], s[1], s[2]}, opts(affine ? torch::kFloat : f.dtype)));
   }
-  b.image = torch::stack(images);                       // (N, C, d, h, w)
-  b.target = torch::stack(targets);                     // (N, 1, d, h, w) float or (N, d, h, w) uint8
-  if (b.target.scalar_type() == torch::kUInt8) b.target = b.target.to(torch::kLong);
-  if (masks.size() == images.size()) b.mask = torch::stack(masks).to(torch::kFloat);
-  return b;
+  if (cache.target()) {
+    const bool linear = affine && !cache.segmentation();
+    r.target = torch::empty({n, 1, s[0], s[1], s[2]}, opts(linear ? torch::kFloat : cache.target()->dtype));
+  }
+  if (cache.mask()) r.mask = torch::empty({n, 1, s[0], s[1], s[2]}, opts(torch::kUInt8));
+  r.plan = torch::empty({n, kPlanColumns}, opts(torch::kDouble));
+  r.cases.assign(static_cast<size_t>(n), 0);
+  return r;
+}
+
+void PatchSampler::fill_sample(const SamplePlan& p, RawBatch& out, int64_t b) const {
+  const StackedCache& cache = *cache_;
+  const int64_t ci = p.case_index;
+  if (!fault_case_.empty() && cache.id(ci) == fault_case_) {
+    throw DataError("injected fault (U3D_FAULT_SAMPLER_CASE)");
+  }
+  const Interp image_interp = p.affine ? Interp::kLinear : Interp::kNearest;
+  std::vector<float> pad;
+  const auto& fields = cache.image_fields();
+  for (size_t f = 0; f < fields.size(); ++f) {
+    torch::Tensor dst = out.images[f][b];
+    const torch::Tensor src = cache.view(fields[f], ci);
+    pad.clear();
+    const int64_t channels = cache.in_channels();
+    for (int64_t c : fields[f].channels) {
+      const float sub = cache.norm_sub().data_ptr<float>()[ci * channels + c];
+      const float div = cache.norm_div().data_ptr<float>()[ci * channels + c];
+      pad.push_back(static_cast<float>(options_.pad_value) * div + sub);  // pad_value in raw units
+    }
+    resample_patch(src, p.transform, image_interp, pad.data(), dst);
+  }
+  if (cache.target()) {
+    torch::Tensor dst = out.target[b];
+    resample_patch(cache.view(*cache.target(), ci), p.transform,
+                   cache.segmentation() ? Interp::kNearest : image_interp, nullptr, dst);
+  }
+  if (cache.mask()) {
+    torch::Tensor dst = out.mask[b];
+    resample_patch(cache.view(*cache.mask(), ci), p.transform, Interp::kNearest, nullptr, dst);
+  }
+  double* row = out.plan.data_ptr<double>() + b * kPlanColumns;
+  row[kPlanCase] = static_cast<double>(ci);
+  row[kPlanScale] = p.scale;
+  row[kPlanShift] = p.shift;
+  row[kPlanGamma] = p.gamma;
+  row[kPlanNoise] = p.noise_std;
+  out.cases[static_cast<size_t>(b)] = ci;
+}
+
+void PatchSampler::fill_raw(int64_t epoch, int64_t step, RawBatch& out) const {
+  if (!cache_->device().is_cpu()) {
+    throw std::logic_error("PatchSampler::fill_raw: the cache is on the GPU; use DeviceSampler");
+  }
+  for (int64_t b = 0; b < options_.batch_size; ++b) {
+    const SamplePlan p = plan(epoch, step * options_.batch_size + b);
+    try {
+      fill_sample(p, out, b);
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      throw DataError(fmt::format("case '{}': {}", cache_->id(p.case_index), what.substr(0, what.find('\n'))));
+    }
+  }
+  out.epoch = epoch;
+  out.step = step;
+}
+
+RawBatch PatchSampler::raw_batch(int64_t epoch, int64_t step) const {
+  RawBatch r = allocate_raw();
+  fill_raw(epoch, step, r);
+  return r;
+}
+
+Batch PatchSampler::batch(int64_t epoch, int64_t step) const { return (*finalizer_)(raw_batch(epoch, step)); }
+
+Sample PatchSampler::sample(int64_t epoch, int64_t index, int64_t* case_index) const {
+  // A batch of one at this sample's index: every draw is the sample's own.
+  RawBatch r = allocate_raw();
+  for (auto& t : r.images) t = t.narrow(0, 0, 1);
+  if (r.target.defined()) r.target = r.target.narrow(0, 0, 1);
+  if (r.mask.defined()) r.mask = r.mask.narrow(0, 0, 1);
+  r.plan = r.plan.narrow(0, 0, 1);
+  r.cases.resize(1);
+  const SamplePlan p = plan(epoch, index);
+  fill_sample(p, r, 0);
+  r.epoch = epoch;
+  r.step = index;
+  if (case_index) *case_index = p.case_index;
+  const Batch b = (*finalizer_)(r);
+  return Sample{b.image[0], b.target.defined() ? b.target[0] : torch::Tensor(),
+                b.mask.defined() ? b.mask[0] : torch::Tensor()};
 }
 
 }  // namespace u3d

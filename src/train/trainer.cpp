@@ -212,8 +212,14 @@ void Trainer::load_data() {
                                   cfg_.data.path));
     }
   }
-  train_cache_ = std::make_unique<TensorCache>(
-      TensorCache::load(*reader_, split_ids("data.train_split", cfg_.data.train_split), *pre_, runtime_.threads));
+  CacheOptions cache_options;
+  cache_options.placement = cfg_.data.cache;
+  cache_options.device = runtime_.device;
+  cache_options.float16 = cfg_.data.cache_float16;
+  cache_options.threads = loading_threads(cfg_);  // one per core: nothing else runs yet
+  cache_options.gpu_share = cfg_.data.gpu_cache_share;
+  train_cache_ = std::make_unique<StackedCache>(
+      StackedCache::load(*reader_, split_ids("data.train_split", cfg_.data.train_split), *pre_, cache_options));
   if (!train_cache_->has_targets()) {
     throw DataError(fmt::format("{}: split '{}' has cases without a target; training needs targets", cfg_.data.path,
                                 cfg_.data.train_split));
@@ -234,16 +240,29 @@ void Trainer::load_data() {
   so.foreground_fraction = cfg_.data.foreground_fraction;
   so.foreground = cfg_.data.foreground;
   so.channel_names = pre_->channel_names();
+  so.pad_value = cfg_.data.pad_value;
   sampler_ = std::make_unique<PatchSampler>(*train_cache_, so);
   steps_per_epoch_ = cfg_.training.steps_per_epoch > 0
                          ? cfg_.training.steps_per_epoch
                          : (train_cache_->size() + cfg_.data.batch_size - 1) / cfg_.data.batch_size;
+  LoaderOptions lo;
+  lo.device = runtime_.device;
+  lo.workers = data_workers(cfg_);
+  lo.prefetch = cfg_.data.prefetch;
+  lo.steps_per_epoch = steps_per_epoch_;
+  lo.epochs = cfg_.training.epochs;
+  if (lo.prefetch > 0 && lo.prefetch < lo.workers) {
+    spdlog::warn("data.prefetch: {} is below data.workers = {}; only {} sampler threads can work at once", lo.prefetch,
+                 lo.workers, lo.prefetch);
+  }
+  loader_ = std::make_unique<BatchLoader>(*sampler_, lo);
   state_.train_target_mean = train_cache_->target_mean();
   spdlog::info("data: {} ({}), {} train / {} val cases, {} input channels [{}], cache {} in {:.1f} s",
                cfg_.data.path, to_string(info.task), train_cache_->size(), val_cache_ ? val_cache_->size() : 0,
                pre_->in_channels(), fmt::join(pre_->channel_names(), ", "),
                human_bytes(static_cast<double>(train_cache_->bytes() + (val_cache_ ? val_cache_->bytes() : 0))),
                seconds_since(t0));
+  spdlog::info("data: training cache {}; batches: {}", train_cache_->describe(), loader_->describe());
 }
 
 void Trainer::build_model() {
@@ -260,7 +279,7 @@ void Trainer::build_model() {
   schedule_ = std::make_unique<LrSchedule>(cfg_.training, cfg_.training.epochs * steps_per_epoch_);
   csv_ = std::make_unique<MetricsCsv>(
       paths_.metrics, std::vector<std::string>{"epoch", "step", "lr", "train_loss", "val_loss", metric_.name, "best",
-                                               "epoch_seconds", "data_seconds", "samples_per_second",
+                                               "epoch_seconds", "data_seconds", "data_share", "samples_per_second",
                                                "skipped_steps"});
   if (cfg_.logging.step_log) {
     step_csv_ = std::make_unique<MetricsCsv>(paths_.root / "steps.csv",
@@ -316,9 +335,9 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
     for (int64_t step = first_step; step < steps_per_epoch_; ++step) {
       const double lr = schedule_->at(state_.global_step);
       optimizer_->set_lr(lr);
-      const auto td = Clock::now();
-      Batch batch = sampler_->batch(epoch, step).to(runtime_.device);
-      stats.data_seconds += seconds_since(td);
+      const double waited = loader_->wait_seconds();
+      Batch batch = loader_->next(epoch, step);  // ready on the device; blocks only while none is ready
+      stats.data_seconds += loader_->wait_seconds() - waited;
       if (faults_ && faults_->nan_batch.count(state_.global_step + 1)) {
         batch.image = batch.image.clone();
         batch.image.view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
@@ -339,10 +358,11 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
         const double elapsed = seconds_since(t0);
         const double per_step = elapsed / static_cast<double>(steps);
         const int64_t counted = state_.step_in_epoch - totals.skipped;
-        spdlog::info("epoch {}/{} step {}/{} loss {:.5f} lr {:.3g} {:.1f} samples/s, epoch ends in {:.0f} s{}", epoch,
-                     cfg_.training.epochs, step + 1, steps_per_epoch_,
+        spdlog::info("epoch {}/{} step {}/{} loss {:.5f} lr {:.3g} {:.1f} samples/s, data wait {:.0f}%, epoch ends in "
+                     "{:.0f} s{}",
+                     epoch, cfg_.training.epochs, step + 1, steps_per_epoch_,
                      counted > 0 ? totals.loss_sum / static_cast<double>(counted) : std::nan(""), lr,
-                     static_cast<double>(samples) / elapsed,
+                     static_cast<double>(samples) / elapsed, 100.0 * stats.data_seconds / elapsed,
                      per_step * static_cast<double>(steps_per_epoch_ - step - 1),
                      totals.skipped > 0 ? fmt::format(", {} steps skipped (NaN/Inf)", totals.skipped) : "");
       }
@@ -523,15 +543,19 @@ void Trainer::log_epoch(int64_t epoch, const EpochStats& train, const std::optio
                 {"best", improved ? "1" : "0"},
                 {"epoch_seconds", fmt::format("{:.3f}", train.seconds)},
                 {"data_seconds", fmt::format("{:.3f}", train.data_seconds)},
+                {"data_share", fmt::format("{:.4f}", train.seconds > 0 ? train.data_seconds / train.seconds : 0.0)},
                 {"samples_per_second", fmt::format("{:.3f}", sps)},
                 {"skipped_steps", std::to_string(train.skipped)}});
   if (val) {
-    spdlog::info("epoch {}/{}: train_loss {:.5f} val_loss {:.5f} {} {:.4f}{} | {:.1f} s, {:.1f} samples/s", epoch,
-                 cfg_.training.epochs, train.train_loss, val->loss, metric_.name, val->metric,
-                 improved ? " (best)" : "", train.seconds, sps);
+    spdlog::info("epoch {}/{}: train_loss {:.5f} val_loss {:.5f} {} {:.4f}{} | {:.1f} s, {:.1f} samples/s, data wait "
+                 "{:.1f} s ({:.0f}%)",
+                 epoch, cfg_.training.epochs, train.train_loss, val->loss, metric_.name, val->metric,
+                 improved ? " (best)" : "", train.seconds, sps, train.data_seconds,
+                 train.seconds > 0 ? 100.0 * train.data_seconds / train.seconds : 0.0);
   } else {
-    spdlog::info("epoch {}/{}: train_loss {:.5f} | {:.1f} s, {:.1f} samples/s", epoch, cfg_.training.epochs,
-                 train.train_loss, train.seconds, sps);
+    spdlog::info("epoch {}/{}: train_loss {:.5f} | {:.1f} s, {:.1f} samples/s, data wait {:.1f} s ({:.0f}%)", epoch,
+                 cfg_.training.epochs, train.train_loss, train.seconds, sps, train.data_seconds,
+                 train.seconds > 0 ? 100.0 * train.data_seconds / train.seconds : 0.0);
   }
   flush_logs();
 }

@@ -1,0 +1,213 @@
+#include "u3d/benchmark.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "u3d/cache.h"
+#include "u3d/dataset.h"
+#include "u3d/errors.h"
+#include "u3d/files.h"
+#include "u3d/loader.h"
+#include "u3d/run.h"
+#include "u3d/sampler.h"
+
+namespace u3d {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t batch_bytes(const Batch& b) {
+  int64_t total = 0;
+  for (const auto* t : {&b.image, &b.target, &b.mask}) {
+    if (t->defined()) total += t->numel() * static_cast<int64_t>(t->element_size());
+  }
+  return total;
+}
+
+// Calls next(k) for k = 0, 1, ... : 2 warm-up calls, then for at least `seconds` and 5 batches.
+template <class F>
+DataBenchmarkRow measure(F&& next, double seconds, int64_t batch_size, bool cuda) {
+  int64_t k = 0;
+  for (; k < 2; ++k) next(k);
+  if (cuda) torch::cuda::synchronize();
+  DataBenchmarkRow row;
+  int64_t bytes = 0;
+  const auto t0 = Clock::now();
+  double elapsed = 0;
+  while (elapsed < seconds || row.batches < 5) {
+    bytes += next(k++);
+    ++row.batches;
+    if (cuda && elapsed + 0.05 >= seconds) torch::cuda::synchronize();
+    elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  if (cuda) {
+    torch::cuda::synchronize();
+    elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  row.seconds = elapsed;
+  row.batches_per_second = static_cast<double>(row.batches) / elapsed;
+  row.samples_per_second = row.batches_per_second * static_cast<double>(batch_size);
+  row.megabytes_per_second = static_cast<double>(bytes) / elapsed / 1e6;
+  return row;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+std::string augment_summary(const AugmentConfig& a) {
+  std::vector<std::string> on;
+  if (a.flip_prob > 0) on.push_back("flips");
+  if (a.rot90_prob > 0) on.push_back("rot90");
+  if (a.affine_prob > 0) on.push_back("affine");
+  if (a.intensity_prob > 0) on.push_back("intensity");
+  if (a.gamma_prob > 0) on.push_back("gamma");
+  if (a.noise_prob > 0) on.push_back("noise");
+  return on.empty() ? "none" : fmt::format("{}", fmt::join(on, "+"));
+}
+
+}  // namespace
+
+std::vector<int64_t> parse_worker_list(const std::string& text) {
+  std::vector<int64_t> out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = text.find(',', pos);
+    const std::string part = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    char* end = nullptr;
+    const long long n = std::strtoll(part.c_str(), &end, 10);
+    if (part.empty() || *end != '\0' || n < 1 || n > 1024) {
+      throw UsageError(fmt::format("--workers '{}': expected thread counts such as 1,2,4", text));
+    }
+    out.push_back(n);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+std::vector<DataBenchmarkRow> run_data_benchmark(const Config& cfg, const DataBenchmarkOptions& options) {
+  const Runtime rt = init_runtime(cfg);
+  std::error_code ec;
+  if (!std::filesystem::exists(cfg.data.path, ec)) {
+    throw ConfigError(fmt::format("data.path: dataset file {} not found", cfg.data.path));
+  }
+  const DatasetReader reader(cfg.data.path);
+  if (!reader.has_split(cfg.data.train_split)) {
+    throw ConfigError(fmt::format("data.train_split: split '{}' is not in {}", cfg.data.train_split, cfg.data.path));
+  }
+  const auto& ids = reader.split(cfg.data.train_split);
+  const Preprocessor pre(cfg.data, reader.info());
+  std::vector<int64_t> workers = options.workers;
+  if (workers.empty()) {
+    for (int64_t w = 1; w < data_workers(cfg); w *= 2) workers.push_back(w);
+    workers.push_back(data_workers(cfg));
+  }
+  const bool cuda = rt.device.is_cuda();
+  std::vector<CachePlacement> placements = {CachePlacement::kMemory};
+  if (cuda) {
+    placements.push_back(CachePlacement::kPinned);
+    placements.push_back(CachePlacement::kGpu);
+  } else {
+    spdlog::info("benchmark: no CUDA device: the pinned and gpu placements are not measured");
+  }
+  SamplerOptions so;
+  so.patch = cfg.data.patch_size;
+  so.batch_size = cfg.data.batch_size;
+  so.seed = static_cast<uint64_t>(cfg.experiment.seed);
+  so.augment = cfg.augment;
+  so.foreground_fraction = cfg.data.foreground_fraction;
+  so.foreground = cfg.data.foreground;
+  so.channel_names = pre.channel_names();
+  so.pad_value = cfg.data.pad_value;
+  const int64_t steps = cfg.training.steps_per_epoch > 0
+                            ? cfg.training.steps_per_epoch
+                            : (static_cast<int64_t>(ids.size()) + cfg.data.batch_size - 1) / cfg.data.batch_size;
+  auto position = [&](int64_t k) { return std::make_pair(1 + k / steps, k % steps); };
+
+  std::vector<DataBenchmarkRow> rows;
+  for (const CachePlacement placement : placements) {
+    CacheOptions co;
+    co.placement = placement;
+    co.device = rt.device;
+    co.float16 = cfg.data.cache_float16;
+    co.threads = loading_threads(cfg);
+    const StackedCache cache = StackedCache::load(reader, ids, pre, co);
+    spdlog::info("benchmark: cache {}", cache.describe());
+    const PatchSampler sampler(cache, so);
+    auto add = [&](DataBenchmarkRow row, const std::string& stage, int64_t w) {
+      row.placement = to_string(placement);
+      row.stage = stage;
+      row.workers = w;
+      spdlog::info("benchmark: {} {} {} threads: {:.1f} batches/s", row.placement, stage, w, row.batches_per_second);
+      rows.push_back(row);
+    };
+    if (placement == CachePlacement::kGpu) {
+      BatchLoader loader(sampler, LoaderOptions{rt.device, 1, cfg.data.prefetch, steps, -1, true});
+      add(measure([&](int64_t k) {
+            const auto [e, s] = position(k);
+            return batch_bytes(loader.next(e, s));
+          }, options.seconds, cfg.data.batch_size, cuda),
+          "device", 0);
+      continue;
+    }
+    for (const int64_t w : workers) {
+      BatchLoader loader(sampler, LoaderOptions{rt.device, w, cfg.data.prefetch, steps, -1, /*finalize=*/false});
+      add(measure([&](int64_t k) {
+            const auto [e, s] = position(k);
+            return loader.next_raw(e, s).bytes();
+          }, options.seconds, cfg.data.batch_size, false),
+          "host", w);
+    }
+    for (const int64_t w : workers) {
+      BatchLoader loader(sampler, LoaderOptions{rt.device, w, cfg.data.prefetch, steps, -1, /*finalize=*/true});
+      add(measure([&](int64_t k) {
+            const auto [e, s] = position(k);
+            return batch_bytes(loader.next(e, s));
+          }, options.seconds, cfg.data.batch_size, cuda),
+          "device", w);
+    }
+  }
+  return rows;
+}
+
+int data_benchmark_command(const Config& cfg, const DataBenchmarkOptions& options) {
+  const auto rows = run_data_benchmark(cfg, options);
+  const Runtime rt = init_runtime(cfg);
+  const auto& p = cfg.data.patch_size;
+  std::string table = fmt::format(
+      "data benchmark: {}, batch {}, patch {}x{}x{}, augment {}, device {}\n"
+      "{:<10} {:<7} {:>7} {:>10} {:>10} {:>10}\n",
+      cfg.data.path, cfg.data.batch_size, p[0], p[1], p[2], augment_summary(cfg.augment), rt.device.str(),
+      "placement", "stage", "threads", "batches/s", "samples/s", "MB/s");
+  std::vector<std::string> json_rows;
+  for (const auto& r : rows) {
+    table += fmt::format("{:<10} {:<7} {:>7} {:>10.2f} {:>10.2f} {:>10.1f}\n", r.placement, r.stage, r.workers,
+                         r.batches_per_second, r.samples_per_second, r.megabytes_per_second);
+    json_rows.push_back(fmt::format(
+        "{{\"placement\": \"{}\", \"stage\": \"{}\", \"workers\": {}, \"batches\": {}, \"seconds\": {:.3f}, "
+        "\"batches_per_s\": {:.3f}, \"samples_per_s\": {:.3f}, \"mb_per_s\": {:.1f}}}",
+        r.placement, r.stage, r.workers, r.batches, r.seconds, r.batches_per_second, r.samples_per_second,
+        r.megabytes_per_second));
+  }
+  const bool cuda = rt.device.is_cuda();
+  if (!cuda) table += "pinned, gpu: not measured (no CUDA device)\n";
+  std::fputs(table.c_str(), stdout);
+  const std::string json = fmt::format(
+      "{{\"benchmark\": \"data\", \"dataset\": \"{}\", \"device\": \"{}\", \"batch_size\": {}, \"patch\": [{}, {}, "
+      "{}], \"augment\": \"{}\", \"results\": [{}], \"not_measured\": [{}]}}\n",
+      json_escape(cfg.data.path), rt.device.str(), cfg.data.batch_size, p[0], p[1], p[2], augment_summary(cfg.augment),
+      fmt::join(json_rows, ", "), cuda ? "" : "\"pinned\", \"gpu\"");
+  std::fputs(json.c_str(), stdout);
+  std::fflush(stdout);
+  return kExitOk;
+}
+
+}  // namespace u3d

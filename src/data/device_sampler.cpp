@@ -1,0 +1,272 @@
+// DeviceSampler: PatchSampler's plans as tensor ops on the cache's device (sampler.h).
+#include <cmath>
+
+#include "u3d/errors.h"
+#include "u3d/rng.h"
+#include "u3d/sampler.h"
+
+namespace u3d {
+namespace {
+
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+constexpr double kPi = 3.14159265358979323846;
+
+int64_t bits(uint64_t v) { return static_cast<int64_t>(v); }  // uint64 bit pattern as int64
+
+// The counter-based generator of rng.h on int64 tensors holding uint64 bit patterns (integer
+// multiplication and addition wrap, as in C++ unsigned arithmetic).
+torch::Tensor shift_right(const torch::Tensor& x, int64_t k) {  // logical shift
+  return x.bitwise_right_shift(k).bitwise_and(bits((uint64_t{1} << (64 - k)) - 1));
+}
+torch::Tensor mix(torch::Tensor z) {
+  z = z + bits(kGolden);
+  z = (z ^ shift_right(z, 30)) * bits(0xBF58476D1CE4E5B9ull);
+  z = (z ^ shift_right(z, 27)) * bits(0x94D049BB133111EBull);
+  return z ^ shift_right(z, 31);
+}
+
+// Per-sample streams, as SampleStream in sampler.cpp: every function gives one value per sample.
+struct Streams {
+  torch::Tensor state;  // (N,) int64
+  torch::Tensor u64(uint64_t slot) const { return mix(state + bits(slot * kGolden)); }
+  torch::Tensor uniform(uint64_t slot) const {
+    return shift_right(u64(slot), 11).to(torch::kDouble) * (1.0 / 9007199254740992.0);
+  }
+  torch::Tensor uniform(uint64_t slot, double lo, double hi) const { return uniform(slot) * (hi - lo) + lo; }
+  // floor(u64 * n / 2^64) for 0 < n < 2^31, in 64-bit pieces.
+  torch::Tensor uniform_int(uint64_t slot, const torch::Tensor& n) const {
+    const torch::Tensor v = u64(slot);
+    const torch::Tensor hi = shift_right(v, 32), lo = v.bitwise_and(bits(0xFFFFFFFFull));
+    return shift_right(hi * n + shift_right(lo * n, 32), 32);
+  }
+  torch::Tensor bernoulli(uint64_t slot, double p) const { return uniform(slot) < p; }
+};
+
+}  // namespace
+
+DeviceSampler::DeviceSampler(const PatchSampler& host) : host_(host), device_(host.cache().device()) {
+  const StackedCache& cache = host.cache();
+  const auto& o = host.options();
+  const int64_t n = cache.size();
+  std::vector<int64_t> geometry;
+  for (int64_t i = 0; i < n; ++i) {
+    const Shape3 s = cache.shape(i);
+    geometry.insert(geometry.end(), {cache.voxel_offset(i), s[0], s[1], s[2]});
+  }
+  geometry_ = torch::tensor(geometry, torch::kLong).view({n, 4}).to(device_);
+  std::vector<int64_t> offset, count;
+  std::vector<torch::Tensor> voxels;
+  int64_t total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = host.foreground().empty() ? 0 : host.foreground()[static_cast<size_t>(i)].size(0);
+    offset.push_back(total);
+    count.push_back(k);
+    total += k;
+    if (k > 0) voxels.push_back(host.foreground()[static_cast<size_t>(i)]);
+  }
+  fg_offset_ = torch::tensor(offset, torch::kLong).to(device_);
+  fg_count_ = torch::tensor(count, torch::kLong).to(device_);
+  fg_voxels_ = voxels.empty() ? torch::zeros({0, 3}, torch::kLong).to(device_) : torch::cat(voxels).to(device_);
+  std::vector<torch::Tensor> rot;
+  for (int64_t k = 0; k < 4; ++k) {
+    const Matrix3 m = o.augment.rot90_prob > 0
+                          ? rot90_matrix(k, o.augment.rot90_plane[0], o.augment.rot90_plane[1])
+                          : kIdentity3;
+    rot.push_back(torch::tensor(std::vector<double>(m.begin(), m.end()), torch::kDouble).view({3, 3}));
+  }
+  rot_matrices_ = torch::stack(rot).to(device_);
+  pad_raw_ = (static_cast<float>(o.pad_value) * cache.norm_div() + cache.norm_sub()).to(device_);
+  for (const auto& f : cache.image_fields()) {
+    field_pad_.push_back(pad_raw_.index_select(1, torch::tensor(f.channels, torch::kLong).to(device_)));
+  }
+  epoch_key_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kLong).device(device_));
+  const Shape3& patch = o.patch;
+  std::vector<torch::Tensor> axes;
+  for (int64_t a = 0; a < 3; ++a) {
+    const int64_t p = patch[static_cast<size_t>(a)];
+    axes.push_back(torch::arange(p, torch::kFloat) - (static_cast<float>(p) - 1.0f) / 2.0f);
+  }
+  const auto grid = torch::meshgrid(axes, "ij");
+  offsets_ = torch::stack({grid[0].reshape(-1), grid[1].reshape(-1), grid[2].reshape(-1)}, 1).to(device_);  // (S, 3)
+  patch_ = torch::tensor({patch[0], patch[1], patch[2]}, torch::kLong).view({1, 3}).to(device_);
+  half_ = torch::tensor({patch[0] / 2, patch[1] / 2, patch[2] / 2}, torch::kLong).to(device_);
+  std::vector<int64_t> corners;
+  for (int64_t k = 0; k < 8; ++k) corners.insert(corners.end(), {k >> 2, (k >> 1) & 1, k & 1});
+  corners_ = torch::tensor(corners, torch::kLong).view({8, 1, 1, 3}).to(device_);
+  auto channel_range = [&](int64_t cf) { return torch::arange(cf, torch::kLong).view({1, cf, 1}).to(device_); };
+  for (const auto& f : cache.image_fields()) field_channel_.push_back(channel_range(f.channel_count()));
+  field_channel_.push_back(channel_range(1));  // target and mask
+}
+
+void DeviceSampler::set_epoch(int64_t epoch, int64_t steps_per_epoch) {
+  const int64_t count = steps_per_epoch * host_.options().batch_size;
+  std::vector<int64_t> cases(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) cases[static_cast<size_t>(i)] = host_.case_for(epoch, i);
+  epoch_cases_ = torch::tensor(cases, torch::kLong).to(device_);
+  const uint64_t seed = host_.options().seed;
+  epoch_key_.fill_(bits(mix64(seed) ^ mix64(static_cast<uint64_t>(epoch) + 0x632BE59BD9B4E019ull)));
+  epoch_ = epoch;
+}
+
+RawBatch DeviceSampler::raw_batch(int64_t step) const {
+  RawBatch r = raw_batch(torch::full({}, step, torch::TensorOptions().dtype(torch::kLong).device(device_)));
+  r.step = step;
+  return r;
+}
+
+Batch DeviceSampler::batch(int64_t step) const { return host_.finalizer()(raw_batch(step)); }
+
+RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
+  if (epoch_ < 0) throw std::logic_error("DeviceSampler: call set_epoch() first");
+  const StackedCache& cache = host_.cache();
+  const auto& o = host_.options();
+  const auto& aug = o.augment;
+  const int64_t n = o.batch_size;
+  const auto lopt = torch::TensorOptions().dtype(torch::kLong).device(device_);
+  const auto dopt = torch::TensorOptions().dtype(torch::kDouble).device(device_);
+  const auto fopt = torch::TensorOptions().dtype(torch::kFloat).device(device_);
+  const Shape3& patch = o.patch;
+
+  // Streams of samples step * n + b: Rng(seed, epoch, index).state() on the device.
+  const torch::Tensor index = step.to(lopt) * n + torch::arange(n, lopt);  // (N,)
+  const Streams r{mix(mix(index + bits(0x8CB92BA72F3D8DD7ull)) ^ epoch_key_)};
+  const torch::Tensor cases = epoch_cases_.index_select(0, index);  // (N,)
+  const torch::Tensor geom = geometry_.index_select(0, cases);       // (N, 4): offset, D, H, W
+  const torch::Tensor dims = geom.slice(1, 1, 4);                    // (N, 3)
+
+  // Crop origins: uniform, or centred on a foreground voxel.
+  std::vector<torch::Tensor> uniform_origin;
+  for (int64_t a = 0; a < 3; ++a) {
+    uniform_origin.push_back(r.uniform_int(kSlotOrigin + static_cast<uint64_t>(a), dims.select(1, a) - patch[static_cast<size_t>(a)] + 1));
+  }
+  torch::Tensor origin = torch::stack(uniform_origin, 1);  // (N, 3)
+  if (o.foreground_fraction > 0 && fg_voxels_.size(0) > 0) {
+    const torch::Tensor count = fg_count_.index_select(0, cases);
+    const torch::Tensor centred = r.bernoulli(kSlotForeground, o.foreground_fraction).logical_and(count > 0);
+    const torch::Tensor pick = fg_offset_.index_select(0, cases) + r.uniform_int(kSlotVoxel, count.clamp_min(1));
+    const torch::Tensor voxel = fg_voxels_.index_select(0, pick.clamp_max(fg_voxels_.size(0) - 1));  // (N, 3)
+    const torch::Tensor centred_origin = torch::minimum(torch::clamp_min(voxel - half_, 0), dims - patch_);
+    origin = torch::where(centred.view({n, 1}), centred_origin, origin);
+  }
+
+  // Spatial matrices M = A R F, (N, 3, 3) float64.
+  const torch::Tensor eye = torch::eye(3, dopt).expand({n, 3, 3});
+  torch::Tensor m = eye.clone();
+  if (aug.flip_prob > 0) {
+    torch::Tensor sign = torch::ones({n, 3}, dopt);
+    for (int64_t a : aug.flip_axes) {
+      sign.select(1, a).copy_(
+          torch::where(r.bernoulli(kSlotFlip + static_cast<uint64_t>(a), aug.flip_prob), -1.0, 1.0).to(torch::kDouble));
+    }
+    m = torch::diag_embed(sign);
+  }
+  if (aug.rot90_prob > 0) {
+    const torch::Tensor k = torch::where(r.bernoulli(kSlotRot90, aug.rot90_prob),
+                                         r.uniform_int(kSlotRot90 + 1, torch::full({n}, 3, lopt)) + 1,
+                                         torch::zeros({n}, lopt));
+    m = torch::bmm(rot_matrices_.index_select(0, k), m);
+  }
+  if (aug.affine_prob > 0) {
+    torch::Tensor a = eye.clone();
+    for (int64_t axis = 0; axis < 3; ++axis) {
+      const double lim = aug.affine_rotation[static_cast<size_t>(axis)];
+      const torch::Tensor rad = r.uniform(kSlotAffine + 1 + static_cast<uint64_t>(axis), -lim, lim) * kPi / 180.0;
+      const torch::Tensor c = torch::cos(rad), s = torch::sin(rad);
+      const int64_t p = (axis + 1) % 3, q = (axis + 2) % 3;
+      torch::Tensor rot = eye.clone();
+      rot.select(1, p).select(1, p).copy_(c);
+      rot.select(1, p).select(1, q).copy_(-s);
+      rot.select(1, q).select(1, p).copy_(s);
+      rot.select(1, q).select(1, q).copy_(c);
+      a = torch::bmm(a, rot);
+    }
+    a = a / r.uniform(kSlotAffine + 4, aug.affine_scale[0], aug.affine_scale[1]).view({n, 1, 1});
+    a = torch::where(r.bernoulli(kSlotAffine, aug.affine_prob).view({n, 1, 1}), a, eye);
+    m = torch::bmm(a, m);
+  }
+
+  // Source coordinates of every patch voxel: centre + M (p - pc), (N, S, 3) float32.
+  const int64_t voxels = patch[0] * patch[1] * patch[2];
+  // centre = origin + pc, with pc = (patch - 1) / 2 = -offsets[0].
+  const torch::Tensor centre = origin.to(torch::kFloat) - offsets_.select(0, 0).view({1, 3});
+  const torch::Tensor q = torch::matmul(offsets_.unsqueeze(0), m.to(torch::kFloat).transpose(1, 2)) + centre.view({n, 1, 3});
+
+  const torch::Tensor extent = dims.view({n, 1, 3});
+  const torch::Tensor d_hw = geom.select(1, 2) * geom.select(1, 3);  // (N,)
+  const torch::Tensor volume = geom.select(1, 1) * d_hw;            // (N,)
+  auto linear_index = [&](const torch::Tensor& at, torch::Tensor& inside) {  // at: (N, S, 3) int64
+    inside = at.ge(0).all(-1).logical_and(at.lt(extent).all(-1));  // (N, S)
+    const torch::Tensor lin = (at.select(2, 0) * geom.select(1, 2).view({n, 1}) + at.select(2, 1)) *
+                                  geom.select(1, 3).view({n, 1}) + at.select(2, 2);
+    return lin.masked_fill(inside.logical_not(), 0);
+  };
+  // One field, (N, Cf, d, h, w): nearest (exact at integer coordinates) or trilinear (float32).
+  auto gather = [&](const CacheField& f, const torch::Tensor& channel, bool linear, const torch::Tensor& pad) {
+    const int64_t cf = f.channel_count();
+    const torch::Tensor base = (geom.select(1, 0) * cf).view({n, 1, 1}) + channel * volume.view({n, 1, 1});  // (N, Cf, 1)
+    auto read = [&](const torch::Tensor& at, torch::Tensor& inside) {
+      const torch::Tensor lin = linear_index(at, inside);
+      torch::Tensor v = f.arena.take(base + lin.view({n, 1, voxels}));  // (N, Cf, S)
+      return v;
+    };
+    torch::Tensor out;
+    if (!linear) {
+      torch::Tensor inside;
+      out = read(torch::floor(q + 0.5).to(torch::kLong), inside);
+      if (pad.defined()) {
+        out = torch::where(inside.unsqueeze(1), out.to(torch::kFloat), pad.view({n, cf, 1}));
+      } else {
+        out = out.masked_fill(inside.logical_not().unsqueeze(1), 0);
+      }
+    } else {
+      const torch::Tensor floor = torch::floor(q);
+      const torch::Tensor w = q - floor;  // (N, S, 3)
+      const torch::Tensor corner = floor.to(torch::kLong);
+      out = torch::zeros({n, cf, voxels}, fopt);
+      for (int64_t k = 0; k < 8; ++k) {
+        const int64_t dz = k >> 2, dy = (k >> 1) & 1, dx = k & 1;
+        torch::Tensor inside;
+        torch::Tensor v = read(corner + corners_[k], inside).to(torch::kFloat);
+        v = pad.defined() ? torch::where(inside.unsqueeze(1), v, pad.view({n, cf, 1}))
+                          : v.masked_fill(inside.logical_not().unsqueeze(1), 0);
+        const torch::Tensor weight = (dz ? w.select(2, 0) : 1 - w.select(2, 0)) *
+                                     (dy ? w.select(2, 1) : 1 - w.select(2, 1)) *
+                                     (dx ? w.select(2, 2) : 1 - w.select(2, 2));  // (N, S)
+        out.add_(v * weight.unsqueeze(1));
+      }
+    }
+    return out.view({n, cf, patch[0], patch[1], patch[2]});
+  };
+
+  RawBatch raw;
+  const bool affine = aug.affine_prob > 0;
+  const auto& fields = cache.image_fields();
+  for (size_t f = 0; f < fields.size(); ++f) {
+    const torch::Tensor pad = affine ? field_pad_[f].index_select(0, cases) : torch::Tensor();
+    raw.images.push_back(gather(fields[f], field_channel_[f], affine, pad));
+  }
+  if (cache.target()) {
+    raw.target = gather(*cache.target(), field_channel_.back(), affine && !cache.segmentation(), torch::Tensor());
+  }
+  if (cache.mask()) raw.mask = gather(*cache.mask(), field_channel_.back(), /*linear=*/false, torch::Tensor());
+
+  // Intensity parameters per sample (identity where not drawn).
+  auto draw = [&](double prob, uint64_t slot, const std::vector<double>& range, double identity) {
+    const torch::Tensor value = r.uniform(slot + 1, range[0], range[1]);
+    return prob > 0 ? torch::where(r.bernoulli(slot, prob), value, torch::full({n}, identity, dopt))
+                    : torch::full({n}, identity, dopt);
+  };
+  const torch::Tensor scale = draw(aug.intensity_prob, kSlotIntensity, aug.intensity_scale, 1.0);
+  const torch::Tensor shift = aug.intensity_prob > 0
+                                  ? torch::where(r.bernoulli(kSlotIntensity, aug.intensity_prob),
+                                                 r.uniform(kSlotIntensity + 2, aug.intensity_shift[0], aug.intensity_shift[1]),
+                                                 torch::zeros({n}, dopt))
+                                  : torch::zeros({n}, dopt);
+  const torch::Tensor gamma = draw(aug.gamma_prob, kSlotGamma, aug.gamma_range, 1.0);
+  const torch::Tensor noise = draw(aug.noise_prob, kSlotNoise, aug.noise_std, 0.0);
+  raw.plan = torch::stack({cases.to(torch::kDouble), scale, shift, gamma, noise}, 1);  // (N, kPlanColumns)
+  raw.epoch = epoch_;
+  return raw;
+}
+
+}  // namespace u3d

@@ -1,0 +1,139 @@
+// GPU paths of the data pipeline: GPU-resident cache and sampling, pinned cache and staging ring with
+// copies on a side stream. Every test skips itself where no CUDA device is present.
+#include <gtest/gtest.h>
+
+#include "test_support.h"
+#include "u3d/cache.h"
+#include "u3d/loader.h"
+#include "u3d/sampler.h"
+
+namespace u3d {
+namespace {
+
+#define U3D_REQUIRE_CUDA() \
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
+
+const torch::Device kCuda(torch::kCUDA, 0);
+
+DataConfig dose_data() {
+  DataConfig d;
+  d.normalize = {"clip:-1000:1000", "none", "none", "none", "none"};
+  d.target_scale = 70;
+  return d;
+}
+
+SamplerOptions sampler_options(bool affine) {
+  SamplerOptions o;
+  o.patch = {16, 16, 16};
+  o.batch_size = 3;
+  o.seed = 9;
+  o.augment.flip_prob = 0.5;
+  o.augment.rot90_prob = 0.5;
+  o.foreground_fraction = 0.33;
+  o.augment.intensity_prob = 0.5;
+  o.channel_names = {"ct", "spinal_cord", "parotid_l", "parotid_r", "ptv"};
+  o.augment.intensity_channels = {"ct"};
+  if (affine) o.augment.affine_prob = 0.5;
+  return o;
+}
+
+StackedCache load(const fs::path& file, CachePlacement placement) {
+  const DatasetReader reader(file);
+  const Preprocessor pre(dose_data(), reader.info());
+  CacheOptions o;
+  o.placement = placement;
+  o.device = kCuda;
+  return StackedCache::load(reader, reader.split("train"), pre, o);
+}
+
+TEST(GpuData, CachePlacementsLiveWhereAsked) {
+  U3D_REQUIRE_CUDA();
+  test::TempDir dir;
+  test::make_phantom(dir / "p.h5", Task::kDose, 6, 24);
+  const StackedCache gpu = load(dir / "p.h5", CachePlacement::kGpu);
+  EXPECT_TRUE(gpu.image_fields()[0].arena.is_cuda());
+  EXPECT_TRUE(gpu.device().is_cuda());
+  const StackedCache pinned = load(dir / "p.h5", CachePlacement::kPinned);
+  EXPECT_TRUE(pinned.image_fields()[0].arena.is_pinned());
+  EXPECT_EQ(resolve_placement(CachePlacement::kAuto, 0.5, kCuda, 1 << 20), CachePlacement::kGpu);
+  EXPECT_EQ(resolve_placement(CachePlacement::kAuto, 0.5, kCuda, int64_t{1} << 50), CachePlacement::kPinned);
+  for (size_t f = 0; f < gpu.image_fields().size(); ++f) {
+    EXPECT_TRUE(torch::equal(gpu.image_fields()[f].arena.cpu(), pinned.image_fields()[f].arena));
+  }
+}
+
+TEST(GpuData, GpuResidentSamplingEqualsTheHostSampler) {
+  U3D_REQUIRE_CUDA();
+  test::TempDir dir;
+  test::make_phantom(dir / "p.h5", Task::kDose, 6, 24);
+  const StackedCache host_cache = load(dir / "p.h5", CachePlacement::kMemory);
+  const StackedCache gpu_cache = load(dir / "p.h5", CachePlacement::kGpu);
+  for (const bool affine : {false, true}) {
+    const PatchSampler host(host_cache, sampler_options(affine));
+    const PatchSampler on_gpu(gpu_cache, sampler_options(affine));
+    BatchLoader loader(on_gpu, LoaderOptions{kCuda, 1, 2, 4, -1, true});
+    for (int64_t step = 0; step < 4; ++step) {
+      const Batch a = loader.next(2, step);
+      const Batch b = host.batch(2, step);
+      ASSERT_TRUE(a.image.is_cuda());
+      if (affine) {
+        EXPECT_TRUE(torch::allclose(a.image.cpu(), b.image, 1e-3, 1e-3)) << step;
+      } else {
+        EXPECT_TRUE(torch::equal(a.image.cpu(), b.image)) << step;
+        EXPECT_TRUE(torch::equal(a.target.cpu(), b.target)) << step;
+        EXPECT_TRUE(torch::equal(a.mask.cpu(), b.mask)) << step;
+      }
+    }
+  }
+}
+
+TEST(GpuData, PinnedStagingRingDeliversTheHostBatchesOnTheDevice) {
+  U3D_REQUIRE_CUDA();
+  test::TempDir dir;
+  test::make_phantom(dir / "p.h5", Task::kDose, 6, 24);
+  const StackedCache cache = load(dir / "p.h5", CachePlacement::kPinned);
+  const PatchSampler sampler(cache, sampler_options(false));
+  for (const int64_t workers : {1, 4}) {
+    BatchLoader loader(sampler, LoaderOptions{kCuda, workers, 3, 5, -1, true});
+    for (int64_t k = 0; k < 20; ++k) {
+      const Batch a = loader.next(k / 5, k % 5);
+      // Use the batch on the compute stream as training would, then compare.
+      const Batch b = sampler.batch(k / 5, k % 5);
+      EXPECT_TRUE(torch::equal(a.image.cpu(), b.image)) << k;
+      EXPECT_TRUE(torch::equal(a.target.cpu(), b.target)) << k;
+    }
+  }
+}
+
+TEST(GpuData, TrainingWithEachPlacement) {
+  U3D_REQUIRE_CUDA();
+  test::TempDir dir;
+  test::make_phantom(dir / "p.h5", Task::kDose, 8, 32);
+  for (const std::string placement : {"gpu", "pinned", "memory"}) {
+    test::write_text(dir / (placement + ".yaml"), test::tiny_config("p.h5", placement));
+    const auto r = test::run_trainer({"--config", placement + ".yaml", "--set", "training.device=cuda", "--set",
+                                      "data.cache=" + placement, "--set", "training.deterministic=false"},
+                                     dir.path());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto rows = test::read_csv(dir / "runs" / placement / "metrics.csv");
+    ASSERT_EQ(rows.size(), 2u);
+    EXPECT_FALSE(rows.back().at("data_share").empty());
+  }
+}
+
+TEST(GpuData, BenchmarkMeasuresEveryPlacement) {
+  U3D_REQUIRE_CUDA();
+  test::TempDir dir;
+  test::make_phantom(dir / "p.h5", Task::kDose, 6, 32);
+  test::write_text(dir / "b.yaml", test::tiny_config("p.h5", "b"));
+  const auto r = test::run_trainer({"--config", "b.yaml", "--set", "training.device=cuda", "--benchmark", "data",
+                                    "--workers", "1,2", "--benchmark-seconds", "0.5"},
+                                   dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* p : {"\"placement\": \"memory\"", "\"placement\": \"pinned\"", "\"placement\": \"gpu\""}) {
+    EXPECT_NE(r.output.find(p), std::string::npos) << p << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace u3d
