@@ -47,6 +47,35 @@ int main(int argc, char** argv) {
 
   auto* reference_app = app.add_subcommand("config-reference", "Print every config key as Markdown");
 
+  // `import <kind>` and `evaluate <kind>`: one nested subcommand per data source or task.
+  auto* import_app = app.add_subcommand("import", "Import a dataset into HDF5 (format v1)");
+  import_app->require_subcommand(1);
+  u3d::ImportOpenKbpCommand import_openkbp;
+  auto* import_openkbp_app = import_app->add_subcommand("openkbp", "OpenKBP CSV folders (provided-data or pt_* folders)");
+  import_openkbp_app->add_option("--source", import_openkbp.source, "provided-data folder or a folder of pt_* folders")
+      ->required();
+  import_openkbp_app->add_option("--out", import_openkbp.out, "Output dataset file (.h5)")->required();
+  import_openkbp_app->add_flag("--force", import_openkbp.force, "Replace an existing output file");
+  import_openkbp_app->add_option("--threads", import_openkbp.threads, "Parsing threads; 0: every core")
+      ->capture_default_str();
+  import_openkbp_app->add_option("--split", import_openkbp.split, "Split name for a plain folder of pt_* folders")
+      ->capture_default_str();
+
+  auto* evaluate_app = app.add_subcommand("evaluate", "Score predictions against a reference");
+  evaluate_app->require_subcommand(1);
+  u3d::EvaluateOpenKbpCommand evaluate_openkbp;
+  auto* evaluate_openkbp_app = evaluate_app->add_subcommand("openkbp", "OpenKBP dose score and DVH score");
+  evaluate_openkbp_app->add_option("--reference", evaluate_openkbp.reference, "Folder of pt_* folders with dose.csv")
+      ->required();
+  evaluate_openkbp_app->add_option("--predictions", evaluate_openkbp.predictions,
+                                   "Folder of pt_*.csv submission files, or a predictions .h5 of --predict-only")
+      ->required();
+  evaluate_openkbp_app->add_option("--out", evaluate_openkbp.out,
+                                   "Per-patient CSV (default: <PRED>_openkbp_scores.csv beside PRED)");
+  evaluate_openkbp_app->add_flag("--force", evaluate_openkbp.force, "Replace existing output files");
+  evaluate_openkbp_app->add_option("--threads", evaluate_openkbp.threads, "Threads; 0: every core")
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -56,6 +85,8 @@ int main(int argc, char** argv) {
   try {
     if (*synth_app) return u3d::synth_command(synth);
     if (*reference_app) return u3d::config_reference_command();
+    if (*import_openkbp_app) return u3d::import_openkbp_command(import_openkbp);
+    if (*evaluate_openkbp_app) return u3d::evaluate_openkbp_command(evaluate_openkbp);
     if (resume->count() > 0) run.resume = resume_path;
     if (run.config.empty()) {
       std::fputs(app.help().c_str(), stderr);

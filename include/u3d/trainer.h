@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "u3d/cache.h"
 #include "u3d/checkpoint.h"
@@ -24,6 +25,8 @@
 #include "u3d/unet.h"
 
 namespace u3d {
+
+class DoseEvaluator;
 
 struct TrainOptions {
   // Unset: a fresh run (refused when the run folder already holds checkpoints).
@@ -41,6 +44,10 @@ struct EpochStats {
 struct ValStats {
   double loss = std::numeric_limits<double>::quiet_NaN();
   double metric = std::numeric_limits<double>::quiet_NaN();
+  // OpenKBP scores (Gy) when dose metrics are scored (dose task, data.dvh_structures resolves to
+  // structures; include/u3d/dose_metrics.h); NaN otherwise.
+  double dose_score = std::numeric_limits<double>::quiet_NaN();
+  double dvh_score = std::numeric_limits<double>::quiet_NaN();
 };
 
 class Trainer {
@@ -70,6 +77,9 @@ class Trainer {
   void print_banner() const;
   void log_epoch(int64_t epoch, const EpochStats& train, const std::optional<ValStats>& val, bool improved);
   CheckpointInfo checkpoint_info() const;
+  // The value checkpoint.monitor watches in `val`, and whether higher is better; its column name.
+  std::pair<double, bool> monitored(const ValStats& val) const;
+  std::string monitor_name() const;
 
   Config cfg_;
   TrainOptions options_;
@@ -86,6 +96,7 @@ class Trainer {
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<MetricsCsv> csv_;
   TaskMetric metric_;
+  std::unique_ptr<DoseEvaluator> dose_eval_;  // OpenKBP dose/DVH scores of the val split, or null
   TrainState state_;
   int64_t steps_per_epoch_ = 0;
 };

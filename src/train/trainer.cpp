@@ -2,9 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <utility>
 
+#include "u3d/dose_metrics.h"
 #include "u3d/errors.h"
 #include "u3d/files.h"
 #include "u3d/optimizer.h"
@@ -44,9 +47,8 @@ TrainState Trainer::fit() {
     bool improved = false;
     if (val_cache_ && (epoch % cfg_.training.val_every == 0 || epoch == cfg_.training.epochs)) {
       val = validate();
-      const bool use_loss = cfg_.checkpoint.monitor == Monitor::kValLoss;
-      const double score = use_loss ? val->loss : val->metric;
-      improved = is_improvement(score, state_.best_metric, !use_loss && metric_.higher_is_better);
+      const auto [score, higher_is_better] = monitored(*val);
+      improved = is_improvement(score, state_.best_metric, higher_is_better);
       if (improved) {
         state_.best_metric = score;
         state_.best_epoch = epoch;
@@ -58,8 +60,7 @@ TrainState Trainer::fit() {
     log_epoch(epoch, stats, val, improved);
   }
   spdlog::info("done: {} epochs, {} steps; best {} {} at epoch {}; run folder {}", state_.epoch, state_.global_step,
-               cfg_.checkpoint.monitor == Monitor::kValLoss ? "val_loss" : metric_.name,
-               fmt_metric(state_.best_metric), state_.best_epoch, paths_.root.string());
+               monitor_name(), fmt_metric(state_.best_metric), state_.best_epoch, paths_.root.string());
   flush_logs();
   return state_;
 }
@@ -121,6 +122,25 @@ void Trainer::load_data() {
                                   cfg_.data.path, cfg_.data.val_split));
     }
   }
+  if (val_cache_ && info.task == Task::kDose) {
+    auto structures = resolve_dvh_structures(cfg_.data.dvh_structures, info.channel_names);
+    if (!structures.empty()) {
+      std::vector<std::string> names;
+      for (const auto& s : structures) names.push_back(s.name);
+      dose_eval_ = std::make_unique<DoseEvaluator>(*reader_, reader_->split(cfg_.data.val_split), std::move(structures),
+                                                   runtime_.threads);
+      spdlog::info("validation: OpenKBP dose score and DVH score over {} structures ({})", names.size(),
+                   fmt::join(names, ", "));
+    }
+  }
+  if (!dose_eval_ && (cfg_.checkpoint.monitor == Monitor::kValDoseScore ||
+                      cfg_.checkpoint.monitor == Monitor::kValDvhScore)) {
+    throw ConfigError(fmt::format("{}: checkpoint.monitor: {} needs the OpenKBP dose metrics, which are scored only for "
+                                  "a dose dataset with a validation split and structures in data.dvh_structures",
+                                  cfg_.origin.count("checkpoint.monitor") ? cfg_.origin.at("checkpoint.monitor")
+                                                                          : cfg_.source,
+                                  to_string(cfg_.checkpoint.monitor)));
+  }
   SamplerOptions so;
   so.patch = cfg_.data.patch_size;
   so.batch_size = cfg_.data.batch_size;
@@ -148,9 +168,10 @@ void Trainer::build_model() {
   loss_ = std::make_unique<Loss>(resolve_loss(cfg_.training.loss, pre_->task(), train_cache_->has_masks()));
   optimizer_ = make_optimizer(cfg_.training, net_->parameters());
   schedule_ = std::make_unique<LrSchedule>(cfg_.training, cfg_.training.epochs * steps_per_epoch_);
-  csv_ = std::make_unique<MetricsCsv>(
-      paths_.metrics, std::vector<std::string>{"epoch", "step", "lr", "train_loss", "val_loss", metric_.name, "best",
-                                               "epoch_seconds", "data_seconds", "samples_per_second"});
+  std::vector<std::string> columns = {"epoch", "step", "lr", "train_loss", "val_loss", metric_.name, "best",
+                                      "epoch_seconds", "data_seconds", "samples_per_second"};
+  if (dose_eval_) columns.insert(std::find(columns.begin(), columns.end(), "best"), {"val_dose_score", "val_dvh_score"});
+  csv_ = std::make_unique<MetricsCsv>(paths_.metrics, columns);
 }
 
 void Trainer::restore() {
@@ -221,6 +242,7 @@ ValStats Trainer::validate() {
                           cfg_.predict.batch_size > 0 ? cfg_.predict.batch_size : cfg_.data.batch_size,
                           cfg_.predict.gaussian};
   std::vector<double> losses, metrics;
+  std::vector<PatientDoseMetrics> dose_metrics;
   for (const auto& c : val_cache_->cases()) {
     const torch::Tensor out = sliding_window_predict(*net_, c.image, sw, runtime_.device);  // (K, D, H, W)
     const torch::Tensor target = c.target.to(runtime_.device);
@@ -228,6 +250,12 @@ ValStats Trainer::validate() {
     const torch::Tensor batch_target = pre_->task() == Task::kSegmentation ? target.unsqueeze(0).to(torch::kLong)
                                                                             : target.unsqueeze(0);
     losses.push_back((*loss_)(out.unsqueeze(0), batch_target, mask).item<double>());
+    if (dose_eval_) {
+      // On the device: the prediction in Gy, scored as its submission file would be.
+      const torch::Tensor dose_mask = c.mask.defined() ? c.mask[0] : torch::ones_like(c.raw_target, torch::kUInt8);
+      dose_metrics.push_back(dose_eval_->evaluate(c.id, finalize_prediction(out, *pre_),
+                                                  c.raw_target.to(runtime_.device), dose_mask.to(runtime_.device)));
+    }
     const torch::Tensor pred = finalize_prediction(out, *pre_).cpu();
     if (pre_->task() == Task::kSegmentation) {
       metrics.push_back(nan_mean(dice_per_class(pred, c.target, reader_->info().num_classes)));
@@ -235,7 +263,35 @@ ValStats Trainer::validate() {
       metrics.push_back(masked_mae(pred, c.raw_target, c.mask.defined() ? c.mask[0] : torch::Tensor()));
     }
   }
-  return ValStats{nan_mean(losses), nan_mean(metrics)};
+  ValStats stats{nan_mean(losses), nan_mean(metrics)};
+  if (dose_eval_) {
+    const DoseScores scores = dose_scores(dose_metrics);
+    stats.dose_score = scores.dose_score;
+    stats.dvh_score = scores.dvh_score;
+  }
+  return stats;
+}
+
+std::pair<double, bool> Trainer::monitored(const ValStats& val) const {
+  switch (cfg_.checkpoint.monitor) {
+    case Monitor::kValLoss: return {val.loss, false};
+    case Monitor::kValDoseScore: return {val.dose_score, false};
+    case Monitor::kValDvhScore: return {val.dvh_score, false};
+    case Monitor::kValMetric: return {val.metric, metric_.higher_is_better};
+    case Monitor::kAuto: break;
+  }
+  return dose_eval_ ? std::pair<double, bool>{val.dose_score, false} : std::pair<double, bool>{val.metric, metric_.higher_is_better};
+}
+
+std::string Trainer::monitor_name() const {
+  switch (cfg_.checkpoint.monitor) {
+    case Monitor::kValLoss: return "val_loss";
+    case Monitor::kValDoseScore: return "val_dose_score";
+    case Monitor::kValDvhScore: return "val_dvh_score";
+    case Monitor::kValMetric: return metric_.name;
+    case Monitor::kAuto: break;
+  }
+  return dose_eval_ ? "val_dose_score" : metric_.name;
 }
 
 CheckpointInfo Trainer::checkpoint_info() const {
@@ -266,13 +322,18 @@ void Trainer::log_epoch(int64_t epoch, const EpochStats& train, const std::optio
                 {"train_loss", fmt_metric(train.train_loss)},
                 {"val_loss", val ? fmt_metric(val->loss) : ""},
                 {metric_.name, val ? fmt_metric(val->metric) : ""},
+                {"val_dose_score", val ? fmt_metric(val->dose_score) : ""},
+                {"val_dvh_score", val ? fmt_metric(val->dvh_score) : ""},
                 {"best", improved ? "1" : "0"},
                 {"epoch_seconds", fmt::format("{:.3f}", train.seconds)},
                 {"data_seconds", fmt::format("{:.3f}", train.data_seconds)},
                 {"samples_per_second", fmt::format("{:.3f}", sps)}});
   if (val) {
-    spdlog::info("epoch {}/{}: train_loss {:.5f} val_loss {:.5f} {} {:.4f}{} | {:.1f} s, {:.1f} samples/s", epoch,
-                 cfg_.training.epochs, train.train_loss, val->loss, metric_.name, val->metric,
+    const std::string dose = dose_eval_ ? fmt::format(" val_dose_score {:.4f} val_dvh_score {:.4f}", val->dose_score,
+                                                      val->dvh_score)
+                                        : "";
+    spdlog::info("epoch {}/{}: train_loss {:.5f} val_loss {:.5f} {} {:.4f}{}{} | {:.1f} s, {:.1f} samples/s", epoch,
+                 cfg_.training.epochs, train.train_loss, val->loss, metric_.name, val->metric, dose,
                  improved ? " (best)" : "", train.seconds, sps);
   } else {
     spdlog::info("epoch {}/{}: train_loss {:.5f} | {:.1f} s, {:.1f} samples/s", epoch, cfg_.training.epochs,
