@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
                                    "Folder of pt_*.csv submission files, or a predictions .h5 of --predict-only")
       ->required();
   evaluate_openkbp_app->add_option("--out", evaluate_openkbp.out,
-                                   "Per-patient CSV (default: <PRED>_openkbp_scores.csv beside PRED)");
+                                   "Per-patient CSV (default beside PRED: <folder>_scores.csv or <file stem>_openkbp_scores.csv)");
   evaluate_openkbp_app->add_flag("--force", evaluate_openkbp.force, "Replace existing output files");
   evaluate_openkbp_app->add_option("--threads", evaluate_openkbp.threads, "Threads; 0: every core")
       ->capture_default_str();

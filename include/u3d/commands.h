@@ -48,7 +48,7 @@ int import_openkbp_command(const ImportOpenKbpCommand& cmd);
 struct EvaluateOpenKbpCommand {
   std::string reference;
   std::string predictions;
-  std::string out;             // default: <PRED folder or file stem>_openkbp_scores.csv beside PRED
+  std::string out;             // default beside PRED: <folder>_scores.csv, or <file stem>_openkbp_scores.csv
   bool force = false;          // replace existing output files
   int64_t threads = 0;         // 0: every core
 };

@@ -82,8 +82,10 @@ fs::path default_scores_path(const fs::path& predictions) {
   fs::path p = predictions;
   if (p.filename().empty()) p = p.parent_path();  // "dir/" -> "dir"
   std::error_code ec;
-  const std::string stem = fs::is_directory(p, ec) ? p.filename().string() : p.stem().string();
-  return p.parent_path() / (stem + "_openkbp_scores.csv");
+  // runs/x/predictions/openkbp -> runs/x/predictions/openkbp_scores.csv;
+  // runs/x/predictions/val.h5 -> runs/x/predictions/val_openkbp_scores.csv.
+  if (fs::is_directory(p, ec)) return p.parent_path() / (p.filename().string() + "_scores.csv");
+  return p.parent_path() / (p.stem().string() + "_openkbp_scores.csv");
 }
 
 }  // namespace
