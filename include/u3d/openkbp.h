@@ -143,7 +143,10 @@ class SubmissionWriter {
   SubmissionWriter(const SubmissionWriter&) = delete;
   SubmissionWriter& operator=(const SubmissionWriter&) = delete;
   // prediction (128, 128, 128) in Gy (any device); mask (128, 128, 128) or (1, 128, 128, 128).
-  void write(const std::string& id, const torch::Tensor& prediction, const torch::Tensor& possible_dose_mask);
+  // A prediction of another shape (e.g. a down-sampled dataset) has no submission form: it is
+  // skipped with a warning and write() returns false.
+  bool write(const std::string& id, const torch::Tensor& prediction, const torch::Tensor& possible_dose_mask);
+  // Moves the files into place; without any file written it leaves `dir` as it was.
   void commit();
   int64_t files() const { return files_; }
 

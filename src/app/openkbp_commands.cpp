@@ -49,6 +49,9 @@ class PredictionSource {
         h5::read_string_attribute(root.get(), "format", ctx) != "u3d-predictions") {
       throw DataError(fmt::format("{}: not a predictions file of `trainer --predict-only` (format=\"u3d-predictions\")", ctx));
     }
+    if (h5::read_string_attribute(root.get(), "task", ctx) != "dose") {
+      throw DataError(fmt::format("{}: holds segmentation predictions; OpenKBP scores need dose predictions", ctx));
+    }
     h5::Handle cases = h5::open_group(file_.get(), "cases", ctx);
     H5G_info_t info{};
     U3D_CHECK_H5(H5Gget_info(cases.get(), &info), ctx);

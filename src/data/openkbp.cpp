@@ -506,15 +506,26 @@ SubmissionWriter::~SubmissionWriter() {
   }
 }
 
-void SubmissionWriter::write(const std::string& id, const torch::Tensor& prediction,
+bool SubmissionWriter::write(const std::string& id, const torch::Tensor& prediction,
                              const torch::Tensor& possible_dose_mask) {
   if (!is_valid_case_id(id)) throw DataError(fmt::format("submission: case id '{}' is not a file name", id));
+  if (prediction.sizes() != torch::IntArrayRef{kGridSize, kGridSize, kGridSize}) {
+    spdlog::warn("submission: case '{}' is ({}), not the OpenKBP grid 128^3; no submission file for it", id,
+                 fmt::join(prediction.sizes(), ", "));
+    return false;
+  }
   write_dose_csv(staging_ / (id + ".csv"), prediction, possible_dose_mask);
   ++files_;
+  return true;
 }
 
 void SubmissionWriter::commit() {
   std::error_code ec;
+  if (files_ == 0) {
+    fs::remove_all(staging_, ec);
+    committed_ = true;
+    return;
+  }
   if (fs::exists(dir_, ec)) {
     // Replace the previous prediction run's folder: move it aside first, so a failure leaves one
     // complete folder in place.

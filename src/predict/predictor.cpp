@@ -235,7 +235,7 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
   }
   writer.commit(cfg.predict.split);
   spdlog::info("predict: wrote {} ({} cases)", out_path.string(), cases.size());
-  if (submission) {
+  if (submission && submission->files() > 0) {
     submission->commit();
     spdlog::info("predict: wrote {} OpenKBP submission files (prediction x possible-dose mask) to {}",
                  submission->files(), (paths.predictions / "openkbp").string());

@@ -146,6 +146,18 @@ TEST(OpenKbpCsv, SubmissionWriterReplacesThePreviousFolderWhole) {
   EXPECT_EQ(entries, 0) << "temporary folders left behind";
 }
 
+TEST(OpenKbpCsv, SubmissionWriterSkipsVolumesOffTheGrid) {
+  test::TempDir dir;
+  fs::create_directories(dir / "openkbp");
+  test::write_text(dir / "openkbp" / "pt_1.csv", ",data\n");
+  openkbp::SubmissionWriter w(dir / "openkbp");
+  EXPECT_FALSE(w.write("pt_2", torch::ones({32, 32, 32}), torch::ones({32, 32, 32}, torch::kUInt8)));
+  w.commit();  // nothing written: the previous folder stays
+  EXPECT_EQ(w.files(), 0);
+  EXPECT_TRUE(fs::exists(dir / "openkbp" / "pt_1.csv"));
+  EXPECT_FALSE(fs::exists(dir / "openkbp" / "pt_2.csv"));
+}
+
 TEST(OpenKbpImport, FindsSplitsOfAProvidedDataFolderAndOfAPlainFolder) {
   test::TempDir dir;
   for (const auto& p : {"train-pats/pt_10", "train-pats/pt_2", "validation-pats/pt_201", "test-pats/pt_241"}) {
