@@ -108,6 +108,17 @@ void Trainer::load_data() {
   };
   pre_ = std::make_unique<Preprocessor>(cfg_.data, info);
   metric_ = task_metric(info.task);
+  // OpenKBP dose metrics during validation: checked before the (slow) cache loads.
+  std::vector<DvhStructure> dvh_structures;
+  if (info.task == Task::kDose) dvh_structures = resolve_dvh_structures(cfg_.data.dvh_structures, info.channel_names);
+  if (!cfg_.data.val_split.empty() && dvh_structures.empty() &&
+      (cfg_.checkpoint.monitor == Monitor::kValDoseScore || cfg_.checkpoint.monitor == Monitor::kValDvhScore)) {
+    throw ConfigError(fmt::format("{}: checkpoint.monitor: {} needs the OpenKBP dose metrics, which are scored only for "
+                                  "a dose dataset whose channels include structures named by data.dvh_structures",
+                                  cfg_.origin.count("checkpoint.monitor") ? cfg_.origin.at("checkpoint.monitor")
+                                                                          : cfg_.source,
+                                  to_string(cfg_.checkpoint.monitor)));
+  }
   train_cache_ = std::make_unique<TensorCache>(
       TensorCache::load(*reader_, split_ids("data.train_split", cfg_.data.train_split), *pre_, runtime_.threads));
   if (!train_cache_->has_targets()) {
@@ -122,24 +133,13 @@ void Trainer::load_data() {
                                   cfg_.data.path, cfg_.data.val_split));
     }
   }
-  if (val_cache_ && info.task == Task::kDose) {
-    auto structures = resolve_dvh_structures(cfg_.data.dvh_structures, info.channel_names);
-    if (!structures.empty()) {
-      std::vector<std::string> names;
-      for (const auto& s : structures) names.push_back(s.name);
-      dose_eval_ = std::make_unique<DoseEvaluator>(*reader_, reader_->split(cfg_.data.val_split), std::move(structures),
-                                                   runtime_.threads);
-      spdlog::info("validation: OpenKBP dose score and DVH score over {} structures ({})", names.size(),
-                   fmt::join(names, ", "));
-    }
-  }
-  if (!dose_eval_ && (cfg_.checkpoint.monitor == Monitor::kValDoseScore ||
-                      cfg_.checkpoint.monitor == Monitor::kValDvhScore)) {
-    throw ConfigError(fmt::format("{}: checkpoint.monitor: {} needs the OpenKBP dose metrics, which are scored only for "
-                                  "a dose dataset with a validation split and structures in data.dvh_structures",
-                                  cfg_.origin.count("checkpoint.monitor") ? cfg_.origin.at("checkpoint.monitor")
-                                                                          : cfg_.source,
-                                  to_string(cfg_.checkpoint.monitor)));
+  if (val_cache_ && !dvh_structures.empty()) {
+    std::vector<std::string> names;
+    for (const auto& s : dvh_structures) names.push_back(s.name);
+    dose_eval_ = std::make_unique<DoseEvaluator>(*reader_, reader_->split(cfg_.data.val_split), std::move(dvh_structures),
+                                                 runtime_.threads);
+    spdlog::info("validation: OpenKBP dose score and DVH score over {} structures ({})", names.size(),
+                 fmt::join(names, ", "));
   }
   SamplerOptions so;
   so.patch = cfg_.data.patch_size;
@@ -250,13 +250,14 @@ ValStats Trainer::validate() {
     const torch::Tensor batch_target = pre_->task() == Task::kSegmentation ? target.unsqueeze(0).to(torch::kLong)
                                                                             : target.unsqueeze(0);
     losses.push_back((*loss_)(out.unsqueeze(0), batch_target, mask).item<double>());
+    const torch::Tensor pred_on_device = finalize_prediction(out, *pre_);
     if (dose_eval_) {
       // On the device: the prediction in Gy, scored as its submission file would be.
       const torch::Tensor dose_mask = c.mask.defined() ? c.mask[0] : torch::ones_like(c.raw_target, torch::kUInt8);
-      dose_metrics.push_back(dose_eval_->evaluate(c.id, finalize_prediction(out, *pre_),
-                                                  c.raw_target.to(runtime_.device), dose_mask.to(runtime_.device)));
+      dose_metrics.push_back(dose_eval_->evaluate(c.id, pred_on_device, c.raw_target.to(runtime_.device),
+                                                  dose_mask.to(runtime_.device)));
     }
-    const torch::Tensor pred = finalize_prediction(out, *pre_).cpu();
+    const torch::Tensor pred = pred_on_device.cpu();
     if (pre_->task() == Task::kSegmentation) {
       metrics.push_back(nan_mean(dice_per_class(pred, c.target, reader_->info().num_classes)));
     } else {

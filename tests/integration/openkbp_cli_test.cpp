@@ -3,6 +3,7 @@
 // predict into the submission format, and evaluate those predictions (CSV folder and HDF5 alike).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "test_support.h"
@@ -104,7 +105,8 @@ TEST_F(OpenKbpCli, BaselineTrainsPredictsSubmissionFilesAndEvaluates) {
   const std::vector<std::string> overrides = {
       "--set", "model.base_filters=2",   "--set", "training.epochs=1",      "--set", "training.steps_per_epoch=1",
       "--set", "training.device=cpu",    "--set", "training.threads=2",     "--set", "predict.split=val",
-      "--set", "logging.progress_seconds=0"};
+      "--set", "logging.progress_seconds=0",
+      "--set", "data.train_split=val"};  // 4 patients to load instead of 12: this checks the plumbing
   std::vector<std::string> args = {"--config", config};
   args.insert(args.end(), overrides.begin(), overrides.end());
   auto r = run_trainer(args, dir.path());
@@ -124,7 +126,9 @@ TEST_F(OpenKbpCli, BaselineTrainsPredictsSubmissionFilesAndEvaluates) {
   for (const auto& id : {"pt_201", "pt_202", "pt_203", "pt_204"}) {
     const fs::path csv = run / "predictions" / "openkbp" / (std::string(id) + ".csv");
     ASSERT_TRUE(fs::exists(csv)) << csv;
-    EXPECT_EQ(test::read_text(csv).rfind(",data\n", 0), 0u);
+    const std::string text = test::read_text(csv);
+    EXPECT_EQ(text.rfind(",data\n", 0), 0u);
+    EXPECT_GT(std::count(text.begin(), text.end(), '\n'), 1000) << csv << ": the network predicts (almost) nothing";
   }
   EXPECT_TRUE(fs::exists(run / "predictions" / "val.h5"));
 
@@ -144,6 +148,33 @@ TEST_F(OpenKbpCli, BaselineTrainsPredictsSubmissionFilesAndEvaluates) {
   EXPECT_NEAR(csv_scores.second, h5_scores.second, 1e-4);
   EXPECT_NEAR(csv_scores.first, val_dose_score, 1e-3 * std::max(1.0, val_dose_score));
   EXPECT_NEAR(csv_scores.second, std::stod(rows[0].at("val_dvh_score")), 1e-3 * std::max(1.0, csv_scores.second));
+}
+
+}  // namespace
+}  // namespace u3d
+
+namespace u3d {
+namespace {
+
+// Choosing the best checkpoint by dose score needs structures to score: a clear error otherwise.
+TEST(OpenKbpMonitor, DoseScoreMonitorWithoutStructuresIsAConfigError) {
+  test::TempDir dir;
+  test::make_phantom(dir / "p.h5", Task::kDose, 4, 16);  // phantom channels are not OpenKBP names
+  test::write_text(dir / "exp.yaml", test::tiny_config("p.h5", "m"));
+  const auto r = test::run_trainer({"--config", "exp.yaml", "--set", "checkpoint.monitor=val_dose_score"}, dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("checkpoint.monitor: val_dose_score needs the OpenKBP dose metrics"), std::string::npos)
+      << r.output;
+  // Naming the phantom's target as a DVH structure turns the scores on.
+  const auto ok = test::run_trainer({"--config", "exp.yaml", "--set", "checkpoint.monitor=val_dose_score", "--set",
+                                     "data.dvh_structures=[target:ptv, spinal_cord]", "--set", "training.epochs=1"},
+                                    dir.path());
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  const auto rows = test::read_csv(dir / "runs" / "m" / "metrics.csv");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_FALSE(rows[0].at("val_dose_score").empty());
+  EXPECT_FALSE(rows[0].at("val_dvh_score").empty());
+  EXPECT_NE(ok.output.find("best val_dose_score"), std::string::npos) << ok.output;
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // OpenKBP dose score and DVH score: hand-computed cases and the challenge sample's golden values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 
 #include "test_support.h"
@@ -123,6 +125,7 @@ TEST(DoseMetrics, ReproducesTheGoldenValuesOfTheSample) {
       results[name].push_back(evaluate_patient_dose(id, p.dose, pred, mask, p.structures, structures, p.spacing));
     }
   }
+  double max_deviation = 0;
   for (const auto& row : by_patient) {
     const auto& list = results.at(row.at("transform"));
     const auto it = std::find_if(list.begin(), list.end(), [&](const auto& m) { return m.id == row.at("patient"); });
@@ -131,12 +134,19 @@ TEST(DoseMetrics, ReproducesTheGoldenValuesOfTheSample) {
     EXPECT_NEAR(it->dose_error, std::stod(row.at("dose_error")), 1e-4) << what;
     EXPECT_NEAR(it->dvh_mean_abs_error(), std::stod(row.at("dvh_mean_abs_error")), 1e-4) << what;
     EXPECT_EQ(static_cast<int64_t>(it->dvh.size()), std::stoll(row.at("n_dvh_metrics"))) << what;
+    max_deviation = std::max({max_deviation, std::abs(it->dose_error - std::stod(row.at("dose_error"))),
+                              std::abs(it->dvh_mean_abs_error() - std::stod(row.at("dvh_mean_abs_error")))});
   }
   for (const auto& row : summary) {
     const auto scores = dose_scores(results.at(row.at("transform")));
     EXPECT_NEAR(scores.dose_score, std::stod(row.at("dose_score")), 1e-4) << row.at("transform");
     EXPECT_NEAR(scores.dvh_score, std::stod(row.at("dvh_score")), 1e-4) << row.at("transform");
+    std::printf("%s: dose score %.6f (golden %s), DVH score %.6f (golden %s)\n", row.at("transform").c_str(),
+                scores.dose_score, row.at("dose_score").c_str(), scores.dvh_score, row.at("dvh_score").c_str());
+    max_deviation = std::max({max_deviation, std::abs(scores.dose_score - std::stod(row.at("dose_score"))),
+                              std::abs(scores.dvh_score - std::stod(row.at("dvh_score")))});
   }
+  std::printf("largest deviation from the golden values: %.2g Gy\n", max_deviation);
 }
 
 }  // namespace
