@@ -64,6 +64,34 @@ int main(int argc, char** argv) {
   check_app->add_option("file", check.file, "Dataset file (HDF5, format v1)")->required();
   check_app->add_option("--split", check.split, "Check only this split's cases");
   check_app->add_option("--threads", check.threads, "Reader threads; 0: cores - 1")->capture_default_str();
+  // `import <kind>` and `evaluate <kind>`: one nested subcommand per data source or task.
+  auto* import_app = app.add_subcommand("import", "Import a dataset into HDF5 (format v1)");
+  import_app->require_subcommand(1);
+  u3d::ImportOpenKbpCommand import_openkbp;
+  auto* import_openkbp_app = import_app->add_subcommand("openkbp", "OpenKBP CSV folders (provided-data or pt_* folders)");
+  import_openkbp_app->add_option("--source", import_openkbp.source, "provided-data folder or a folder of pt_* folders")
+      ->required();
+  import_openkbp_app->add_option("--out", import_openkbp.out, "Output dataset file (.h5)")->required();
+  import_openkbp_app->add_flag("--force", import_openkbp.force, "Replace an existing output file");
+  import_openkbp_app->add_option("--threads", import_openkbp.threads, "Parsing threads; 0: every core")
+      ->capture_default_str();
+  import_openkbp_app->add_option("--split", import_openkbp.split, "Split name for a plain folder of pt_* folders")
+      ->capture_default_str();
+
+  auto* evaluate_app = app.add_subcommand("evaluate", "Score predictions against a reference");
+  evaluate_app->require_subcommand(1);
+  u3d::EvaluateOpenKbpCommand evaluate_openkbp;
+  auto* evaluate_openkbp_app = evaluate_app->add_subcommand("openkbp", "OpenKBP dose score and DVH score");
+  evaluate_openkbp_app->add_option("--reference", evaluate_openkbp.reference, "Folder of pt_* folders with dose.csv")
+      ->required();
+  evaluate_openkbp_app->add_option("--predictions", evaluate_openkbp.predictions,
+                                   "Folder of pt_*.csv submission files, or a predictions .h5 of --predict-only")
+      ->required();
+  evaluate_openkbp_app->add_option("--out", evaluate_openkbp.out,
+                                   "Per-patient CSV (default beside PRED: <folder>_scores.csv or <file stem>_openkbp_scores.csv)");
+  evaluate_openkbp_app->add_flag("--force", evaluate_openkbp.force, "Replace existing output files");
+  evaluate_openkbp_app->add_option("--threads", evaluate_openkbp.threads, "Threads; 0: every core")
+      ->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -75,6 +103,8 @@ int main(int argc, char** argv) {
     if (*synth_app) return u3d::synth_command(synth);
     if (*reference_app) return u3d::config_reference_command();
     if (*check_app) return u3d::check_data_command(check);
+    if (*import_openkbp_app) return u3d::import_openkbp_command(import_openkbp);
+    if (*evaluate_openkbp_app) return u3d::evaluate_openkbp_command(evaluate_openkbp);
     if (resume->count() > 0) run.resume = resume_path;
     if (benchmark->count() > 0) run.benchmark = benchmark_kind;
     if (run.config.empty()) {

@@ -47,4 +47,27 @@ int synth_command(const SynthCommand& cmd);
 // Prints the configuration reference (Markdown) to stdout.
 int config_reference_command();
 
+// `trainer import openkbp --source DIR --out FILE.h5 [--force] [--threads N]` (src/app/openkbp_commands.cpp).
+struct ImportOpenKbpCommand {
+  std::string source;          // provided-data folder or a folder of pt_* folders
+  std::string out;             // dataset file (format v1)
+  bool force = false;          // replace an existing file
+  int64_t threads = 0;         // parsing threads; 0: every core
+  std::string split = "all";   // split name for a plain folder of pt_* folders
+};
+int import_openkbp_command(const ImportOpenKbpCommand& cmd);
+
+// `trainer evaluate openkbp --reference DIR --predictions PRED [--out FILE.csv] [--force]`: the
+// challenge's dose and DVH scores of PRED (a folder of pt_*.csv submission files or a predictions
+// HDF5 file of --predict-only) against the pt_* folders in DIR; prints both scores and writes a
+// per-patient CSV (and the DVH metrics beside it, <out stem>_dvh.csv).
+struct EvaluateOpenKbpCommand {
+  std::string reference;
+  std::string predictions;
+  std::string out;             // default beside PRED: <folder>_scores.csv, or <file stem>_openkbp_scores.csv
+  bool force = false;          // replace existing output files
+  int64_t threads = 0;         // 0: every core
+};
+int evaluate_openkbp_command(const EvaluateOpenKbpCommand& cmd);
+
 }  // namespace u3d

@@ -22,12 +22,12 @@ using Shape3 = std::array<int64_t, 3>;  // (D, H, W) in voxels
 enum class Device { kAuto, kCpu, kCuda };
 enum class Norm { kBatch, kInstance, kGroup, kNone };
 enum class Activation { kRelu, kLeakyRelu, kGelu, kElu };
-enum class Architecture { kUNet };
+enum class Architecture { kUNet, kOpenKbpBaseline };
 enum class OutputActivation { kNone, kRelu, kSigmoid };
 enum class OptimizerKind { kAdam, kAdamW, kSgd };
 enum class ScheduleKind { kConstant, kCosine, kPoly };
 enum class LossKind { kAuto, kL1, kMaskedL1, kMse, kMaskedMse, kDiceCe, kCe };
-enum class Monitor { kAuto, kValLoss, kValMetric };
+enum class Monitor { kAuto, kValLoss, kValMetric, kValDoseScore, kValDvhScore };
 enum class CachePlacement { kAuto, kGpu, kPinned, kMemory };
 enum class Tta { kNone, kFlips };
 enum class SaveErrorPolicy { kStop, kContinue };
@@ -50,6 +50,9 @@ struct DataConfig {
   Shape3 patch_size = {64, 64, 64};  // (D, H, W) voxels; a single number means a cube
   double foreground_fraction = 0.0;  // share of patches centred on a foreground voxel (nnU-Net: 0.33)
   std::string foreground = "auto";   // auto | target | mask | channel:NAME | labels:L1,L2,...
+  // Structure-mask channels whose OpenKBP DVH metrics are scored during validation (dose tasks):
+  // [auto] = the OpenKBP structure names among the dataset's channels; [] = none; or channel names.
+  std::vector<std::string> dvh_structures = {"auto"};
   bool preflight = true;             // read and check every train/val case in full before training
   // Training cache (include/u3d/cache.h) and sampler threads (include/u3d/loader.h).
   CachePlacement cache = CachePlacement::kAuto;  // auto: gpu when it fits in gpu_cache_share of free GPU memory, else pinned (memory on CPU)
@@ -120,7 +123,7 @@ struct TrainingConfig {
 struct CheckpointConfig {
   int64_t every_epochs = 1;
   int64_t keep_last = 2;             // newest periodic checkpoints kept (>= 2); best.pt is kept apart
-  Monitor monitor = Monitor::kAuto;  // what "best" means; auto: the task's validation metric
+  Monitor monitor = Monitor::kAuto;  // what "best" means; auto: val_dose_score when scored, else the task metric
   double every_minutes = 0.0;        // also checkpoint inside an epoch this often (wall clock); 0: off
   SaveErrorPolicy on_error = SaveErrorPolicy::kStop;  // a checkpoint that cannot be written: stop | continue
 };

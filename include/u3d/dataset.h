@@ -25,6 +25,7 @@ namespace u3d {
 namespace h5 {
 class StagedFile;
 }
+struct PreparedCase;
 
 enum class Task { kDose, kSegmentation };  // kDose: any voxel-wise regression target
 std::string to_string(Task t);
@@ -96,11 +97,19 @@ class DatasetWriter {
   // image: (C, D, H, W) float32/int16/uint8; target: (D, H, W) float32 or integer; mask: (D, H, W).
   // Images are stored in their tensor dtype (int16 images keep files small and exact).
   void write_case(const CaseData& c);
+  // The same in two halves, for writers that make cases on several threads: prepare() checks the
+  // case and compresses its chunks (any thread, concurrently; no HDF5 calls), write_case() then
+  // only stores them (the writer's thread). The file is the same as from write_case(CaseData),
+  // except that chunks holding only zeros are not stored (they read back as 0).
+  std::shared_ptr<const PreparedCase> prepare(const CaseData& c) const;
+  void write_case(const PreparedCase& c);
   // Adds a split (case ids must have been written or be written before commit()).
   void set_split(const std::string& name, std::vector<std::string> ids);
   void commit();
 
  private:
+  void check_case(const CaseData& c) const;  // DataError naming the case
+
   std::filesystem::path path_;
   DatasetInfo info_;
   DatasetWriteOptions options_;

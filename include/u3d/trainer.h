@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <vector>
+#include <utility>
 
 #include "u3d/cache.h"
 #include "u3d/checkpoint.h"
@@ -35,6 +36,8 @@
 #include "u3d/unet.h"
 
 namespace u3d {
+
+class DoseEvaluator;
 
 struct TrainOptions {
   // Unset: a fresh run (refused when the run folder already holds checkpoints).
@@ -56,6 +59,10 @@ struct ValStats {
   double loss = std::numeric_limits<double>::quiet_NaN();
   double metric = std::numeric_limits<double>::quiet_NaN();
   bool complete = true;  // false: interrupted by a stop signal
+  // OpenKBP scores (Gy) when dose metrics are scored (dose task, data.dvh_structures resolves to
+  // structures; include/u3d/dose_metrics.h); NaN otherwise.
+  double dose_score = std::numeric_limits<double>::quiet_NaN();
+  double dvh_score = std::numeric_limits<double>::quiet_NaN();
 };
 
 class Trainer {
@@ -101,6 +108,9 @@ class Trainer {
   void after_step(int64_t epoch, int64_t step, double lr, const torch::Tensor& loss);
   bool stopping();  // a stop signal arrived (records it)
   std::string last_checkpoint_note() const;  // for error messages: which checkpoint is intact
+  // The value checkpoint.monitor watches in `val`, and whether higher is better; its column name.
+  std::pair<double, bool> monitored(const ValStats& val) const;
+  std::string monitor_name() const;
 
   Config cfg_;
   TrainOptions options_;
@@ -119,6 +129,7 @@ class Trainer {
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<MetricsCsv> csv_;
   TaskMetric metric_;
+  std::unique_ptr<DoseEvaluator> dose_eval_;  // OpenKBP dose/DVH scores of the val split, or null
   TrainState state_;
   int64_t steps_per_epoch_ = 0;
   // Reliability (docs/reliability.md)

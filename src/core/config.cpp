@@ -37,7 +37,7 @@ U3D_ENUM_NAMES(Norm, {Norm::kBatch, "batch"}, {Norm::kInstance, "instance"}, {No
                {Norm::kNone, "none"})
 U3D_ENUM_NAMES(Activation, {Activation::kRelu, "relu"}, {Activation::kLeakyRelu, "leaky_relu"},
                {Activation::kGelu, "gelu"}, {Activation::kElu, "elu"})
-U3D_ENUM_NAMES(Architecture, {Architecture::kUNet, "unet"})
+U3D_ENUM_NAMES(Architecture, {Architecture::kUNet, "unet"}, {Architecture::kOpenKbpBaseline, "openkbp_baseline"})
 U3D_ENUM_NAMES(OutputActivation, {OutputActivation::kNone, "none"}, {OutputActivation::kRelu, "relu"},
                {OutputActivation::kSigmoid, "sigmoid"})
 U3D_ENUM_NAMES(OptimizerKind, {OptimizerKind::kAdam, "adam"}, {OptimizerKind::kAdamW, "adamw"},
@@ -48,7 +48,8 @@ U3D_ENUM_NAMES(LossKind, {LossKind::kAuto, "auto"}, {LossKind::kL1, "l1"}, {Loss
                {LossKind::kMse, "mse"}, {LossKind::kMaskedMse, "masked_mse"}, {LossKind::kDiceCe, "dice_ce"},
                {LossKind::kCe, "ce"})
 U3D_ENUM_NAMES(Monitor, {Monitor::kAuto, "auto"}, {Monitor::kValLoss, "val_loss"},
-               {Monitor::kValMetric, "val_metric"})
+               {Monitor::kValMetric, "val_metric"}, {Monitor::kValDoseScore, "val_dose_score"},
+               {Monitor::kValDvhScore, "val_dvh_score"})
 U3D_ENUM_NAMES(CachePlacement, {CachePlacement::kAuto, "auto"}, {CachePlacement::kGpu, "gpu"},
                {CachePlacement::kPinned, "pinned"}, {CachePlacement::kMemory, "memory"})
 U3D_ENUM_NAMES(Tta, {Tta::kNone, "none"}, {Tta::kFlips, "flips"})
@@ -422,6 +423,11 @@ const std::vector<Option>& option_table() {
       make_option("data.pad_value", &C::data, &DataConfig::pad_value,
                   "Image value (normalised units) where an affine-augmented patch reaches past the volume; "
                   "targets, labels and masks are padded with 0"),
+      make_option("data.dvh_structures", &C::data, &DataConfig::dvh_structures,
+                  "Structure-mask channels scored with the OpenKBP DVH metrics during validation (dose tasks; "
+                  "adds val_dose_score and val_dvh_score to metrics.csv): [auto] = the OpenKBP names (Brainstem, "
+                  "..., PTV70) found among the channels; [] = none; or channel names (PTV* and target:NAME are "
+                  "targets, others and oar:NAME organs at risk)"),
       // augment
       make_option("augment.flip_prob", &C::augment, &AugmentConfig::flip_prob,
                   "Probability of mirroring each axis of a training patch", in_range(0.0, 1.0)),
@@ -466,7 +472,9 @@ const std::vector<Option>& option_table() {
       make_option("augment.intensity_channels", &C::augment, &AugmentConfig::intensity_channels,
                   "Input channels that intensity, gamma and noise change (e.g. [ct]); empty: all"),
       // model
-      make_option("model.architecture", &C::model, &ModelConfig::architecture, "Network family"),
+      make_option("model.architecture", &C::model, &ModelConfig::architecture,
+                  "Network family: unet (configurable) or openkbp_baseline (the OpenKBP challenge's network, "
+                  "f = base_filters; the other model keys do not apply)"),
       make_option("model.levels", &C::model, &ModelConfig::levels, "Resolution stages of the U-Net",
                   in_range<int64_t>(1, 8)),
       make_option("model.base_filters", &C::model, &ModelConfig::base_filters,
@@ -533,8 +541,9 @@ const std::vector<Option>& option_table() {
       make_option("checkpoint.keep_last", &C::checkpoint, &CheckpointConfig::keep_last,
                   "Newest periodic checkpoints to keep, at least 2 (best.pt is kept apart)", at_least<int64_t>(2)),
       make_option("checkpoint.monitor", &C::checkpoint, &CheckpointConfig::monitor,
-                  "What 'best' means; auto/val_metric: the task metric (MAE for regression, Dice for "
-                  "segmentation)"),
+                  "What 'best' means; auto: val_dose_score when dose metrics are scored (data.dvh_structures), "
+                  "else the task metric; val_metric: the task metric (MAE for regression, Dice for "
+                  "segmentation); val_dose_score / val_dvh_score: the OpenKBP scores (lower is better)"),
       make_option("checkpoint.every_minutes", &C::checkpoint, &CheckpointConfig::every_minutes,
                   "Also write a checkpoint inside an epoch (epoch_NNNN_step_SSSSSS.pt) when this many minutes of "
                   "wall-clock time passed since the last one; 0: off",
@@ -743,6 +752,15 @@ void validate(const Config& cfg) {
                                   origin_of(cfg, "model.max_filters"), m.max_filters, m.base_filters));
   }
   const int64_t divisor = pow2(m.levels - 1);
+  if (m.architecture == Architecture::kOpenKbpBaseline) {
+    for (int axis = 0; axis < 3; ++axis) {
+      if (cfg.data.patch_size[axis] % 64 != 0) {
+        throw ConfigError(fmt::format("{}: data.patch_size: {} must divide by 64 in every axis for model.architecture = "
+                                      "openkbp_baseline (six stride-2 stages); OpenKBP volumes are 128",
+                                      origin_of(cfg, "data.patch_size"), Codec<Shape3>::format(cfg.data.patch_size)));
+      }
+    }
+  }
   for (int axis = 0; axis < 3; ++axis) {
     if (cfg.data.patch_size[axis] % divisor != 0) {
       throw ConfigError(fmt::format(

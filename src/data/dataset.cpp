@@ -1,6 +1,7 @@
 #include "u3d/dataset.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "h5.h"
@@ -217,17 +218,69 @@ DatasetWriter::DatasetWriter(std::filesystem::path path, DatasetInfo info, Datas
 
 DatasetWriter::~DatasetWriter() = default;
 
-void DatasetWriter::write_case(const CaseData& c) {
+void DatasetWriter::check_case(const CaseData& c) const {
   const std::string ctx = fmt::format("{}: case '{}'", path_.string(), c.id);
   if (!is_valid_case_id(c.id)) {
     throw DataError(fmt::format("{}: case ids may hold only letters, digits, '_', '-' and '.'", ctx));
   }
-  if (std::find(info_.case_ids.begin(), info_.case_ids.end(), c.id) != info_.case_ids.end()) {
-    throw DataError(fmt::format("{}: written twice", ctx));
-  }
   if (!c.image.defined() || c.image.dim() != 4 ||
       c.image.size(0) != static_cast<int64_t>(info_.channel_names.size())) {
     throw DataError(fmt::format("{}: image must be (C, D, H, W) with C = {}", ctx, info_.channel_names.size()));
+  }
+  const auto spatial = c.image.sizes().slice(1);
+  if (c.target.defined() && c.target.sizes() != spatial) {
+    throw DataError(fmt::format("{}: target must be (D, H, W) like the image", ctx));
+  }
+  if (c.mask.defined() && c.mask.sizes() != spatial) {
+    throw DataError(fmt::format("{}: mask must be (D, H, W) like the image", ctx));
+  }
+}
+
+struct PreparedCase {
+  CaseData data;  // compression level 0: kept as is and written by write_case(CaseData)
+  std::optional<h5::CompressedTensor> image, target, mask;
+};
+
+std::shared_ptr<const PreparedCase> DatasetWriter::prepare(const CaseData& c) const {
+  check_case(c);
+  auto p = std::make_shared<PreparedCase>();
+  p->data = c;
+  if (options_.compression_level <= 0) return p;
+  const int64_t k = options_.chunk;
+  const int level = options_.compression_level;
+  p->image = h5::compress_tensor(c.image, {1, k, k, k}, level);
+  if (c.target.defined()) p->target = h5::compress_tensor(c.target, {k, k, k}, level);
+  if (c.mask.defined()) p->mask = h5::compress_tensor(c.mask.to(torch::kUInt8), {k, k, k}, level);
+  // Keep only what write_case needs: the id and spacing.
+  p->data.image = p->data.target = p->data.mask = torch::Tensor();
+  return p;
+}
+
+void DatasetWriter::write_case(const PreparedCase& p) {
+  if (!p.image) {
+    write_case(p.data);
+    return;
+  }
+  const std::string ctx = fmt::format("{}: case '{}'", path_.string(), p.data.id);
+  if (std::find(info_.case_ids.begin(), info_.case_ids.end(), p.data.id) != info_.case_ids.end()) {
+    throw DataError(fmt::format("{}: written twice", ctx));
+  }
+  const hid_t f = file_->get();
+  const std::string base = "cases/" + p.data.id;
+  h5::Handle group = h5::create_group(f, base, ctx);
+  h5::write_compressed_tensor(f, base + "/image", *p.image, ctx);
+  if (p.target) h5::write_compressed_tensor(f, base + "/target", *p.target, ctx);
+  if (p.mask) h5::write_compressed_tensor(f, base + "/mask", *p.mask, ctx);
+  const auto& s = p.data.spacing;
+  h5::write_double_list_attribute(group.get(), "spacing", {s[0], s[1], s[2]});
+  info_.case_ids.push_back(p.data.id);
+}
+
+void DatasetWriter::write_case(const CaseData& c) {
+  const std::string ctx = fmt::format("{}: case '{}'", path_.string(), c.id);
+  check_case(c);
+  if (std::find(info_.case_ids.begin(), info_.case_ids.end(), c.id) != info_.case_ids.end()) {
+    throw DataError(fmt::format("{}: written twice", ctx));
   }
   const auto spatial = c.image.sizes().slice(1);
   const hid_t f = file_->get();

@@ -496,4 +496,130 @@ void write_tensor(hid_t loc, const std::string& path, const torch::Tensor& tenso
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+int64_t CompressedTensor::stored_bytes() const {
+  int64_t n = 0;
+  for (const auto& c : chunks) n += static_cast<int64_t>(c.bytes.size());
+  return n;
+}
+
+CompressedTensor compress_tensor(const torch::Tensor& tensor, const std::vector<int64_t>& chunk, int compression_level) {
+  if (compression_level < 1 || compression_level > 9) {
+    throw IoError(fmt::format("compress_tensor: compression level {} is not in 1..9", compression_level));
+  }
+  torch::Tensor t = tensor.to(torch::kCPU).contiguous();
+  if (t.scalar_type() == torch::kBool) t = t.to(torch::kUInt8);
+  if (t.scalar_type() == torch::kHalf || t.scalar_type() == torch::kBFloat16) t = t.to(torch::kFloat);
+  native_type(t.scalar_type());  // throws for unsupported dtypes
+  CompressedTensor out;
+  out.dtype = t.scalar_type();
+  out.shape.assign(t.sizes().begin(), t.sizes().end());
+  out.compression_level = compression_level;
+  const size_t rank = out.shape.size();
+  if (rank == 0 || rank != chunk.size()) throw IoError("compress_tensor: chunk rank differs from the tensor's");
+  for (size_t i = 0; i < rank; ++i) out.chunk.push_back(std::max<int64_t>(1, std::min(chunk[i], out.shape[i])));
+  if (t.numel() == 0) return out;
+
+  const size_t esize = t.element_size();
+  int64_t chunk_elems = 1;
+  for (auto c : out.chunk) chunk_elems *= c;
+  const size_t chunk_bytes = static_cast<size_t>(chunk_elems) * esize;
+  std::vector<unsigned char> raw(chunk_bytes), shuffled(chunk_bytes);
+  std::vector<unsigned char> packed(compressBound(static_cast<uLong>(chunk_bytes)));
+  const auto* src = static_cast<const unsigned char*>(t.data_ptr());
+  // Row-major strides of the tensor, in elements.
+  std::vector<int64_t> stride(rank, 1);
+  for (size_t i = rank - 1; i > 0; --i) stride[i - 1] = stride[i] * out.shape[i];
+  std::vector<int64_t> origin(rank, 0);  // chunk origin, iterated in row-major chunk order
+  while (true) {
+    // Gather the chunk (zero-padded at the edges, as HDF5 stores full chunks), row by row along
+    // the last axis.
+    std::fill(raw.begin(), raw.end(), 0);
+    bool any = false;
+    const int64_t last = rank - 1;
+    const int64_t row_len = std::min(out.chunk[last], out.shape[last] - origin[last]);
+    std::vector<int64_t> pos(rank - 1, 0);  // position inside the chunk over the leading axes
+    while (true) {
+      bool inside = true;
+      int64_t src_off = origin[last], dst_off = 0;
+      for (size_t i = 0; i + 1 < rank; ++i) {
+        const int64_t g = origin[i] + pos[i];
+        if (g >= out.shape[i]) inside = false;
+        src_off += g * stride[i];
+        dst_off = dst_off * out.chunk[i] + pos[i];
+      }
+      dst_off *= out.chunk[last];
+      if (inside) {
+        std::memcpy(raw.data() + static_cast<size_t>(dst_off) * esize, src + static_cast<size_t>(src_off) * esize,
+                    static_cast<size_t>(row_len) * esize);
+      }
+      int64_t k = static_cast<int64_t>(rank) - 2;
+      while (k >= 0 && ++pos[static_cast<size_t>(k)] == out.chunk[static_cast<size_t>(k)]) pos[static_cast<size_t>(k--)] = 0;
+      if (k < 0) break;
+    }
+    {
+      // Any non-zero byte? An OR over 8-byte words (vectorised; no early exit on purpose).
+      uint64_t acc = 0;
+      const size_t words = chunk_bytes / 8;
+      for (size_t w = 0; w < words; ++w) {
+        uint64_t v;
+        std::memcpy(&v, raw.data() + w * 8, 8);
+        acc |= v;
+      }
+      for (size_t b = words * 8; b < chunk_bytes; ++b) acc |= raw[b];
+      any = acc != 0;
+    }
+    if (any) {
+      // HDF5's shuffle filter: byte j of element i goes to j * n + i (a no-op for 1-byte types).
+      const unsigned char* in = raw.data();
+      if (esize > 1) {
+        for (size_t i = 0; i < static_cast<size_t>(chunk_elems); ++i) {
+          for (size_t j = 0; j < esize; ++j) shuffled[j * static_cast<size_t>(chunk_elems) + i] = raw[i * esize + j];
+        }
+        in = shuffled.data();
+      }
+      uLongf packed_size = static_cast<uLongf>(packed.size());
+      if (compress2(packed.data(), &packed_size, in, static_cast<uLong>(chunk_bytes), compression_level) != Z_OK) {
+        throw IoError("compress_tensor: zlib compress2 failed");
+      }
+      CompressedTensor::Chunk c;
+      c.offset.assign(origin.begin(), origin.end());
+      c.bytes.assign(packed.begin(), packed.begin() + static_cast<std::ptrdiff_t>(packed_size));
+      out.chunks.push_back(std::move(c));
+    }
+    int64_t k = static_cast<int64_t>(rank) - 1;
+    while (k >= 0) {
+      origin[static_cast<size_t>(k)] += out.chunk[static_cast<size_t>(k)];
+      if (origin[static_cast<size_t>(k)] < out.shape[static_cast<size_t>(k)]) break;
+      origin[static_cast<size_t>(k--)] = 0;
+    }
+    if (k < 0) break;
+  }
+  return out;
+}
+
+void write_compressed_tensor(hid_t loc, const std::string& path, const CompressedTensor& t, const std::string& context) {
+  std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
+  Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  int64_t numel = 1;
+  for (auto d : t.shape) numel *= d;
+  if (numel > 0) {
+    std::vector<hsize_t> c(t.chunk.begin(), t.chunk.end());
+    U3D_CHECK_H5(H5Pset_chunk(dcpl.get(), static_cast<int>(c.size()), c.data()), context);
+    U3D_CHECK_H5(H5Pset_shuffle(dcpl.get()), context);
+    U3D_CHECK_H5(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(t.compression_level)), context);
+  }
+  Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
+  Handle d(H5Dcreate2(loc, path.c_str(), file_type(t.dtype), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
+           H5Dclose);
+  if (!d.valid()) throw IoError(fmt::format("{}: cannot create dataset '{}'", context, path));
+  for (const auto& c : t.chunks) {
+    if (H5Dwrite_chunk(d.get(), H5P_DEFAULT, /*filters=*/0, c.offset.data(), c.bytes.size(), c.bytes.data()) < 0) {
+      throw IoError(fmt::format("{}: cannot write dataset '{}' (disk full?)", context, path));
+    }
+  }
+}
+
 }  // namespace u3d::h5

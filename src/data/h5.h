@@ -95,4 +95,24 @@ torch::ScalarType stored_dtype(hid_t dataset, const std::string& context);
 void write_tensor(hid_t loc, const std::string& path, const torch::Tensor& t, const std::vector<int64_t>& chunk,
                   int compression_level, const std::string& context);
 
+// A tensor already cut into chunks and filtered as write_tensor's pipeline does (byte shuffle, then
+// zlib deflate), so the costly part of a write runs on any thread, without HDF5 calls; the chunks
+// are then stored as they are (H5Dwrite_chunk). Chunks that hold only zeros are left out: they read
+// back as the fill value 0, which saves both time and space on sparse volumes (masks).
+struct CompressedTensor {
+  torch::ScalarType dtype = torch::kFloat;
+  std::vector<int64_t> shape, chunk;
+  int compression_level = 0;
+  struct Chunk {
+    std::vector<hsize_t> offset;  // element offset of the chunk in the dataset
+    std::vector<unsigned char> bytes;
+  };
+  std::vector<Chunk> chunks;
+  int64_t stored_bytes() const;
+};
+// Needs compression_level >= 1 (the pipeline is shuffle + deflate). Thread-safe.
+CompressedTensor compress_tensor(const torch::Tensor& t, const std::vector<int64_t>& chunk, int compression_level);
+// Creates the dataset (chunked, shuffle + deflate) and stores the chunks.
+void write_compressed_tensor(hid_t loc, const std::string& path, const CompressedTensor& t, const std::string& context);
+
 }  // namespace u3d::h5

@@ -1,6 +1,7 @@
 #include "u3d/unet.h"
 
 #include "u3d/errors.h"
+#include "u3d/openkbp_baseline.h"
 
 namespace u3d {
 namespace {
@@ -114,6 +115,7 @@ torch::Tensor UNet3dImpl::forward(const torch::Tensor& x) {
 Network build_network(const ModelConfig& cfg, int64_t in_channels, int64_t out_channels) {
   switch (cfg.architecture) {
     case Architecture::kUNet: return std::make_shared<UNet3dImpl>(cfg, in_channels, out_channels);
+    case Architecture::kOpenKbpBaseline: return std::make_shared<OpenKbpBaselineImpl>(cfg, in_channels, out_channels);
   }
   throw ConfigError("model.architecture: unknown architecture");
 }

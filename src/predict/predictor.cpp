@@ -12,6 +12,7 @@
 #include "u3d/files.h"
 #include "u3d/metrics.h"
 #include "u3d/preflight.h"
+#include "u3d/openkbp.h"
 #include "u3d/run.h"
 
 namespace u3d {
@@ -230,6 +231,11 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
 
   const auto out_path = paths.predictions / (cfg.predict.split + ".h5");
   PredictionWriter writer(out_path, reader.info(), cfg.data.path, ckpt_path.string());
+  // OpenKBP data: also the challenge's submission files, <run>/predictions/openkbp/<id>.csv.
+  std::unique_ptr<openkbp::SubmissionWriter> submission;
+  if (openkbp::is_openkbp_dataset(reader.info())) {
+    submission = std::make_unique<openkbp::SubmissionWriter>(paths.predictions / "openkbp");
+  }
   const bool seg = pre.task() == Task::kSegmentation;
   const std::string metric = seg ? "dice" : "mae";
   std::string csv = fmt::format("case,{},baseline_{}\n", metric, metric);
@@ -238,6 +244,7 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
     const auto out = sliding_window_predict(*net, c.image, sw, rt.device);
     const auto pred = finalize_prediction(out, pre).cpu();
     writer.write(c, pred);
+    if (submission) submission->write(c.id, pred, c.mask);
     if (!c.target.defined()) continue;
     double v = 0, b = 0;
     if (seg) {
@@ -255,6 +262,11 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
   }
   writer.commit(cfg.predict.split);
   spdlog::info("predict: wrote {} ({} cases)", out_path.string(), cases.size());
+  if (submission && submission->files() > 0) {
+    submission->commit();
+    spdlog::info("predict: wrote {} OpenKBP submission files (prediction x possible-dose mask) to {}",
+                 submission->files(), (paths.predictions / "openkbp").string());
+  }
   if (!values.empty()) {
     csv += fmt::format("mean,{:.6g},{:.6g}\n", nan_mean(values), nan_mean(baselines));
     const auto csv_path = paths.predictions / (cfg.predict.split + "_metrics.csv");

@@ -2,11 +2,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <set>
+#include <utility>
 
+#include "u3d/dose_metrics.h"
 #include "u3d/errors.h"
 #include "u3d/files.h"
 #include "u3d/optimizer.h"
@@ -89,12 +92,11 @@ TrainState Trainer::fit() {
         save_inside_epoch(epoch);
         break;
       }
-      const bool use_loss = cfg_.checkpoint.monitor == Monitor::kValLoss;
-      const double score = use_loss ? val->loss : val->metric;
-      improved = is_improvement(score, state_.best_metric, !use_loss && metric_.higher_is_better);
+      const auto [score, higher_is_better] = monitored(*val);
+      improved = is_improvement(score, state_.best_metric, higher_is_better);
       if (!std::isfinite(score)) {
         spdlog::warn("epoch {}: the validation {} is not finite; it is never taken as the best", epoch,
-                     use_loss ? "loss" : metric_.name);
+                     monitor_name());
       }
       if (improved) {
         state_.best_metric = score;
@@ -137,8 +139,7 @@ TrainState Trainer::fit() {
                               paths_.checkpoints.string()));
   }
   spdlog::info("done: {} epochs, {} steps; best {} {} at epoch {}; run folder {}", state_.epoch, state_.global_step,
-               cfg_.checkpoint.monitor == Monitor::kValLoss ? "val_loss" : metric_.name,
-               fmt_metric(state_.best_metric), state_.best_epoch, paths_.root.string());
+               monitor_name(), fmt_metric(state_.best_metric), state_.best_epoch, paths_.root.string());
   flush_logs();
   return state_;
 }
@@ -194,6 +195,17 @@ void Trainer::load_data() {
   };
   pre_ = std::make_unique<Preprocessor>(cfg_.data, info);
   metric_ = task_metric(info.task);
+  // OpenKBP dose metrics during validation: checked before the (slow) cache loads.
+  std::vector<DvhStructure> dvh_structures;
+  if (info.task == Task::kDose) dvh_structures = resolve_dvh_structures(cfg_.data.dvh_structures, info.channel_names);
+  if (!cfg_.data.val_split.empty() && dvh_structures.empty() &&
+      (cfg_.checkpoint.monitor == Monitor::kValDoseScore || cfg_.checkpoint.monitor == Monitor::kValDvhScore)) {
+    throw ConfigError(fmt::format("{}: checkpoint.monitor: {} needs the OpenKBP dose metrics, which are scored only for "
+                                  "a dose dataset whose channels include structures named by data.dvh_structures",
+                                  cfg_.origin.count("checkpoint.monitor") ? cfg_.origin.at("checkpoint.monitor")
+                                                                          : cfg_.source,
+                                  to_string(cfg_.checkpoint.monitor)));
+  }
   const auto& train_ids = split_ids("data.train_split", cfg_.data.train_split);
   cases_sha256_ = case_ids_sha256(train_ids);
   if (cfg_.data.preflight) {
@@ -231,6 +243,14 @@ void Trainer::load_data() {
       throw DataError(fmt::format("{}: split '{}' has cases without a target; validation needs targets",
                                   cfg_.data.path, cfg_.data.val_split));
     }
+  }
+  if (val_cache_ && !dvh_structures.empty()) {
+    std::vector<std::string> names;
+    for (const auto& s : dvh_structures) names.push_back(s.name);
+    dose_eval_ = std::make_unique<DoseEvaluator>(*reader_, reader_->split(cfg_.data.val_split), std::move(dvh_structures),
+                                                 runtime_.threads);
+    spdlog::info("validation: OpenKBP dose score and DVH score over {} structures ({})", names.size(),
+                 fmt::join(names, ", "));
   }
   SamplerOptions so;
   so.patch = cfg_.data.patch_size;
@@ -277,10 +297,11 @@ void Trainer::build_model() {
   cadence_ = std::make_unique<CheckpointCadence>(cfg_.checkpoint.every_epochs, cfg_.checkpoint.every_minutes,
                                                  cfg_.training.epochs);
   schedule_ = std::make_unique<LrSchedule>(cfg_.training, cfg_.training.epochs * steps_per_epoch_);
-  csv_ = std::make_unique<MetricsCsv>(
-      paths_.metrics, std::vector<std::string>{"epoch", "step", "lr", "train_loss", "val_loss", metric_.name, "best",
-                                               "epoch_seconds", "data_seconds", "data_share", "samples_per_second",
-                                               "skipped_steps"});
+  std::vector<std::string> columns = {"epoch",        "step",         "lr",         "train_loss",
+                                      "val_loss",     metric_.name,   "best",       "epoch_seconds",
+                                      "data_seconds", "data_share",   "samples_per_second", "skipped_steps"};
+  if (dose_eval_) columns.insert(std::find(columns.begin(), columns.end(), "best"), {"val_dose_score", "val_dvh_score"});
+  csv_ = std::make_unique<MetricsCsv>(paths_.metrics, columns);
   if (cfg_.logging.step_log) {
     step_csv_ = std::make_unique<MetricsCsv>(paths_.root / "steps.csv",
                                              std::vector<std::string>{"step", "epoch", "step_in_epoch", "lr", "loss",
@@ -453,6 +474,7 @@ ValStats Trainer::validate() {
                           cfg_.predict.batch_size > 0 ? cfg_.predict.batch_size : cfg_.data.batch_size,
                           cfg_.predict.gaussian};
   std::vector<double> losses, metrics;
+  std::vector<PatientDoseMetrics> dose_metrics;
   try {
   for (const auto& c : val_cache_->cases()) {
     if (stopping()) {
@@ -466,7 +488,14 @@ ValStats Trainer::validate() {
     const torch::Tensor batch_target = pre_->task() == Task::kSegmentation ? target.unsqueeze(0).to(torch::kLong)
                                                                             : target.unsqueeze(0);
     losses.push_back((*loss_)(out.unsqueeze(0), batch_target, mask).item<double>());
-    const torch::Tensor pred = finalize_prediction(out, *pre_).cpu();
+    const torch::Tensor pred_on_device = finalize_prediction(out, *pre_);
+    if (dose_eval_) {
+      // On the device: the prediction in Gy, scored as its submission file would be.
+      const torch::Tensor dose_mask = c.mask.defined() ? c.mask[0] : torch::ones_like(c.raw_target, torch::kUInt8);
+      dose_metrics.push_back(dose_eval_->evaluate(c.id, pred_on_device, c.raw_target.to(runtime_.device),
+                                                  dose_mask.to(runtime_.device)));
+    }
+    const torch::Tensor pred = pred_on_device.cpu();
     if (pre_->task() == Task::kSegmentation) {
       metrics.push_back(nan_mean(dice_per_class(pred, c.target, reader_->info().num_classes)));
     } else {
@@ -480,7 +509,35 @@ ValStats Trainer::validate() {
   if (faults_ && faults_->nan_val.count(state_.epoch + 1)) {
     return ValStats{std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
   }
-  return ValStats{nan_mean(losses), nan_mean(metrics)};
+  ValStats stats{nan_mean(losses), nan_mean(metrics)};
+  if (dose_eval_) {
+    const DoseScores scores = dose_scores(dose_metrics);
+    stats.dose_score = scores.dose_score;
+    stats.dvh_score = scores.dvh_score;
+  }
+  return stats;
+}
+
+std::pair<double, bool> Trainer::monitored(const ValStats& val) const {
+  switch (cfg_.checkpoint.monitor) {
+    case Monitor::kValLoss: return {val.loss, false};
+    case Monitor::kValDoseScore: return {val.dose_score, false};
+    case Monitor::kValDvhScore: return {val.dvh_score, false};
+    case Monitor::kValMetric: return {val.metric, metric_.higher_is_better};
+    case Monitor::kAuto: break;
+  }
+  return dose_eval_ ? std::pair<double, bool>{val.dose_score, false} : std::pair<double, bool>{val.metric, metric_.higher_is_better};
+}
+
+std::string Trainer::monitor_name() const {
+  switch (cfg_.checkpoint.monitor) {
+    case Monitor::kValLoss: return "val_loss";
+    case Monitor::kValDoseScore: return "val_dose_score";
+    case Monitor::kValDvhScore: return "val_dvh_score";
+    case Monitor::kValMetric: return metric_.name;
+    case Monitor::kAuto: break;
+  }
+  return dose_eval_ ? "val_dose_score" : metric_.name;
 }
 
 CheckpointInfo Trainer::checkpoint_info() const {
@@ -540,6 +597,8 @@ void Trainer::log_epoch(int64_t epoch, const EpochStats& train, const std::optio
                 {"train_loss", fmt_metric(train.train_loss)},
                 {"val_loss", val ? fmt_metric(val->loss) : ""},
                 {metric_.name, val ? fmt_metric(val->metric) : ""},
+                {"val_dose_score", val ? fmt_metric(val->dose_score) : ""},
+                {"val_dvh_score", val ? fmt_metric(val->dvh_score) : ""},
                 {"best", improved ? "1" : "0"},
                 {"epoch_seconds", fmt::format("{:.3f}", train.seconds)},
                 {"data_seconds", fmt::format("{:.3f}", train.data_seconds)},
@@ -547,9 +606,12 @@ void Trainer::log_epoch(int64_t epoch, const EpochStats& train, const std::optio
                 {"samples_per_second", fmt::format("{:.3f}", sps)},
                 {"skipped_steps", std::to_string(train.skipped)}});
   if (val) {
-    spdlog::info("epoch {}/{}: train_loss {:.5f} val_loss {:.5f} {} {:.4f}{} | {:.1f} s, {:.1f} samples/s, data wait "
-                 "{:.1f} s ({:.0f}%)",
-                 epoch, cfg_.training.epochs, train.train_loss, val->loss, metric_.name, val->metric,
+    const std::string dose = dose_eval_ ? fmt::format(" val_dose_score {:.4f} val_dvh_score {:.4f}", val->dose_score,
+                                                      val->dvh_score)
+                                        : "";
+    spdlog::info("epoch {}/{}: train_loss {:.5f} val_loss {:.5f} {} {:.4f}{}{} | {:.1f} s, {:.1f} samples/s, data "
+                 "wait {:.1f} s ({:.0f}%)",
+                 epoch, cfg_.training.epochs, train.train_loss, val->loss, metric_.name, val->metric, dose,
                  improved ? " (best)" : "", train.seconds, sps, train.data_seconds,
                  train.seconds > 0 ? 100.0 * train.data_seconds / train.seconds : 0.0);
   } else {

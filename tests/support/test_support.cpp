@@ -242,4 +242,14 @@ std::optional<fs::path> shared_data_dir() {
   return std::nullopt;
 }
 
+std::optional<fs::path> unpack_openkbp_sample(const fs::path& dest) {
+  const auto data = shared_data_dir();
+  if (!data || !fs::exists(*data / "openkbp-sample.tar.xz")) return std::nullopt;
+  fs::create_directories(dest);
+  const std::string cmd = "tar -xJf " + shell_quote((*data / "openkbp-sample.tar.xz").string()) + " -C " +
+                          shell_quote(dest.string());
+  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("unpacking the OpenKBP sample failed: " + cmd);
+  return dest / "provided-data";
+}
+
 }  // namespace u3d::test

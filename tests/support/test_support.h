@@ -89,5 +89,8 @@ std::vector<std::map<std::string, std::string>> read_csv(const fs::path& path);
 
 // ../shared/data when present (OpenKBP sample); std::nullopt otherwise.
 std::optional<fs::path> shared_data_dir();
+// Unpacks shared_data_dir()/openkbp-sample.tar.xz into `dest` (tar -xJf) and returns
+// dest/provided-data; std::nullopt when the sample is absent (tests then GTEST_SKIP).
+std::optional<fs::path> unpack_openkbp_sample(const fs::path& dest);
 
 }  // namespace u3d::test

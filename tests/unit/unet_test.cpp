@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <map>
+
+#include "u3d/openkbp_baseline.h"
 #include "u3d/unet.h"
 
 namespace u3d {
@@ -61,6 +64,69 @@ TEST(UNet, BackwardReachesEveryParameter) {
   for (const auto& p : net->named_parameters()) {
     ASSERT_TRUE(p.value().grad().defined()) << p.key();
   }
+}
+
+ModelConfig openkbp_baseline(int64_t f) {
+  ModelConfig m;
+  m.architecture = Architecture::kOpenKbpBaseline;
+  m.base_filters = f;
+  return m;
+}
+
+// The challenge's network at f = 64 with CT + 10 masks: convolution kernels 116,969,472, the final
+// transposed convolution's bias 1, batch-norm scales and shifts 2 x 2,944 = 5,888.
+TEST(OpenKbpBaseline, HasExactlyTheChallengesParameterCount) {
+  auto net = build_network(openkbp_baseline(64), /*in_channels=*/11, /*out_channels=*/1);
+  EXPECT_EQ(count_parameters(*net), 116975361);
+  EXPECT_EQ(net->size_divisor(), 64);
+}
+
+TEST(OpenKbpBaseline, LayersAndShapesForASmallNetwork) {
+  const int64_t f = 2;
+  auto net = build_network(openkbp_baseline(f), 11, 1);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& p : net->named_parameters()) shapes[p.key()] = p.value().sizes().vec();
+  // 6 convs, 5 encoder BN (weight + bias), 5 transposed convs, 5 decoder BN, head weight + bias.
+  EXPECT_EQ(shapes.size(), 6u + 10u + 5u + 10u + 2u);
+  EXPECT_EQ(shapes.at("down1.weight"), (std::vector<int64_t>{f, 11, 4, 4, 4}));
+  EXPECT_EQ(shapes.at("down6.weight"), (std::vector<int64_t>{8 * f, 8 * f, 4, 4, 4}));
+  EXPECT_EQ(shapes.count("down6_norm.weight"), 0u);  // no batch norm on the bottleneck
+  EXPECT_EQ(shapes.count("down1.bias"), 0u);
+  EXPECT_EQ(shapes.at("up1.weight"), (std::vector<int64_t>{8 * f, 8 * f, 4, 4, 4}));   // (in, out, k, k, k)
+  EXPECT_EQ(shapes.at("up2.weight"), (std::vector<int64_t>{16 * f, 8 * f, 4, 4, 4}));  // [x5b, x5]
+  EXPECT_EQ(shapes.at("up5.weight"), (std::vector<int64_t>{4 * f, f, 4, 4, 4}));       // [x2b, x2]
+  EXPECT_EQ(shapes.at("head.weight"), (std::vector<int64_t>{2 * f, 1, 4, 4, 4}));      // [x1b, x1]
+  EXPECT_EQ(shapes.at("head.bias"), (std::vector<int64_t>{1}));
+  for (const auto& m : net->modules(/*include_self=*/false)) {
+    if (auto* bn = m->as<torch::nn::BatchNorm3d>()) {
+      EXPECT_DOUBLE_EQ(bn->options.momentum().value(), 0.01);
+      EXPECT_DOUBLE_EQ(bn->options.eps(), 1e-3);
+    }
+  }
+  net->eval();
+  const auto y = net->forward(torch::randn({2, 11, 64, 64, 64}));
+  EXPECT_EQ(y.sizes(), (torch::IntArrayRef{2, 1, 64, 64, 64}));
+  EXPECT_GE(y.min().item<float>(), 0.0f);  // final ReLU
+  net->train();
+  net->forward(torch::randn({2, 11, 64, 128, 64})).sum().backward();
+  for (const auto& p : net->named_parameters()) ASSERT_TRUE(p.value().grad().defined()) << p.key();
+}
+
+// 3x3x3 average pooling with 'same' padding leaves the padded voxels out of the average, as
+// Keras's AveragePooling3D(padding="same"): a constant output stays constant up to the border.
+TEST(OpenKbpBaseline, FinalPoolingIgnoresPadding) {
+  auto net = std::make_shared<OpenKbpBaselineImpl>(openkbp_baseline(1), 1, 1);
+  torch::NoGradGuard no_grad;
+  for (auto& p : net->named_parameters()) {
+    if (p.key() == "head.bias") {
+      p.value().fill_(2.0);
+    } else if (p.key().find("norm") == std::string::npos) {
+      p.value().zero_();  // every convolution outputs 0: the head gives its bias everywhere
+    }
+  }
+  net->eval();
+  const auto y = net->forward(torch::randn({1, 1, 64, 64, 64}));
+  EXPECT_TRUE(torch::allclose(y, torch::full_like(y, 2.0))) << "min " << y.min().item<float>();
 }
 
 }  // namespace

@@ -1,0 +1,200 @@
+// `trainer import openkbp` and `trainer evaluate openkbp`.
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "../data/h5.h"
+#include "u3d/commands.h"
+#include "u3d/dose_metrics.h"
+#include "u3d/errors.h"
+#include "u3d/files.h"
+#include "u3d/openkbp.h"
+
+namespace u3d {
+namespace {
+
+namespace fs = std::filesystem;
+
+int64_t resolve_threads(int64_t threads) {
+  return threads > 0 ? threads : static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// Predictions to score: a folder of <id>.csv submission files, or a predictions HDF5 file.
+class PredictionSource {
+ public:
+  explicit PredictionSource(const fs::path& path) : path_(path) {
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+      for (const auto& e : fs::directory_iterator(path, ec)) {
+        if (e.path().extension() == ".csv") ids_.insert(e.path().stem().string());
+      }
+      if (ids_.empty()) throw UsageError(fmt::format("evaluate openkbp: no <patient>.csv files in {}", path.string()));
+      return;
+    }
+    if (!fs::exists(path, ec)) throw UsageError(fmt::format("evaluate openkbp: --predictions {} not found", path.string()));
+    h5::silence_errors();
+    const std::string ctx = path.string();
+    if (H5Fis_hdf5(path.c_str()) <= 0) {
+      throw DataError(fmt::format("{}: neither a folder of submission CSV files nor an HDF5 predictions file", ctx));
+    }
+    file_ = h5::Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    if (!file_.valid()) throw DataError(fmt::format("{}: cannot open HDF5 file", ctx));
+    h5::Handle root = h5::open_group(file_.get(), "/", ctx);
+    if (!h5::has_attribute(root.get(), "format") ||
+        h5::read_string_attribute(root.get(), "format", ctx) != "u3d-predictions") {
+      throw DataError(fmt::format("{}: not a predictions file of `trainer --predict-only` (format=\"u3d-predictions\")", ctx));
+    }
+    if (h5::read_string_attribute(root.get(), "task", ctx) != "dose") {
+      throw DataError(fmt::format("{}: holds segmentation predictions; OpenKBP scores need dose predictions", ctx));
+    }
+    h5::Handle cases = h5::open_group(file_.get(), "cases", ctx);
+    H5G_info_t info{};
+    U3D_CHECK_H5(H5Gget_info(cases.get(), &info), ctx);
+    for (hsize_t i = 0; i < info.nlinks; ++i) {
+      const ssize_t len = H5Lget_name_by_idx(cases.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+      std::string name(static_cast<size_t>(std::max<ssize_t>(len, 0)) + 1, '\0');
+      H5Lget_name_by_idx(cases.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(), H5P_DEFAULT);
+      name.resize(static_cast<size_t>(std::max<ssize_t>(len, 0)));
+      ids_.insert(name);
+    }
+  }
+  bool is_submission() const { return !file_.valid(); }
+  bool has(const std::string& id) const { return ids_.count(id) > 0; }
+  const std::set<std::string>& ids() const { return ids_; }
+  std::string describe(const std::string& id) const {
+    return is_submission() ? (path_ / (id + ".csv")).string() : fmt::format("{}: case '{}'", path_.string(), id);
+  }
+  // (128, 128, 128) float32 Gy.
+  torch::Tensor read(const std::string& id) const {
+    if (is_submission()) return openkbp::read_dose_csv(path_ / (id + ".csv"));
+    return h5::read_tensor(file_.get(), "cases/" + id + "/prediction", torch::kFloat, describe(id));
+  }
+
+ private:
+  fs::path path_;
+  h5::Handle file_;
+  std::set<std::string> ids_;
+};
+
+fs::path default_scores_path(const fs::path& predictions) {
+  fs::path p = predictions;
+  if (p.filename().empty()) p = p.parent_path();  // "dir/" -> "dir"
+  std::error_code ec;
+  // runs/x/predictions/openkbp -> runs/x/predictions/openkbp_scores.csv;
+  // runs/x/predictions/val.h5 -> runs/x/predictions/val_openkbp_scores.csv.
+  if (fs::is_directory(p, ec)) return p.parent_path() / (p.filename().string() + "_scores.csv");
+  return p.parent_path() / (p.stem().string() + "_openkbp_scores.csv");
+}
+
+}  // namespace
+
+int import_openkbp_command(const ImportOpenKbpCommand& cmd) {
+  openkbp::ImportOptions o;
+  o.source = cmd.source;
+  o.out = cmd.out;
+  o.force = cmd.force;
+  o.threads = cmd.threads;
+  o.single_split = cmd.split;
+  if (o.source.empty()) throw UsageError("import openkbp: --source DIR is required");
+  const auto report = openkbp::import_dataset(o);
+  std::vector<std::string> splits;
+  for (const auto& [name, count] : report.patients_per_split) splits.push_back(fmt::format("{} {}", name, count));
+  spdlog::info("import openkbp: wrote {} ({} patients: {}; {} without dose) in {:.2f} s with {} threads; read {} of CSV "
+               "({:.0f} MB/s), wrote {}",
+               cmd.out, report.patients, fmt::join(splits, ", "), report.patients_without_dose, report.seconds,
+               report.threads, human_bytes(static_cast<double>(report.csv_bytes)),
+               static_cast<double>(report.csv_bytes) / 1e6 / std::max(report.seconds, 1e-9),
+               human_bytes(static_cast<double>(report.output_bytes)));
+  return kExitOk;
+}
+
+int evaluate_openkbp_command(const EvaluateOpenKbpCommand& cmd) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (cmd.reference.empty()) throw UsageError("evaluate openkbp: --reference DIR is required");
+  if (cmd.predictions.empty()) throw UsageError("evaluate openkbp: --predictions PRED is required");
+  const fs::path out = cmd.out.empty() ? default_scores_path(cmd.predictions) : fs::path(cmd.out);
+  const fs::path dvh_out = out.parent_path() / (out.stem().string() + "_dvh.csv");
+  std::error_code ec;
+  for (const auto& p : {out, dvh_out}) {
+    if (fs::exists(p, ec) && !cmd.force) {
+      throw UsageError(fmt::format("evaluate openkbp: {} exists; pass --force to replace it (or --out FILE.csv)", p.string()));
+    }
+  }
+  const auto patients = openkbp::find_patients(cmd.reference);
+  const PredictionSource predictions(cmd.predictions);
+  std::vector<std::string> missing;
+  for (const auto& p : patients) {
+    if (!predictions.has(p.id)) missing.push_back(p.id);
+  }
+  if (!missing.empty()) {
+    throw DataError(fmt::format("{}: no prediction for {} of the {} reference patients: {}", cmd.predictions,
+                                missing.size(), patients.size(), fmt::join(missing, ", ")));
+  }
+  std::set<std::string> reference_ids;
+  for (const auto& p : patients) reference_ids.insert(p.id);
+  for (const auto& id : predictions.ids()) {
+    if (!reference_ids.count(id)) spdlog::warn("evaluate openkbp: {} has no reference patient; ignored", predictions.describe(id));
+  }
+
+  std::vector<DvhStructure> structures;
+  for (const auto& name : openkbp::structure_names()) {
+    const bool target = name.rfind("PTV", 0) == 0;
+    structures.push_back({name, target ? DvhKind::kTarget : DvhKind::kOar, static_cast<int64_t>(structures.size())});
+  }
+  std::vector<PatientDoseMetrics> results(patients.size());
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex mutex;
+  auto worker = [&] {
+    while (true) {
+      const size_t i = next.fetch_add(1);
+      if (i >= patients.size()) return;
+      try {
+        const openkbp::Patient ref = openkbp::read_patient(patients[i].dir);
+        if (!ref.dose.defined()) {
+          throw DataError(fmt::format("{}: the reference patient has no dose.csv", patients[i].dir.string()));
+        }
+        torch::Tensor pred = predictions.read(patients[i].id);
+        if (pred.sizes() != ref.dose.sizes()) {
+          throw DataError(fmt::format("{}: prediction is ({}); expected (128, 128, 128)", predictions.describe(patients[i].id),
+                                      fmt::join(pred.sizes(), ", ")));
+        }
+        // Network output from --predict-only: score what its submission file would hold.
+        if (!predictions.is_submission()) pred = submission_dose(pred, ref.possible_dose_mask);
+        results[i] = evaluate_patient_dose(ref.id, ref.dose, pred, ref.possible_dose_mask, ref.structures, structures,
+                                           ref.spacing);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!error) error = std::current_exception();
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  const int64_t n = std::min<int64_t>(resolve_threads(cmd.threads), static_cast<int64_t>(patients.size()));
+  for (int64_t t = 0; t < n; ++t) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+
+  const DoseScores scores = dose_scores(results);
+  if (!out.parent_path().empty()) ensure_writable_directory(out.parent_path());
+  write_file_atomic(out, dose_metrics_by_patient_csv(results));
+  write_file_atomic(dvh_out, dvh_entries_csv(results));
+  for (const auto& r : results) {
+    spdlog::info("evaluate openkbp: {} dose error {:.4f} Gy, DVH error {:.4f} Gy ({} metrics)", r.id, r.dose_error,
+                 r.dvh_mean_abs_error(), r.dvh.size());
+  }
+  spdlog::info("evaluate openkbp: {} patients in {:.1f} s; per-patient scores in {}, DVH metrics in {}", scores.patients,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), out.string(),
+               dvh_out.string());
+  std::printf("dose score %.6f Gy\nDVH score %.6f Gy\n", scores.dose_score, scores.dvh_score);
+  std::fflush(stdout);
+  return kExitOk;
+}
+
+}  // namespace u3d

@@ -1,0 +1,81 @@
+#include "u3d/openkbp_baseline.h"
+
+namespace u3d {
+namespace {
+
+// Keras BatchNormalization(momentum=0.99, epsilon=1e-3): torch's momentum weighs the new batch.
+torch::nn::BatchNorm3d keras_batch_norm(int64_t channels) {
+  return torch::nn::BatchNorm3d(torch::nn::BatchNorm3dOptions(channels).momentum(0.01).eps(1e-3));
+}
+
+}  // namespace
+
+OpenKbpBaselineImpl::OpenKbpBaselineImpl(const ModelConfig& cfg, int64_t in_channels, int64_t out_channels) {
+  const int64_t f = cfg.base_filters;
+  const std::vector<int64_t> down_filters = {f, 2 * f, 4 * f, 8 * f, 8 * f, 8 * f};
+  int64_t prev = in_channels;
+  for (size_t i = 0; i < down_filters.size(); ++i) {
+    down_.push_back(register_module(
+        "down" + std::to_string(i + 1),
+        torch::nn::Conv3d(torch::nn::Conv3dOptions(prev, down_filters[i], /*kernel_size=*/4)
+                              .stride(2)
+                              .padding(1)  // TF 'same' for k 4, s 2: one voxel each side
+                              .bias(false))));
+    if (i + 1 < down_filters.size()) {
+      down_norm_.push_back(register_module("down" + std::to_string(i + 1) + "_norm", keras_batch_norm(down_filters[i])));
+    }
+    prev = down_filters[i];
+  }
+  // Decoder: output filters and input channels (the previous output, concatenated with the
+  // matching encoder output from the second block on).
+  const std::vector<int64_t> up_filters = {8 * f, 8 * f, 4 * f, 2 * f, f};
+  const std::vector<int64_t> up_inputs = {8 * f, 8 * f + 8 * f, 8 * f + 8 * f, 4 * f + 4 * f, 2 * f + 2 * f};
+  for (size_t i = 0; i < up_filters.size(); ++i) {
+    up_.push_back(register_module(
+        "up" + std::to_string(i + 1),
+        torch::nn::ConvTranspose3d(torch::nn::ConvTranspose3dOptions(up_inputs[i], up_filters[i], /*kernel_size=*/4)
+                                       .stride(2)
+                                       .padding(1)  // TF 'same': output = 2 x input
+                                       .bias(false))));
+    up_norm_.push_back(register_module("up" + std::to_string(i + 1) + "_norm", keras_batch_norm(up_filters[i])));
+  }
+  dropout_ = register_module("dropout", torch::nn::Dropout3d(/*p=*/0.2));
+  head_ = register_module("head", torch::nn::ConvTranspose3d(
+                                      torch::nn::ConvTranspose3dOptions(f + f, out_channels, /*kernel_size=*/4)
+                                          .stride(2)
+                                          .padding(1)
+                                          .bias(true)));
+  // Keras defaults: Glorot (Xavier) uniform kernels, zero biases; BatchNorm starts at 1 / 0.
+  torch::NoGradGuard no_grad;
+  for (auto& conv : down_) torch::nn::init::xavier_uniform_(conv->weight);
+  for (auto& up : up_) torch::nn::init::xavier_uniform_(up->weight);
+  torch::nn::init::xavier_uniform_(head_->weight);
+  torch::nn::init::zeros_(head_->bias);
+}
+
+torch::Tensor OpenKbpBaselineImpl::forward(const torch::Tensor& x) {
+  // Encoder: skips[i] = x_{i+1}, (N, filters, S / 2^(i+1), ...).
+  std::vector<torch::Tensor> skips;
+  torch::Tensor y = x;
+  for (size_t i = 0; i < down_.size(); ++i) {
+    y = down_[i](y);
+    if (i < down_norm_.size()) y = down_norm_[i](y);
+    y = torch::leaky_relu(y, /*negative_slope=*/0.2);
+    skips.push_back(y);
+  }
+  // Decoder: block i (0-based) up-samples to the resolution of x_{5-i}; blocks 1..4 first
+  // concatenate the previous output with x_{6-i}; dropout after blocks 2 and 4 (1-based).
+  for (size_t i = 0; i < up_.size(); ++i) {
+    if (i > 0) y = torch::cat({y, skips[skips.size() - 1 - i]}, /*dim=*/1);
+    y = up_norm_[i](up_[i](y));
+    if (i == 1 || i == 3) y = dropout_(y);
+    y = torch::relu(y);
+  }
+  y = torch::cat({y, skips[0]}, /*dim=*/1);  // (N, 2f, S/2, ...)
+  y = head_(y);                              // (N, out, S, ...)
+  y = torch::nn::functional::avg_pool3d(
+      y, torch::nn::functional::AvgPool3dFuncOptions(3).stride(1).padding(1).count_include_pad(false));
+  return torch::relu(y);
+}
+
+}  // namespace u3d
