@@ -24,6 +24,7 @@ struct TrainState {
   double best_metric = std::numeric_limits<double>::quiet_NaN();
   int64_t best_epoch = 0;
   double train_target_mean = 0;  // regression: mean training target in the loss mask (baseline)
+  double pseudo_dice_ema = std::numeric_limits<double>::quiet_NaN();  // nnU-Net's EMA of the val pseudo-Dice
 };
 
 struct CheckpointInfo {

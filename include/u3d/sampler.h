@@ -28,6 +28,7 @@ struct SamplerOptions {
   std::string foreground = "auto";     // data.foreground spec
   std::vector<std::string> channel_names;  // of the cached images, for foreground "channel:NAME"
   int64_t max_foreground_voxels = 10000;   // per case, subsampled deterministically (as nnU-Net)
+  bool apply_augmentation = true;          // false: plain crops (validation patches)
 };
 
 class PatchSampler {

@@ -41,6 +41,8 @@ struct EpochStats {
 struct ValStats {
   double loss = std::numeric_limits<double>::quiet_NaN();
   double metric = std::numeric_limits<double>::quiet_NaN();
+  double pseudo_dice = std::numeric_limits<double>::quiet_NaN();      // val patches, this epoch
+  double pseudo_dice_ema = std::numeric_limits<double>::quiet_NaN();  // its running EMA
 };
 
 class Trainer {
@@ -59,6 +61,12 @@ class Trainer {
   void record_run() const;  // <run>/config.yaml, fresh metrics.csv: only once every check passed
   EpochStats train_epoch(int64_t epoch);
   ValStats validate();
+  // nnU-Net's pseudo-Dice: training.val_patch_batches batches of val patches (drawn like training
+  // patches for `epoch`, without augmentation); true positives, false positives and false negatives
+  // per foreground class summed over every patch, Dice per class, mean over the classes present.
+  // Sets stats.pseudo_dice, updates the EMA in the training state, sets stats.pseudo_dice_ema, and
+  // fills stats.loss with the mean patch loss when it has no value yet.
+  void validate_patches(int64_t epoch, ValStats& stats);
   void save_checkpoints(int64_t epoch, bool improved);
 
   const TrainState& state() const { return state_; }
@@ -70,6 +78,7 @@ class Trainer {
   void print_banner() const;
   void log_epoch(int64_t epoch, const EpochStats& train, const std::optional<ValStats>& val, bool improved);
   CheckpointInfo checkpoint_info() const;
+  Monitor monitored() const;  // checkpoint.monitor with auto resolved
 
   Config cfg_;
   TrainOptions options_;
@@ -80,6 +89,8 @@ class Trainer {
   std::unique_ptr<Preprocessor> pre_;
   std::unique_ptr<TensorCache> train_cache_, val_cache_;
   std::unique_ptr<PatchSampler> sampler_;
+  std::unique_ptr<PatchSampler> val_sampler_;  // pseudo-Dice patches
+  std::vector<double> deep_weights_;            // deep-supervision loss weights, finest output first
   Network net_;
   std::unique_ptr<Loss> loss_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

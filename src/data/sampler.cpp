@@ -129,7 +129,7 @@ Sample PatchSampler::sample(int64_t epoch, int64_t index, int64_t* case_index) c
     return out;
   };
   Sample s{crop(c.image), crop(c.target), crop(c.mask)};
-  augment_sample(s, options_.augment, rng);
+  if (options_.apply_augmentation) augment_sample(s, options_.augment, rng);
   return s;
 }
 

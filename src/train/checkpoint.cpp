@@ -40,6 +40,7 @@ void write_info(torch::serialize::OutputArchive& ar, const CheckpointInfo& info)
   ar.write("state.best_metric", c10::IValue(info.state.best_metric));
   ar.write("state.best_epoch", c10::IValue(info.state.best_epoch));
   ar.write("state.train_target_mean", c10::IValue(info.state.train_target_mean));
+  ar.write("state.pseudo_dice_ema", c10::IValue(info.state.pseudo_dice_ema));
 }
 
 CheckpointInfo read_info(torch::serialize::InputArchive& ar, const std::filesystem::path& path) {
@@ -67,6 +68,8 @@ CheckpointInfo read_info(torch::serialize::InputArchive& ar, const std::filesyst
   info.state.best_metric = get("state.best_metric").toDouble();
   info.state.best_epoch = get("state.best_epoch").toInt();
   info.state.train_target_mean = get("state.train_target_mean").toDouble();
+  c10::IValue ema;  // absent in checkpoints written before it existed
+  if (ar.try_read("state.pseudo_dice_ema", ema)) info.state.pseudo_dice_ema = ema.toDouble();
   return info;
 }
 

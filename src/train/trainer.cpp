@@ -42,11 +42,19 @@ TrainState Trainer::fit() {
     const EpochStats stats = train_epoch(epoch);
     std::optional<ValStats> val;
     bool improved = false;
-    if (val_cache_ && (epoch % cfg_.training.val_every == 0 || epoch == cfg_.training.epochs)) {
-      val = validate();
-      const bool use_loss = cfg_.checkpoint.monitor == Monitor::kValLoss;
-      const double score = use_loss ? val->loss : val->metric;
-      improved = is_improvement(score, state_.best_metric, !use_loss && metric_.higher_is_better);
+    const bool full_val = val_cache_ && cfg_.training.val_full &&
+                          (epoch % cfg_.training.val_every == 0 || epoch == cfg_.training.epochs);
+    if (full_val || val_sampler_) {
+      val = full_val ? validate() : ValStats{};
+      if (val_sampler_) validate_patches(epoch, *val);
+      const Monitor monitor = monitored();
+      const bool use_loss = monitor == Monitor::kValLoss;
+      const double score = use_loss                              ? val->loss
+                           : monitor == Monitor::kPseudoDice    ? val->pseudo_dice
+                           : monitor == Monitor::kPseudoDiceEma ? val->pseudo_dice_ema
+                                                                : val->metric;
+      const bool pseudo = monitor == Monitor::kPseudoDice || monitor == Monitor::kPseudoDiceEma;
+      improved = is_improvement(score, state_.best_metric, pseudo || (!use_loss && metric_.higher_is_better));
       if (improved) {
         state_.best_metric = score;
         state_.best_epoch = epoch;
@@ -58,7 +66,10 @@ TrainState Trainer::fit() {
     log_epoch(epoch, stats, val, improved);
   }
   spdlog::info("done: {} epochs, {} steps; best {} {} at epoch {}; run folder {}", state_.epoch, state_.global_step,
-               cfg_.checkpoint.monitor == Monitor::kValLoss ? "val_loss" : metric_.name,
+               monitored() == Monitor::kValLoss          ? std::string("val_loss")
+               : monitored() == Monitor::kPseudoDice    ? std::string("val_pseudo_dice")
+               : monitored() == Monitor::kPseudoDiceEma ? std::string("val_pseudo_dice_ema")
+                                                        : metric_.name,
                fmt_metric(state_.best_metric), state_.best_epoch, paths_.root.string());
   flush_logs();
   return state_;
@@ -105,6 +116,8 @@ void Trainer::load_data() {
     if (ids.empty()) throw ConfigError(fmt::format("{}: split '{}' of {} is empty", key, name, cfg_.data.path));
     return ids;
   };
+  // `dataset` entries become the file's recorded specs, so config.yaml and checkpoints carry them.
+  cfg_.data.normalize = resolve_normalization(cfg_.data, info);
   pre_ = std::make_unique<Preprocessor>(cfg_.data, info);
   metric_ = task_metric(info.task);
   train_cache_ = std::make_unique<TensorCache>(
@@ -130,6 +143,15 @@ void Trainer::load_data() {
   so.foreground = cfg_.data.foreground;
   so.channel_names = pre_->channel_names();
   sampler_ = std::make_unique<PatchSampler>(*train_cache_, so);
+  if (val_cache_ && cfg_.training.val_patch_batches > 0) {
+    if (info.task != Task::kSegmentation) {
+      throw ConfigError("training.val_patch_batches: the pseudo-Dice needs a segmentation dataset; set it to 0");
+    }
+    SamplerOptions vo = so;
+    vo.seed = so.seed ^ 0x7A1D0000ull;  // its own stream, independent of the training patches
+    vo.apply_augmentation = false;
+    val_sampler_ = std::make_unique<PatchSampler>(*val_cache_, vo);
+  }
   steps_per_epoch_ = cfg_.training.steps_per_epoch > 0
                          ? cfg_.training.steps_per_epoch
                          : (train_cache_->size() + cfg_.data.batch_size - 1) / cfg_.data.batch_size;
@@ -148,9 +170,13 @@ void Trainer::build_model() {
   loss_ = std::make_unique<Loss>(resolve_loss(cfg_.training.loss, pre_->task(), train_cache_->has_masks()));
   optimizer_ = make_optimizer(cfg_.training, net_->parameters());
   schedule_ = std::make_unique<LrSchedule>(cfg_.training, cfg_.training.epochs * steps_per_epoch_);
-  csv_ = std::make_unique<MetricsCsv>(
-      paths_.metrics, std::vector<std::string>{"epoch", "step", "lr", "train_loss", "val_loss", metric_.name, "best",
-                                               "epoch_seconds", "data_seconds", "samples_per_second"});
+  if (cfg_.model.deep_supervision && pre_->task() != Task::kSegmentation) {
+    throw ConfigError("model.deep_supervision: needs a segmentation dataset (labels to down-sample)");
+  }
+  std::vector<std::string> columns{"epoch", "step", "lr", "train_loss", "val_loss", metric_.name, "best",
+                                   "epoch_seconds", "data_seconds", "samples_per_second"};
+  if (val_sampler_) columns.insert(columns.begin() + 6, {"val_pseudo_dice", "val_pseudo_dice_ema"});
+  csv_ = std::make_unique<MetricsCsv>(paths_.metrics, columns);
 }
 
 void Trainer::restore() {
@@ -187,8 +213,14 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
     stats.data_seconds += seconds_since(td);
 
     optimizer_->zero_grad();
-    const torch::Tensor out = net_->forward(batch.image);
-    const torch::Tensor loss = (*loss_)(out, batch.target, batch.mask);
+    torch::Tensor loss;
+    if (cfg_.model.deep_supervision) {
+      const std::vector<torch::Tensor> outs = net_->forward_deep(batch.image);  // finest first
+      if (deep_weights_.size() != outs.size()) deep_weights_ = deep_supervision_weights(static_cast<int64_t>(outs.size()));
+      loss = deep_supervision_loss(*loss_, outs, batch.target, deep_weights_);
+    } else {
+      loss = (*loss_)(net_->forward(batch.image), batch.target, batch.mask);
+    }
     loss.backward();
     if (cfg_.training.grad_clip_norm > 0) {
       torch::nn::utils::clip_grad_norm_(net_->parameters(), cfg_.training.grad_clip_norm);
@@ -238,6 +270,50 @@ ValStats Trainer::validate() {
   return ValStats{nan_mean(losses), nan_mean(metrics)};
 }
 
+void Trainer::validate_patches(int64_t epoch, ValStats& stats) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = net_->is_training();
+  net_->eval();
+  const int64_t k = pre_->out_channels();
+  std::vector<double> tp(static_cast<size_t>(k), 0.0), fp(tp), fn(tp);
+  double loss_sum = 0;
+  const int64_t batches = cfg_.training.val_patch_batches;
+  for (int64_t b = 0; b < batches; ++b) {
+    const Batch batch = val_sampler_->batch(epoch, b).to(runtime_.device);
+    const torch::Tensor out = net_->forward(batch.image);  // (N, K, d, h, w) logits
+    loss_sum += (*loss_)(out, batch.target, batch.mask).item<double>();
+    const torch::Tensor pred = out.argmax(1);              // (N, d, h, w)
+    for (int64_t c = 1; c < k; ++c) {
+      const auto p = pred == c;
+      const auto y = batch.target == c;
+      tp[static_cast<size_t>(c)] += static_cast<double>((p & y).sum().item<int64_t>());
+      fp[static_cast<size_t>(c)] += static_cast<double>((p & ~y).sum().item<int64_t>());
+      fn[static_cast<size_t>(c)] += static_cast<double>((~p & y).sum().item<int64_t>());
+    }
+  }
+  net_->train(was_training);
+  std::vector<double> dice;
+  for (int64_t c = 1; c < k; ++c) {
+    const size_t i = static_cast<size_t>(c);
+    const double denom = 2 * tp[i] + fp[i] + fn[i];
+    dice.push_back(denom > 0 ? 2 * tp[i] / denom : std::numeric_limits<double>::quiet_NaN());
+  }
+  stats.pseudo_dice = nan_mean(dice);
+  if (std::isfinite(stats.pseudo_dice)) {
+    const double w = cfg_.training.pseudo_dice_ema;
+    state_.pseudo_dice_ema = std::isfinite(state_.pseudo_dice_ema)
+                                 ? w * state_.pseudo_dice_ema + (1.0 - w) * stats.pseudo_dice
+                                 : stats.pseudo_dice;
+  }
+  stats.pseudo_dice_ema = state_.pseudo_dice_ema;
+  if (!std::isfinite(stats.loss) && batches > 0) stats.loss = loss_sum / static_cast<double>(batches);
+}
+
+Monitor Trainer::monitored() const {
+  if (cfg_.checkpoint.monitor != Monitor::kAuto) return cfg_.checkpoint.monitor;
+  return cfg_.training.val_full ? Monitor::kValMetric : Monitor::kPseudoDiceEma;
+}
+
 CheckpointInfo Trainer::checkpoint_info() const {
   CheckpointInfo info;
   info.state = state_;
@@ -266,14 +342,20 @@ void Trainer::log_epoch(int64_t epoch, const EpochStats& train, const std::optio
                 {"train_loss", fmt_metric(train.train_loss)},
                 {"val_loss", val ? fmt_metric(val->loss) : ""},
                 {metric_.name, val ? fmt_metric(val->metric) : ""},
+                {"val_pseudo_dice", val ? fmt_metric(val->pseudo_dice) : ""},
+                {"val_pseudo_dice_ema", val ? fmt_metric(val->pseudo_dice_ema) : ""},
                 {"best", improved ? "1" : "0"},
                 {"epoch_seconds", fmt::format("{:.3f}", train.seconds)},
                 {"data_seconds", fmt::format("{:.3f}", train.data_seconds)},
                 {"samples_per_second", fmt::format("{:.3f}", sps)}});
   if (val) {
-    spdlog::info("epoch {}/{}: train_loss {:.5f} val_loss {:.5f} {} {:.4f}{} | {:.1f} s, {:.1f} samples/s", epoch,
-                 cfg_.training.epochs, train.train_loss, val->loss, metric_.name, val->metric,
-                 improved ? " (best)" : "", train.seconds, sps);
+    const std::string pseudo = std::isfinite(val->pseudo_dice)
+                                   ? fmt::format(" pseudo_dice {:.4f} (ema {:.4f})", val->pseudo_dice, val->pseudo_dice_ema)
+                                   : "";
+    const std::string metric = std::isfinite(val->metric) ? fmt::format(" {} {:.4f}", metric_.name, val->metric) : "";
+    spdlog::info("epoch {}/{}: train_loss {:.5f} val_loss {:.5f}{}{}{} | {:.1f} s, {:.1f} samples/s", epoch,
+                 cfg_.training.epochs, train.train_loss, val->loss, metric, pseudo, improved ? " (best)" : "",
+                 train.seconds, sps);
   } else {
     spdlog::info("epoch {}/{}: train_loss {:.5f} | {:.1f} s, {:.1f} samples/s", epoch, cfg_.training.epochs,
                  train.train_loss, train.seconds, sps);
