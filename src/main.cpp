@@ -44,6 +44,9 @@ int main(int argc, char** argv) {
   synth_app->add_option("--val-fraction", synth.val_fraction, "Share of cases in 'val'")->capture_default_str();
   synth_app->add_option("--test-fraction", synth.test_fraction, "Share of cases in 'test'")->capture_default_str();
   synth_app->add_flag("--force", synth.force, "Replace an existing output file");
+  synth_app->add_option("--format", synth.format,
+                        "h5 (dataset file) | nnunet (segmentation: nnU-Net raw folder of NIfTI files)")
+      ->capture_default_str();
 
   auto* reference_app = app.add_subcommand("config-reference", "Print every config key as Markdown");
 

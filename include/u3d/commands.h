@@ -26,6 +26,7 @@ struct SynthCommand {
   double val_fraction = 0.25;
   double test_fraction = 0.0;
   bool force = false;         // replace an existing file
+  std::string format = "h5";  // h5 | nnunet (segmentation: an nnU-Net v2 raw folder of NIfTI files)
 };
 int synth_command(const SynthCommand& cmd);
 

@@ -46,10 +46,11 @@ class SlabSink {
 
 // Streaming sliding-window prediction: windows run in D-major order and are accumulated (weighted)
 // into a rolling buffer of (K, extent, H, W) on `device`, where extent is the D span of the windows
-// of one batch (about the patch depth plus a step); rows no later window touches are normalised
-// and handed to `sink` at once. Memory beyond the input is therefore O(K * patch depth * H * W),
-// not O(K * D * H * W): a 512x512x300 CT never needs its full logits in memory. Runs in eval mode
-// without gradients; restores the module's training flag afterwards.
+// of one batch: the patch depth, since batches do not cross to the next D start when it has at
+// least a batch of windows; rows no later window touches are normalised and handed to `sink` at
+// once. Memory beyond the input is therefore O(K * patch depth * H * W), not O(K * D * H * W): a
+// 512x512x300 CT never needs its full logits in memory. Runs in eval mode without gradients;
+// restores the module's training flag afterwards.
 void sliding_window_predict(NetworkImpl& net, const torch::Tensor& image, const SlidingWindowOptions& options,
                             const torch::Device& device, SlabSink& sink);
 

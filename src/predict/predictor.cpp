@@ -77,19 +77,27 @@ void sliding_window_predict(NetworkImpl& net, const torch::Tensor& image, const 
 
   const torch::Tensor weight = (o.gaussian ? gaussian_importance_map(o.patch) : torch::ones({o.patch[0], o.patch[1], o.patch[2]}))
                                    .to(device);  // (d, h, w)
+  // Batches of windows. When a D start has at least a batch of windows, batches do not cross to
+  // the next D start, so the rolling buffer needs only a patch depth of rows.
   const size_t bs = static_cast<size_t>(std::max<int64_t>(1, o.batch_size));
+  const bool split_rows = ys.size() * xs.size() >= bs;
+  std::vector<std::pair<size_t, size_t>> batches;  // [first, last) into origins
+  for (size_t first = 0; first < origins.size();) {
+    size_t last = first + 1;
+    while (last < origins.size() && last - first < bs && !(split_rows && origins[last][0] != origins[first][0])) ++last;
+    batches.emplace_back(first, last);
+    first = last;
+  }
   // Rolling buffer rows: a batch starts where the previous one's rows were handed out (its first
   // window's D start) and reaches its last window's start + patch depth.
   int64_t extent = 0;
-  for (size_t first = 0; first < origins.size(); first += bs) {
-    const size_t last = std::min(origins.size(), first + bs);
+  for (const auto& [first, last] : batches) {
     extent = std::max(extent, origins[last - 1][0] + o.patch[0] - origins[first][0]);
   }
   torch::Tensor sum;  // (K, extent, H', W'): weighted outputs of rows [base, base + extent)
   torch::Tensor norm = torch::zeros({extent, padded[1], padded[2]}, torch::TensorOptions().device(device));
   int64_t base = 0;
-  for (size_t first = 0; first < origins.size(); first += bs) {
-    const size_t last = std::min(origins.size(), first + bs);
+  for (const auto& [first, last] : batches) {
     std::vector<torch::Tensor> windows;
     for (size_t i = first; i < last; ++i) {
       const auto& p = origins[i];

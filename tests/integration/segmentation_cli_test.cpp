@@ -234,7 +234,7 @@ TEST(SegmentationMemory, LargeVolumePredictsInBoundedHostMemory) {
   EXPECT_EQ(written.data.sizes(), (torch::IntArrayRef{96, 384, 384}));
   // Blending into whole-volume logits needs K * V * 4 bytes (453 MB here) for the sum and as much
   // again for the normalised result; the streamed prediction holds the input (57 MB) and a rolling
-  // buffer of at most two patch depths of rows, less than one whole-volume logits tensor.
+  // buffer of a patch depth of rows (75 MB), less than one whole-volume logits tensor.
   const double voxels = static_cast<double>(big[0] * big[1] * big[2]);
   const double full_logits = kClasses * voxels * 4;
   const double extra = static_cast<double>(rss_big - rss_small);

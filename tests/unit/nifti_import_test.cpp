@@ -13,6 +13,7 @@
 #include "u3d/import.h"
 #include "u3d/nifti.h"
 #include "u3d/preprocess.h"
+#include "u3d/synth.h"
 
 namespace u3d {
 namespace {
@@ -398,6 +399,33 @@ TEST(ImportNifti, ChannelsBySuffixAndClassesFromTheLabels) {
   // A case without a label file.
   fs::remove(dir / "seg" / "p2.nii.gz");
   EXPECT_NE(error_of<DataError>([&] { import_nifti_folders(f, dir / "u.h5", o); }).find("'p2'"), std::string::npos);
+}
+
+TEST(ImportNnunet, PhantomRawFolderFromSynthImportsBack) {
+  test::TempDir dir;
+  PhantomOptions o;
+  o.task = Task::kSegmentation;
+  o.cases = 4;
+  o.size = {10, 12, 14};
+  o.test_fraction = 0.25;
+  write_phantom_nnunet_raw(o, dir / "Dataset900_Phantom");
+  EXPECT_TRUE(fs::exists(dir / "Dataset900_Phantom" / "labelsTs" / "case_003.nii.gz"));
+  ImportOptions io;
+  io.val_fraction = 0.34;
+  const ImportSummary s = import_nnunet(dir / "Dataset900_Phantom", dir / "p.h5", io);
+  EXPECT_EQ(s.train + s.val, 3);
+  EXPECT_EQ(s.test, 1);
+  const DatasetReader r(dir / "p.h5");
+  EXPECT_EQ(r.info().class_names, phantom_info(Task::kSegmentation).class_names);
+  for (int i = 0; i < 4; ++i) {
+    const CaseData expected = make_phantom_case(Task::kSegmentation, o.size, 0, i);
+    const CaseData got = r.read_case(expected.id);
+    EXPECT_TRUE(torch::equal(got.image, expected.image));
+    EXPECT_EQ(got.spacing, expected.spacing);
+    if (i < 3) EXPECT_TRUE(torch::equal(got.target, expected.target));
+  }
+  o.task = Task::kDose;
+  EXPECT_THROW(write_phantom_nnunet_raw(o, dir / "d"), UsageError);
 }
 
 TEST(Import, NormalisationFromChannelNamesAsNnunet) {
