@@ -75,6 +75,14 @@ TEST_F(SegmentationCli, ImportTrainPredictEvaluateKeepsTheInputGeometry) {
     EXPECT_FALSE(row.at("val_pseudo_dice_ema").empty());
   }
   EXPECT_TRUE(fs::exists(run / "checkpoints" / "best.pt"));
+  // A run resumed from epoch 1 continues the pseudo-Dice EMA exactly.
+  test::write_text(dir / "seg2.yaml", seg_config("seg2", "d.h5"));
+  r = trainer({"--config", "seg2.yaml", "--resume", (run / "checkpoints" / "epoch_0001.pt").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto resumed = test::read_csv(dir / "runs" / "seg2" / "metrics.csv");
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_EQ(resumed[0].at("val_pseudo_dice_ema"), rows[1].at("val_pseudo_dice_ema"));
+  EXPECT_EQ(resumed[0].at("train_loss"), rows[1].at("train_loss"));
   // data.normalize = dataset became the importer's specs (CT statistics), kept with the run.
   EXPECT_NE(test::read_text(run / "config.yaml").find("normalize: [\"ct:"), std::string::npos);
 
