@@ -1,4 +1,5 @@
-# Debian packages: libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev libhdf5-dev (scripts/setup.sh).
+# Debian packages: libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev libhdf5-dev libnifti2-dev
+# (scripts/setup.sh).
 find_package(Threads REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(CLI11 REQUIRED)
@@ -20,3 +21,15 @@ target_link_libraries(u3d_hdf5 INTERFACE ${HDF5_C_LIBRARIES})
 find_package(ZLIB REQUIRED)
 target_link_libraries(u3d_hdf5 INTERFACE ZLIB::ZLIB)
 target_compile_definitions(u3d_hdf5 INTERFACE ${HDF5_C_DEFINITIONS} ${HDF5_DEFINITIONS})
+
+# NIfTI-1/-2 (nifticlib 3, Debian libnifti2-dev): nifti2_io.h, libnifti2 + libznz (gzip through zlib).
+# Debian's /usr/share/cmake/NIFTI config points at /usr/lib instead of the multiarch folder and
+# lists tools the package does not ship, so the headers and libraries are found directly.
+find_package(ZLIB REQUIRED)
+find_path(U3D_NIFTI_INCLUDE_DIR nifti2_io.h PATH_SUFFIXES nifti REQUIRED)
+find_library(U3D_NIFTI2_LIBRARY nifti2 REQUIRED)
+find_library(U3D_ZNZ_LIBRARY znz REQUIRED)
+add_library(u3d_nifti INTERFACE)
+target_include_directories(u3d_nifti SYSTEM INTERFACE ${U3D_NIFTI_INCLUDE_DIR})
+target_link_libraries(u3d_nifti INTERFACE ${U3D_NIFTI2_LIBRARY} ${U3D_ZNZ_LIBRARY} ZLIB::ZLIB m)
+target_compile_definitions(u3d_nifti INTERFACE HAVE_ZLIB)

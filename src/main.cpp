@@ -56,6 +56,9 @@ int main(int argc, char** argv) {
   synth_app->add_option("--val-fraction", synth.val_fraction, "Share of cases in 'val'")->capture_default_str();
   synth_app->add_option("--test-fraction", synth.test_fraction, "Share of cases in 'test'")->capture_default_str();
   synth_app->add_flag("--force", synth.force, "Replace an existing output file");
+  synth_app->add_option("--format", synth.format,
+                        "h5 (dataset file) | nnunet (segmentation: nnU-Net raw folder of NIfTI files)")
+      ->capture_default_str();
 
   auto* reference_app = app.add_subcommand("config-reference", "Print every config key as Markdown");
 
@@ -64,9 +67,40 @@ int main(int argc, char** argv) {
   check_app->add_option("file", check.file, "Dataset file (HDF5, format v1)")->required();
   check_app->add_option("--split", check.split, "Check only this split's cases");
   check_app->add_option("--threads", check.threads, "Reader threads; 0: cores - 1")->capture_default_str();
-  // `import <kind>` and `evaluate <kind>`: one nested subcommand per data source or task.
-  auto* import_app = app.add_subcommand("import", "Import a dataset into HDF5 (format v1)");
+  // trainer import <format>: external data -> dataset file (HDF5, format v1)
+  auto* import_app = app.add_subcommand("import", "Convert external data into a dataset file (HDF5, format v1)");
   import_app->require_subcommand(1);
+  auto add_import_common = [](CLI::App* sub, u3d::ImportCommon& c) {
+    sub->add_option("--out", c.out, "Output dataset file (.h5)")->required();
+    sub->add_option("--spacing", c.spacing, "Resample to this voxel size in mm: S or D,H,W (= NIfTI z,y,x)");
+    sub->add_option("--normalize", c.normalize,
+                    "Per channel (one: all): ct | zscore | minmax | none | a data.normalize spec; default from the "
+                    "channel names as nnU-Net (CT -> ct, else zscore)")
+        ->delimiter(',');
+    sub->add_option("--val-fraction", c.val_fraction, "Share of labelled cases in split 'val'")->capture_default_str();
+    sub->add_option("--seed", c.seed, "Seed of the val selection")->capture_default_str();
+    sub->add_option("--threads", c.threads, "Threads; 0: every core")->capture_default_str();
+    sub->add_flag("--force", c.force, "Replace an existing output file");
+  };
+  u3d::ImportNnunetCommand import_nnunet;
+  auto* import_nnunet_app = import_app->add_subcommand("nnunet", "nnU-Net v2 raw dataset (dataset.json, imagesTr, "
+                                                                 "labelsTr, imagesTs; NIfTI)");
+  import_nnunet_app->add_option("--source", import_nnunet.source, "DatasetXXX_Name folder")->required();
+  add_import_common(import_nnunet_app, import_nnunet.common);
+  u3d::ImportNiftiCommand import_nifti;
+  auto* import_nifti_app = import_app->add_subcommand("nifti", "Plain folders of NIfTI images and labels");
+  import_nifti_app->add_option("--images", import_nifti.images, "Folder of images (.nii.gz, .nii)")->required();
+  import_nifti_app->add_option("--labels", import_nifti.labels, "Folder of <case>.nii.gz label files (optional)");
+  import_nifti_app->add_option("--channel-suffixes", import_nifti.channel_suffixes,
+                               "Channels by file-name suffix, e.g. _0000,_0001; default: one channel")
+      ->delimiter(',');
+  import_nifti_app->add_option("--channel-names", import_nifti.channel_names, "Channel names, e.g. t1,flair")
+      ->delimiter(',');
+  import_nifti_app->add_option("--classes", import_nifti.classes,
+                               "Class names, background first; default: found from the labels")
+      ->delimiter(',');
+  add_import_common(import_nifti_app, import_nifti.common);
+
   u3d::ImportOpenKbpCommand import_openkbp;
   auto* import_openkbp_app = import_app->add_subcommand("openkbp", "OpenKBP CSV folders (provided-data or pt_* folders)");
   import_openkbp_app->add_option("--source", import_openkbp.source, "provided-data folder or a folder of pt_* folders")
@@ -78,8 +112,24 @@ int main(int argc, char** argv) {
   import_openkbp_app->add_option("--split", import_openkbp.split, "Split name for a plain folder of pt_* folders")
       ->capture_default_str();
 
-  auto* evaluate_app = app.add_subcommand("evaluate", "Score predictions against a reference");
+  // trainer evaluate <task>
+  auto* evaluate_app = app.add_subcommand("evaluate", "Score predictions against references");
   evaluate_app->require_subcommand(1);
+  u3d::EvaluateSegmentationCommand evaluate_segmentation;
+  auto* evaluate_segmentation_app =
+      evaluate_app->add_subcommand("segmentation", "Per-class Dice and HD95 (mm) of NIfTI label files, per case");
+  evaluate_segmentation_app->add_option("--reference", evaluate_segmentation.reference, "Folder of reference labels")
+      ->required();
+  evaluate_segmentation_app->add_option("--predictions", evaluate_segmentation.predictions,
+                                        "Folder of predicted labels (same case names)")
+      ->required();
+  evaluate_segmentation_app->add_option("--out", evaluate_segmentation.out,
+                                        "CSV file; default <predictions>/evaluation.csv");
+  evaluate_segmentation_app->add_option("--labels", evaluate_segmentation.labels,
+                                        "Label values to score; default: every foreground value found")
+      ->delimiter(',');
+  evaluate_segmentation_app->add_option("--threads", evaluate_segmentation.threads, "Threads; 0: every core");
+  evaluate_segmentation_app->add_flag("--force", evaluate_segmentation.force, "Replace an existing CSV");
   u3d::EvaluateOpenKbpCommand evaluate_openkbp;
   auto* evaluate_openkbp_app = evaluate_app->add_subcommand("openkbp", "OpenKBP dose score and DVH score");
   evaluate_openkbp_app->add_option("--reference", evaluate_openkbp.reference, "Folder of pt_* folders with dose.csv")
@@ -105,6 +155,9 @@ int main(int argc, char** argv) {
     if (*check_app) return u3d::check_data_command(check);
     if (*import_openkbp_app) return u3d::import_openkbp_command(import_openkbp);
     if (*evaluate_openkbp_app) return u3d::evaluate_openkbp_command(evaluate_openkbp);
+    if (*import_nnunet_app) return u3d::import_nnunet_command(import_nnunet);
+    if (*import_nifti_app) return u3d::import_nifti_command(import_nifti);
+    if (*evaluate_segmentation_app) return u3d::evaluate_segmentation_command(evaluate_segmentation);
     if (resume->count() > 0) run.resume = resume_path;
     if (benchmark->count() > 0) run.benchmark = benchmark_kind;
     if (run.config.empty()) {

@@ -59,6 +59,7 @@ struct TrainState {
   // Dynamic loss scaling (fp16): scale and steps since the last back-off. 1 and 0 without it.
   double loss_scale = 1.0;
   int64_t loss_scale_growth = 0;
+  double pseudo_dice_ema = std::numeric_limits<double>::quiet_NaN();  // nnU-Net's EMA of the val pseudo-Dice
 };
 
 // Where the patch sampler stands: its streams are a pure function of (seed, epoch, sample index),

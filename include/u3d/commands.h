@@ -1,6 +1,7 @@
 // The trainer's commands, called by src/main.cpp after parsing. Each returns the exit code and
 // lets u3d::Error propagate (main maps it to a one-line message and its exit code).
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,6 +42,7 @@ struct SynthCommand {
   double val_fraction = 0.25;
   double test_fraction = 0.0;
   bool force = false;         // replace an existing file
+  std::string format = "h5";  // h5 | nnunet (segmentation: an nnU-Net v2 raw folder of NIfTI files)
 };
 int synth_command(const SynthCommand& cmd);
 
@@ -69,5 +71,39 @@ struct EvaluateOpenKbpCommand {
   int64_t threads = 0;         // 0: every core
 };
 int evaluate_openkbp_command(const EvaluateOpenKbpCommand& cmd);
+
+// Options shared by `trainer import nnunet` and `trainer import nifti` (include/u3d/import.h).
+struct ImportCommon {
+  std::string out;                     // --out FILE.h5
+  std::string spacing;                 // --spacing S or D,H,W (mm); "": keep each case's grid
+  std::vector<std::string> normalize;  // --normalize ct|zscore|minmax|none|SPEC, one or one per channel
+  double val_fraction = 0.2;           // --val-fraction
+  uint64_t seed = 0;                   // --seed (val selection)
+  int64_t threads = 0;                 // --threads; 0: every core
+  bool force = false;                  // --force: replace an existing output file
+};
+struct ImportNnunetCommand {
+  std::string source;  // --source DatasetXXX_Name (nnU-Net raw folder)
+  ImportCommon common;
+};
+int import_nnunet_command(const ImportNnunetCommand& cmd);
+struct ImportNiftiCommand {
+  std::string images, labels;                   // --images DIR, --labels DIR (optional)
+  std::vector<std::string> channel_suffixes;    // --channel-suffixes _0000,_0001
+  std::vector<std::string> channel_names;       // --channel-names t1,flair
+  std::vector<std::string> classes;             // --classes background,liver,...
+  ImportCommon common;
+};
+int import_nifti_command(const ImportNiftiCommand& cmd);
+
+// `trainer evaluate segmentation` (include/u3d/segmentation_eval.h).
+struct EvaluateSegmentationCommand {
+  std::string reference, predictions;  // --reference DIR, --predictions DIR
+  std::string out;                     // --out CSV; default <predictions>/evaluation.csv
+  std::vector<int64_t> labels;         // --labels 1,2; default: every foreground value found
+  int64_t threads = 0;
+  bool force = false;                  // replace an existing CSV
+};
+int evaluate_segmentation_command(const EvaluateSegmentationCommand& cmd);
 
 }  // namespace u3d

@@ -27,7 +27,7 @@ enum class OutputActivation { kNone, kRelu, kSigmoid };
 enum class OptimizerKind { kAdam, kAdamW, kSgd };
 enum class ScheduleKind { kConstant, kCosine, kPoly };
 enum class LossKind { kAuto, kL1, kMaskedL1, kMse, kMaskedMse, kDiceCe, kCe };
-enum class Monitor { kAuto, kValLoss, kValMetric, kValDoseScore, kValDvhScore };
+enum class Monitor { kAuto, kValLoss, kValMetric, kValDoseScore, kValDvhScore, kPseudoDice, kPseudoDiceEma };
 enum class CachePlacement { kAuto, kGpu, kPinned, kMemory };
 enum class Tta { kNone, kFlips };
 enum class SaveErrorPolicy { kStop, kContinue };
@@ -96,6 +96,7 @@ struct ModelConfig {
   double negative_slope = 0.01;      // for leaky_relu
   double dropout = 0.0;              // channel dropout after each convolution
   OutputActivation output_activation = OutputActivation::kNone;  // regression head only
+  bool deep_supervision = false;     // segmentation: outputs at every decoder stage (nnU-Net)
 };
 
 struct TrainingConfig {
@@ -116,6 +117,9 @@ struct TrainingConfig {
   LossKind loss = LossKind::kAuto;   // auto: masked_l1 (regression with a loss mask), l1, or dice_ce
   double grad_clip_norm = 0.0;       // 0: off
   int64_t val_every = 1;             // validate every N epochs (and after the last)
+  bool val_full = true;              // sliding-window validation on whole val volumes
+  int64_t val_patch_batches = 0;     // nnU-Net pseudo-Dice on val patches every epoch; 0: off
+  double pseudo_dice_ema = 0.9;      // ema = w * ema + (1 - w) * pseudo_dice
   bool deterministic = false;        // deterministic algorithms, no TF32
   int64_t max_nonfinite_steps = 20;  // consecutive steps skipped for NaN/Inf before the run stops
 };
@@ -134,6 +138,8 @@ struct PredictConfig {
   int64_t batch_size = 0;            // windows per forward pass; 0: data.batch_size
   bool gaussian = true;              // Gaussian importance weighting of windows (sigma = patch / 8)
   Tta tta = Tta::kNone;              // flips: average over all 8 mirrorings, batched into one pass
+  bool nifti = true;                 // <split>/<case>.nii.gz for cases imported from NIfTI
+  bool probabilities = false;        // segmentation: softmax (K, D, H, W) into <split>.h5
 };
 
 struct LoggingConfig {

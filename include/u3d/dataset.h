@@ -7,8 +7,9 @@
 //   /cases/<id>/image        (C, D, H, W) any int/float type; raw values, normalised at load time
 //   /cases/<id>/target       (D, H, W) float (regression, e.g. dose in Gy) or integer labels; optional
 //   /cases/<id>/mask         (D, H, W) uint8 loss mask (e.g. OpenKBP possible-dose mask); optional
-//   /cases/<id>              attr spacing = [sD, sH, sW] in mm
+//   /cases/<id>              attr spacing = [sD, sH, sW] in mm; optional source_* attrs (SourceGeometry)
 //   /splits/<name>           1-D strings: case ids (train, val, test, ...)
+//   /                        optional attr channel_normalization[C] (data.normalize specs chosen at import)
 #pragma once
 #include <torch/torch.h>
 
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +45,31 @@ struct DatasetInfo {
   std::map<std::string, std::vector<std::string>> splits;  // split name -> case ids
   std::vector<std::string> case_ids;        // every case in the file, sorted
   std::string description;                  // free text
+  // Optional, per channel: the normalisation the importer chose (a data.normalize spec such as
+  // "ct:-1017:1507:78.5:142.1" with dataset-wide foreground statistics, or "zscore"); what
+  // data.normalize = dataset applies. Empty when the file records none.
+  std::vector<std::string> channel_normalization;
+};
+
+// The grid a case was imported from (the NIfTI importers set it), so a prediction can be written
+// back with the input's header: resampled cases are resampled back to `shape`. Axis convention:
+// the case's (D, H, W) are the NIfTI file's (k, j, i) axes in that order (the file's voxel order read
+// in C order, as SimpleITK and nnU-Net do; nothing is reoriented). Stored as optional source_*
+// attributes of /cases/<id> (docs/dataset-format.md).
+struct SourceGeometry {
+  std::string format = "nifti";
+  Shape3 shape{};                       // (D, H, W) voxels of the source image = NIfTI (nz, ny, nx)
+  std::array<double, 3> spacing{};      // mm along (D, H, W) = NIfTI pixdim (dz, dy, dx)
+  int64_t qform_code = 0;
+  std::array<double, 7> quatern{};      // qform parameters: b, c, d, qoffset_x, qoffset_y, qoffset_z, qfac
+  std::array<double, 16> qform{};       // row-major 4x4: voxel (i, j, k, 1) -> world (x, y, z, 1), mm
+  int64_t sform_code = 0;
+  std::array<double, 16> sform{};       // row-major 4x4, as qform
+  std::array<double, 16> affine{};      // the effective one: sform if sform_code > 0, else qform
+  int64_t xyzt_units = 0;               // NIfTI xyzt_units (spatial | temporal unit codes)
+  int64_t nifti_version = 1;            // 1 or 2: the version predictions are written in
+  std::string file_ending = ".nii.gz";  // of the source files; predictions use it
+  std::vector<std::string> files;       // source files: the image channels, then the label if any
 };
 
 struct CaseData {
@@ -51,6 +78,7 @@ struct CaseData {
   torch::Tensor target;  // (D, H, W): float32 for regression, uint8 labels for segmentation; undefined if absent
   torch::Tensor mask;    // (D, H, W) uint8 loss mask; undefined if absent
   std::array<double, 3> spacing = {1.0, 1.0, 1.0};  // mm per voxel along (D, H, W)
+  std::optional<SourceGeometry> source;              // where the case came from; absent if unknown
 };
 
 // Reads a v1 file. Opening checks the format attributes; reading a case checks that its fields
@@ -72,6 +100,8 @@ class DatasetReader {
   Shape3 case_shape(const std::string& id) const;
   // The whole case. Thread-safe (HDF5 serialises calls internally).
   CaseData read_case(const std::string& id) const;
+  // The case's source geometry alone (no voxels); std::nullopt when the file records none.
+  std::optional<SourceGeometry> read_source(const std::string& id) const;
 
  private:
   std::filesystem::path path_;
@@ -105,6 +135,8 @@ class DatasetWriter {
   void write_case(const PreparedCase& c);
   // Adds a split (case ids must have been written or be written before commit()).
   void set_split(const std::string& name, std::vector<std::string> ids);
+  // Records DatasetInfo::channel_normalization (one spec per channel), written at commit().
+  void set_channel_normalization(std::vector<std::string> specs);
   void commit();
 
  private:

@@ -4,6 +4,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <array>
 #include <memory>
 #include <string>
 
@@ -26,6 +27,19 @@ torch::Tensor dice_ce_loss(const torch::Tensor& logits, const torch::Tensor& lab
 
 // auto -> a concrete kind for the task; ConfigError for a kind that does not fit the task or data.
 LossKind resolve_loss(LossKind kind, Task task, bool has_mask);
+
+// Deep supervision (nnU-Net): weights of `outputs` outputs, full resolution first: 1, 1/2, 1/4, ...,
+// the lowest-resolution output set to 0 when there are two or more, normalised to sum 1.
+std::vector<double> deep_supervision_weights(int64_t outputs);
+// Labels (N, D, H, W) down-sampled by an integer factor per spatial axis by nearest neighbour, as
+// nnU-Net does (F.interpolate mode nearest-exact: output voxel o takes input voxel f * o + f / 2).
+torch::Tensor downsample_labels(const torch::Tensor& labels, const std::array<int64_t, 3>& factor);
+
+class Loss;
+// sum_i weights[i] * loss(outputs[i], labels down-sampled to outputs[i]); outputs (N, K, ...) finest
+// first; zero weights are skipped.
+torch::Tensor deep_supervision_loss(const Loss& loss, const std::vector<torch::Tensor>& outputs,
+                                    const torch::Tensor& labels, const std::vector<double>& weights);
 
 class Loss {
  public:

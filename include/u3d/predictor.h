@@ -35,8 +35,27 @@ struct SlidingWindowOptions {
 // of an (N, C, D, H, W) tensor, the empty one (identity) first.
 std::vector<std::vector<int64_t>> mirror_combinations();
 
-// Network output (K, D, H, W) float32 for a normalised image (C, D, H, W), on `device`. Runs in
-// eval mode without gradients; restores the module's training flag afterwards.
+// Receives a volume's blended network output slab by slab along D, in order: consecutive calls
+// cover [0, D) exactly once.
+class SlabSink {
+ public:
+  virtual ~SlabSink() = default;
+  // slab: (K, d, H, W) float32 on the prediction device, rows [d0, d0 + d) of the output.
+  virtual void consume(int64_t d0, const torch::Tensor& slab) = 0;
+};
+
+// Streaming sliding-window prediction: windows run in D-major order and are accumulated (weighted)
+// into a rolling buffer of (K, extent, H, W) on `device`, where extent is the D span of the windows
+// of one batch: the patch depth, since batches do not cross to the next D start when it has at
+// least a batch of windows; rows no later window touches are normalised and handed to `sink` at
+// once. Memory beyond the input is therefore O(K * patch depth * H * W), not O(K * D * H * W): a
+// 512x512x300 CT never needs its full logits in memory. Runs in eval mode without gradients;
+// restores the module's training flag afterwards.
+void sliding_window_predict(NetworkImpl& net, const torch::Tensor& image, const SlidingWindowOptions& options,
+                            const torch::Device& device, SlabSink& sink);
+
+// Network output (K, D, H, W) float32 for a normalised image (C, D, H, W), on `device` (the
+// streaming version with the slabs concatenated).
 torch::Tensor sliding_window_predict(NetworkImpl& net, const torch::Tensor& image, const SlidingWindowOptions& options,
                                      const torch::Device& device);
 

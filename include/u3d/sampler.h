@@ -34,6 +34,7 @@ struct SamplerOptions {
   std::vector<std::string> channel_names;  // of the cached images, for foreground "channel:NAME"
   int64_t max_foreground_voxels = 10000;   // per case, subsampled deterministically (as nnU-Net)
   double pad_value = 0.0;              // image value (normalised units) outside the volume
+  bool apply_augmentation = true;          // false: plain crops (validation patches)
 };
 
 // Fixed positions of a sample's draws in its stream Rng(seed, epoch, index): Rng::value_at(slot).

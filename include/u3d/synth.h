@@ -27,5 +27,11 @@ DatasetInfo phantom_info(Task task);
 CaseData make_phantom_case(Task task, const Shape3& size, uint64_t seed, int64_t index);
 // Writes a dataset file (format v1) with splits train / val (/ test).
 void write_phantom_dataset(const PhantomOptions& options, const std::filesystem::path& out);
+// Writes segmentation phantoms as an nnU-Net v2 raw dataset folder `dir` (NIfTI, for trying the
+// import path without real data): dataset.json (channel "phantom", labels background, liver,
+// kidney, tumour), imagesTr/<id>_0000.nii.gz and labelsTr/<id>.nii.gz for the train and val
+// cases, and for the test cases imagesTs/ plus labelsTs/ (to score predictions). Voxel size from the
+// phantom, axes aligned with the world. UsageError for the dose task.
+void write_phantom_nnunet_raw(const PhantomOptions& options, const std::filesystem::path& dir);
 
 }  // namespace u3d

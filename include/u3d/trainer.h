@@ -63,6 +63,8 @@ struct ValStats {
   // structures; include/u3d/dose_metrics.h); NaN otherwise.
   double dose_score = std::numeric_limits<double>::quiet_NaN();
   double dvh_score = std::numeric_limits<double>::quiet_NaN();
+  double pseudo_dice = std::numeric_limits<double>::quiet_NaN();      // val patches, this epoch
+  double pseudo_dice_ema = std::numeric_limits<double>::quiet_NaN();  // its running EMA
 };
 
 class Trainer {
@@ -81,6 +83,12 @@ class Trainer {
   void record_run() const;  // <run>/config.yaml, fresh metrics.csv: only once every check passed
   EpochStats train_epoch(int64_t epoch);
   ValStats validate();
+  // nnU-Net's pseudo-Dice: training.val_patch_batches batches of val patches (drawn like training
+  // patches for `epoch`, without augmentation); true positives, false positives and false negatives
+  // per foreground class summed over every patch, Dice per class, mean over the classes present.
+  // Sets stats.pseudo_dice, updates the EMA in the training state, sets stats.pseudo_dice_ema, and
+  // fills stats.loss with the mean patch loss when it has no value yet.
+  void validate_patches(int64_t epoch, ValStats& stats);
   void save_checkpoints(int64_t epoch, bool improved);
   // One optimizer step on `batch` (on the device): forward, loss, backward, gradient norm, skip
   // flag, clipping, update; nothing is read back. Returns the loss (device scalar).
@@ -111,6 +119,7 @@ class Trainer {
   // The value checkpoint.monitor watches in `val`, and whether higher is better; its column name.
   std::pair<double, bool> monitored(const ValStats& val) const;
   std::string monitor_name() const;
+  Monitor resolved_monitor() const;  // checkpoint.monitor with auto resolved
 
   Config cfg_;
   TrainOptions options_;
@@ -123,6 +132,8 @@ class Trainer {
   std::unique_ptr<TensorCache> val_cache_;
   std::unique_ptr<PatchSampler> sampler_;
   std::unique_ptr<BatchLoader> loader_;  // after sampler_: destroyed (threads joined) first
+  std::unique_ptr<PatchSampler> val_sampler_;  // pseudo-Dice patches
+  std::vector<double> deep_weights_;            // deep-supervision loss weights, finest output first
   Network net_;
   std::unique_ptr<Loss> loss_;
   std::unique_ptr<Optimizer> optimizer_;

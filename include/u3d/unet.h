@@ -42,10 +42,14 @@ TORCH_MODULE(ConvBlock);
 // `convs_per_level` ConvBlocks, the first of stages l > 0 with stride 2 (strided-conv
 // down-sampling); the decoder up-samples with stride-2 transposed convolutions, concatenates the
 // skip connection and applies `convs_per_level` ConvBlocks; a 1x1x1 convolution is the head.
+// With model.deep_supervision every decoder stage but the last also gets a 1x1x1 head
+// (nnU-Net's 3d_fullres): forward_deep returns levels - 1 outputs, full resolution first, while
+// forward (prediction) still returns the full-resolution one alone.
 class UNet3dImpl : public NetworkImpl {
  public:
   UNet3dImpl(const ModelConfig& cfg, int64_t in_channels, int64_t out_channels);
   torch::Tensor forward(const torch::Tensor& x) override;
+  std::vector<torch::Tensor> forward_deep(const torch::Tensor& x) override;
   int64_t size_divisor() const override { return int64_t{1} << (levels_ - 1); }
   const std::vector<int64_t>& filters() const { return filters_; }
 
@@ -57,6 +61,10 @@ class UNet3dImpl : public NetworkImpl {
   std::vector<torch::nn::ConvTranspose3d> up_;  // levels - 1, deepest first
   std::vector<torch::nn::Sequential> decoder_;  // levels - 1, deepest first
   torch::nn::Conv3d head_{nullptr};
+  std::vector<torch::nn::Conv3d> deep_heads_;  // deep supervision: levels 1 .. levels - 2, finest first
+
+  // Runs the network; with `deep`, also collects the deep-supervision outputs (finest first).
+  torch::Tensor run(const torch::Tensor& x, std::vector<torch::Tensor>* deep);
 };
 
 // The network `cfg` describes; weights initialised (Kaiming normal) from the current torch seed.

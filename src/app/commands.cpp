@@ -122,7 +122,13 @@ int synth_command(const SynthCommand& cmd) {
     throw UsageError(fmt::format("synth: {} exists; pass --force to replace it", cmd.out));
   }
   const auto t0 = std::chrono::steady_clock::now();
-  write_phantom_dataset(o, cmd.out);
+  if (cmd.format == "nnunet") {
+    write_phantom_nnunet_raw(o, cmd.out);
+  } else if (cmd.format == "h5") {
+    write_phantom_dataset(o, cmd.out);
+  } else {
+    throw UsageError(fmt::format("synth: --format '{}': expected h5 or nnunet", cmd.format));
+  }
   spdlog::info("synth: wrote {} ({} {} cases of {}x{}x{}, seed {}) in {:.1f} s", cmd.out, o.cases, cmd.task,
                o.size[0], o.size[1], o.size[2], o.seed,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -49,7 +49,8 @@ U3D_ENUM_NAMES(LossKind, {LossKind::kAuto, "auto"}, {LossKind::kL1, "l1"}, {Loss
                {LossKind::kCe, "ce"})
 U3D_ENUM_NAMES(Monitor, {Monitor::kAuto, "auto"}, {Monitor::kValLoss, "val_loss"},
                {Monitor::kValMetric, "val_metric"}, {Monitor::kValDoseScore, "val_dose_score"},
-               {Monitor::kValDvhScore, "val_dvh_score"})
+               {Monitor::kValDvhScore, "val_dvh_score"}, {Monitor::kPseudoDice, "pseudo_dice"},
+               {Monitor::kPseudoDiceEma, "pseudo_dice_ema"})
 U3D_ENUM_NAMES(CachePlacement, {CachePlacement::kAuto, "auto"}, {CachePlacement::kGpu, "gpu"},
                {CachePlacement::kPinned, "pinned"}, {CachePlacement::kMemory, "memory"})
 U3D_ENUM_NAMES(Tta, {Tta::kNone, "none"}, {Tta::kFlips, "flips"})
@@ -285,7 +286,7 @@ Check<std::vector<int64_t>> axes_check(size_t count) {
 
 // One normalisation spec: none | zscore | clip:LO:HI | scale:S. Returns "" or the problem.
 std::string check_norm_spec(const std::string& spec) {
-  if (spec == "none" || spec == "zscore") return "";
+  if (spec == "none" || spec == "zscore" || spec == "minmax" || spec == "dataset") return "";
   auto parse_num = [](const std::string& s, double& out) {
     char* end = nullptr;
     out = std::strtod(s.c_str(), &end);
@@ -306,7 +307,21 @@ std::string check_norm_spec(const std::string& spec) {
     if (parse_num(spec.substr(6), s) && s != 0) return "";
     return fmt::format("'{}' is not scale:S with S != 0", spec);
   }
-  return fmt::format("'{}' is not one of none|zscore|clip:LO:HI|scale:S", spec);
+  if (spec.rfind("ct:", 0) == 0) {
+    std::vector<double> v;
+    size_t pos = 3;
+    while (pos <= spec.size()) {
+      const size_t colon = spec.find(':', pos);
+      double x = 0;
+      if (!parse_num(spec.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos), x)) break;
+      v.push_back(x);
+      if (colon == std::string::npos) break;
+      pos = colon + 1;
+    }
+    if (v.size() == 4 && v[1] > v[0] && v[3] > 0) return "";
+    return fmt::format("'{}' is not ct:LO:HI:MEAN:STD with LO < HI and STD > 0", spec);
+  }
+  return fmt::format("'{}' is not one of none|zscore|minmax|clip:LO:HI|scale:S|ct:LO:HI:MEAN:STD|dataset", spec);
 }
 
 // data.foreground: auto | target | mask | channel:NAME | labels:L1,L2,...
@@ -379,7 +394,9 @@ const std::vector<Option>& option_table() {
                   "Input channels by name; empty: every channel in file order"),
       make_option("data.normalize", &C::data, &DataConfig::normalize,
                   "Per input channel (one entry: all): none | zscore (per case) | clip:LO:HI (clip, map to "
-                  "[0, 1]) | scale:S (divide by S)",
+                  "[0, 1]) | scale:S (divide by S) | minmax (per case, to [0, 1]) | ct:LO:HI:MEAN:STD (clip, "
+                  "then z-score with fixed statistics: nnU-Net's CT scheme) | dataset (what the dataset file "
+                  "records per channel, e.g. the importer's ct:... statistics; zscore if none)",
                   Check<std::vector<std::string>>([](const std::vector<std::string>& v) {
                     if (v.empty()) return std::string("needs at least one entry");
                     for (const auto& s : v) {
@@ -497,6 +514,10 @@ const std::vector<Option>& option_table() {
                   "Channel dropout probability after each convolution", in_unit_open(1.0)),
       make_option("model.output_activation", &C::model, &ModelConfig::output_activation,
                   "Activation of a regression head (segmentation heads give logits)"),
+      make_option("model.deep_supervision", &C::model, &ModelConfig::deep_supervision,
+                  "Deep supervision (segmentation): a 1x1x1 head on every decoder stage, losses weighted 1, "
+                  "1/2, 1/4, ... from full resolution down, the lowest-resolution one off, normalised to sum 1, "
+                  "targets down-sampled by nearest neighbour (as nnU-Net)"),
       // training
       make_option("training.device", &C::training, &TrainingConfig::device,
                   "auto: CUDA when available, else CPU"),
@@ -529,6 +550,17 @@ const std::vector<Option>& option_table() {
                   "Clip the global gradient norm; 0: off", at_least(0.0)),
       make_option("training.val_every", &C::training, &TrainingConfig::val_every,
                   "Validate every N epochs and after the last", at_least<int64_t>(1)),
+      make_option("training.val_full", &C::training, &TrainingConfig::val_full,
+                  "Sliding-window validation on the whole val volumes every val_every epochs (val_loss, val_dice "
+                  "or val_mae)"),
+      make_option("training.val_patch_batches", &C::training, &TrainingConfig::val_patch_batches,
+                  "Segmentation: batches of val patches (foreground-oversampled like training, no augmentation) "
+                  "for nnU-Net's pseudo-Dice every epoch; 0: off (nnU-Net: 50)",
+                  at_least<int64_t>(0)),
+      make_option("training.pseudo_dice_ema", &C::training, &TrainingConfig::pseudo_dice_ema,
+                  "Weight of the previous value in the pseudo-Dice EMA: ema = w * ema + (1 - w) * pseudo_dice "
+                  "(nnU-Net: 0.9)",
+                  in_unit_open(1.0)),
       make_option("training.deterministic", &C::training, &TrainingConfig::deterministic,
                   "Deterministic algorithms only (slower), no TF32"),
       make_option("training.max_nonfinite_steps", &C::training, &TrainingConfig::max_nonfinite_steps,
@@ -542,8 +574,10 @@ const std::vector<Option>& option_table() {
                   "Newest periodic checkpoints to keep, at least 2 (best.pt is kept apart)", at_least<int64_t>(2)),
       make_option("checkpoint.monitor", &C::checkpoint, &CheckpointConfig::monitor,
                   "What 'best' means; auto: val_dose_score when dose metrics are scored (data.dvh_structures), "
-                  "else the task metric; val_metric: the task metric (MAE for regression, Dice for "
-                  "segmentation); val_dose_score / val_dvh_score: the OpenKBP scores (lower is better)"),
+                  "pseudo_dice_ema when training.val_full is false, else the task metric; val_metric: the task "
+                  "metric (MAE for regression, Dice for segmentation); val_dose_score / val_dvh_score: the OpenKBP "
+                  "scores (lower is better); pseudo_dice, pseudo_dice_ema: nnU-Net's pseudo-Dice on val patches and "
+                  "its EMA"),
       make_option("checkpoint.every_minutes", &C::checkpoint, &CheckpointConfig::every_minutes,
                   "Also write a checkpoint inside an epoch (epoch_NNNN_step_SSSSSS.pt) when this many minutes of "
                   "wall-clock time passed since the last one; 0: off",
@@ -561,6 +595,11 @@ const std::vector<Option>& option_table() {
                   "Gaussian importance weighting of windows (sigma = patch / 8)"),
       make_option("predict.tta", &C::predict, &PredictConfig::tta,
                   "Test-time augmentation: flips averages all 8 mirrorings, batched into one forward pass"),
+      make_option("predict.nifti", &C::predict, &PredictConfig::nifti,
+                  "Also write <split>/<case>.nii.gz (or .nii) for cases imported from NIfTI: the input's header "
+                  "and grid (resampling undone), streamed slab by slab"),
+      make_option("predict.probabilities", &C::predict, &PredictConfig::probabilities,
+                  "Segmentation: also write softmax probabilities (K, D, H, W) float32 into <split>.h5"),
       // logging
       make_option("logging.level", &C::logging, &LoggingConfig::level, "Console and train.log level",
                   one_of({"trace", "debug", "info", "warn", "error"})),
@@ -790,6 +829,17 @@ void validate(const Config& cfg) {
                                   "by 90 degrees needs equal patch sizes there",
                                   origin_of(cfg, "augment.rot90_plane"), Codec<Shape3>::format(cfg.data.patch_size),
                                   rp[0], rp[1]));
+  }
+  const bool pseudo = cfg.checkpoint.monitor == Monitor::kPseudoDice || cfg.checkpoint.monitor == Monitor::kPseudoDiceEma;
+  if (pseudo && cfg.training.val_patch_batches == 0) {
+    throw ConfigError(fmt::format("{}: checkpoint.monitor: {} needs training.val_patch_batches > 0",
+                                  origin_of(cfg, "checkpoint.monitor"), to_string(cfg.checkpoint.monitor)));
+  }
+  if (cfg.checkpoint.monitor == Monitor::kAuto && !cfg.training.val_full && cfg.training.val_patch_batches == 0 &&
+      !cfg.data.val_split.empty()) {
+    throw ConfigError(fmt::format("{}: training.val_full: false leaves no validation; set "
+                                  "training.val_patch_batches > 0 or data.val_split: \"\"",
+                                  origin_of(cfg, "training.val_full")));
   }
   if (cfg.training.min_lr > cfg.training.lr) {
     throw ConfigError(fmt::format("{}: training.min_lr: {} is above training.lr = {}",

@@ -38,6 +38,60 @@ void check_finite(const torch::Tensor& t, const std::string& context, const std:
 
 std::string shape_text(torch::IntArrayRef s) { return fmt::format("({})", fmt::join(s, ", ")); }
 
+template <size_t N>
+std::array<double, N> read_fixed(hid_t obj, const std::string& name, const std::string& ctx) {
+  const auto v = h5::read_double_list_attribute(obj, name, ctx);
+  if (v.size() != N) throw DataError(fmt::format("{}: attribute '{}' should hold {} numbers, has {}", ctx, name, N, v.size()));
+  std::array<double, N> out{};
+  std::copy(v.begin(), v.end(), out.begin());
+  return out;
+}
+
+// SourceGeometry as source_* attributes of /cases/<id> (docs/dataset-format.md).
+std::optional<SourceGeometry> read_source_attributes(hid_t group, const std::string& ctx) {
+  if (!h5::has_attribute(group, "source_shape")) return std::nullopt;
+  SourceGeometry g;
+  if (h5::has_attribute(group, "source_format")) g.format = h5::read_string_attribute(group, "source_format", ctx);
+  const auto shape = read_fixed<3>(group, "source_shape", ctx);
+  for (int a = 0; a < 3; ++a) {
+    g.shape[a] = static_cast<int64_t>(shape[a]);
+    if (g.shape[a] < 1) throw DataError(fmt::format("{}: 'source_shape' must hold positive sizes", ctx));
+  }
+  g.spacing = read_fixed<3>(group, "source_spacing", ctx);
+  g.qform_code = h5::read_int_attribute(group, "source_qform_code", ctx);
+  g.quatern = read_fixed<7>(group, "source_quatern", ctx);
+  g.qform = read_fixed<16>(group, "source_qform", ctx);
+  g.sform_code = h5::read_int_attribute(group, "source_sform_code", ctx);
+  g.sform = read_fixed<16>(group, "source_sform", ctx);
+  g.affine = read_fixed<16>(group, "source_affine", ctx);
+  g.xyzt_units = h5::read_int_attribute(group, "source_xyzt_units", ctx);
+  if (h5::has_attribute(group, "source_nifti_version")) {
+    g.nifti_version = h5::read_int_attribute(group, "source_nifti_version", ctx);
+  }
+  if (h5::has_attribute(group, "source_file_ending")) {
+    g.file_ending = h5::read_string_attribute(group, "source_file_ending", ctx);
+  }
+  if (h5::has_attribute(group, "source_files")) g.files = h5::read_string_list_attribute(group, "source_files", ctx);
+  return g;
+}
+
+void write_source_attributes(hid_t group, const SourceGeometry& g) {
+  h5::write_string_attribute(group, "source_format", g.format);
+  h5::write_double_list_attribute(group, "source_shape", {static_cast<double>(g.shape[0]), static_cast<double>(g.shape[1]),
+                                                          static_cast<double>(g.shape[2])});
+  h5::write_double_list_attribute(group, "source_spacing", {g.spacing.begin(), g.spacing.end()});
+  h5::write_int_attribute(group, "source_qform_code", g.qform_code);
+  h5::write_double_list_attribute(group, "source_quatern", {g.quatern.begin(), g.quatern.end()});
+  h5::write_double_list_attribute(group, "source_qform", {g.qform.begin(), g.qform.end()});
+  h5::write_int_attribute(group, "source_sform_code", g.sform_code);
+  h5::write_double_list_attribute(group, "source_sform", {g.sform.begin(), g.sform.end()});
+  h5::write_double_list_attribute(group, "source_affine", {g.affine.begin(), g.affine.end()});
+  h5::write_int_attribute(group, "source_xyzt_units", g.xyzt_units);
+  h5::write_int_attribute(group, "source_nifti_version", g.nifti_version);
+  h5::write_string_attribute(group, "source_file_ending", g.file_ending);
+  h5::write_string_list_attribute(group, "source_files", g.files);
+}
+
 }  // namespace
 
 std::string to_string(Task t) { return t == Task::kDose ? "dose" : "segmentation"; }
@@ -89,6 +143,13 @@ DatasetReader::DatasetReader(const std::filesystem::path& path) : path_(path) {
   }
   if (h5::has_attribute(root.get(), "description")) {
     info_.description = h5::read_string_attribute(root.get(), "description", ctx);
+  }
+  if (h5::has_attribute(root.get(), "channel_normalization")) {
+    info_.channel_normalization = h5::read_string_list_attribute(root.get(), "channel_normalization", ctx);
+    if (info_.channel_normalization.size() != info_.channel_names.size()) {
+      throw DataError(fmt::format("{}: channel_normalization has {} entries for {} channels", ctx,
+                                  info_.channel_normalization.size(), info_.channel_names.size()));
+    }
   }
   if (info_.task == Task::kSegmentation) {
     info_.num_classes = h5::read_int_attribute(root.get(), "num_classes", ctx);
@@ -194,7 +255,14 @@ CaseData DatasetReader::read_case(const std::string& id) const {
     }
     c.spacing = {s[0], s[1], s[2]};
   }
+  c.source = read_source_attributes(group.get(), ctx);
   return c;
+}
+
+std::optional<SourceGeometry> DatasetReader::read_source(const std::string& id) const {
+  const std::string ctx = fmt::format("{}: case '{}'", path_.string(), id);
+  h5::Handle group = h5::open_group(static_cast<hid_t>(file_), "cases/" + id, ctx);
+  return read_source_attributes(group.get(), ctx);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -297,6 +365,7 @@ void DatasetWriter::write_case(const CaseData& c) {
     h5::write_tensor(f, base + "/mask", c.mask.to(torch::kUInt8), {k, k, k}, options_.compression_level, ctx);
   }
   h5::write_double_list_attribute(group.get(), "spacing", {c.spacing[0], c.spacing[1], c.spacing[2]});
+  if (c.source) write_source_attributes(group.get(), *c.source);
   info_.case_ids.push_back(c.id);
 }
 
@@ -304,7 +373,19 @@ void DatasetWriter::set_split(const std::string& name, std::vector<std::string> 
   info_.splits[name] = std::move(ids);
 }
 
+void DatasetWriter::set_channel_normalization(std::vector<std::string> specs) {
+  if (specs.size() != info_.channel_names.size()) {
+    throw DataError(fmt::format("{}: channel_normalization needs {} entries, got {}", path_.string(),
+                                info_.channel_names.size(), specs.size()));
+  }
+  info_.channel_normalization = std::move(specs);
+}
+
 void DatasetWriter::commit() {
+  if (!info_.channel_normalization.empty()) {
+    h5::Handle root(H5Gopen2(file_->get(), "/", H5P_DEFAULT), H5Gclose);
+    h5::write_string_list_attribute(root.get(), "channel_normalization", info_.channel_normalization);
+  }
   const std::set<std::string> known(info_.case_ids.begin(), info_.case_ids.end());
   for (const auto& [name, ids] : info_.splits) {
     for (const auto& id : ids) {

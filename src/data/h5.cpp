@@ -204,6 +204,7 @@ template <class ReadFn>
 std::vector<std::string> read_strings(hid_t type, hsize_t n, ReadFn read, const std::string& context) {
   if (H5Tget_class(type) != H5T_STRING) throw DataError(fmt::format("{}: expected strings", context));
   std::vector<std::string> out;
+  if (n == 0) return out;  // an empty list (reading nothing fails in HDF5)
   if (H5Tis_variable_str(type) > 0) {
     Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
     U3D_CHECK_H5(H5Tset_size(mem.get(), H5T_VARIABLE), context);
@@ -619,6 +620,69 @@ void write_compressed_tensor(hid_t loc, const std::string& path, const Compresse
     if (H5Dwrite_chunk(d.get(), H5P_DEFAULT, /*filters=*/0, c.offset.data(), c.bytes.size(), c.bytes.data()) < 0) {
       throw IoError(fmt::format("{}: cannot write dataset '{}' (disk full?)", context, path));
     }
+  }
+}
+
+SlabWriter::SlabWriter(hid_t loc, const std::string& path, torch::ScalarType dtype, std::vector<int64_t> shape,
+                       int64_t axis, std::vector<int64_t> chunk, int compression_level, std::string context)
+    : dtype_(dtype), shape_(std::move(shape)), axis_(axis), context_(std::move(context)) {
+  std::vector<hsize_t> dims(shape_.begin(), shape_.end());
+  Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  std::vector<hsize_t> c(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) {
+    c[i] = static_cast<hsize_t>(std::max<int64_t>(1, std::min<int64_t>(chunk[i], shape_[i])));
+  }
+  chunk_rows_ = static_cast<int64_t>(c[static_cast<size_t>(axis_)]);
+  U3D_CHECK_H5(H5Pset_chunk(dcpl.get(), static_cast<int>(c.size()), c.data()), context_);
+  if (compression_level > 0) {
+    U3D_CHECK_H5(H5Pset_shuffle(dcpl.get()), context_);
+    U3D_CHECK_H5(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(compression_level)), context_);
+  }
+  Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
+  dataset_ = Handle(H5Dcreate2(loc, path.c_str(), file_type(dtype_), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
+                    H5Dclose);
+  if (!dataset_.valid()) throw IoError(fmt::format("{}: cannot create dataset '{}'", context_, path));
+}
+
+void SlabWriter::write(const torch::Tensor& rows) {
+  if (rows.dim() != static_cast<int64_t>(shape_.size())) {
+    throw IoError(fmt::format("{}: slab has {} dimensions, the dataset {}", context_, rows.dim(), shape_.size()));
+  }
+  if (written_ + pending_rows_ + rows.size(axis_) > shape_[static_cast<size_t>(axis_)]) {
+    throw IoError(fmt::format("{}: more rows than the dataset holds", context_));
+  }
+  pending_.push_back(rows.to(torch::kCPU, dtype_));
+  pending_rows_ += rows.size(axis_);
+  if (pending_rows_ >= chunk_rows_) flush(pending_rows_ / chunk_rows_ * chunk_rows_);
+}
+
+void SlabWriter::flush(int64_t n) {
+  if (n <= 0) return;
+  const torch::Tensor all = pending_.size() == 1 ? pending_[0] : torch::cat(pending_, axis_);
+  const torch::Tensor out = all.narrow(axis_, 0, n).contiguous();
+  std::vector<hsize_t> start(shape_.size(), 0), count(shape_.begin(), shape_.end());
+  start[static_cast<size_t>(axis_)] = static_cast<hsize_t>(written_);
+  count[static_cast<size_t>(axis_)] = static_cast<hsize_t>(n);
+  Handle file_space(H5Dget_space(dataset_.get()), H5Sclose);
+  U3D_CHECK_H5(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
+               context_);
+  Handle mem_space(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
+  if (H5Dwrite(dataset_.get(), native_type(dtype_), mem_space.get(), file_space.get(), H5P_DEFAULT, out.data_ptr()) < 0) {
+    throw IoError(fmt::format("{}: cannot write rows {}..{} (disk full?)", context_, written_, written_ + n));
+  }
+  written_ += n;
+  const int64_t rest = all.size(axis_) - n;
+  pending_.clear();
+  if (rest > 0) pending_.push_back(all.narrow(axis_, n, rest).clone());
+  pending_rows_ = rest;
+}
+
+void SlabWriter::finish() {
+  flush(pending_rows_);
+  if (written_ != shape_[static_cast<size_t>(axis_)]) {
+    throw IoError(fmt::format("{}: {} of {} rows written", context_, written_, shape_[static_cast<size_t>(axis_)]));
   }
 }
 

@@ -115,4 +115,26 @@ CompressedTensor compress_tensor(const torch::Tensor& t, const std::vector<int64
 // Creates the dataset (chunked, shuffle + deflate) and stores the chunks.
 void write_compressed_tensor(hid_t loc, const std::string& path, const CompressedTensor& t, const std::string& context);
 
+// A chunked, compressed dataset written in slabs along `axis`, rows arriving in order (streamed
+// prediction outputs). Rows are buffered up to whole chunks so each chunk is compressed once.
+class SlabWriter {
+ public:
+  SlabWriter(hid_t loc, const std::string& path, torch::ScalarType dtype, std::vector<int64_t> shape, int64_t axis,
+             std::vector<int64_t> chunk, int compression_level, std::string context);
+  // The next rows: the dataset's shape with `axis` shortened to the number of rows.
+  void write(const torch::Tensor& rows);
+  // Writes what is buffered; IoError unless every row was written.
+  void finish();
+
+ private:
+  void flush(int64_t rows);
+  Handle dataset_;
+  torch::ScalarType dtype_;
+  std::vector<int64_t> shape_;
+  int64_t axis_, chunk_rows_;
+  std::string context_;
+  std::vector<torch::Tensor> pending_;
+  int64_t pending_rows_ = 0, written_ = 0;
+};
+
 }  // namespace u3d::h5

@@ -6,6 +6,46 @@
 
 namespace u3d {
 
+namespace {
+
+// File channel index of each input channel (data.channels resolved against the file's names).
+std::vector<int64_t> input_channel_indices(const DataConfig& data, const DatasetInfo& info) {
+  std::vector<int64_t> out;
+  if (data.channels.empty()) {
+    for (size_t i = 0; i < info.channel_names.size(); ++i) out.push_back(static_cast<int64_t>(i));
+    return out;
+  }
+  for (const auto& name : data.channels) {
+    const auto it = std::find(info.channel_names.begin(), info.channel_names.end(), name);
+    if (it == info.channel_names.end()) {
+      throw ConfigError(fmt::format("data.channels: channel '{}' is not in the dataset; it has: {}", name,
+                                    fmt::join(info.channel_names, ", ")));
+    }
+    out.push_back(it - info.channel_names.begin());
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> resolve_normalization(const DataConfig& data, const DatasetInfo& info) {
+  if (std::find(data.normalize.begin(), data.normalize.end(), "dataset") == data.normalize.end()) return data.normalize;
+  const auto indices = input_channel_indices(data, info);
+  if (data.normalize.size() != 1 && data.normalize.size() != indices.size()) return data.normalize;  // reported later
+  std::vector<std::string> out;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const std::string& spec = data.normalize.size() == 1 ? data.normalize[0] : data.normalize[i];
+    if (spec != "dataset") {
+      out.push_back(spec);
+    } else if (info.channel_normalization.empty()) {
+      out.push_back("zscore");
+    } else {
+      out.push_back(info.channel_normalization[static_cast<size_t>(indices[i])]);
+    }
+  }
+  return out;
+}
+
 ChannelNorm parse_channel_norm(const std::string& spec) {
   ChannelNorm n;
   if (spec == "none") return n;
@@ -13,8 +53,32 @@ ChannelNorm parse_channel_norm(const std::string& spec) {
     n.kind = ChannelNorm::Kind::kZScore;
     return n;
   }
+  if (spec == "minmax") {
+    n.kind = ChannelNorm::Kind::kMinMax;
+    return n;
+  }
   try {
-    if (spec.rfind("clip:", 0) == 0) {
+    if (spec.rfind("ct:", 0) == 0) {
+      std::vector<double> v;
+      size_t pos = 3;
+      while (pos <= spec.size()) {
+        const size_t colon = spec.find(':', pos);
+        size_t used = 0;
+        const std::string part = spec.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos);
+        v.push_back(std::stod(part, &used));
+        if (used != part.size()) v.clear();
+        if (colon == std::string::npos) break;
+        pos = colon + 1;
+      }
+      if (v.size() == 4 && v[1] > v[0] && v[3] > 0) {
+        n.kind = ChannelNorm::Kind::kCt;
+        n.a = v[0];
+        n.b = v[1];
+        n.mean = v[2];
+        n.std = v[3];
+        return n;
+      }
+    } else if (spec.rfind("clip:", 0) == 0) {
       const auto rest = spec.substr(5);
       const auto colon = rest.find(':');
       n.kind = ChannelNorm::Kind::kClip;
@@ -28,7 +92,8 @@ ChannelNorm parse_channel_norm(const std::string& spec) {
     }
   } catch (const std::exception&) {
   }
-  throw ConfigError(fmt::format("data.normalize: '{}' is not one of none|zscore|clip:LO:HI|scale:S", spec));
+  throw ConfigError(fmt::format(
+      "data.normalize: '{}' is not one of none|zscore|minmax|clip:LO:HI|scale:S|ct:LO:HI:MEAN:STD|dataset", spec));
 }
 
 Preprocessor::Preprocessor(const DataConfig& data, const DatasetInfo& info)
@@ -54,8 +119,9 @@ Preprocessor::Preprocessor(const DataConfig& data, const DatasetInfo& info)
                                   "channels) or one per channel",
                                   data.normalize.size(), indices_.size()));
   }
+  const std::vector<std::string> specs = resolve_normalization(data, info);
   for (size_t i = 0; i < indices_.size(); ++i) {
-    norms_.push_back(parse_channel_norm(data.normalize.size() == 1 ? data.normalize[0] : data.normalize[i]));
+    norms_.push_back(parse_channel_norm(specs.size() == 1 ? specs[0] : specs[i]));
   }
 }
 
@@ -65,7 +131,9 @@ torch::Tensor Preprocessor::select_channels(const torch::Tensor& raw) const {
   const auto index = torch::tensor(indices_, torch::kLong);
   torch::Tensor x = raw.index_select(0, index.to(raw.device())).to(torch::kFloat).contiguous();  // (C, D, H, W)
   for (size_t c = 0; c < norms_.size(); ++c) {
-    if (norms_[c].kind == ChannelNorm::Kind::kClip) x[static_cast<int64_t>(c)].clamp_(norms_[c].a, norms_[c].b);
+    if (norms_[c].kind == ChannelNorm::Kind::kClip || norms_[c].kind == ChannelNorm::Kind::kCt) {
+      x[static_cast<int64_t>(c)].clamp_(norms_[c].a, norms_[c].b);
+    }
   }
   return x;
 }
@@ -91,6 +159,19 @@ std::vector<Preprocessor::ChannelAffine> Preprocessor::channel_affines(const tor
         a.div = static_cast<float>(n.b - n.a);
         break;
       case ChannelNorm::Kind::kScale: a.div = static_cast<float>(n.a); break;
+      case ChannelNorm::Kind::kMinMax: {  // per case: (x - min) / (max - min)
+        const torch::Tensor ch = selected[static_cast<int64_t>(c)];
+        a.sub = ch.min().item<float>();
+        a.div = std::max(ch.max().item<float>() - a.sub, 1e-8f);
+        break;
+      }
+      case ChannelNorm::Kind::kCt:  // nnU-Net's CT scheme: clip to the dataset's percentiles, dataset z-score
+        a.clamp = true;
+        a.lo = n.a;
+        a.hi = n.b;
+        a.sub = static_cast<float>(n.mean);
+        a.div = static_cast<float>(std::max(n.std, 1e-8));
+        break;
     }
   }
   return out;

@@ -184,6 +184,7 @@ SamplePlan PatchSampler::plan(int64_t epoch, int64_t index) const {
           r.uniform_int(kSlotOrigin + static_cast<uint64_t>(a), dims[static_cast<size_t>(a)] - t.patch[static_cast<size_t>(a)] + 1);
     }
   }
+  if (!options_.apply_augmentation) return p;  // validation patches: plain crops
   // Spatial: M = A R F (affine of the rotated mirrored patch; augment.h).
   std::array<bool, 3> flips{};
   if (aug.flip_prob > 0) {

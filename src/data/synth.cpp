@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "u3d/errors.h"
+#include "u3d/files.h"
+#include "u3d/nifti.h"
 #include "u3d/rng.h"
 
 namespace u3d {
@@ -170,6 +172,34 @@ void write_phantom_dataset(const PhantomOptions& o, const std::filesystem::path&
   writer.set_split("val", val);
   if (!test.empty()) writer.set_split("test", test);
   writer.commit();
+}
+
+void write_phantom_nnunet_raw(const PhantomOptions& o, const std::filesystem::path& dir) {
+  if (o.task != Task::kSegmentation) throw UsageError("synth: --format nnunet writes segmentation phantoms only");
+  if (o.cases < 2) throw UsageError(fmt::format("synth: --cases {} is too few; need at least 2", o.cases));
+  const int64_t n_test = std::llround(o.cases * o.test_fraction);
+  if (n_test >= o.cases) throw UsageError("synth: --test-fraction leaves no training cases");
+  for (const char* sub : {"imagesTr", "labelsTr", "imagesTs", "labelsTs"}) {
+    if (n_test == 0 && std::string(sub).back() == 's') continue;  // no test cases: no *Ts folders
+    ensure_writable_directory(dir / sub);
+  }
+  const DatasetInfo info = phantom_info(Task::kSegmentation);
+  std::string labels;
+  for (size_t k = 0; k < info.class_names.size(); ++k) {
+    labels += fmt::format("{}\"{}\": {}", k ? ", " : "", info.class_names[k], k);
+  }
+  write_file_atomic(dir / "dataset.json",
+                    fmt::format("{{\n  \"channel_names\": {{\"0\": \"phantom\"}},\n  \"labels\": {{{}}},\n"
+                                "  \"numTraining\": {},\n  \"file_ending\": \".nii.gz\",\n"
+                                "  \"description\": \"u3d segmentation phantoms (trainer synth --format nnunet)\"\n}}\n",
+                                labels, o.cases - n_test));
+  for (int64_t i = 0; i < o.cases; ++i) {
+    const CaseData c = make_phantom_case(Task::kSegmentation, o.size, o.seed, i);
+    const bool test = i >= o.cases - n_test;
+    const SourceGeometry g = plain_geometry(o.size, c.spacing);
+    write_nifti(dir / (test ? "imagesTs" : "imagesTr") / (c.id + "_0000.nii.gz"), c.image[0], g);
+    write_nifti(dir / (test ? "labelsTs" : "labelsTr") / (c.id + ".nii.gz"), c.target, g);
+  }
 }
 
 }  // namespace u3d

@@ -87,10 +87,27 @@ UNet3dImpl::UNet3dImpl(const ModelConfig& cfg, int64_t in_channels, int64_t out_
     decoder_.push_back(register_module(fmt::format("decoder{}", l), stage));
   }
   head_ = register_module("head", torch::nn::Conv3d(torch::nn::Conv3dOptions(filters_[0], out_channels, 1)));
+  if (cfg.deep_supervision) {
+    for (int64_t l = 1; l + 1 < levels_; ++l) {
+      deep_heads_.push_back(register_module(fmt::format("deep_head{}", l),
+                                            torch::nn::Conv3d(torch::nn::Conv3dOptions(filters_[l], out_channels, 1))));
+    }
+  }
   init_weights(*this, cfg.activation == Activation::kLeakyRelu ? cfg.negative_slope : 0.0);
 }
 
-torch::Tensor UNet3dImpl::forward(const torch::Tensor& x) {
+torch::Tensor UNet3dImpl::forward(const torch::Tensor& x) { return run(x, nullptr); }
+
+std::vector<torch::Tensor> UNet3dImpl::forward_deep(const torch::Tensor& x) {
+  if (deep_heads_.empty()) return {forward(x)};
+  std::vector<torch::Tensor> deep;  // coarsest first while decoding
+  torch::Tensor full = run(x, &deep);
+  std::vector<torch::Tensor> out = {full};
+  out.insert(out.end(), deep.rbegin(), deep.rend());  // (N, K, D / 2^l, ...) for l = 1, 2, ...
+  return out;
+}
+
+torch::Tensor UNet3dImpl::run(const torch::Tensor& x, std::vector<torch::Tensor>* deep) {
   std::vector<torch::Tensor> skips;  // (N, f_l, D / 2^l, H / 2^l, W / 2^l)
   torch::Tensor y = x;
   for (int64_t l = 0; l < levels_; ++l) {
@@ -102,6 +119,9 @@ torch::Tensor UNet3dImpl::forward(const torch::Tensor& x) {
     y = up_[i](y);
     y = torch::cat({y, skips[static_cast<size_t>(l)]}, /*dim=*/1);
     y = decoder_[i]->forward(y);
+    if (deep && l >= 1 && static_cast<size_t>(l) <= deep_heads_.size()) {
+      deep->push_back(deep_heads_[static_cast<size_t>(l - 1)](y));  // (N, K, D / 2^l, H / 2^l, W / 2^l)
+    }
   }
   y = head_(y);
   switch (output_activation_) {

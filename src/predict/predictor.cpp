@@ -13,6 +13,7 @@
 #include "u3d/metrics.h"
 #include "u3d/preflight.h"
 #include "u3d/openkbp.h"
+#include "u3d/prediction_output.h"
 #include "u3d/run.h"
 
 namespace u3d {
@@ -56,8 +57,8 @@ std::vector<std::vector<int64_t>> mirror_combinations() {
   return out;
 }
 
-torch::Tensor sliding_window_predict(NetworkImpl& net, const torch::Tensor& image, const SlidingWindowOptions& o,
-                                     const torch::Device& device) {
+void sliding_window_predict(NetworkImpl& net, const torch::Tensor& image, const SlidingWindowOptions& o,
+                            const torch::Device& device, SlabSink& sink) {
   torch::NoGradGuard no_grad;
   const bool was_training = net.is_training();
   net.eval();
@@ -71,18 +72,34 @@ torch::Tensor sliding_window_predict(NetworkImpl& net, const torch::Tensor& imag
   const auto zs = window_starts(padded[0], o.patch[0], o.overlap);
   const auto ys = window_starts(padded[1], o.patch[1], o.overlap);
   const auto xs = window_starts(padded[2], o.patch[2], o.overlap);
-  std::vector<Shape3> origins;
+  std::vector<Shape3> origins;  // D-major: every window of a D start before the next start's
   for (auto z : zs)
     for (auto y : ys)
       for (auto w : xs) origins.push_back({z, y, w});
 
   const torch::Tensor weight = (o.gaussian ? gaussian_importance_map(o.patch) : torch::ones({o.patch[0], o.patch[1], o.patch[2]}))
                                    .to(device);  // (d, h, w)
-  torch::Tensor sum;                                           // (K, D', H', W')
-  torch::Tensor norm = torch::zeros({padded[0], padded[1], padded[2]}, torch::TensorOptions().device(device));
-  const int64_t bs = std::max<int64_t>(1, o.batch_size);
-  for (size_t first = 0; first < origins.size(); first += static_cast<size_t>(bs)) {
-    const size_t last = std::min(origins.size(), first + static_cast<size_t>(bs));
+  // Batches of windows. When a D start has at least a batch of windows, batches do not cross to
+  // the next D start, so the rolling buffer needs only a patch depth of rows.
+  const size_t bs = static_cast<size_t>(std::max<int64_t>(1, o.batch_size));
+  const bool split_rows = ys.size() * xs.size() >= bs;
+  std::vector<std::pair<size_t, size_t>> batches;  // [first, last) into origins
+  for (size_t first = 0; first < origins.size();) {
+    size_t last = first + 1;
+    while (last < origins.size() && last - first < bs && !(split_rows && origins[last][0] != origins[first][0])) ++last;
+    batches.emplace_back(first, last);
+    first = last;
+  }
+  // Rolling buffer rows: a batch starts where the previous one's rows were handed out (its first
+  // window's D start) and reaches its last window's start + patch depth.
+  int64_t extent = 0;
+  for (const auto& [first, last] : batches) {
+    extent = std::max(extent, origins[last - 1][0] + o.patch[0] - origins[first][0]);
+  }
+  torch::Tensor sum;  // (K, extent, H', W'): weighted outputs of rows [base, base + extent)
+  torch::Tensor norm = torch::zeros({extent, padded[1], padded[2]}, torch::TensorOptions().device(device));
+  int64_t base = 0;
+  for (const auto& [first, last] : batches) {
     std::vector<torch::Tensor> windows;
     for (size_t i = first; i < last; ++i) {
       const auto& p = origins[i];
@@ -106,17 +123,50 @@ torch::Tensor sliding_window_predict(NetworkImpl& net, const torch::Tensor& imag
     } else {
       out = net.forward(batch).to(torch::kFloat);
     }
-    if (!sum.defined()) sum = torch::zeros({out.size(1), padded[0], padded[1], padded[2]}, out.options());
+    if (!sum.defined()) sum = torch::zeros({out.size(1), extent, padded[1], padded[2]}, out.options());
     for (size_t i = first; i < last; ++i) {
       const auto& p = origins[i];
-      sum.slice(1, p[0], p[0] + o.patch[0]).slice(2, p[1], p[1] + o.patch[1]).slice(3, p[2], p[2] + o.patch[2])
+      const int64_t z = p[0] - base;
+      sum.slice(1, z, z + o.patch[0]).slice(2, p[1], p[1] + o.patch[1]).slice(3, p[2], p[2] + o.patch[2])
           .add_(out[static_cast<int64_t>(i - first)] * weight);
-      norm.slice(0, p[0], p[0] + o.patch[0]).slice(1, p[1], p[1] + o.patch[1]).slice(2, p[2], p[2] + o.patch[2]).add_(weight);
+      norm.slice(0, z, z + o.patch[0]).slice(1, p[1], p[1] + o.patch[1]).slice(2, p[2], p[2] + o.patch[2]).add_(weight);
     }
+    // Rows before the next window's D start are final: normalise, hand out, shift the buffer.
+    const int64_t next = last < origins.size() ? origins[last][0] : padded[0];
+    const int64_t done = next - base;
+    if (done <= 0) continue;
+    const int64_t emit = std::min(next, shape[0]) - base;
+    if (emit > 0) {
+      const torch::Tensor rows = sum.narrow(1, 0, emit).narrow(2, 0, shape[1]).narrow(3, 0, shape[2]) /
+                                 norm.narrow(0, 0, emit).narrow(1, 0, shape[1]).narrow(2, 0, shape[2]);
+      sink.consume(base, rows);
+    }
+    const int64_t keep = extent - std::min(done, extent);
+    for (int64_t r = 0; r < keep; ++r) {  // row by row: source and destination never overlap
+      sum.select(1, r).copy_(sum.select(1, r + done));
+      norm.select(0, r).copy_(norm.select(0, r + done));
+    }
+    sum.narrow(1, keep, extent - keep).zero_();
+    norm.narrow(0, keep, extent - keep).zero_();
+    base = next;
   }
   net.train(was_training);
-  torch::Tensor result = sum / norm;
-  return result.slice(1, 0, shape[0]).slice(2, 0, shape[1]).slice(3, 0, shape[2]).contiguous();
+}
+
+namespace {
+// Collects the slabs of a whole volume.
+class ConcatSink : public SlabSink {
+ public:
+  void consume(int64_t, const torch::Tensor& slab) override { slabs.push_back(slab); }
+  std::vector<torch::Tensor> slabs;
+};
+}  // namespace
+
+torch::Tensor sliding_window_predict(NetworkImpl& net, const torch::Tensor& image, const SlidingWindowOptions& o,
+                                     const torch::Device& device) {
+  ConcatSink sink;
+  sliding_window_predict(net, image, o, device, sink);
+  return torch::cat(sink.slabs, /*dim=*/1);
 }
 
 torch::Tensor finalize_prediction(const torch::Tensor& network_output, const Preprocessor& pre) {
@@ -143,14 +193,17 @@ class PredictionWriter {
     h5::write_string_attribute(root.get(), "source", source);
     h5::write_string_attribute(root.get(), "checkpoint", checkpoint);
   }
-  void write(const CachedCase& c, const torch::Tensor& prediction) {
-    const std::string ctx = fmt::format("{}: case '{}'", file_.path().string(), c.id);
-    const std::string base = "cases/" + c.id;
-    h5::Handle group = h5::create_group(file_.get(), base, ctx);
-    h5::write_tensor(file_.get(), base + "/prediction", prediction.cpu(), {64, 64, 64}, 4, ctx);
-    if (c.mask.defined()) h5::write_tensor(file_.get(), base + "/mask", c.mask[0], {64, 64, 64}, 4, ctx);
+  // Starts a case whose outputs are streamed (CaseOutputSink): its group, loss mask and spacing.
+  CaseOutputOptions begin(const CachedCase& c) {
+    CaseOutputOptions o;
+    o.context = fmt::format("{}: case '{}'", file_.path().string(), c.id);
+    o.group = "cases/" + c.id;
+    o.file = file_.get();
+    h5::Handle group = h5::create_group(file_.get(), o.group, o.context);
+    if (c.mask.defined()) h5::write_tensor(file_.get(), o.group + "/mask", c.mask[0], {64, 64, 64}, 4, o.context);
     h5::write_double_list_attribute(group.get(), "spacing", {c.spacing[0], c.spacing[1], c.spacing[2]});
     ids_.push_back(c.id);
+    return o;
   }
   void commit(const std::string& split) {
     h5::write_string_dataset(file_.get(), "splits/" + split, ids_);
@@ -173,7 +226,10 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
   // from the config given now.
   const Config trained = load_config_from_string(info.config_yaml, ckpt_path.string() + " (config)");
   const auto differences = diff(trained, cfg);
+  const bool from_dataset =
+      std::find(cfg.data.normalize.begin(), cfg.data.normalize.end(), "dataset") != cfg.data.normalize.end();
   for (const auto& d : differences) {
+    if (from_dataset && d.rfind("data.normalize", 0) == 0) continue;  // resolved into the checkpoint at training
     if (d.rfind("model.", 0) == 0 || d.rfind("data.normalize", 0) == 0 || d.rfind("data.channels", 0) == 0 ||
         d.rfind("data.target_scale", 0) == 0) {
       spdlog::warn("predict: {} differs from the checkpoint; using the checkpoint's value", d);
@@ -224,7 +280,6 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
     throw DataError(fmt::format("{}: every case of split '{}' has errors (listed above); nothing to predict",
                                 cfg.data.path, cfg.predict.split));
   }
-  const TensorCache cases = TensorCache::load(reader, ids, pre, rt.threads);
   SlidingWindowOptions sw{trained.data.patch_size, cfg.predict.overlap,
                           cfg.predict.batch_size > 0 ? cfg.predict.batch_size : cfg.data.batch_size, cfg.predict.gaussian,
                           /*mirror=*/cfg.predict.tta == Tta::kFlips};
@@ -240,28 +295,39 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
   const std::string metric = seg ? "dice" : "mae";
   std::string csv = fmt::format("case,{},baseline_{}\n", metric, metric);
   std::vector<double> values, baselines;
-  for (const auto& c : cases.cases()) {
-    const auto out = sliding_window_predict(*net, c.image, sw, rt.device);
-    const auto pred = finalize_prediction(out, pre).cpu();
-    writer.write(c, pred);
-    if (submission) submission->write(c.id, pred, c.mask);
-    if (!c.target.defined()) continue;
-    double v = 0, b = 0;
-    if (seg) {
-      v = nan_mean(dice_per_class(pred, c.target, reader.info().num_classes));
-      b = nan_mean(dice_per_class(torch::zeros_like(c.target), c.target, reader.info().num_classes));
-    } else {
-      const auto mask = c.mask.defined() ? c.mask[0] : torch::Tensor();
-      v = masked_mae(pred, c.raw_target, mask);
-      b = masked_mae(torch::full_like(c.raw_target, info.state.train_target_mean), c.raw_target, mask);
+  int64_t nifti_files = 0;
+  for (const auto& id : ids) {
+    // One case in memory at a time; its outputs are streamed slab by slab (prediction_output.h).
+    const TensorCache one = TensorCache::load(reader, {id}, pre, /*threads=*/1);
+    const CachedCase& c = one[0];
+    CaseOutputOptions oo = writer.begin(c);
+    oo.probabilities = cfg.predict.probabilities && seg;
+    oo.keep_prediction = submission != nullptr;
+    if (cfg.predict.nifti) {
+      auto source = reader.read_source(id);
+      if (source && source->format == "nifti") {
+        oo.nifti_path = paths.predictions / cfg.predict.split / (id + source->file_ending);
+        oo.geometry = std::move(source);
+        ++nifti_files;
+      }
     }
+    CaseOutputSink sink(c, pre, std::move(oo), info.state.train_target_mean);
+    sliding_window_predict(*net, c.image, sw, rt.device, sink);
+    const CaseScore score = sink.finish();
+    if (submission) submission->write(c.id, score.prediction, c.mask);
+    if (!c.target.defined()) continue;
+    const double v = score.value, b = score.baseline;
     values.push_back(v);
     baselines.push_back(b);
     csv += fmt::format("{},{:.6g},{:.6g}\n", c.id, v, b);
     spdlog::info("predict: {} {} {:.4f} (baseline {:.4f})", c.id, metric, v, b);
   }
   writer.commit(cfg.predict.split);
-  spdlog::info("predict: wrote {} ({} cases)", out_path.string(), cases.size());
+  spdlog::info("predict: wrote {} ({} cases)", out_path.string(), ids.size());
+  if (nifti_files > 0) {
+    spdlog::info("predict: wrote {} NIfTI files with the inputs' geometry into {}", nifti_files,
+                 (paths.predictions / cfg.predict.split).string());
+  }
   if (submission && submission->files() > 0) {
     submission->commit();
     spdlog::info("predict: wrote {} OpenKBP submission files (prediction x possible-dose mask) to {}",

@@ -64,6 +64,7 @@ void write_info(torch::serialize::OutputArchive& ar, const CheckpointInfo& info)
   put("sampler.next_sample", p.next_sample);
   put("sampler.cases", p.cases);
   put("sampler.cases_sha256", p.cases_sha256);
+  put("state.pseudo_dice_ema", s.pseudo_dice_ema);
 }
 
 CheckpointInfo read_info(torch::serialize::InputArchive& ar, const std::filesystem::path& path) {
@@ -107,6 +108,8 @@ CheckpointInfo read_info(torch::serialize::InputArchive& ar, const std::filesyst
   p.next_sample = get("sampler.next_sample").toInt();
   p.cases = get("sampler.cases").toInt();
   p.cases_sha256 = get("sampler.cases_sha256").toStringRef();
+  c10::IValue ema;  // absent in checkpoints written before it existed
+  if (ar.try_read("state.pseudo_dice_ema", ema)) s.pseudo_dice_ema = ema.toDouble();
   return info;
 }
 

@@ -58,6 +58,42 @@ LossKind resolve_loss(LossKind kind, Task task, bool has_mask) {
   return kind;
 }
 
+std::vector<double> deep_supervision_weights(int64_t outputs) {
+  std::vector<double> w;
+  for (int64_t i = 0; i < outputs; ++i) w.push_back(1.0 / static_cast<double>(int64_t{1} << i));
+  if (outputs >= 2) w.back() = 0.0;
+  double sum = 0;
+  for (double v : w) sum += v;
+  for (double& v : w) v /= sum;
+  return w;
+}
+
+torch::Tensor downsample_labels(const torch::Tensor& labels, const std::array<int64_t, 3>& factor) {
+  torch::Tensor out = labels;
+  const int64_t first = labels.dim() - 3;  // spatial axes are the last three
+  for (int a = 0; a < 3; ++a) {
+    const int64_t f = factor[static_cast<size_t>(a)];
+    if (f > 1) out = out.slice(first + a, /*start=*/f / 2, /*end=*/c10::nullopt, /*step=*/f);
+  }
+  return out.contiguous();
+}
+
+torch::Tensor deep_supervision_loss(const Loss& loss, const std::vector<torch::Tensor>& outputs,
+                                    const torch::Tensor& labels, const std::vector<double>& weights) {
+  if (outputs.size() != weights.size()) {
+    throw ConfigError(fmt::format("deep supervision: {} outputs but {} weights", outputs.size(), weights.size()));
+  }
+  torch::Tensor total;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (weights[i] == 0) continue;
+    std::array<int64_t, 3> factor{};
+    for (int a = 0; a < 3; ++a) factor[static_cast<size_t>(a)] = labels.size(labels.dim() - 3 + a) / outputs[i].size(2 + a);
+    const torch::Tensor term = loss(outputs[i], downsample_labels(labels, factor), torch::Tensor()) * weights[i];
+    total = total.defined() ? total + term : term;
+  }
+  return total;
+}
+
 torch::Tensor Loss::operator()(const torch::Tensor& output, const torch::Tensor& target, const torch::Tensor& mask) const {
   switch (kind_) {
     case LossKind::kL1: return u3d::l1_loss(output, target);

@@ -86,12 +86,15 @@ TrainState Trainer::fit() {
     if (stop_signal_) break;  // train_epoch wrote the checkpoint
     std::optional<ValStats> val;
     bool improved = false;
-    if (val_cache_ && (epoch % cfg_.training.val_every == 0 || epoch == cfg_.training.epochs)) {
-      val = validate();
+    const bool full_val = val_cache_ && cfg_.training.val_full &&
+                          (epoch % cfg_.training.val_every == 0 || epoch == cfg_.training.epochs);
+    if (full_val || val_sampler_) {
+      val = full_val ? validate() : ValStats{};
       if (!val->complete) {  // stopped during validation: the epoch's steps are done, its validation is not
         save_inside_epoch(epoch);
         break;
       }
+      if (val_sampler_) validate_patches(epoch, *val);
       const auto [score, higher_is_better] = monitored(*val);
       improved = is_improvement(score, state_.best_metric, higher_is_better);
       if (!std::isfinite(score)) {
@@ -193,6 +196,8 @@ void Trainer::load_data() {
     if (ids.empty()) throw ConfigError(fmt::format("{}: split '{}' of {} is empty", key, name, cfg_.data.path));
     return ids;
   };
+  // `dataset` entries become the file's recorded specs, so config.yaml and checkpoints carry them.
+  cfg_.data.normalize = resolve_normalization(cfg_.data, info);
   pre_ = std::make_unique<Preprocessor>(cfg_.data, info);
   metric_ = task_metric(info.task);
   // OpenKBP dose metrics during validation: checked before the (slow) cache loads.
@@ -262,6 +267,15 @@ void Trainer::load_data() {
   so.channel_names = pre_->channel_names();
   so.pad_value = cfg_.data.pad_value;
   sampler_ = std::make_unique<PatchSampler>(*train_cache_, so);
+  if (val_cache_ && cfg_.training.val_patch_batches > 0) {
+    if (info.task != Task::kSegmentation) {
+      throw ConfigError("training.val_patch_batches: the pseudo-Dice needs a segmentation dataset; set it to 0");
+    }
+    SamplerOptions vo = so;
+    vo.seed = so.seed ^ 0x7A1D0000ull;  // its own stream, independent of the training patches
+    vo.apply_augmentation = false;
+    val_sampler_ = std::make_unique<PatchSampler>(*val_cache_, vo);
+  }
   steps_per_epoch_ = cfg_.training.steps_per_epoch > 0
                          ? cfg_.training.steps_per_epoch
                          : (train_cache_->size() + cfg_.data.batch_size - 1) / cfg_.data.batch_size;
@@ -297,9 +311,13 @@ void Trainer::build_model() {
   cadence_ = std::make_unique<CheckpointCadence>(cfg_.checkpoint.every_epochs, cfg_.checkpoint.every_minutes,
                                                  cfg_.training.epochs);
   schedule_ = std::make_unique<LrSchedule>(cfg_.training, cfg_.training.epochs * steps_per_epoch_);
+  if (cfg_.model.deep_supervision && pre_->task() != Task::kSegmentation) {
+    throw ConfigError("model.deep_supervision: needs a segmentation dataset (labels to down-sample)");
+  }
   std::vector<std::string> columns = {"epoch",        "step",         "lr",         "train_loss",
                                       "val_loss",     metric_.name,   "best",       "epoch_seconds",
                                       "data_seconds", "data_share",   "samples_per_second", "skipped_steps"};
+  if (val_sampler_) columns.insert(columns.begin() + 6, {"val_pseudo_dice", "val_pseudo_dice_ema"});
   if (dose_eval_) columns.insert(std::find(columns.begin(), columns.end(), "best"), {"val_dose_score", "val_dvh_score"});
   csv_ = std::make_unique<MetricsCsv>(paths_.metrics, columns);
   if (cfg_.logging.step_log) {
@@ -410,8 +428,14 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
 torch::Tensor Trainer::train_step(const Batch& batch) {
   if (!buffers_.empty()) torch::_foreach_copy_(saved_buffers_, buffers_);
   optimizer_->zero_grad();
-  const torch::Tensor out = net_->forward(batch.image);
-  const torch::Tensor loss = (*loss_)(out, batch.target, batch.mask);
+  torch::Tensor loss;
+  if (cfg_.model.deep_supervision) {
+    const std::vector<torch::Tensor> outs = net_->forward_deep(batch.image);  // finest first
+    if (deep_weights_.size() != outs.size()) deep_weights_ = deep_supervision_weights(static_cast<int64_t>(outs.size()));
+    loss = deep_supervision_loss(*loss_, outs, batch.target, deep_weights_);
+  } else {
+    loss = (*loss_)(net_->forward(batch.image), batch.target, batch.mask);
+  }
   loss.backward();
   if (faults_ && faults_->inf_grad.count(state_.global_step + 1)) {
     torch::NoGradGuard no_grad;
@@ -519,25 +543,74 @@ ValStats Trainer::validate() {
 }
 
 std::pair<double, bool> Trainer::monitored(const ValStats& val) const {
-  switch (cfg_.checkpoint.monitor) {
+  switch (resolved_monitor()) {
     case Monitor::kValLoss: return {val.loss, false};
     case Monitor::kValDoseScore: return {val.dose_score, false};
     case Monitor::kValDvhScore: return {val.dvh_score, false};
-    case Monitor::kValMetric: return {val.metric, metric_.higher_is_better};
+    case Monitor::kPseudoDice: return {val.pseudo_dice, true};
+    case Monitor::kPseudoDiceEma: return {val.pseudo_dice_ema, true};
+    case Monitor::kValMetric:
     case Monitor::kAuto: break;
   }
-  return dose_eval_ ? std::pair<double, bool>{val.dose_score, false} : std::pair<double, bool>{val.metric, metric_.higher_is_better};
+  return {val.metric, metric_.higher_is_better};
+}
+
+Monitor Trainer::resolved_monitor() const {
+  if (cfg_.checkpoint.monitor != Monitor::kAuto) return cfg_.checkpoint.monitor;
+  if (dose_eval_ && cfg_.training.val_full) return Monitor::kValDoseScore;
+  return cfg_.training.val_full ? Monitor::kValMetric : Monitor::kPseudoDiceEma;
 }
 
 std::string Trainer::monitor_name() const {
-  switch (cfg_.checkpoint.monitor) {
+  switch (resolved_monitor()) {
     case Monitor::kValLoss: return "val_loss";
     case Monitor::kValDoseScore: return "val_dose_score";
     case Monitor::kValDvhScore: return "val_dvh_score";
-    case Monitor::kValMetric: return metric_.name;
+    case Monitor::kPseudoDice: return "val_pseudo_dice";
+    case Monitor::kPseudoDiceEma: return "val_pseudo_dice_ema";
+    case Monitor::kValMetric:
     case Monitor::kAuto: break;
   }
-  return dose_eval_ ? "val_dose_score" : metric_.name;
+  return metric_.name;
+}
+
+void Trainer::validate_patches(int64_t epoch, ValStats& stats) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = net_->is_training();
+  net_->eval();
+  const int64_t k = pre_->out_channels();
+  std::vector<double> tp(static_cast<size_t>(k), 0.0), fp(tp), fn(tp);
+  double loss_sum = 0;
+  const int64_t batches = cfg_.training.val_patch_batches;
+  for (int64_t b = 0; b < batches; ++b) {
+    const Batch batch = val_sampler_->batch(epoch, b).to(runtime_.device);
+    const torch::Tensor out = net_->forward(batch.image);  // (N, K, d, h, w) logits
+    loss_sum += (*loss_)(out, batch.target, batch.mask).item<double>();
+    const torch::Tensor pred = out.argmax(1);              // (N, d, h, w)
+    for (int64_t c = 1; c < k; ++c) {
+      const auto p = pred == c;
+      const auto y = batch.target == c;
+      tp[static_cast<size_t>(c)] += static_cast<double>((p & y).sum().item<int64_t>());
+      fp[static_cast<size_t>(c)] += static_cast<double>((p & ~y).sum().item<int64_t>());
+      fn[static_cast<size_t>(c)] += static_cast<double>((~p & y).sum().item<int64_t>());
+    }
+  }
+  net_->train(was_training);
+  std::vector<double> dice;
+  for (int64_t c = 1; c < k; ++c) {
+    const size_t i = static_cast<size_t>(c);
+    const double denom = 2 * tp[i] + fp[i] + fn[i];
+    dice.push_back(denom > 0 ? 2 * tp[i] / denom : std::numeric_limits<double>::quiet_NaN());
+  }
+  stats.pseudo_dice = nan_mean(dice);
+  if (std::isfinite(stats.pseudo_dice)) {
+    const double w = cfg_.training.pseudo_dice_ema;
+    state_.pseudo_dice_ema = std::isfinite(state_.pseudo_dice_ema)
+                                 ? w * state_.pseudo_dice_ema + (1.0 - w) * stats.pseudo_dice
+                                 : stats.pseudo_dice;
+  }
+  stats.pseudo_dice_ema = state_.pseudo_dice_ema;
+  if (!std::isfinite(stats.loss) && batches > 0) stats.loss = loss_sum / static_cast<double>(batches);
 }
 
 CheckpointInfo Trainer::checkpoint_info() const {
@@ -599,6 +672,8 @@ void Trainer::log_epoch(int64_t epoch, const EpochStats& train, const std::optio
                 {metric_.name, val ? fmt_metric(val->metric) : ""},
                 {"val_dose_score", val ? fmt_metric(val->dose_score) : ""},
                 {"val_dvh_score", val ? fmt_metric(val->dvh_score) : ""},
+                {"val_pseudo_dice", val ? fmt_metric(val->pseudo_dice) : ""},
+                {"val_pseudo_dice_ema", val ? fmt_metric(val->pseudo_dice_ema) : ""},
                 {"best", improved ? "1" : "0"},
                 {"epoch_seconds", fmt::format("{:.3f}", train.seconds)},
                 {"data_seconds", fmt::format("{:.3f}", train.data_seconds)},
@@ -609,9 +684,13 @@ void Trainer::log_epoch(int64_t epoch, const EpochStats& train, const std::optio
     const std::string dose = dose_eval_ ? fmt::format(" val_dose_score {:.4f} val_dvh_score {:.4f}", val->dose_score,
                                                       val->dvh_score)
                                         : "";
-    spdlog::info("epoch {}/{}: train_loss {:.5f} val_loss {:.5f} {} {:.4f}{}{} | {:.1f} s, {:.1f} samples/s, data "
-                 "wait {:.1f} s ({:.0f}%)",
-                 epoch, cfg_.training.epochs, train.train_loss, val->loss, metric_.name, val->metric, dose,
+    const std::string pseudo = std::isfinite(val->pseudo_dice)
+                                   ? fmt::format(" pseudo_dice {:.4f} (ema {:.4f})", val->pseudo_dice, val->pseudo_dice_ema)
+                                   : "";
+    const std::string metric = std::isfinite(val->metric) ? fmt::format(" {} {:.4f}", metric_.name, val->metric) : "";
+    spdlog::info("epoch {}/{}: train_loss {:.5f} val_loss {:.5f}{}{}{}{} | {:.1f} s, {:.1f} samples/s, data wait "
+                 "{:.1f} s ({:.0f}%)",
+                 epoch, cfg_.training.epochs, train.train_loss, val->loss, metric, dose, pseudo,
                  improved ? " (best)" : "", train.seconds, sps, train.data_seconds,
                  train.seconds > 0 ? 100.0 * train.data_seconds / train.seconds : 0.0);
   } else {

@@ -1,0 +1,101 @@
+// `trainer import nnunet|nifti` and `trainer evaluate segmentation`.
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "u3d/commands.h"
+#include "u3d/errors.h"
+#include "u3d/files.h"
+#include "u3d/import.h"
+#include "u3d/segmentation_eval.h"
+
+namespace u3d {
+namespace {
+
+ImportOptions import_options(const ImportCommon& c, const char* command) {
+  if (c.out.empty()) throw UsageError(fmt::format("{}: --out FILE.h5 is required", command));
+  std::error_code ec;
+  if (std::filesystem::exists(c.out, ec) && !c.force) {
+    throw UsageError(fmt::format("{}: {} exists; pass --force to replace it", command, c.out));
+  }
+  if (c.val_fraction < 0 || c.val_fraction >= 1) {
+    throw UsageError(fmt::format("{}: --val-fraction {} must be in [0, 1)", command, c.val_fraction));
+  }
+  ImportOptions o;
+  o.normalization = c.normalize;
+  o.val_fraction = c.val_fraction;
+  o.seed = c.seed;
+  o.threads = c.threads;
+  if (!c.spacing.empty()) {
+    std::vector<double> v;
+    size_t pos = 0;
+    while (pos <= c.spacing.size()) {
+      const size_t comma = c.spacing.find(',', pos);
+      const std::string part = c.spacing.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      char* end = nullptr;
+      const double x = std::strtod(part.c_str(), &end);
+      if (part.empty() || *end != '\0' || !std::isfinite(x) || x <= 0) {
+        throw UsageError(fmt::format("{}: --spacing '{}': expected S or D,H,W in mm (positive)", command, c.spacing));
+      }
+      v.push_back(x);
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
+    }
+    if (v.size() == 1) v = {v[0], v[0], v[0]};
+    if (v.size() != 3) throw UsageError(fmt::format("{}: --spacing '{}': expected S or D,H,W", command, c.spacing));
+    o.spacing = std::array<double, 3>{v[0], v[1], v[2]};
+  }
+  return o;
+}
+
+}  // namespace
+
+int import_nnunet_command(const ImportNnunetCommand& cmd) {
+  if (cmd.source.empty()) throw UsageError("import nnunet: --source DatasetXXX_Name is required");
+  const ImportOptions o = import_options(cmd.common, "import nnunet");
+  import_nnunet(cmd.source, cmd.common.out, o);
+  return kExitOk;
+}
+
+int import_nifti_command(const ImportNiftiCommand& cmd) {
+  if (cmd.images.empty()) throw UsageError("import nifti: --images DIR is required");
+  const ImportOptions o = import_options(cmd.common, "import nifti");
+  NiftiFolders f;
+  f.images = cmd.images;
+  f.labels = cmd.labels;
+  f.channel_suffixes = cmd.channel_suffixes;
+  f.channel_names = cmd.channel_names;
+  f.class_names = cmd.classes;
+  import_nifti_folders(f, cmd.common.out, o);
+  return kExitOk;
+}
+
+int evaluate_segmentation_command(const EvaluateSegmentationCommand& cmd) {
+  if (cmd.reference.empty() || cmd.predictions.empty()) {
+    throw UsageError("evaluate segmentation: --reference DIR and --predictions DIR are required");
+  }
+  const std::filesystem::path csv =
+      cmd.out.empty() ? std::filesystem::path(cmd.predictions) / "evaluation.csv" : std::filesystem::path(cmd.out);
+  std::error_code ec;
+  if (std::filesystem::exists(csv, ec) && !cmd.force) {
+    throw UsageError(fmt::format("evaluate segmentation: {} exists; pass --force to replace it or --out another file",
+                                 csv.string()));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  SegmentationEvalOptions o;
+  o.reference = cmd.reference;
+  o.predictions = cmd.predictions;
+  o.labels = cmd.labels;
+  o.threads = cmd.threads;
+  const SegmentationEvaluation e = evaluate_segmentation_folders(o);
+  write_file_atomic(csv, evaluation_csv(e));
+  std::fputs(evaluation_table(e).c_str(), stdout);
+  std::fflush(stdout);
+  spdlog::info("evaluate: {} cases, {} labels; wrote {} in {:.1f} s", e.cases.size(), e.labels.size(), csv.string(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return kExitOk;
+}
+
+}  // namespace u3d

@@ -1,0 +1,587 @@
+#include "u3d/import.h"
+
+#include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "u3d/errors.h"
+#include "u3d/files.h"
+#include "u3d/nifti.h"
+#include "u3d/parallel.h"
+#include "u3d/preprocess.h"
+#include "u3d/rng.h"
+
+namespace u3d {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CaseFiles {
+  std::string id;
+  std::vector<fs::path> channels;  // one file per channel, in channel order
+  std::optional<fs::path> label;
+};
+
+struct Layout {
+  DatasetInfo info;                 // task, channel names, classes
+  std::vector<CaseFiles> labelled;  // -> train / val
+  std::vector<CaseFiles> unlabelled;  // -> test
+  std::set<int64_t> declared;       // label values allowed; empty: discover them
+};
+
+struct LoadedCase {
+  CaseData data;
+  std::vector<std::vector<float>> foreground;  // per channel: sampled raw foreground intensities
+  bool resampled = false;
+};
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// NIfTI order (i x j x k) for messages: what nibabel or ITK-SNAP show.
+std::string dims_text(const Shape3& s) { return fmt::format("{}x{}x{}", s[2], s[1], s[0]); }
+std::string spacing_text(const std::array<double, 3>& s) { return fmt::format("{:g}x{:g}x{:g} mm", s[2], s[1], s[0]); }
+
+std::vector<fs::path> nifti_files_in(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw DataError(fmt::format("{}: folder not found", dir.string()));
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.is_regular_file() && is_nifti_path(e.path()) && e.path().filename().string()[0] != '.') out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The same voxel grid: shape, spacing and affine (orientation and origin).
+void check_same_grid(const SourceGeometry& g, const SourceGeometry& ref, const fs::path& file, const fs::path& ref_file) {
+  if (g.shape != ref.shape) {
+    throw DataError(fmt::format("{}: dims {} differ from {} of {}; a case's channels and label must share one grid",
+                                file.string(), dims_text(g.shape), dims_text(ref.shape), ref_file.string()));
+  }
+  for (int a = 0; a < 3; ++a) {
+    if (std::abs(g.spacing[a] - ref.spacing[a]) > 1e-4 * std::max(1.0, std::abs(ref.spacing[a]))) {
+      throw DataError(fmt::format("{}: voxel size {} differs from {} of {}", file.string(), spacing_text(g.spacing),
+                                  spacing_text(ref.spacing), ref_file.string()));
+    }
+  }
+  for (size_t i = 0; i < 12; ++i) {
+    if (std::abs(g.affine[i] - ref.affine[i]) > 1e-3) {
+      throw DataError(fmt::format("{}: orientation or origin (affine) differs from that of {}", file.string(),
+                                  ref_file.string()));
+    }
+  }
+}
+
+// Label values present in a label volume, checked: integers in [0, 255].
+std::vector<int64_t> label_values(const torch::Tensor& labels, const fs::path& file) {
+  torch::Tensor x = labels;
+  if (x.is_floating_point()) {
+    const int64_t bad = (~torch::isfinite(x)).sum().item<int64_t>();
+    if (bad > 0) throw DataError(fmt::format("{}: {} NaN or Inf voxels in a label file", file.string(), bad));
+    const auto frac = x != torch::round(x);
+    if (frac.any().item<bool>()) {
+      throw DataError(fmt::format("{}: holds non-integer values such as {:g}; a label file holds class numbers",
+                                  file.string(), x.masked_select(frac)[0].item<double>()));
+    }
+  }
+  x = x.to(torch::kInt64).flatten();
+  const int64_t lo = x.min().item<int64_t>(), hi = x.max().item<int64_t>();
+  if (lo < 0) throw DataError(fmt::format("{}: holds the negative label value {}", file.string(), lo));
+  if (hi > 255) throw DataError(fmt::format("{}: holds the label value {}; at most 255 is supported", file.string(), hi));
+  const torch::Tensor counts = torch::bincount(x, /*weights=*/{}, /*minlength=*/hi + 1);
+  std::vector<int64_t> present;
+  const auto c = counts.accessor<int64_t, 1>();
+  for (int64_t v = 0; v <= hi; ++v) {
+    if (c[v] > 0) present.push_back(v);
+  }
+  return present;
+}
+
+void check_finite(const NiftiVolume& v, const fs::path& file) {
+  if (!v.data.is_floating_point()) return;
+  const int64_t bad = (~torch::isfinite(v.data)).sum().item<int64_t>();
+  if (bad > 0) throw DataError(fmt::format("{}: holds {} NaN or Inf voxels", file.string(), bad));
+}
+
+Shape3 resampled_shape(const Shape3& shape, const std::array<double, 3>& spacing, const std::array<double, 3>& target) {
+  Shape3 out{};
+  for (int a = 0; a < 3; ++a) {
+    out[a] = std::max<int64_t>(1, std::llround(static_cast<double>(shape[a]) * spacing[a] / target[a]));
+  }
+  return out;
+}
+
+// foreground_samples: raw intensities drawn from the label's foreground for each channel in
+// `sampled` (the CT channels, for their statistics).
+LoadedCase load_case(const CaseFiles& cf, const Layout& layout, const ImportOptions& o, int64_t index,
+                     int64_t foreground_samples, const std::vector<bool>& sampled) {
+  std::vector<NiftiVolume> ch;
+  for (size_t i = 0; i < cf.channels.size(); ++i) {
+    ch.push_back(read_nifti(cf.channels[i]));
+    check_finite(ch.back(), cf.channels[i]);
+    if (i > 0) check_same_grid(ch[i].geometry, ch[0].geometry, cf.channels[i], cf.channels[0]);
+  }
+  const bool small_ints = std::all_of(ch.begin(), ch.end(), [](const NiftiVolume& v) {
+    const auto t = v.data.scalar_type();
+    return t == torch::kUInt8 || t == torch::kInt8 || t == torch::kInt16;
+  });
+  std::vector<torch::Tensor> planes;
+  for (auto& v : ch) planes.push_back(v.data.to(small_ints ? torch::kInt16 : torch::kFloat));
+  LoadedCase out;
+  CaseData& c = out.data;
+  c.id = cf.id;
+  c.image = torch::stack(planes);  // (C, D, H, W): int16 (exact) or float32
+  planes.clear();
+  c.spacing = ch[0].geometry.spacing;
+  SourceGeometry source = ch[0].geometry;
+  source.files.clear();
+  for (const auto& p : cf.channels) source.files.push_back(fs::absolute(p).string());
+  ch.clear();
+
+  if (cf.label) {
+    NiftiVolume lv = read_nifti(*cf.label);
+    check_same_grid(lv.geometry, source, *cf.label, cf.channels[0]);
+    const auto present = label_values(lv.data, *cf.label);
+    if (!layout.declared.empty()) {
+      std::vector<int64_t> undeclared;
+      for (int64_t v : present) {
+        if (!layout.declared.count(v)) undeclared.push_back(v);
+      }
+      if (!undeclared.empty()) {
+        throw DataError(fmt::format("{}: label values {} are not declared (declared: {})", cf.label->string(),
+                                    fmt::join(undeclared, ", "), fmt::join(layout.declared, ", ")));
+      }
+    }
+    c.target = lv.data.to(torch::kUInt8).contiguous();  // (D, H, W)
+    source.files.push_back(fs::absolute(*cf.label).string());
+    // Foreground intensities for the CT statistics: drawn with replacement, as nnU-Net does.
+    const torch::Tensor fg = (c.target.flatten() > 0).nonzero().flatten();
+    const int64_t n_fg = fg.size(0);
+    out.foreground.resize(static_cast<size_t>(c.image.size(0)));
+    if (n_fg > 0 && foreground_samples > 0) {
+      Rng rng(o.seed, static_cast<uint64_t>(index), /*b=*/0xF0F0);
+      std::vector<int64_t> picks(static_cast<size_t>(foreground_samples));
+      const auto voxels = fg.accessor<int64_t, 1>();
+      for (auto& p : picks) p = voxels[rng.uniform_int(n_fg)];
+      const torch::Tensor idx = torch::tensor(picks, torch::kLong);
+      for (int64_t k = 0; k < c.image.size(0); ++k) {
+        if (!sampled[static_cast<size_t>(k)]) continue;
+        const torch::Tensor v = c.image[k].flatten().index_select(0, idx).to(torch::kFloat).contiguous();
+        out.foreground[static_cast<size_t>(k)].assign(v.data_ptr<float>(), v.data_ptr<float>() + v.numel());
+      }
+    }
+  }
+  if (o.spacing) {
+    const Shape3 shape = {c.image.size(1), c.image.size(2), c.image.size(3)};
+    const Shape3 target = resampled_shape(shape, c.spacing, *o.spacing);
+    if (target != shape) {
+      namespace F = torch::nn::functional;
+      const std::vector<int64_t> size = {target[0], target[1], target[2]};
+      c.image = F::interpolate(c.image.to(torch::kFloat).unsqueeze(0),
+                               F::InterpolateFuncOptions().size(size).mode(torch::kTrilinear).align_corners(false))[0]
+                    .contiguous();
+      if (c.target.defined()) {
+        // Nearest neighbour at the voxel centres (F.interpolate mode nearest-exact): output voxel o
+        // takes input voxel floor((o + 0.5) * in / out).
+        torch::Tensor t = c.target;
+        for (int a = 0; a < 3; ++a) {
+          const double scale = static_cast<double>(t.size(a)) / static_cast<double>(target[a]);
+          const auto src = ((torch::arange(target[a], torch::kDouble) + 0.5) * scale).floor().clamp_max(t.size(a) - 1);
+          t = t.index_select(a, src.to(torch::kLong));
+        }
+        c.target = t.contiguous();
+      }
+      out.resampled = true;
+    }
+    c.spacing = *o.spacing;
+  }
+  c.source = std::move(source);
+  return out;
+}
+
+std::vector<std::string> normalization_specs(const ImportOptions& o, const std::vector<std::string>& channel_names) {
+  const size_t n = channel_names.size();
+  if (!o.normalization.empty() && o.normalization.size() != 1 && o.normalization.size() != n) {
+    throw UsageError(fmt::format("--normalize: {} entries for {} channels; give one (all) or one per channel",
+                                 o.normalization.size(), n));
+  }
+  std::vector<std::string> out;
+  for (size_t i = 0; i < n; ++i) {
+    std::string spec = o.normalization.empty() ? normalization_for_channel_name(channel_names[i])
+                                               : o.normalization[o.normalization.size() == 1 ? 0 : i];
+    if (spec == "dataset") throw UsageError("--normalize: 'dataset' is what training reads; give ct, zscore, ...");
+    if (spec != "ct") {
+      try {
+        parse_channel_norm(spec);
+      } catch (const ConfigError&) {
+        throw UsageError(fmt::format("--normalize: '{}' is not one of ct|zscore|minmax|none|clip:LO:HI|scale:S", spec));
+      }
+    }
+    out.push_back(spec);
+  }
+  return out;
+}
+
+void split_cases(const std::vector<std::string>& ids, double val_fraction, uint64_t seed, std::vector<std::string>& train,
+                 std::vector<std::string>& val) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  int64_t n_val = val_fraction > 0 ? std::max<int64_t>(1, std::llround(static_cast<double>(n) * val_fraction)) : 0;
+  n_val = std::min(n_val, n - 1);
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  Rng rng(seed, /*a=*/0x5B117, /*b=*/0);
+  for (int64_t i = n - 1; i > 0; --i) std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(rng.uniform_int(i + 1))]);
+  std::set<int64_t> is_val(order.begin(), order.begin() + std::max<int64_t>(0, n_val));
+  for (int64_t i = 0; i < n; ++i) (is_val.count(i) ? val : train).push_back(ids[static_cast<size_t>(i)]);
+}
+
+ImportSummary run_import(Layout layout, const fs::path& out, const ImportOptions& o, const std::string& what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t threads = resolve_threads(o.threads);
+  if (layout.labelled.empty() && layout.unlabelled.empty()) throw DataError(fmt::format("{}: no cases found", what));
+  const auto specs = normalization_specs(o, layout.info.channel_names);
+  const size_t channels = layout.info.channel_names.size();
+
+  // Without declared classes: find the label values first (labels only, in parallel).
+  if (layout.declared.empty()) {
+    std::vector<std::vector<int64_t>> found(layout.labelled.size());
+    parallel_for(static_cast<int64_t>(layout.labelled.size()), threads, [&](int64_t i) {
+      const auto& f = *layout.labelled[static_cast<size_t>(i)].label;
+      found[static_cast<size_t>(i)] = label_values(read_nifti(f).data, f);
+    });
+    int64_t hi = 1;
+    for (const auto& v : found) hi = std::max(hi, v.empty() ? 0 : v.back());
+    layout.info.num_classes = hi + 1;
+    layout.info.class_names.clear();
+    for (int64_t k = 0; k <= hi; ++k) {
+      layout.info.class_names.push_back(k == 0 ? "background" : fmt::format("class_{}", k));
+      layout.declared.insert(k);
+    }
+  }
+
+  std::vector<CaseFiles> all = layout.labelled;
+  all.insert(all.end(), layout.unlabelled.begin(), layout.unlabelled.end());
+  const int64_t n = static_cast<int64_t>(all.size());
+  // nnU-Net draws up to 1e8 foreground voxels in all; 1e7 keeps the statistics exact enough.
+  const int64_t fg_samples = std::max<int64_t>(
+      10000, static_cast<int64_t>(1e7 / static_cast<double>(std::max<size_t>(1, layout.labelled.size()))));
+  std::vector<bool> ct_channels;
+  for (const auto& spec : specs) ct_channels.push_back(spec == "ct");
+  const bool need_fg = std::find(specs.begin(), specs.end(), "ct") != specs.end();
+
+  DatasetWriteOptions wo;
+  wo.compression_level = o.compression_level;
+  DatasetWriter writer(out, layout.info, wo);
+  ImportSummary summary;
+  std::vector<std::vector<float>> foreground(channels);
+  auto last_log = std::chrono::steady_clock::now();
+  for (int64_t start = 0; start < n; start += threads) {
+    const int64_t count = std::min(threads, n - start);
+    std::vector<LoadedCase> batch(static_cast<size_t>(count));
+    parallel_for(count, threads, [&](int64_t i) {
+      batch[static_cast<size_t>(i)] =
+          load_case(all[static_cast<size_t>(start + i)], layout, o, start + i, need_fg ? fg_samples : 0, ct_channels);
+    });
+    for (auto& lc : batch) {  // in case order: the file does not depend on the thread count
+      writer.write_case(lc.data);
+      summary.resampled += lc.resampled ? 1 : 0;
+      for (size_t k = 0; k < lc.foreground.size(); ++k) {
+        foreground[k].insert(foreground[k].end(), lc.foreground[k].begin(), lc.foreground[k].end());
+      }
+    }
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - last_log).count() > 10 || start + count == n) {
+      last_log = std::chrono::steady_clock::now();
+      spdlog::info("import: {}/{} cases", start + count, n);
+    }
+  }
+
+  // Channel normalisation recorded for data.normalize = dataset.
+  for (size_t k = 0; k < channels; ++k) {
+    std::string spec = specs[k];
+    if (spec == "ct") {
+      auto& v = foreground[k];
+      if (v.empty()) {
+        spdlog::warn("import: channel '{}': no labelled foreground to take CT statistics from; recording zscore "
+                     "(a checkpoint's statistics still apply at prediction)",
+                     layout.info.channel_names[k]);
+        spec = "zscore";
+      } else {
+        double sum = 0, sq = 0;
+        for (float x : v) sum += x;
+        const double mean = sum / static_cast<double>(v.size());
+        for (float x : v) sq += (x - mean) * (x - mean);
+        const double sd = std::max(std::sqrt(sq / static_cast<double>(v.size())), 1e-6);
+        const double lo = percentile(v, 0.5);
+        const double hi = std::max(percentile(std::move(v), 99.5), lo + 1e-3);
+        spec = fmt::format("ct:{}:{}:{}:{}", lo, hi, mean, sd);
+      }
+    }
+    summary.channel_normalization.push_back(spec);
+  }
+  writer.set_channel_normalization(summary.channel_normalization);
+
+  std::vector<std::string> labelled_ids, train, val, test;
+  for (const auto& c : layout.labelled) labelled_ids.push_back(c.id);
+  for (const auto& c : layout.unlabelled) test.push_back(c.id);
+  if (!labelled_ids.empty()) {
+    split_cases(labelled_ids, o.val_fraction, o.seed, train, val);
+    writer.set_split("train", train);
+    if (!val.empty()) writer.set_split("val", val);
+  }
+  if (!test.empty()) writer.set_split("test", test);
+  writer.commit();
+  summary.train = static_cast<int64_t>(train.size());
+  summary.val = static_cast<int64_t>(val.size());
+  summary.test = static_cast<int64_t>(test.size());
+  spdlog::info("import: wrote {} from {}: {} train / {} val / {} test cases, {} channels [{}], {} classes, "
+               "normalisation [{}]{} in {:.1f} s",
+               out.string(), what, summary.train, summary.val, summary.test, channels,
+               fmt::join(layout.info.channel_names, ", "), layout.info.num_classes,
+               fmt::join(summary.channel_normalization, ", "),
+               o.spacing ? fmt::format(", resampled to {}", spacing_text(*o.spacing)) : std::string(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return summary;
+}
+
+// --- nnU-Net raw layout -----------------------------------------------------------------------
+bool parse_int(const std::string& s, int64_t& out) {
+  char* end = nullptr;
+  out = std::strtoll(s.c_str(), &end, 10);
+  return !s.empty() && *end == '\0';
+}
+
+Layout nnunet_layout(const fs::path& source) {
+  const fs::path json = source / "dataset.json";
+  std::error_code ec;
+  if (!fs::is_directory(source, ec)) throw DataError(fmt::format("{}: folder not found", source.string()));
+  if (!fs::exists(json, ec)) {
+    throw DataError(fmt::format("{}: missing; an nnU-Net raw dataset holds dataset.json, imagesTr/ and labelsTr/",
+                                json.string()));
+  }
+  YAML::Node root;
+  try {
+    std::string text = read_file(json);
+    std::replace(text.begin(), text.end(), '\t', ' ');  // JSON allows tabs between tokens; YAML does not
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw DataError(fmt::format("{}: not valid JSON: {}", json.string(), e.what()));
+  }
+  if (!root.IsMap()) throw DataError(fmt::format("{}: expected a JSON object", json.string()));
+  Layout layout;
+  DatasetInfo& info = layout.info;
+  info.task = Task::kSegmentation;
+  info.target_name = "labels";
+  info.description = fmt::format("imported from nnU-Net raw dataset {}", fs::absolute(source).filename().string());
+
+  YAML::Node channels = root["channel_names"] ? root["channel_names"] : root["modality"];
+  if (!channels || !channels.IsMap() || channels.size() == 0) {
+    throw DataError(fmt::format("{}: 'channel_names' must map \"0\", \"1\", ... to channel names", json.string()));
+  }
+  std::map<int64_t, std::string> by_index;
+  for (const auto& kv : channels) {
+    int64_t i = 0;
+    if (!parse_int(kv.first.Scalar(), i) || i < 0 || !kv.second.IsScalar()) {
+      throw DataError(fmt::format("{}: channel_names: '{}' is not a channel number", json.string(), kv.first.Scalar()));
+    }
+    by_index[i] = kv.second.Scalar();
+  }
+  for (const auto& [i, name] : by_index) {
+    if (i != static_cast<int64_t>(info.channel_names.size())) {
+      throw DataError(fmt::format("{}: channel_names must be numbered 0, 1, ... without gaps", json.string()));
+    }
+    info.channel_names.push_back(name);
+  }
+
+  const YAML::Node labels = root["labels"];
+  if (!labels || !labels.IsMap()) {
+    throw DataError(fmt::format("{}: 'labels' must map label names to values", json.string()));
+  }
+  std::map<int64_t, std::string> classes;
+  for (const auto& kv : labels) {
+    if (kv.second.IsSequence()) {
+      throw DataError(fmt::format("{}: label '{}' is a region (a list of values); region-based training is not "
+                                  "supported",
+                                  json.string(), kv.first.Scalar()));
+    }
+    int64_t v = 0;
+    if (kv.second.IsScalar() && parse_int(kv.second.Scalar(), v)) {
+      classes[v] = kv.first.Scalar();  // v2: "liver": 1
+    } else if (kv.second.IsScalar() && parse_int(kv.first.Scalar(), v)) {
+      classes[v] = kv.second.Scalar();  // v1 (MSD): "1": "liver"
+    } else {
+      throw DataError(fmt::format("{}: labels: '{}' has no integer value", json.string(), kv.first.Scalar()));
+    }
+  }
+  for (const auto& [v, name] : classes) {
+    if (v != static_cast<int64_t>(info.class_names.size())) {
+      throw DataError(fmt::format("{}: labels must be 0, 1, ..., K-1 without gaps (0 = background); found {}",
+                                  json.string(), v));
+    }
+    info.class_names.push_back(name);
+    layout.declared.insert(v);
+  }
+  info.num_classes = static_cast<int64_t>(info.class_names.size());
+  if (info.num_classes < 2 || info.num_classes > 256) {
+    throw DataError(fmt::format("{}: {} labels declared; need background and 1 to 255 classes", json.string(),
+                                info.num_classes));
+  }
+  const std::string ending = root["file_ending"] ? root["file_ending"].as<std::string>() : ".nii.gz";
+  if (ending != ".nii.gz" && ending != ".nii") {
+    throw DataError(fmt::format("{}: file_ending '{}' is not NIfTI; this importer reads .nii.gz and .nii",
+                                json.string(), ending));
+  }
+  auto channel_files = [&](const fs::path& dir, const std::string& id) {
+    std::vector<fs::path> files;
+    for (size_t c = 0; c < info.channel_names.size(); ++c) {
+      const fs::path p = dir / fmt::format("{}_{:04d}{}", id, c, ending);
+      if (!fs::exists(p, ec)) {
+        throw DataError(fmt::format("{}: missing; case '{}' needs one file per channel ({} channels in dataset.json)",
+                                    p.string(), id, info.channel_names.size()));
+      }
+      files.push_back(p);
+    }
+    return files;
+  };
+  auto case_id = [&](const fs::path& file, const std::string& suffix) {
+    const std::string name = file.filename().string();
+    if (!ends_with(name, suffix)) return std::string();
+    std::string id = name.substr(0, name.size() - suffix.size());
+    if (!is_valid_case_id(id)) {
+      throw DataError(fmt::format("{}: case id '{}' may hold only letters, digits, '_', '-' and '.'", file.string(), id));
+    }
+    return id;
+  };
+  for (const auto& f : nifti_files_in(source / "labelsTr")) {
+    const std::string id = case_id(f, ending);
+    if (id.empty()) continue;
+    layout.labelled.push_back({id, channel_files(source / "imagesTr", id), f});
+  }
+  if (layout.labelled.empty()) {
+    throw DataError(fmt::format("{}: no label files ending in {}", (source / "labelsTr").string(), ending));
+  }
+  if (root["numTraining"]) {
+    const auto declared = root["numTraining"].as<int64_t>(-1);
+    if (declared != static_cast<int64_t>(layout.labelled.size())) {
+      spdlog::warn("import: dataset.json says numTraining = {}, labelsTr holds {} cases", declared, layout.labelled.size());
+    }
+  }
+  if (fs::is_directory(source / "imagesTs", ec)) {
+    for (const auto& f : nifti_files_in(source / "imagesTs")) {
+      const std::string id = case_id(f, "_0000" + ending);
+      if (id.empty()) continue;
+      layout.unlabelled.push_back({id, channel_files(source / "imagesTs", id), std::nullopt});
+    }
+  }
+  return layout;
+}
+
+}  // namespace
+
+std::string normalization_for_channel_name(const std::string& name) {
+  const std::string n = lower(name);
+  if (n == "ct") return "ct";
+  if (n == "nonorm" || n == "none") return "none";
+  if (n == "rescale_to_0_1") return "minmax";
+  if (n == "rgb_to_0_1") return "scale:255";
+  return "zscore";
+}
+
+double percentile(std::vector<float> values, double q) {
+  if (values.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::sort(values.begin(), values.end());
+  const double rank = std::clamp(q, 0.0, 100.0) / 100.0 * static_cast<double>(values.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(rank));
+  const size_t hi = std::min(values.size() - 1, lo + 1);
+  const double w = rank - static_cast<double>(lo);
+  return static_cast<double>(values[lo]) * (1.0 - w) + static_cast<double>(values[hi]) * w;
+}
+
+ImportSummary import_nnunet(const fs::path& source, const fs::path& out, const ImportOptions& options) {
+  return run_import(nnunet_layout(source), out, options, source.string());
+}
+
+ImportSummary import_nifti_folders(const NiftiFolders& folders, const fs::path& out, const ImportOptions& options) {
+  Layout layout;
+  DatasetInfo& info = layout.info;
+  info.task = Task::kSegmentation;
+  info.target_name = "labels";
+  info.description = fmt::format("imported from NIfTI folder {}", fs::absolute(folders.images).string());
+  const auto& suffixes = folders.channel_suffixes;
+  const size_t channels = std::max<size_t>(1, suffixes.size());
+  if (!folders.channel_names.empty() && folders.channel_names.size() != channels) {
+    throw UsageError(fmt::format("--channel-names: {} names for {} channels", folders.channel_names.size(), channels));
+  }
+  for (size_t c = 0; c < channels; ++c) {
+    info.channel_names.push_back(!folders.channel_names.empty() ? folders.channel_names[c]
+                                 : channels == 1            ? std::string("image")
+                                                            : fmt::format("channel_{}", c));
+  }
+  if (!folders.class_names.empty()) {
+    if (folders.class_names.size() < 2 || folders.class_names.size() > 256) {
+      throw UsageError("--classes: give 2 to 256 names, background first");
+    }
+    info.class_names = folders.class_names;
+    info.num_classes = static_cast<int64_t>(info.class_names.size());
+    for (int64_t k = 0; k < info.num_classes; ++k) layout.declared.insert(k);
+  } else if (folders.labels.empty()) {
+    throw UsageError("--classes is required without --labels (the classes the model predicts, background first)");
+  } else {
+    info.num_classes = 2;  // provisional; found from the labels
+    info.class_names = {"background", "class_1"};
+  }
+  std::error_code ec;
+  for (const auto& f : nifti_files_in(folders.images)) {
+    const std::string name = f.filename().string();
+    const std::string ending = ends_with(name, ".nii.gz") ? ".nii.gz" : ".nii";
+    const std::string stem = name.substr(0, name.size() - ending.size());
+    CaseFiles cf;
+    if (suffixes.empty()) {
+      cf.id = stem;
+      cf.channels = {f};
+    } else {
+      if (!ends_with(stem, suffixes[0])) continue;  // another channel's file
+      cf.id = stem.substr(0, stem.size() - suffixes[0].size());
+      for (const auto& s : suffixes) {
+        const fs::path p = folders.images / (cf.id + s + ending);
+        if (!fs::exists(p, ec)) throw DataError(fmt::format("{}: missing channel file of case '{}'", p.string(), cf.id));
+        cf.channels.push_back(p);
+      }
+    }
+    if (!is_valid_case_id(cf.id)) {
+      throw DataError(fmt::format("{}: case id '{}' may hold only letters, digits, '_', '-' and '.'", f.string(), cf.id));
+    }
+    if (!folders.labels.empty()) {
+      for (const char* e : {".nii.gz", ".nii"}) {
+        const fs::path p = folders.labels / (cf.id + e);
+        if (fs::exists(p, ec)) cf.label = p;
+      }
+      if (!cf.label) {
+        throw DataError(fmt::format("{}: no label file for case '{}' (expected {}.nii.gz)", folders.labels.string(),
+                                    cf.id, cf.id));
+      }
+      layout.labelled.push_back(std::move(cf));
+    } else {
+      layout.unlabelled.push_back(std::move(cf));
+    }
+  }
+  if (layout.labelled.empty() && layout.unlabelled.empty()) {
+    throw DataError(fmt::format("{}: no NIfTI images{}", folders.images.string(),
+                                suffixes.empty() ? std::string() : fmt::format(" ending in {}", suffixes[0])));
+  }
+  return run_import(std::move(layout), out, options, folders.images.string());
+}
+
+}  // namespace u3d

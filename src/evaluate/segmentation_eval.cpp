@@ -1,0 +1,338 @@
+#include "u3d/segmentation_eval.h"
+
+#include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "u3d/errors.h"
+#include "u3d/files.h"
+#include "u3d/import.h"
+#include "u3d/metrics.h"
+#include "u3d/nifti.h"
+#include "u3d/parallel.h"
+
+namespace u3d {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Squared 1-D distance transform of n contiguous samples f with sample spacing s, written to
+// out[0], out[stride], ...; infinite f are no features. v, z: scratch of n and n + 1 entries.
+void squared_dt_1d(const double* f, double* out, int64_t n, int64_t stride, double s, std::vector<int64_t>& v,
+                   std::vector<double>& z) {
+  const double s2 = s * s;
+  int64_t k = -1;
+  for (int64_t q = 0; q < n; ++q) {
+    const double fq = f[q];
+    if (!std::isfinite(fq)) continue;
+    double x = -kInf;
+    while (k >= 0) {
+      const int64_t p = v[static_cast<size_t>(k)];
+      x = ((fq + s2 * static_cast<double>(q * q)) - (f[p] + s2 * static_cast<double>(p * p))) /
+          (2.0 * s2 * static_cast<double>(q - p));
+      if (x <= z[static_cast<size_t>(k)]) {
+        --k;
+      } else {
+        break;
+      }
+    }
+    ++k;
+    v[static_cast<size_t>(k)] = q;
+    z[static_cast<size_t>(k)] = k == 0 ? -kInf : x;
+    z[static_cast<size_t>(k + 1)] = kInf;
+  }
+  if (k < 0) {
+    for (int64_t q = 0; q < n; ++q) out[q * stride] = kInf;
+    return;
+  }
+  k = 0;
+  for (int64_t q = 0; q < n; ++q) {
+    while (z[static_cast<size_t>(k + 1)] < static_cast<double>(q)) ++k;
+    const int64_t p = v[static_cast<size_t>(k)];
+    const double d = s * static_cast<double>(q - p);
+    out[q * stride] = d * d + f[p];
+  }
+}
+
+// Bounding box [lo, hi) of the true voxels of `mask`, grown by `margin` and clipped to the volume.
+bool bounding_box(const torch::Tensor& mask, int64_t margin, std::array<int64_t, 3>& lo, std::array<int64_t, 3>& hi) {
+  const torch::Tensor idx = mask.nonzero();  // (n, 3)
+  if (idx.size(0) == 0) return false;
+  const torch::Tensor mn = std::get<0>(idx.min(0)), mx = std::get<0>(idx.max(0));
+  for (int a = 0; a < 3; ++a) {
+    lo[a] = std::max<int64_t>(0, mn[a].item<int64_t>() - margin);
+    hi[a] = std::min<int64_t>(mask.size(a), mx[a].item<int64_t>() + 1 + margin);
+  }
+  return true;
+}
+
+torch::Tensor crop(const torch::Tensor& t, const std::array<int64_t, 3>& lo, const std::array<int64_t, 3>& hi) {
+  return t.slice(0, lo[0], hi[0]).slice(1, lo[1], hi[1]).slice(2, lo[2], hi[2]);
+}
+
+std::vector<double> directed_distances(const torch::Tensor& from_surface, const torch::Tensor& to_distance) {
+  const torch::Tensor d = to_distance.masked_select(from_surface).contiguous();
+  return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+}
+
+double percentile95(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const double rank = 0.95 * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(rank));
+  const size_t hi = std::min(v.size() - 1, lo + 1);
+  const double w = rank - static_cast<double>(lo);
+  return v[lo] * (1.0 - w) + v[hi] * w;
+}
+
+std::string case_id_of(const fs::path& p) {
+  const std::string name = p.filename().string();
+  const size_t cut = name.size() >= 7 && name.compare(name.size() - 7, 7, ".nii.gz") == 0 ? 7 : 4;
+  return name.substr(0, name.size() - cut);
+}
+
+std::map<std::string, fs::path> nifti_by_case(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw UsageError(fmt::format("{}: folder not found", dir.string()));
+  std::map<std::string, fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.is_regular_file() && is_nifti_path(e.path()) && e.path().filename().string()[0] != '.') {
+      out[case_id_of(e.path())] = e.path();
+    }
+  }
+  return out;
+}
+
+// Label names from dataset.json beside the reference folder (nnU-Net: labelsTr/../dataset.json).
+std::map<int64_t, std::string> names_from_dataset_json(const fs::path& reference) {
+  std::map<int64_t, std::string> names;
+  const fs::path json = fs::absolute(reference).lexically_normal().parent_path() / "dataset.json";
+  std::error_code ec;
+  if (!fs::exists(json, ec)) return names;
+  try {
+    std::string text = read_file(json);
+    std::replace(text.begin(), text.end(), '\t', ' ');
+    const YAML::Node labels = YAML::Load(text)["labels"];
+    if (labels && labels.IsMap()) {
+      for (const auto& kv : labels) {
+        if (kv.second.IsScalar()) names[kv.second.as<int64_t>(-1)] = kv.first.Scalar();
+      }
+    }
+  } catch (const std::exception&) {
+    return {};  // names are a convenience; the numbers still identify the labels
+  }
+  return names;
+}
+
+std::string number(double v, int precision) {
+  if (std::isnan(v)) return "";
+  if (std::isinf(v)) return "inf";
+  return fmt::format("{:.{}f}", v, precision);
+}
+
+}  // namespace
+
+torch::Tensor surface_voxels(const torch::Tensor& mask) {
+  const torch::Tensor m = mask.to(torch::kBool);
+  const torch::Tensor p = torch::constant_pad_nd(m.to(torch::kUInt8), {1, 1, 1, 1, 1, 1}, 0).to(torch::kBool);
+  const int64_t d = m.size(0), h = m.size(1), w = m.size(2);
+  auto shifted = [&](int64_t dz, int64_t dy, int64_t dx) { return p.slice(0, 1 + dz, 1 + dz + d).slice(1, 1 + dy, 1 + dy + h).slice(2, 1 + dx, 1 + dx + w); };
+  const torch::Tensor interior = m & shifted(-1, 0, 0) & shifted(1, 0, 0) & shifted(0, -1, 0) & shifted(0, 1, 0) &
+                                 shifted(0, 0, -1) & shifted(0, 0, 1);
+  return m & ~interior;
+}
+
+torch::Tensor distance_transform(const torch::Tensor& features, const std::array<double, 3>& spacing) {
+  torch::Tensor f = torch::where(features.to(torch::kBool), torch::zeros({}, torch::kDouble),
+                                 torch::full({}, kInf, torch::kDouble))
+                        .contiguous();
+  const int64_t n[3] = {f.size(0), f.size(1), f.size(2)};
+  const int64_t stride[3] = {n[1] * n[2], n[2], 1};
+  const int64_t longest = std::max({n[0], n[1], n[2]});
+  std::vector<int64_t> v(static_cast<size_t>(longest));
+  std::vector<double> z(static_cast<size_t>(longest) + 1), line(static_cast<size_t>(longest));
+  double* data = f.data_ptr<double>();
+  for (int axis = 0; axis < 3; ++axis) {
+    const int a1 = (axis + 1) % 3, a2 = (axis + 2) % 3;
+    for (int64_t i = 0; i < n[a1]; ++i) {
+      for (int64_t j = 0; j < n[a2]; ++j) {
+        double* start = data + i * stride[a1] + j * stride[a2];
+        for (int64_t q = 0; q < n[axis]; ++q) line[static_cast<size_t>(q)] = start[q * stride[axis]];
+        squared_dt_1d(line.data(), start, n[axis], stride[axis], spacing[static_cast<size_t>(axis)], v, z);
+      }
+    }
+  }
+  return f.sqrt_();
+}
+
+double dice_score(const torch::Tensor& a, const torch::Tensor& b) {
+  const auto x = a.to(torch::kBool), y = b.to(torch::kBool);
+  const double total = static_cast<double>(x.sum().item<int64_t>() + y.sum().item<int64_t>());
+  if (total == 0) return kNaN;
+  return 2.0 * static_cast<double>((x & y).sum().item<int64_t>()) / total;
+}
+
+double hausdorff95(const torch::Tensor& a, const torch::Tensor& b, const std::array<double, 3>& spacing) {
+  const auto x = a.to(torch::kBool), y = b.to(torch::kBool);
+  const bool has_x = x.any().item<bool>(), has_y = y.any().item<bool>();
+  if (!has_x && !has_y) return kNaN;
+  if (!has_x || !has_y) return kInf;
+  std::array<int64_t, 3> lo{}, hi{};
+  bounding_box(x | y, /*margin=*/1, lo, hi);  // distances between the surfaces never leave this box
+  const torch::Tensor cx = crop(x, lo, hi), cy = crop(y, lo, hi);
+  // A crop face inside the volume lies beyond the margin, outside both masks; a face on the volume
+  // border is outside too: surface_voxels pads with "outside" either way.
+  const torch::Tensor sx = surface_voxels(cx), sy = surface_voxels(cy);
+  const double dxy = percentile95(directed_distances(sx, distance_transform(sy, spacing)));
+  const double dyx = percentile95(directed_distances(sy, distance_transform(sx, spacing)));
+  return std::max(dxy, dyx);
+}
+
+CaseEvaluation evaluate_case(const torch::Tensor& pred, const torch::Tensor& ref, const std::vector<int64_t>& labels,
+                             const std::array<double, 3>& spacing) {
+  CaseEvaluation c;
+  for (int64_t v : labels) {
+    const torch::Tensor p = pred == v, r = ref == v;
+    c.scores.push_back({dice_score(p, r), hausdorff95(p, r, spacing)});
+  }
+  return c;
+}
+
+SegmentationEvaluation evaluate_segmentation_folders(const SegmentationEvalOptions& o) {
+  const auto refs = nifti_by_case(o.reference);
+  const auto preds = nifti_by_case(o.predictions);
+  if (preds.empty()) throw DataError(fmt::format("{}: no NIfTI predictions (.nii.gz or .nii)", o.predictions.string()));
+  std::vector<std::string> ids;
+  for (const auto& [id, path] : preds) {
+    if (!refs.count(id)) {
+      throw DataError(fmt::format("{}: no reference for case '{}' in {}", path.string(), id, o.reference.string()));
+    }
+    ids.push_back(id);
+  }
+  const int64_t n = static_cast<int64_t>(ids.size());
+  // Read and check every pair, with the labels present, then score (labels known up front or found).
+  std::vector<std::set<int64_t>> present(static_cast<size_t>(n));
+  SegmentationEvaluation e;
+  auto load = [&](int64_t i, NiftiVolume& p, NiftiVolume& r) {
+    const std::string& id = ids[static_cast<size_t>(i)];
+    const fs::path& pp = preds.at(id);
+    const fs::path& rp = refs.at(id);
+    r = read_nifti(rp);
+    p = read_nifti(pp);
+    if (p.geometry.shape != r.geometry.shape) {
+      throw DataError(fmt::format("{}: dims {}x{}x{} differ from the reference {} ({}x{}x{})", pp.string(),
+                                  p.geometry.shape[2], p.geometry.shape[1], p.geometry.shape[0], rp.string(),
+                                  r.geometry.shape[2], r.geometry.shape[1], r.geometry.shape[0]));
+    }
+    for (int a = 0; a < 3; ++a) {
+      if (std::abs(p.geometry.spacing[a] - r.geometry.spacing[a]) > 1e-4 * std::max(1.0, r.geometry.spacing[a])) {
+        throw DataError(fmt::format("{}: voxel size differs from the reference {}", pp.string(), rp.string()));
+      }
+    }
+    for (const NiftiVolume* v : {&p, &r}) {
+      if (v->data.is_floating_point() && (v->data != torch::round(v->data)).any().item<bool>()) {
+        throw DataError(fmt::format("{}: holds non-integer values; expected labels", (v == &p ? pp : rp).string()));
+      }
+    }
+  };
+  const int64_t threads = resolve_threads(o.threads);
+  std::vector<int64_t> labels = o.labels;
+  if (labels.empty()) {
+    parallel_for(n, threads, [&](int64_t i) {
+      NiftiVolume p, r;
+      load(i, p, r);
+      for (const torch::Tensor& t : {p.data, r.data}) {
+        const torch::Tensor u = std::get<0>(torch::_unique(t.to(torch::kInt64)));
+        for (int64_t k = 0; k < u.numel(); ++k) {
+          if (u[k].item<int64_t>() > 0) present[static_cast<size_t>(i)].insert(u[k].item<int64_t>());
+        }
+      }
+    });
+    std::set<int64_t> found;
+    for (const auto& s : present) found.insert(s.begin(), s.end());
+    labels.assign(found.begin(), found.end());
+    if (labels.empty()) throw DataError("evaluate: no foreground label in any reference or prediction");
+  }
+  e.labels = labels;
+  const auto json_names = names_from_dataset_json(o.reference);
+  for (size_t k = 0; k < labels.size(); ++k) {
+    if (k < o.names.size()) {
+      e.names.push_back(o.names[k]);
+    } else if (json_names.count(labels[k])) {
+      e.names.push_back(json_names.at(labels[k]));
+    } else {
+      e.names.push_back(fmt::format("label_{}", labels[k]));
+    }
+  }
+  e.cases.resize(static_cast<size_t>(n));
+  parallel_for(n, threads, [&](int64_t i) {
+    NiftiVolume p, r;
+    load(i, p, r);
+    CaseEvaluation c = evaluate_case(p.data, r.data, labels, r.geometry.spacing);
+    c.id = ids[static_cast<size_t>(i)];
+    e.cases[static_cast<size_t>(i)] = std::move(c);
+  });
+  for (size_t k = 0; k < labels.size(); ++k) {
+    std::vector<double> d, h;
+    int64_t inf = 0;
+    for (const auto& c : e.cases) {
+      d.push_back(c.scores[k].dice);
+      h.push_back(c.scores[k].hd95);
+      inf += std::isinf(c.scores[k].hd95) ? 1 : 0;
+    }
+    e.mean_dice.push_back(nan_mean(d));
+    e.mean_hd95.push_back(nan_mean(h));
+    e.infinite_hd95.push_back(inf);
+  }
+  return e;
+}
+
+std::string evaluation_csv(const SegmentationEvaluation& e) {
+  std::string out = "case,label,name,dice,hd95_mm\n";
+  for (const auto& c : e.cases) {
+    for (size_t k = 0; k < e.labels.size(); ++k) {
+      out += fmt::format("{},{},{},{},{}\n", c.id, e.labels[k], e.names[k], number(c.scores[k].dice, 6),
+                         number(c.scores[k].hd95, 4));
+    }
+  }
+  for (size_t k = 0; k < e.labels.size(); ++k) {
+    out += fmt::format("mean,{},{},{},{}\n", e.labels[k], e.names[k], number(e.mean_dice[k], 6),
+                       number(e.mean_hd95[k], 4));
+  }
+  out += fmt::format("mean,all,all,{},{}\n", number(nan_mean(e.mean_dice), 6), number(nan_mean(e.mean_hd95), 4));
+  return out;
+}
+
+std::string evaluation_table(const SegmentationEvaluation& e) {
+  size_t id_width = 4;
+  for (const auto& c : e.cases) id_width = std::max(id_width, c.id.size());
+  std::string out = fmt::format("{:<{}}", "case", id_width);
+  for (const auto& name : e.names) out += fmt::format(" | {:>22}", fmt::format("{} Dice / HD95 mm", name));
+  out += "\n" + std::string(out.size() - 1, '-') + "\n";
+  auto cell = [](double dice, double hd) {
+    return fmt::format(" | {:>10} / {:>9}", std::isnan(dice) ? "-" : number(dice, 4), std::isnan(hd) ? "-" : number(hd, 2));
+  };
+  for (const auto& c : e.cases) {
+    out += fmt::format("{:<{}}", c.id, id_width);
+    for (const auto& s : c.scores) out += cell(s.dice, s.hd95);
+    out += "\n";
+  }
+  out += fmt::format("{:<{}}", "mean", id_width);
+  for (size_t k = 0; k < e.labels.size(); ++k) out += cell(e.mean_dice[k], e.mean_hd95[k]);
+  out += "\n";
+  for (size_t k = 0; k < e.labels.size(); ++k) {
+    if (e.infinite_hd95[k] > 0) {
+      out += fmt::format("{}: HD95 is inf in {} case(s) (label in only one volume), left out of the mean\n",
+                         e.names[k], e.infinite_hd95[k]);
+    }
+  }
+  return out;
+}
+
+}  // namespace u3d

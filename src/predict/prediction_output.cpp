@@ -1,0 +1,184 @@
+#include "u3d/prediction_output.h"
+
+#include <cmath>
+
+#include "../data/h5.h"
+#include "u3d/errors.h"
+#include "u3d/metrics.h"
+#include "u3d/nifti.h"
+
+namespace u3d {
+
+ResamplingSink::ResamplingSink(const Shape3& in_shape, const Shape3& out_shape, SlabSink& downstream)
+    : in_(in_shape), out_(out_shape), downstream_(downstream) {}
+
+void ResamplingSink::consume(int64_t d0, const torch::Tensor& slab) {
+  // In-plane first: (K, d, H, W) -> (d, K, H, W) -> bilinear -> (d, K, H_out, W_out).
+  torch::Tensor planes = slab.to(torch::kFloat).permute({1, 0, 2, 3});
+  if (in_[1] != out_[1] || in_[2] != out_[2]) {
+    planes = torch::nn::functional::interpolate(planes, torch::nn::functional::InterpolateFuncOptions()
+                                                            .size(std::vector<int64_t>{out_[1], out_[2]})
+                                                            .mode(torch::kBilinear)
+                                                            .align_corners(false));
+  }
+  for (int64_t r = 0; r < planes.size(0); ++r) rows_[d0 + r] = planes[r];
+  // Along D: output row o samples input position max(0, (o + 0.5) * in / out - 0.5).
+  const double scale = static_cast<double>(in_[0]) / static_cast<double>(out_[0]);
+  std::vector<torch::Tensor> ready;
+  const int64_t first = next_out_;
+  while (next_out_ < out_[0]) {
+    const double src = std::max(0.0, (static_cast<double>(next_out_) + 0.5) * scale - 0.5);
+    const int64_t i0 = std::min<int64_t>(static_cast<int64_t>(std::floor(src)), in_[0] - 1);
+    const int64_t i1 = std::min<int64_t>(i0 + 1, in_[0] - 1);
+    const auto a = rows_.find(i0);
+    const auto b = rows_.find(i1);
+    if (a == rows_.end() || b == rows_.end()) break;
+    const double w = src - static_cast<double>(i0);
+    ready.push_back(w == 0 ? a->second : a->second * (1.0 - w) + b->second * w);  // (K, H_out, W_out)
+    ++next_out_;
+    // Rows before the one the next output starts from are no longer needed.
+    const double next_src = std::max(0.0, (static_cast<double>(next_out_) + 0.5) * scale - 0.5);
+    const int64_t keep_from = std::min<int64_t>(static_cast<int64_t>(std::floor(next_src)), in_[0] - 1);
+    rows_.erase(rows_.begin(), rows_.lower_bound(keep_from));
+  }
+  if (!ready.empty()) downstream_.consume(first, torch::stack(ready, /*dim=*/1));  // (K, m, H_out, W_out)
+}
+
+void ResamplingSink::finish() const {
+  if (next_out_ != out_[0]) {
+    throw IoError(fmt::format("resampling: {} of {} output rows produced", next_out_, out_[0]));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+namespace {
+
+// Network output slab (K, d, H, W) -> the task's prediction (d, H, W): uint8 labels or float32
+// values in target units.
+torch::Tensor finalize_slab(const torch::Tensor& slab, const Preprocessor& pre) {
+  if (pre.task() == Task::kSegmentation) return slab.argmax(0).to(torch::kUInt8);
+  return pre.restore_target(slab[0]).to(torch::kFloat);
+}
+
+// Finalises resampled slabs into the NIfTI file.
+class NiftiSlabSink : public SlabSink {
+ public:
+  NiftiSlabSink(NiftiWriter& writer, const Preprocessor& pre) : writer_(writer), pre_(pre) {}
+  void consume(int64_t, const torch::Tensor& slab) override { writer_.write_slab(finalize_slab(slab, pre_).cpu()); }
+
+ private:
+  NiftiWriter& writer_;
+  const Preprocessor& pre_;
+};
+
+}  // namespace
+
+struct CaseOutputSink::Impl {
+  const CachedCase& c;
+  const Preprocessor& pre;
+  CaseOutputOptions o;
+  double train_mean;
+  Shape3 shape;
+  bool seg;
+  std::unique_ptr<h5::SlabWriter> prediction, probabilities;
+  std::unique_ptr<NiftiWriter> nifti;
+  std::unique_ptr<NiftiSlabSink> nifti_sink;
+  std::unique_ptr<ResamplingSink> resampler;
+  // Scores: per class intersection, predicted and true voxels (segmentation); error sums (regression).
+  std::vector<double> inter, predicted, truth;
+  double err = 0, base_err = 0, count = 0;
+  std::vector<torch::Tensor> kept;  // keep_prediction: the finalized slabs, in order
+
+  Impl(const CachedCase& cc, const Preprocessor& p, CaseOutputOptions opts, double mean)
+      : c(cc), pre(p), o(std::move(opts)), train_mean(mean) {}
+};
+
+CaseOutputSink::CaseOutputSink(const CachedCase& c, const Preprocessor& pre, CaseOutputOptions options,
+                               double train_mean)
+    : impl_(std::make_unique<Impl>(c, pre, std::move(options), train_mean)) {
+  Impl& m = *impl_;
+  m.shape = {c.image.size(1), c.image.size(2), c.image.size(3)};
+  m.seg = pre.task() == Task::kSegmentation;
+  const hid_t file = static_cast<hid_t>(m.o.file);
+  const std::vector<int64_t> spatial = {m.shape[0], m.shape[1], m.shape[2]};
+  m.prediction = std::make_unique<h5::SlabWriter>(file, m.o.group + "/prediction", m.seg ? torch::kUInt8 : torch::kFloat,
+                                                  spatial, /*axis=*/0, std::vector<int64_t>{16, 64, 64},
+                                                  /*compression_level=*/4, m.o.context);
+  if (m.o.probabilities && m.seg) {
+    const int64_t k = pre.out_channels();
+    m.probabilities = std::make_unique<h5::SlabWriter>(
+        file, m.o.group + "/probabilities", torch::kFloat, std::vector<int64_t>{k, m.shape[0], m.shape[1], m.shape[2]},
+        /*axis=*/1, std::vector<int64_t>{1, 16, 64, 64}, /*compression_level=*/4, m.o.context);
+  }
+  if (m.o.nifti_path) {
+    if (!m.o.geometry) throw IoError(fmt::format("{}: a NIfTI output needs the case's source geometry", m.o.context));
+    m.nifti = std::make_unique<NiftiWriter>(*m.o.nifti_path, *m.o.geometry, m.seg ? torch::kUInt8 : torch::kFloat,
+                                            m.o.description);
+    m.nifti_sink = std::make_unique<NiftiSlabSink>(*m.nifti, pre);
+    if (m.o.geometry->shape != m.shape) {
+      m.resampler = std::make_unique<ResamplingSink>(m.shape, m.o.geometry->shape, *m.nifti_sink);
+    }
+  }
+  const int64_t k = m.seg ? pre.out_channels() : 0;
+  m.inter.assign(static_cast<size_t>(k), 0.0);
+  m.predicted = m.truth = m.inter;
+}
+
+CaseOutputSink::~CaseOutputSink() = default;
+
+void CaseOutputSink::consume(int64_t d0, const torch::Tensor& slab) {
+  Impl& m = *impl_;
+  const int64_t d = slab.size(1);
+  const torch::Tensor pred = finalize_slab(slab, m.pre).cpu();  // (d, H, W)
+  m.prediction->write(pred);
+  if (m.o.keep_prediction) m.kept.push_back(pred);
+  if (m.probabilities) m.probabilities->write(torch::softmax(slab, /*dim=*/0).cpu());
+  if (m.seg && m.c.target.defined()) {
+    const torch::Tensor y = m.c.target.narrow(0, d0, d);  // (d, H, W) uint8
+    for (int64_t k = 1; k < m.pre.out_channels(); ++k) {
+      const auto p = pred == k;
+      const auto t = y == k;
+      m.inter[static_cast<size_t>(k)] += static_cast<double>((p & t).sum().item<int64_t>());
+      m.predicted[static_cast<size_t>(k)] += static_cast<double>(p.sum().item<int64_t>());
+      m.truth[static_cast<size_t>(k)] += static_cast<double>(t.sum().item<int64_t>());
+    }
+  } else if (!m.seg && m.c.raw_target.defined()) {
+    const torch::Tensor y = m.c.raw_target.narrow(0, d0, d).to(torch::kDouble);  // target units
+    torch::Tensor w = m.c.mask.defined() ? m.c.mask[0].narrow(0, d0, d).to(torch::kDouble) : torch::ones_like(y);
+    m.err += ((pred.to(torch::kDouble) - y).abs() * w).sum().item<double>();
+    m.base_err += ((y - m.train_mean).abs() * w).sum().item<double>();
+    m.count += w.sum().item<double>();
+  }
+  if (m.resampler) {
+    m.resampler->consume(d0, slab);
+  } else if (m.nifti) {
+    m.nifti->write_slab(pred);
+  }
+}
+
+CaseScore CaseOutputSink::finish() {
+  Impl& m = *impl_;
+  m.prediction->finish();
+  if (m.probabilities) m.probabilities->finish();
+  if (m.resampler) m.resampler->finish();
+  if (m.nifti) m.nifti->commit();
+  CaseScore s;
+  if (m.o.keep_prediction && !m.kept.empty()) s.prediction = torch::cat(m.kept, /*dim=*/0);
+  if (m.seg && m.c.target.defined()) {
+    std::vector<double> dice, base;
+    for (size_t k = 1; k < m.inter.size(); ++k) {
+      const double total = m.predicted[k] + m.truth[k];
+      dice.push_back(total == 0 ? std::numeric_limits<double>::quiet_NaN() : 2.0 * m.inter[k] / total);
+      // All background: 0 for a class the target holds, undefined for one it does not.
+      base.push_back(m.truth[k] == 0 ? std::numeric_limits<double>::quiet_NaN() : 0.0);
+    }
+    s.value = nan_mean(dice);
+    s.baseline = nan_mean(base);
+  } else if (!m.seg && m.c.raw_target.defined() && m.count > 0) {
+    s.value = m.err / m.count;
+    s.baseline = m.base_err / m.count;
+  }
+  return s;
+}
+
+}  // namespace u3d
