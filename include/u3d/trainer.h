@@ -32,6 +32,7 @@
 #include "u3d/sampler.h"
 #include "u3d/schedule.h"
 #include "u3d/step_monitor.h"
+#include "u3d/train_step.h"
 #include "u3d/unet.h"
 
 namespace u3d {
@@ -75,8 +76,9 @@ class Trainer {
   EpochStats train_epoch(int64_t epoch);
   ValStats validate();
   void save_checkpoints(int64_t epoch, bool improved);
-  // One optimizer step on `batch` (on the device): forward, loss, backward, gradient norm, skip
-  // flag, clipping, update; nothing is read back. Returns the loss (device scalar).
+  // One optimizer step on `batch` (on the device) through TrainStep (train_step.h): forward under
+  // autocast, loss, backward, gradient norm, skip flag, clipping, update, eager or as a replayed
+  // CUDA graph; nothing is read back. Returns the loss (device scalar).
   torch::Tensor train_step(const Batch& batch);
 
   // The stop signal that ended fit() early, or 0.
@@ -117,6 +119,7 @@ class Trainer {
   std::unique_ptr<Loss> loss_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
+  std::unique_ptr<TrainStep> step_;  // refers to net_, loss_, optimizer_, monitor_ (its destructor uses none)
   std::unique_ptr<MetricsCsv> csv_;
   TaskMetric metric_;
   TrainState state_;
@@ -125,7 +128,6 @@ class Trainer {
   std::unique_ptr<StepMonitor> monitor_;
   std::unique_ptr<MetricsCsv> step_csv_;  // logging.step_log
   std::unique_ptr<CheckpointCadence> cadence_;
-  std::vector<torch::Tensor> buffers_, saved_buffers_;  // restored when a step is skipped
   torch::Tensor last_found_inf_;  // () float32: whether the last step was skipped
   std::string cases_sha256_;
   int64_t saved_global_step_ = -1;  // global step of the newest committed periodic checkpoint
