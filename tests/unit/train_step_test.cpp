@@ -253,5 +253,75 @@ TEST(Flops, ForwardFlopsOfATinyUNetMatchTheHandCount) {
   EXPECT_TRUE(net->is_training());  // mode restored
 }
 
+// The OpenKBP baseline's convolution layout (scripts/bench/pytorch_step.py, OpenKbpBaseline):
+// six 4x4x4 stride-2 convolutions down (f, 2f, 4f, 8f, 8f, 8f), five 4x4x4 stride-2 transposed
+// convolutions up (8f, 8f, 4f, 2f, f) taking the skip concatenations, a final transposed
+// convolution to 1 channel. Norms, activations and pooling do not change the count.
+class OpenKbpLayoutImpl : public NetworkImpl {
+ public:
+  OpenKbpLayoutImpl(int64_t in, int64_t f) {
+    const std::vector<int64_t> enc = {f, 2 * f, 4 * f, 8 * f, 8 * f, 8 * f};
+    int64_t prev = in;
+    for (size_t i = 0; i < enc.size(); ++i) {
+      down_.push_back(register_module(fmt::format("down{}", i),
+                                      torch::nn::Conv3d(torch::nn::Conv3dOptions(prev, enc[i], 4).stride(2).padding(1))));
+      prev = enc[i];
+    }
+    const std::vector<int64_t> dec = {8 * f, 8 * f, 4 * f, 2 * f, f};
+    const std::vector<int64_t> skip = {0, enc[4], enc[3], enc[2], enc[1]};
+    for (size_t i = 0; i < dec.size(); ++i) {
+      up_.push_back(register_module(fmt::format("up{}", i),
+                                    torch::nn::ConvTranspose3d(
+                                        torch::nn::ConvTranspose3dOptions(prev + skip[i], dec[i], 4).stride(2).padding(1))));
+      prev = dec[i];
+    }
+    final_ = register_module("final", torch::nn::ConvTranspose3d(
+                                          torch::nn::ConvTranspose3dOptions(prev + enc[0], 1, 4).stride(2).padding(1)));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    std::vector<torch::Tensor> e;
+    torch::Tensor y = x;
+    for (auto& d : down_) e.push_back(y = torch::leaky_relu(d(y), 0.2));
+    for (size_t i = 0; i < up_.size(); ++i) {
+      if (i > 0) y = torch::cat({y, e[5 - i]}, 1);
+      y = torch::relu(up_[i](y));
+    }
+    return final_(torch::cat({y, e[0]}, 1));
+  }
+  int64_t size_divisor() const override { return 64; }
+
+ private:
+  std::vector<torch::nn::Conv3d> down_;
+  std::vector<torch::nn::ConvTranspose3d> up_;
+  torch::nn::ConvTranspose3d final_{nullptr};
+};
+
+// Forward MACs of that layout by hand, at f filters, c input channels, n^3 voxels.
+int64_t openkbp_macs(int64_t f, int64_t c, int64_t n) {
+  const std::vector<int64_t> enc = {f, 2 * f, 4 * f, 8 * f, 8 * f, 8 * f};
+  int64_t macs = 0, prev = c, s = n;
+  for (const int64_t e : enc) {
+    s /= 2;
+    macs += s * s * s * e * prev * 64;  // output voxels x C_out x C_in x 4^3
+    prev = e;
+  }
+  const std::vector<int64_t> dec = {8 * f, 8 * f, 4 * f, 2 * f, f};
+  const std::vector<int64_t> skip = {0, enc[4], enc[3], enc[2], enc[1]};
+  for (size_t i = 0; i < dec.size(); ++i) {
+    macs += s * s * s * (prev + skip[i]) * dec[i] * 64;  // input voxels x C_in x C_out x 4^3
+    s *= 2;
+    prev = dec[i];
+  }
+  return macs + s * s * s * (prev + enc[0]) * 64;
+}
+
+TEST(Flops, OpenKbpBaselineLayoutMatchesTheHandCount) {
+  auto net = std::make_shared<OpenKbpLayoutImpl>(11, 4);
+  EXPECT_EQ(forward_flops(*net, {128, 128, 128}, 11), 2 * openkbp_macs(4, 11, 128));
+  // At 64 filters (the OpenKBP baseline, 116,975,361 parameters): 0.2153 TFLOP per sample forward,
+  // so a batch-2 training step is 3 x 2 x that = 1.29 TFLOP.
+  EXPECT_EQ(2 * openkbp_macs(64, 11, 128), int64_t{215285235712});
+}
+
 }  // namespace
 }  // namespace u3d
