@@ -133,12 +133,12 @@ def run(variant, args):
     flops_step = 3 * flops_fwd  # forward + backward (2x forward)
     return {
         "benchmark": "step", "tool": f"pytorch-{variant}", "torch": torch.__version__, "device": str(dev),
-        "gpu": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu",
+        "gpu": torch.cuda.get_device_name(0) if dev.type == "cuda" else None,
         "precision": args.precision, "channels_last": args.channels_last, "batch": args.batch,
         "patch": [args.size] * 3, "filters": args.filters, "steps": args.steps,
         "step_ms_median": med, "step_ms_p10": q(0.1), "step_ms_p90": q(0.9),
         "samples_per_s": args.batch * 1e3 / med,
-        "peak_gpu_mem_bytes": torch.cuda.max_memory_allocated() if dev.type == "cuda" else 0,
+        "peak_gpu_mem_bytes": torch.cuda.max_memory_allocated() if dev.type == "cuda" else None,
         "flops_per_step": flops_step, "tflops": flops_step / (med * 1e-3) / 1e12,
         "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
     }
@@ -160,7 +160,7 @@ def main():
         r = run(variant, args)
         print(f"{r['tool']:>16}: step {r['step_ms_median']:.2f} ms (p10 {r['step_ms_p10']:.2f}, p90 "
               f"{r['step_ms_p90']:.2f}), {r['samples_per_s']:.1f} samples/s, {r['tflops']:.1f} TFLOP/s, "
-              f"peak {r['peak_gpu_mem_bytes'] / 2**30:.2f} GiB")
+              f"peak {(r['peak_gpu_mem_bytes'] or 0) / 2**30:.2f} GiB")
         print(json.dumps(r), flush=True)
 
 
