@@ -32,11 +32,18 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint", run.checkpoint, "With --predict-only: best (default), last or a path");
   std::string benchmark_kind;
   auto* benchmark = app.add_option("--benchmark", benchmark_kind,
-                                   "Benchmark instead of training: data (the batch pipeline alone, no model)")
+                                   "Benchmark instead of training: data (the batch pipeline alone, no model), or "
+                                   "no value / step (the training step alone, synthetic batches)")
                         ->expected(0, 1);
   app.add_option("--workers", run.workers, "With --benchmark data: sampler thread counts to measure, e.g. 1,2,4");
   app.add_option("--benchmark-seconds", run.benchmark_seconds, "With --benchmark: seconds measured per result row")
       ->check(CLI::PositiveNumber);
+  auto* steps_opt = app.add_option("--steps", run.steps, "With --benchmark (step): timed steps")
+                       ->check(CLI::PositiveNumber)
+                       ->capture_default_str();
+  auto* warmup_opt = app.add_option("--warmup", run.warmup, "With --benchmark (step): untimed steps first")
+                        ->check(CLI::NonNegativeNumber)
+                        ->capture_default_str();
   app.add_option("--set", run.overrides, "Override a config key: --set training.epochs=3 (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -160,6 +167,7 @@ int main(int argc, char** argv) {
     if (*evaluate_segmentation_app) return u3d::evaluate_segmentation_command(evaluate_segmentation);
     if (resume->count() > 0) run.resume = resume_path;
     if (benchmark->count() > 0) run.benchmark = benchmark_kind;
+    run.steps_given = steps_opt->count() > 0 || warmup_opt->count() > 0;
     if (run.config.empty()) {
       std::fputs(app.help().c_str(), stderr);
       throw u3d::UsageError("--config is required (trainer --config exp.yaml)");

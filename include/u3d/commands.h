@@ -15,9 +15,12 @@ struct RunCommand {
   bool predict_only = false;           // --predict-only
   std::string checkpoint = "best";     // --checkpoint best|last|PATH (with --predict-only)
   std::vector<std::string> allow_config_change;  // --allow-config-change KEY[,KEY...] (with --resume)
-  // --benchmark [KIND]: "data" runs the batch pipeline alone (benchmark.h); "" (no value) is the
-  // training-step benchmark (not implemented yet: exit 2).
+  // --benchmark [KIND]: "data" runs the batch pipeline alone; "" (no value) or "step" times the
+  // training step (benchmark.h).
   std::optional<std::string> benchmark;
+  int64_t steps = 20;                  // --steps: timed steps (with --benchmark step)
+  int64_t warmup = 5;                  // --warmup: untimed steps first (with --benchmark step)
+  bool steps_given = false;            // --steps or --warmup was passed
   std::string workers;                 // --workers 1,2,4 (with --benchmark data)
   double benchmark_seconds = 3.0;      // --benchmark-seconds: measured time per benchmark row
 };

@@ -31,6 +31,8 @@ enum class Monitor { kAuto, kValLoss, kValMetric, kValDoseScore, kValDvhScore, k
 enum class CachePlacement { kAuto, kGpu, kPinned, kMemory };
 enum class Tta { kNone, kFlips };
 enum class SaveErrorPolicy { kStop, kContinue };
+enum class Precision { kAuto, kFp32, kBf16, kFp16 };
+enum class Toggle { kAuto, kOn, kOff };
 
 struct ExperimentConfig {
   std::string name = "experiment";  // run folder name: <output_dir>/<name>
@@ -97,6 +99,7 @@ struct ModelConfig {
   double dropout = 0.0;              // channel dropout after each convolution
   OutputActivation output_activation = OutputActivation::kNone;  // regression head only
   bool deep_supervision = false;     // segmentation: outputs at every decoder stage (nnU-Net)
+  Toggle channels_last = Toggle::kAuto;  // weights and activations in ChannelsLast3d; auto: on with CUDA
 };
 
 struct TrainingConfig {
@@ -122,6 +125,10 @@ struct TrainingConfig {
   double pseudo_dice_ema = 0.9;      // ema = w * ema + (1 - w) * pseudo_dice
   bool deterministic = false;        // deterministic algorithms, no TF32
   int64_t max_nonfinite_steps = 20;  // consecutive steps skipped for NaN/Inf before the run stops
+  // Training step (include/u3d/train_step.h, docs/performance.md)
+  Precision precision = Precision::kAuto;  // auto: bf16 on CUDA, fp32 on CPU; fp16 (CUDA only) adds loss scaling
+  Toggle cuda_graph = Toggle::kAuto;       // capture the whole step in a CUDA graph; auto: when it can
+  int64_t graph_warmup_steps = 3;          // eager steps on a side stream before the capture
 };
 
 struct CheckpointConfig {
@@ -198,5 +205,7 @@ std::string to_string(Monitor v);
 std::string to_string(CachePlacement v);
 std::string to_string(Tta v);
 std::string to_string(SaveErrorPolicy v);
+std::string to_string(Precision v);
+std::string to_string(Toggle v);
 
 }  // namespace u3d

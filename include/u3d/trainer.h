@@ -33,6 +33,7 @@
 #include "u3d/sampler.h"
 #include "u3d/schedule.h"
 #include "u3d/step_monitor.h"
+#include "u3d/train_step.h"
 #include "u3d/unet.h"
 
 namespace u3d {
@@ -90,8 +91,9 @@ class Trainer {
   // fills stats.loss with the mean patch loss when it has no value yet.
   void validate_patches(int64_t epoch, ValStats& stats);
   void save_checkpoints(int64_t epoch, bool improved);
-  // One optimizer step on `batch` (on the device): forward, loss, backward, gradient norm, skip
-  // flag, clipping, update; nothing is read back. Returns the loss (device scalar).
+  // One optimizer step on `batch` (on the device) through TrainStep (train_step.h): forward under
+  // autocast, loss, backward, gradient norm, skip flag, clipping, update, eager or as a replayed
+  // CUDA graph; nothing is read back. Returns the loss (device scalar).
   torch::Tensor train_step(const Batch& batch);
 
   // The stop signal that ended fit() early, or 0.
@@ -133,11 +135,11 @@ class Trainer {
   std::unique_ptr<PatchSampler> sampler_;
   std::unique_ptr<BatchLoader> loader_;  // after sampler_: destroyed (threads joined) first
   std::unique_ptr<PatchSampler> val_sampler_;  // pseudo-Dice patches
-  std::vector<double> deep_weights_;            // deep-supervision loss weights, finest output first
   Network net_;
   std::unique_ptr<Loss> loss_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
+  std::unique_ptr<TrainStep> step_;  // refers to net_, loss_, optimizer_, monitor_ (its destructor uses none)
   std::unique_ptr<MetricsCsv> csv_;
   TaskMetric metric_;
   std::unique_ptr<DoseEvaluator> dose_eval_;  // OpenKBP dose/DVH scores of the val split, or null
@@ -147,7 +149,6 @@ class Trainer {
   std::unique_ptr<StepMonitor> monitor_;
   std::unique_ptr<MetricsCsv> step_csv_;  // logging.step_log
   std::unique_ptr<CheckpointCadence> cadence_;
-  std::vector<torch::Tensor> buffers_, saved_buffers_;  // restored when a step is skipped
   torch::Tensor last_found_inf_;  // () float32: whether the last step was skipped
   std::string cases_sha256_;
   int64_t saved_global_step_ = -1;  // global step of the newest committed periodic checkpoint

@@ -3,6 +3,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -71,5 +72,19 @@ class UNet3dImpl : public NetworkImpl {
 Network build_network(const ModelConfig& cfg, int64_t in_channels, int64_t out_channels);
 // Number of parameters (trainable only by default).
 int64_t count_parameters(const torch::nn::Module& module, bool trainable_only = true);
+
+// FLOPs (2 x multiply-adds, the convention of FLOP counters and GPU peak figures) of every
+// convolution and transposed convolution that `run` executes on the calling thread, read from the
+// shapes of each aten::convolution call (a RecordFunction observer): a convolution costs
+// 2 * N * prod(output spatial) * weight.numel(), a transposed one 2 * N * prod(input spatial) *
+// weight.numel(). Norms, activations, pooling and the loss are left out (a few % of a U-Net).
+int64_t count_conv_flops(const std::function<void()>& run);
+// Forward FLOPs of `net` for one sample of `in_channels` x `patch`, counted as count_conv_flops
+// does from the network's own forward: run once in eval mode without gradients on one sample of
+// size_divisor() per axis on the network's device, then scaled by the voxel ratio (exact: every
+// convolution's cost is linear in the voxels when each axis divides by size_divisor()); the full
+// patch when it does not divide. A training step costs about 3x this per sample (forward, and a
+// backward of twice the forward: gradients of inputs and of weights).
+int64_t forward_flops(NetworkImpl& net, const Shape3& patch, int64_t in_channels);
 
 }  // namespace u3d

@@ -52,15 +52,15 @@ int run_command(const RunCommand& cmd) {
   if (!cmd.workers.empty() && cmd.benchmark != std::optional<std::string>("data")) {
     throw UsageError("--workers goes with --benchmark data");
   }
-  if (cmd.benchmark && *cmd.benchmark != "data") {
-    if (cmd.benchmark->empty()) {
-      throw UsageError("--benchmark without a value (the training-step benchmark) is not implemented yet; "
-                       "--benchmark data runs the batch pipeline alone");
-    }
-    throw UsageError(fmt::format("--benchmark '{}': expected data, or no value for the training step", *cmd.benchmark));
+  const bool step_benchmark = cmd.benchmark && (cmd.benchmark->empty() || *cmd.benchmark == "step");
+  if (cmd.benchmark && *cmd.benchmark != "data" && !step_benchmark) {
+    throw UsageError(fmt::format("--benchmark '{}': expected data, step, or no value for the training step",
+                                 *cmd.benchmark));
   }
+  if (cmd.steps_given && !step_benchmark) throw UsageError("--steps and --warmup go with --benchmark (step)");
   Config cfg = load_config(cmd.config, cmd.overrides);
   init_console_logging(cfg.logging.level);
+  if (step_benchmark) return step_benchmark_command(cfg, StepBenchmarkOptions{cmd.steps, cmd.warmup});
   if (cmd.benchmark) {
     DataBenchmarkOptions o;
     if (!cmd.workers.empty()) o.workers = parse_worker_list(cmd.workers);

@@ -55,6 +55,9 @@ U3D_ENUM_NAMES(CachePlacement, {CachePlacement::kAuto, "auto"}, {CachePlacement:
                {CachePlacement::kPinned, "pinned"}, {CachePlacement::kMemory, "memory"})
 U3D_ENUM_NAMES(Tta, {Tta::kNone, "none"}, {Tta::kFlips, "flips"})
 U3D_ENUM_NAMES(SaveErrorPolicy, {SaveErrorPolicy::kStop, "stop"}, {SaveErrorPolicy::kContinue, "continue"})
+U3D_ENUM_NAMES(Precision, {Precision::kAuto, "auto"}, {Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"},
+               {Precision::kFp16, "fp16"})
+U3D_ENUM_NAMES(Toggle, {Toggle::kAuto, "auto"}, {Toggle::kOn, "on"}, {Toggle::kOff, "off"})
 #undef U3D_ENUM_NAMES
 
 template <class E>
@@ -519,6 +522,9 @@ const std::vector<Option>& option_table() {
                   "1/2, 1/4, ... from full resolution down, the lowest-resolution one off, normalised to sum 1, "
                   "targets down-sampled by nearest neighbour (as nnU-Net)"),
       // training
+      make_option("model.channels_last", &C::model, &ModelConfig::channels_last,
+                  "Weights and activations in channels-last 3D layout (NDHWC) for cuDNN; auto: on with CUDA, "
+                  "off on CPU"),
       make_option("training.device", &C::training, &TrainingConfig::device,
                   "auto: CUDA when available, else CPU"),
       make_option("training.threads", &C::training, &TrainingConfig::threads,
@@ -566,6 +572,15 @@ const std::vector<Option>& option_table() {
       make_option("training.max_nonfinite_steps", &C::training, &TrainingConfig::max_nonfinite_steps,
                   "Steps in a row whose loss or gradient norm is NaN/Inf (each skipped, weights unchanged) before "
                   "the run stops",
+                  at_least<int64_t>(1)),
+      make_option("training.precision", &C::training, &TrainingConfig::precision,
+                  "Autocast precision of forward and loss: auto (bf16 on CUDA, fp32 on CPU), fp32, bf16, or fp16 "
+                  "(CUDA only; dynamic loss scaling kept on the device). Weights and optimizer stay float32"),
+      make_option("training.cuda_graph", &C::training, &TrainingConfig::cuda_graph,
+                  "Capture the whole training step in a CUDA graph and replay it; auto: when the device is CUDA "
+                  "and batch shapes are fixed (else eager, logging why); on: an error where it cannot"),
+      make_option("training.graph_warmup_steps", &C::training, &TrainingConfig::graph_warmup_steps,
+                  "Eager steps on a side stream before the CUDA-graph capture (cuDNN autotuning, allocations)",
                   at_least<int64_t>(1)),
       // checkpoint
       make_option("checkpoint.every_epochs", &C::checkpoint, &CheckpointConfig::every_epochs,
@@ -732,6 +747,8 @@ std::string to_string(Monitor v) { return enum_name(v); }
 std::string to_string(CachePlacement v) { return enum_name(v); }
 std::string to_string(Tta v) { return enum_name(v); }
 std::string to_string(SaveErrorPolicy v) { return enum_name(v); }
+std::string to_string(Precision v) { return enum_name(v); }
+std::string to_string(Toggle v) { return enum_name(v); }
 
 void apply_override(Config& cfg, const std::string& assignment) {
   const auto eq = assignment.find('=');
@@ -817,6 +834,16 @@ void validate(const Config& cfg) {
   std::set<std::string> unique_channels(cfg.data.channels.begin(), cfg.data.channels.end());
   if (unique_channels.size() != cfg.data.channels.size()) {
     throw ConfigError(fmt::format("{}: data.channels: a channel is listed twice", origin_of(cfg, "data.channels")));
+  }
+  if (cfg.training.device == Device::kCpu && cfg.training.precision == Precision::kFp16) {
+    throw ConfigError(fmt::format("{}: training.precision: fp16 needs a CUDA device (training.device is cpu); use "
+                                  "bf16 or fp32 on CPU",
+                                  origin_of(cfg, "training.precision")));
+  }
+  if (cfg.training.device == Device::kCpu && cfg.training.cuda_graph == Toggle::kOn) {
+    throw ConfigError(fmt::format("{}: training.cuda_graph: on needs a CUDA device (training.device is cpu); use "
+                                  "auto or off",
+                                  origin_of(cfg, "training.cuda_graph")));
   }
   if (m.output_activation != OutputActivation::kNone && cfg.training.loss == LossKind::kDiceCe) {
     throw ConfigError(fmt::format("{}: model.output_activation: must be none with training.loss = dice_ce",

@@ -1,5 +1,7 @@
 #include "u3d/unet.h"
 
+#include <ATen/record_function.h>
+
 #include "u3d/errors.h"
 #include "u3d/openkbp_baseline.h"
 
@@ -146,6 +148,82 @@ int64_t count_parameters(const torch::nn::Module& module, bool trainable_only) {
     if (!trainable_only || p.requires_grad()) n += p.numel();
   }
   return n;
+}
+
+namespace {
+
+thread_local int64_t* conv_flops_sink = nullptr;  // the counter of the count_conv_flops() running here
+
+int64_t shape_product(c10::IntArrayRef sizes, size_t from) {
+  int64_t n = 1;
+  for (size_t i = from; i < sizes.size(); ++i) n *= sizes[i];
+  return n;
+}
+
+std::unique_ptr<at::ObserverContext> on_convolution(const at::RecordFunction& fn) {
+  if (!conv_flops_sink || std::string_view(fn.name()) != "aten::convolution") return nullptr;
+  // aten::convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+  const auto inputs = fn.inputs();
+  if (inputs.size() < 9 || !inputs[0].isTensor() || !inputs[1].isTensor()) return nullptr;
+  const auto& input = inputs[0].toTensor();   // (N, C_in, spatial...)
+  const auto& weight = inputs[1].toTensor();  // (C_out, C_in / g, k...) or transposed (C_in, C_out / g, k...)
+  const bool transposed = inputs[6].toBool();
+  const size_t spatial = static_cast<size_t>(input.dim()) - 2;
+  int64_t voxels = 1;  // output voxels (convolution) or input voxels (transposed): one weight pass each
+  if (transposed) {
+    voxels = shape_product(input.sizes(), 2);
+  } else {
+    const auto stride = inputs[3].toIntVector(), padding = inputs[4].toIntVector(), dilation = inputs[5].toIntVector();
+    auto at = [](const std::vector<int64_t>& v, size_t i) { return v.size() == 1 ? v[0] : v[i]; };
+    for (size_t i = 0; i < spatial; ++i) {
+      const int64_t n = input.size(static_cast<int64_t>(i) + 2), k = weight.size(static_cast<int64_t>(i) + 2);
+      voxels *= (n + 2 * at(padding, i) - at(dilation, i) * (k - 1) - 1) / at(stride, i) + 1;
+    }
+  }
+  *conv_flops_sink += 2 * input.size(0) * voxels * weight.numel();
+  return nullptr;
+}
+
+}  // namespace
+
+int64_t count_conv_flops(const std::function<void()>& run) {
+  int64_t flops = 0;
+  int64_t* const outer = conv_flops_sink;
+  conv_flops_sink = &flops;
+  const auto handle = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(&on_convolution).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
+  try {
+    run();
+  } catch (...) {
+    at::removeCallback(handle);
+    conv_flops_sink = outer;
+    throw;
+  }
+  at::removeCallback(handle);
+  conv_flops_sink = outer;
+  return flops;
+}
+
+int64_t forward_flops(NetworkImpl& net, const Shape3& patch, int64_t in_channels) {
+  const int64_t divisor = net.size_divisor();
+  Shape3 probe = patch;
+  int64_t scale = 1;
+  if (patch[0] % divisor == 0 && patch[1] % divisor == 0 && patch[2] % divisor == 0) {
+    probe = {divisor, divisor, divisor};
+    scale = (patch[0] / divisor) * (patch[1] / divisor) * (patch[2] / divisor);
+  }
+  const auto params = net.parameters();
+  const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+  const bool was_training = net.is_training();
+  net.eval();  // batch-norm statistics untouched
+  int64_t flops = 0;
+  {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor x = torch::zeros({1, in_channels, probe[0], probe[1], probe[2]}, torch::TensorOptions().device(device));
+    flops = count_conv_flops([&] { (void)net.forward(x); });
+  }
+  net.train(was_training);
+  return flops * scale;
 }
 
 }  // namespace u3d

@@ -303,11 +303,18 @@ void Trainer::build_model() {
   torch::manual_seed(static_cast<uint64_t>(cfg_.experiment.seed));
   net_ = build_network(cfg_.model, pre_->in_channels(), pre_->out_channels());
   net_->to(runtime_.device);
+  if (resolve_channels_last(cfg_.model, runtime_.device)) to_channels_last(*net_);  // before the optimizer's moments
   loss_ = std::make_unique<Loss>(resolve_loss(cfg_.training.loss, pre_->task(), train_cache_->has_masks()));
   optimizer_ = std::make_unique<Optimizer>(cfg_.training, net_->parameters());
   monitor_ = std::make_unique<StepMonitor>(runtime_.device);
-  buffers_ = net_->buffers();  // batch-norm running statistics and counters
-  for (const auto& b : buffers_) saved_buffers_.push_back(torch::empty_like(b));
+  step_ = std::make_unique<TrainStep>(cfg_, runtime_.device, *net_, *loss_, *optimizer_, monitor_.get());
+  if (faults_ && !faults_->inf_grad.empty()) {
+    step_->set_after_backward([this](const std::vector<torch::Tensor>& params) {
+      if (!faults_->inf_grad.count(state_.global_step + 1)) return;
+      torch::NoGradGuard no_grad;
+      params[0].grad().view(-1)[0] = std::numeric_limits<float>::infinity();
+    });
+  }
   cadence_ = std::make_unique<CheckpointCadence>(cfg_.checkpoint.every_epochs, cfg_.checkpoint.every_minutes,
                                                  cfg_.training.epochs);
   schedule_ = std::make_unique<LrSchedule>(cfg_.training, cfg_.training.epochs * steps_per_epoch_);
@@ -346,6 +353,9 @@ void Trainer::restore() {
   state_ = info.state;
   if (state_.step_in_epoch > steps_per_epoch_) state_.step_in_epoch = steps_per_epoch_;
   monitor_->restore(state_);
+  if (step_->scaler() && saved.training.precision == Precision::kFp16) {  // else a fresh scaler
+    step_->scaler()->load(state_.loss_scale, state_.loss_scale_growth);
+  }
   saved_global_step_ = state_.global_step;
   csv_->resume(state_.epoch);
   if (step_csv_) step_csv_->resume(state_.global_step);
@@ -413,7 +423,9 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
     }
   } catch (const std::exception& e) {
     if (!is_out_of_memory(e)) throw;
-    throw TrainingError(out_of_memory_message(cfg_, runtime_.device, "training step") + "; " + last_checkpoint_note());
+    throw TrainingError(out_of_memory_message(cfg_, runtime_.device, "training step",
+                                              precision_name(step_->features().precision)) +
+                        "; " + last_checkpoint_note());
   }
   check_nonfinite();
   const auto totals = monitor_->totals();
@@ -426,34 +438,8 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
 }
 
 torch::Tensor Trainer::train_step(const Batch& batch) {
-  if (!buffers_.empty()) torch::_foreach_copy_(saved_buffers_, buffers_);
-  optimizer_->zero_grad();
-  torch::Tensor loss;
-  if (cfg_.model.deep_supervision) {
-    const std::vector<torch::Tensor> outs = net_->forward_deep(batch.image);  // finest first
-    if (deep_weights_.size() != outs.size()) deep_weights_ = deep_supervision_weights(static_cast<int64_t>(outs.size()));
-    loss = deep_supervision_loss(*loss_, outs, batch.target, deep_weights_);
-  } else {
-    loss = (*loss_)(net_->forward(batch.image), batch.target, batch.mask);
-  }
-  loss.backward();
-  if (faults_ && faults_->inf_grad.count(state_.global_step + 1)) {
-    torch::NoGradGuard no_grad;
-    optimizer_->params()[0].grad().view(-1)[0] = std::numeric_limits<float>::infinity();
-  }
-  const torch::Tensor norm = optimizer_->grad_norm();
-  const torch::Tensor found_inf = nonfinite_flag(loss, norm);  // () float32 0/1, stays on the device
-  if (cfg_.training.grad_clip_norm > 0) optimizer_->clip_grad_norm(norm, cfg_.training.grad_clip_norm);
-  optimizer_->step(found_inf);
-  if (!buffers_.empty()) {  // a skipped step leaves batch-norm statistics as they were, too
-    torch::NoGradGuard no_grad;
-    const torch::Tensor skip = found_inf > 0;
-    for (size_t i = 0; i < buffers_.size(); ++i) {
-      buffers_[i].copy_(torch::where(skip, saved_buffers_[i], buffers_[i]));
-    }
-  }
-  monitor_->record(loss, found_inf);
-  last_found_inf_ = found_inf;
+  const torch::Tensor loss = step_->run(batch);  // train_step.h: eager or a replayed CUDA graph
+  last_found_inf_ = step_->found_inf();
   return loss;
 }
 
@@ -617,6 +603,10 @@ CheckpointInfo Trainer::checkpoint_info() const {
   CheckpointInfo info;
   info.state = state_;
   monitor_->store(info.state);
+  if (auto* scaler = step_ ? step_->scaler() : nullptr) {  // host read, at checkpoints only
+    info.state.loss_scale = scaler->scale_value();
+    info.state.loss_scale_growth = scaler->growth_tracker_value();
+  }
   info.state.epoch_loss_steps = info.state.step_in_epoch - info.state.epoch_skipped;
   info.sampler.seed = cfg_.experiment.seed;
   info.sampler.batch_size = cfg_.data.batch_size;

@@ -1,0 +1,112 @@
+// One training step, as fast as the device allows and with no host read:
+//
+//   TrainStep step(cfg, device, *net, loss, optimizer, &monitor);   // after to_channels_last()
+//   optimizer.set_lr(schedule.at(i));                                 // device LR, outside any graph
+//   torch::Tensor loss = step.run(batch);                             // () float32 on the device
+//
+// What run() does (eager): restore point for buffers; zero_grad; forward under autocast
+// (training.precision: bf16/fp16 convolutions, AutocastGuard); the loss in float32 (the output is
+// cast back before the loss); backward (of loss x scale with fp16); fp16: unscale the gradients and
+// flag Inf/NaN (GradScaler); the global gradient norm; found_inf = non-finite loss, norm or
+// gradient; clipping (training.grad_clip_norm); the fused optimizer step, skipped on the device
+// when found_inf; fp16: scale update; buffers (batch-norm statistics) put back when skipped; the
+// StepMonitor's device sums. Nothing is read back to the host.
+//
+// training.cuda_graph: after training.graph_warmup_steps eager steps on a side stream, the whole
+// step above is captured once in a CUDA graph (CudaGraphStep, cuda_graph.h) and replayed for every
+// later batch, which is first copied into the graph's static input tensors. `auto` stays eager and
+// logs why on CPU, when batch shapes change, with test fault injection, or when the capture fails;
+// `on` makes each of these an error.
+//
+// model.channels_last: weights (to_channels_last(), before the optimizer is made, so its moments
+// share the layout) and each input batch in ChannelsLast3d, the layout cuDNN's fastest 3D kernels
+// use. Instance norm may hand back contiguous tensors; the convolutions after it convert again.
+#pragma once
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "u3d/amp.h"
+#include "u3d/augment.h"
+#include "u3d/config.h"
+#include "u3d/losses.h"
+#include "u3d/optimizer.h"
+#include "u3d/step_monitor.h"
+#include "u3d/unet.h"
+
+namespace u3d {
+
+class CudaGraphStep;
+
+// What the step runs with, resolved for the device (for logs and the benchmark's JSON).
+struct StepFeatures {
+  Precision precision = Precision::kFp32;  // resolved: never kAuto
+  bool channels_last = false;
+  bool cuda_graph = false;       // requested and possible so far (a later fallback clears it)
+  std::string cuda_graph_note;   // why not, when not
+  bool fused_optimizer = true;   // ATen fused AdamW/Adam/SGD kernels (always, optimizer.h)
+  bool cudnn_benchmark = false;  // cuDNN autotuning (training.deterministic off, CUDA)
+  bool tf32 = false;             // TF32 matmuls/convolutions allowed for fp32 (CUDA)
+  std::string describe() const;  // "bf16, channels-last, CUDA graph, fused adamw, cuDNN autotune, TF32"
+};
+
+// model.channels_last for `device`: auto is on with CUDA, off on CPU.
+bool resolve_channels_last(const ModelConfig& cfg, const torch::Device& device);
+// Converts every 5-D parameter and buffer of `module` to ChannelsLast3d in place (set_data: the
+// tensors keep their identity, so an optimizer made before still holds them; make it after, so its
+// moments take the same layout).
+void to_channels_last(torch::nn::Module& module);
+
+// The tensors a step leaves behind: loss () float32 and found_inf () float32 0/1, on the device.
+struct StepOutputs {
+  torch::Tensor loss, found_inf;
+};
+
+class TrainStep {
+ public:
+  // `monitor` may be null (benchmark). `net`, `loss`, `optimizer` and `monitor` must outlive this.
+  // ConfigError for fp16 or cuda_graph: on without CUDA.
+  TrainStep(const Config& cfg, const torch::Device& device, NetworkImpl& net, const Loss& loss, Optimizer& optimizer,
+            StepMonitor* monitor);
+  ~TrainStep();
+
+  // One optimizer step on `batch` (on the device, the configured shapes). Returns the loss (a
+  // device scalar; found_inf() tells whether the step was skipped). No host read.
+  torch::Tensor run(const Batch& batch);
+  // The step itself on `batch`, eager (CudaGraphStep captures this). `capturing`: inside a CUDA
+  // graph capture (autocast cache off).
+  StepOutputs compute(const Batch& batch, bool capturing);
+
+  // () float32 on the device: 1 when the last step was skipped.
+  const torch::Tensor& found_inf() const { return last_found_inf_; }
+  const StepFeatures& features() const { return features_; }
+  // The fp16 loss scaler, or null.
+  GradScaler* scaler() { return scaler_.get(); }
+  // Test-only fault hook, called after backward with the parameters (to plant an Inf gradient);
+  // forces eager steps (a host callback cannot run inside a replayed graph).
+  void set_after_backward(std::function<void(const std::vector<torch::Tensor>& params)> hook);
+  // Whether the last run() replayed a captured graph.
+  bool replayed() const { return replayed_; }
+
+ private:
+  const Config& cfg_;
+  torch::Device device_;
+  NetworkImpl& net_;
+  const Loss& loss_;
+  Optimizer& optimizer_;
+  StepMonitor* monitor_;
+  StepFeatures features_;
+  std::optional<at::ScalarType> autocast_;
+  std::unique_ptr<GradScaler> scaler_;
+  std::vector<torch::Tensor> buffers_, saved_buffers_;  // restored when a step is skipped
+  std::vector<double> deep_weights_;  // deep-supervision loss weights, finest output first
+  torch::Tensor last_found_inf_;
+  std::function<void(const std::vector<torch::Tensor>&)> after_backward_;
+  std::unique_ptr<CudaGraphStep> graph_;
+  bool replayed_ = false;
+};
+
+}  // namespace u3d

@@ -1,0 +1,180 @@
+// trainer --benchmark [step]: the training step alone (include/u3d/benchmark.h).
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "u3d/benchmark.h"
+#include "u3d/dataset.h"
+#include "u3d/errors.h"
+#include "u3d/files.h"
+#include "u3d/losses.h"
+#include "u3d/optimizer.h"
+#include "u3d/preprocess.h"
+#include "u3d/run.h"
+#include "u3d/step_monitor.h"
+#include "u3d/train_step.h"
+#include "u3d/unet.h"
+#include "u3d/version.h"
+
+namespace u3d {
+namespace {
+
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) out += c;
+  }
+  return out + "\"";
+}
+
+// Nearest-rank percentile of sorted values.
+double percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const auto i = static_cast<size_t>(p * static_cast<double>(sorted.size() - 1) + 0.5);
+  return sorted[std::min(i, sorted.size() - 1)];
+}
+
+void sync(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize();
+}
+
+}  // namespace
+
+StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOptions& options) {
+  if (options.steps < 1) throw UsageError("--steps: at least 1 timed step");
+  if (options.warmup < 0) throw UsageError("--warmup: 0 or more steps");
+  const Runtime rt = init_runtime(cfg);
+  StepBenchmarkResult r;
+  r.device = rt.device.str();
+  if (rt.device.is_cuda()) r.gpu_name = at::cuda::getDeviceProperties(rt.device.index())->name;
+
+  // Channels and task from the dataset when it exists (its header only), else one-channel dose.
+  Task task = Task::kDose;
+  bool has_mask = true;
+  r.in_channels = std::max<int64_t>(1, static_cast<int64_t>(cfg.data.channels.size()));
+  r.out_channels = 1;
+  std::error_code ec;
+  if (std::filesystem::exists(cfg.data.path, ec)) {
+    const DatasetReader reader(cfg.data.path);
+    const Preprocessor pre(cfg.data, reader.info());
+    task = pre.task();
+    r.in_channels = pre.in_channels();
+    r.out_channels = pre.out_channels();
+  }
+  const int64_t n = cfg.data.batch_size;
+  const auto& p = cfg.data.patch_size;
+
+  torch::manual_seed(static_cast<uint64_t>(cfg.experiment.seed));
+  Network net = build_network(cfg.model, r.in_channels, r.out_channels);
+  net->to(rt.device);
+  r.forward_flops_per_sample = forward_flops(*net, p, r.in_channels);
+  r.flops_per_step = 3 * r.forward_flops_per_sample * n;
+  if (resolve_channels_last(cfg.model, rt.device)) to_channels_last(*net);
+  net->train();
+  r.parameters = count_parameters(*net);
+  const Loss loss(resolve_loss(cfg.training.loss, task, has_mask));
+  Optimizer optimizer(cfg.training, net->parameters());
+  optimizer.set_lr(cfg.training.lr);
+  StepMonitor monitor(rt.device);
+  TrainStep step(cfg, rt.device, *net, loss, optimizer, &monitor);
+
+  // Synthetic batch: (N, C, D, H, W) float32 image ~ N(0, 1); dose target in [0, 1) or labels; mask.
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(rt.device);
+  Batch batch;
+  batch.image = torch::randn({n, r.in_channels, p[0], p[1], p[2]}, f32);
+  if (task == Task::kSegmentation) {
+    batch.target = torch::randint(0, r.out_channels, {n, p[0], p[1], p[2]}, f32.dtype(torch::kLong));
+  } else {
+    batch.target = torch::rand({n, 1, p[0], p[1], p[2]}, f32);
+    batch.mask = (torch::rand({n, 1, p[0], p[1], p[2]}, f32) > 0.2).to(torch::kFloat);
+  }
+
+  r.warmup = options.warmup;
+  if (step.features().cuda_graph) r.warmup = std::max(r.warmup, cfg.training.graph_warmup_steps + 1);
+  for (int64_t i = 0; i < r.warmup; ++i) step.run(batch);
+  sync(rt.device);
+  if (rt.device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(rt.device.index());
+  using Clock = std::chrono::steady_clock;
+  for (int64_t i = 0; i < options.steps; ++i) {
+    const auto t0 = Clock::now();
+    step.run(batch);
+    sync(rt.device);
+    r.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  r.steps = options.steps;
+  const auto& f = step.features();
+  r.features = f.describe();
+  r.precision = precision_name(f.precision);
+  r.channels_last = f.channels_last;
+  r.cuda_graph = f.cuda_graph && step.replayed();
+  r.cuda_graph_note = r.cuda_graph ? "" : (f.cuda_graph_note.empty() ? "not replayed" : f.cuda_graph_note);
+  r.fused_optimizer = f.fused_optimizer;
+  r.cudnn_benchmark = f.cudnn_benchmark;
+  r.tf32 = f.tf32;
+  std::vector<double> sorted = r.step_ms;
+  std::sort(sorted.begin(), sorted.end());
+  r.median_ms = percentile(sorted, 0.5);
+  r.p10_ms = percentile(sorted, 0.1);
+  r.p90_ms = percentile(sorted, 0.9);
+  r.samples_per_second = r.median_ms > 0 ? 1e3 * static_cast<double>(n) / r.median_ms : 0;
+  r.tflops = r.median_ms > 0 ? static_cast<double>(r.flops_per_step) / (r.median_ms * 1e-3) / 1e12 : 0;
+  if (rt.device.is_cuda()) r.peak_gpu_bytes = peak_memory_bytes(rt.device);
+  r.peak_host_bytes = peak_memory_bytes(torch::kCPU);
+  const auto totals = monitor.totals();
+  r.skipped_steps = totals.skipped;
+  return r;
+}
+
+int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& options) {
+  const StepBenchmarkResult r = run_step_benchmark(cfg, options);
+  const auto& p = cfg.data.patch_size;
+  const int64_t n = cfg.data.batch_size;
+  std::printf("training-step benchmark: %s, %s%s\n", to_string(cfg.model.architecture).c_str(), r.device.c_str(),
+              r.gpu_name.empty() ? "" : (" (" + r.gpu_name + ")").c_str());
+  std::printf("  model          %lld parameters, %lld -> %lld channels\n", static_cast<long long>(r.parameters),
+              static_cast<long long>(r.in_channels), static_cast<long long>(r.out_channels));
+  std::printf("  batch          %lld x [%lld, %lld, %lld], synthetic data\n", static_cast<long long>(n),
+              static_cast<long long>(p[0]), static_cast<long long>(p[1]), static_cast<long long>(p[2]));
+  std::printf("  features       %s%s\n", r.features.c_str(),
+              r.cuda_graph_note.empty() ? "" : (" (CUDA graph: " + r.cuda_graph_note + ")").c_str());
+  std::printf("  steps          %lld timed after %lld warm-up\n", static_cast<long long>(r.steps),
+              static_cast<long long>(r.warmup));
+  std::printf("  step time      median %.3f ms, p10 %.3f ms, p90 %.3f ms\n", r.median_ms, r.p10_ms, r.p90_ms);
+  std::printf("  throughput     %.2f samples/s\n", r.samples_per_second);
+  std::printf("  FLOPs/step     %.4g (forward %.4g per sample, x3 for training, x%lld samples)\n",
+              static_cast<double>(r.flops_per_step), static_cast<double>(r.forward_flops_per_sample),
+              static_cast<long long>(n));
+  std::printf("  achieved       %.4f TFLOP/s\n", r.tflops);
+  std::printf("  peak memory    %s\n",
+              r.peak_gpu_bytes >= 0 ? (human_bytes(static_cast<double>(r.peak_gpu_bytes)) + " GPU").c_str()
+                                    : ("n/a (CPU; host peak RSS " + human_bytes(static_cast<double>(r.peak_host_bytes)) + ")").c_str());
+  if (r.skipped_steps > 0) std::printf("  skipped        %lld steps (non-finite loss or gradient)\n", static_cast<long long>(r.skipped_steps));
+  const std::string json = fmt::format(
+      "{{\"benchmark\": \"step\", \"tool\": \"trainer\", \"version\": {}, \"commit\": {}, \"torch\": {}, "
+      "\"device\": {}, \"gpu\": {}, \"architecture\": {}, \"parameters\": {}, \"in_channels\": {}, "
+      "\"out_channels\": {}, \"batch\": {}, \"patch\": [{}, {}, {}], \"data\": \"synthetic\", \"steps\": {}, "
+      "\"warmup\": {}, \"precision\": {}, \"channels_last\": {}, \"cuda_graph\": {}, \"cuda_graph_note\": {}, "
+      "\"fused_optimizer\": {}, \"cudnn_benchmark\": {}, \"tf32\": {}, \"deterministic\": {}, "
+      "\"step_ms_median\": {:.4f}, \"step_ms_p10\": {:.4f}, \"step_ms_p90\": {:.4f}, \"samples_per_s\": {:.4f}, "
+      "\"peak_gpu_mem_bytes\": {}, \"peak_host_rss_bytes\": {}, \"forward_flops_per_sample\": {}, "
+      "\"flops_per_step\": {}, \"tflops\": {:.6f}, \"data_wait_share\": 0, \"skipped_steps\": {}}}\n",
+      quoted(std::string(version())), quoted(std::string(git_commit())), quoted(TORCH_VERSION), quoted(r.device),
+      r.gpu_name.empty() ? "null" : quoted(r.gpu_name), quoted(to_string(cfg.model.architecture)), r.parameters,
+      r.in_channels, r.out_channels, n, p[0], p[1], p[2], r.steps, r.warmup, quoted(r.precision), r.channels_last,
+      r.cuda_graph, quoted(r.cuda_graph_note), r.fused_optimizer, r.cudnn_benchmark, r.tf32,
+      cfg.training.deterministic, r.median_ms, r.p10_ms, r.p90_ms, r.samples_per_second,
+      r.peak_gpu_bytes >= 0 ? std::to_string(r.peak_gpu_bytes) : std::string("null"), r.peak_host_bytes,
+      r.forward_flops_per_sample, r.flops_per_step, r.tflops, r.skipped_steps);
+  std::fputs(json.c_str(), stdout);
+  std::fflush(stdout);
+  return kExitOk;
+}
+
+}  // namespace u3d

@@ -1,0 +1,187 @@
+// The training step on CUDA: graph replay against eager steps, fp16 loss scaling with an injected
+// Inf, capture without host synchronisation, and the step benchmark's GPU figures. Every test
+// skips itself where no CUDA device is present.
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+
+#include "test_support.h"
+#include "u3d/cuda_graph.h"
+#include "u3d/errors.h"
+#include "u3d/train_step.h"
+
+namespace u3d {
+namespace {
+
+#define U3D_REQUIRE_CUDA() \
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
+
+const torch::Device kCuda(torch::kCUDA, 0);
+
+Config cuda_cfg(Precision precision, Toggle graph, bool deterministic) {
+  Config cfg;
+  cfg.data.path = "unused.h5";
+  cfg.model.levels = 3;
+  cfg.model.base_filters = 8;
+  cfg.model.channels_last = Toggle::kOn;
+  cfg.training.device = Device::kCuda;
+  cfg.training.precision = precision;
+  cfg.training.cuda_graph = graph;
+  cfg.training.graph_warmup_steps = 2;
+  cfg.training.deterministic = deterministic;
+  cfg.training.lr = 1e-3;
+  cfg.training.grad_clip_norm = 1.0;
+  return cfg;
+}
+
+Batch cuda_batch(int64_t i) {
+  torch::manual_seed(1000 + static_cast<uint64_t>(i));
+  Batch b;
+  b.image = torch::randn({2, 2, 32, 32, 32}).to(kCuda);
+  b.target = torch::rand({2, 1, 32, 32, 32}).to(kCuda);
+  b.mask = (torch::rand({2, 1, 32, 32, 32}) > 0.3).to(torch::kFloat).to(kCuda);
+  return b;
+}
+
+struct CudaRun {
+  std::vector<float> losses, skipped;
+  std::vector<double> scales;
+  bool replayed = false;
+  int64_t applied = 0;
+};
+
+CudaRun train_cuda(const Config& cfg, int64_t steps, int64_t inf_at = -1) {
+  auto& ctx = at::globalContext();
+  ctx.setDeterministicCuDNN(cfg.training.deterministic);
+  ctx.setBenchmarkCuDNN(!cfg.training.deterministic);
+  ctx.setAllowTF32CuDNN(!cfg.training.deterministic);
+  ctx.setAllowTF32CuBLAS(!cfg.training.deterministic);
+  torch::manual_seed(5);
+  Network net = build_network(cfg.model, 2, 1);
+  net->to(kCuda);
+  if (resolve_channels_last(cfg.model, kCuda)) to_channels_last(*net);
+  const Loss loss(LossKind::kMaskedL1);
+  Optimizer opt(cfg.training, net->parameters());
+  StepMonitor monitor(kCuda);
+  TrainStep step(cfg, kCuda, *net, loss, opt, &monitor);
+  int64_t i = 0;
+  if (inf_at >= 0) {
+    step.set_after_backward([&](const std::vector<torch::Tensor>& params) {
+      if (i != inf_at) return;
+      torch::NoGradGuard no_grad;
+      params[0].grad().view(-1)[0] = std::numeric_limits<float>::infinity();
+    });
+  }
+  CudaRun run;
+  for (i = 0; i < steps; ++i) {
+    opt.set_lr(cfg.training.lr * (1.0 - 0.05 * static_cast<double>(i)));  // the LR changes outside the graph
+    const torch::Tensor l = step.run(cuda_batch(i));
+    run.losses.push_back(l.item<float>());
+    run.skipped.push_back(step.found_inf().item<float>());
+    if (step.scaler()) run.scales.push_back(step.scaler()->scale_value());
+  }
+  run.replayed = step.replayed();
+  run.applied = opt.steps_applied();
+  return run;
+}
+
+TEST(GpuTrainStep, GraphReplayGivesTheEagerLossesBitwiseInDeterministicFp32) {
+  U3D_REQUIRE_CUDA();
+  const CudaRun eager = train_cuda(cuda_cfg(Precision::kFp32, Toggle::kOff, true), 8);
+  const CudaRun graph = train_cuda(cuda_cfg(Precision::kFp32, Toggle::kOn, true), 8);
+  EXPECT_FALSE(eager.replayed);
+  EXPECT_TRUE(graph.replayed);
+  EXPECT_EQ(graph.losses, eager.losses);
+}
+
+TEST(GpuTrainStep, GraphReplayFollowsEagerInBf16) {
+  U3D_REQUIRE_CUDA();
+  const CudaRun eager = train_cuda(cuda_cfg(Precision::kBf16, Toggle::kOff, false), 8);
+  const CudaRun graph = train_cuda(cuda_cfg(Precision::kBf16, Toggle::kOn, false), 8);
+  EXPECT_TRUE(graph.replayed);
+  for (size_t i = 0; i < eager.losses.size(); ++i) {
+    EXPECT_NEAR(graph.losses[i], eager.losses[i], 0.02 * std::abs(eager.losses[i]) + 1e-3) << "step " << i;
+  }
+}
+
+TEST(GpuTrainStep, Bf16FollowsFp32) {
+  U3D_REQUIRE_CUDA();
+  const CudaRun fp32 = train_cuda(cuda_cfg(Precision::kFp32, Toggle::kOff, true), 5);
+  const CudaRun bf16 = train_cuda(cuda_cfg(Precision::kBf16, Toggle::kOff, true), 5);
+  for (size_t i = 0; i < fp32.losses.size(); ++i) {
+    EXPECT_NEAR(bf16.losses[i], fp32.losses[i], 0.03 * std::abs(fp32.losses[i]) + 1e-3) << "step " << i;
+  }
+}
+
+TEST(GpuTrainStep, Fp16InjectedInfSkipsExactlyThatStepAndBacksOffTheScale) {
+  U3D_REQUIRE_CUDA();
+  const CudaRun run = train_cuda(cuda_cfg(Precision::kFp16, Toggle::kOff, false), 6, /*inf_at=*/3);
+  EXPECT_EQ(run.skipped, (std::vector<float>{0, 0, 0, 1, 0, 0}));
+  ASSERT_EQ(run.scales.size(), 6u);
+  EXPECT_DOUBLE_EQ(run.scales[2], 65536.0);
+  EXPECT_DOUBLE_EQ(run.scales[3], 32768.0);  // backed off at the skipped step
+  EXPECT_DOUBLE_EQ(run.scales[5], 32768.0);  // no growth before 2000 clean steps
+  EXPECT_EQ(run.applied, 5);
+}
+
+TEST(GpuTrainStep, Fp16StepCapturesAndReplays) {
+  U3D_REQUIRE_CUDA();
+  const CudaRun run = train_cuda(cuda_cfg(Precision::kFp16, Toggle::kOn, false), 6);
+  EXPECT_TRUE(run.replayed);
+  for (const float s : run.skipped) EXPECT_EQ(s, 0.0f);
+  EXPECT_EQ(run.applied, 6);
+}
+
+// A host read inside the step makes the capture fail: `on` turns that into an error, `auto` into
+// a logged fallback. The real step above captures, so it has none.
+TEST(GpuTrainStep, AHostSyncInsideTheStepFailsTheCapture) {
+  U3D_REQUIRE_CUDA();
+  auto syncing = [](const Batch& b, bool) {
+    const float v = b.image.sum().item<float>();  // host synchronisation
+    return StepOutputs{torch::full({}, v, b.image.options()), torch::zeros({}, b.image.options())};
+  };
+  CudaGraphStep required(syncing, /*warmup_steps=*/1, /*required=*/true);
+  EXPECT_TRUE(required.run(cuda_batch(0)).has_value());  // warm-up, eager
+  EXPECT_THROW(required.run(cuda_batch(1)), TrainingError);
+  CudaGraphStep fallback(syncing, /*warmup_steps=*/1, /*required=*/false);
+  EXPECT_TRUE(fallback.run(cuda_batch(0)).has_value());
+  EXPECT_FALSE(fallback.run(cuda_batch(1)).has_value());
+  EXPECT_TRUE(fallback.failed());
+  EXPECT_NE(fallback.fallback_reason().find("could not be captured"), std::string::npos);
+  torch::cuda::synchronize();  // the device still works after the failed capture
+  EXPECT_EQ(torch::ones({4}, torch::TensorOptions().device(kCuda)).sum().item<float>(), 4.0f);
+}
+
+TEST(GpuTrainStep, AChangedBatchShapeFallsBackToEager) {
+  U3D_REQUIRE_CUDA();
+  auto step = [](const Batch& b, bool) {
+    return StepOutputs{b.image.mean(), torch::zeros({}, b.image.options())};
+  };
+  CudaGraphStep graph(step, /*warmup_steps=*/1, /*required=*/false);
+  EXPECT_TRUE(graph.run(cuda_batch(0)).has_value());
+  EXPECT_TRUE(graph.run(cuda_batch(1)).has_value());
+  EXPECT_TRUE(graph.captured());
+  Batch small = cuda_batch(2);
+  small.image = small.image.narrow(0, 0, 1).contiguous();
+  EXPECT_FALSE(graph.run(small).has_value());
+  EXPECT_NE(graph.fallback_reason().find("batch shape changed"), std::string::npos);
+}
+
+TEST(GpuTrainStep, StepBenchmarkOnCudaReportsPeakMemoryAndReplays) {
+  U3D_REQUIRE_CUDA();
+  test::TempDir dir;
+  test::make_phantom(dir / "p.h5", Task::kDose, 4, 32);
+  test::write_text(dir / "b.yaml", test::tiny_config("p.h5", "b"));
+  const auto r = test::run_trainer({"--config", "b.yaml", "--benchmark", "--steps", "10", "--set",
+                                    "training.device=cuda", "--set", "training.deterministic=false", "--set",
+                                    "data.patch_size=32"},
+                                   dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("\"peak_gpu_mem_bytes\": null"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"peak_gpu_mem_bytes\": "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"precision\": \"bf16\""), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"cuda_graph\": true"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"channels_last\": true"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace u3d

@@ -1,0 +1,127 @@
+// The training step from the command line: `trainer --benchmark` (step), bf16 training on CPU, and
+// the CUDA-graph switch on a machine without CUDA.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "test_support.h"
+
+namespace u3d {
+namespace {
+
+using test::run_trainer;
+
+class TrainStepCli : public ::testing::Test {
+ protected:
+  void SetUp() override { test::make_phantom(dir / "p.h5", Task::kDose, 6, 16); }
+  test::TempDir dir;
+};
+
+std::string json_line(const std::string& output) {
+  std::istringstream in(output);
+  std::string line, found;
+  int count = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("{\"benchmark\": \"step\"", 0) == 0) {
+      found = line;
+      ++count;
+    }
+  }
+  EXPECT_EQ(count, 1) << output;
+  return found;
+}
+
+std::string field(const std::string& json, const std::string& key) {
+  const std::regex re("\"" + key + "\": (\"[^\"]*\"|[^,}]+)");
+  std::smatch m;
+  if (!std::regex_search(json, m, re)) return "<missing>";
+  return m[1];
+}
+
+TEST_F(TrainStepCli, StepBenchmarkPrintsATableAndOneJsonLine) {
+  test::write_text(dir / "b.yaml", test::tiny_config("p.h5", "b"));
+  const auto r = run_trainer({"--config", "b.yaml", "--benchmark", "--steps", "3", "--warmup", "1"}, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("step time      median"), std::string::npos) << r.output;
+  const std::string j = json_line(r.output);
+  EXPECT_EQ(field(j, "device"), "\"cpu\"");
+  EXPECT_EQ(field(j, "gpu"), "null");
+  EXPECT_EQ(field(j, "peak_gpu_mem_bytes"), "null");
+  EXPECT_EQ(field(j, "precision"), "\"fp32\"");  // auto on CPU
+  EXPECT_EQ(field(j, "channels_last"), "false");
+  EXPECT_EQ(field(j, "cuda_graph"), "false");
+  EXPECT_EQ(field(j, "cuda_graph_note"), "\"not on CPU\"");
+  EXPECT_EQ(field(j, "data"), "\"synthetic\"");
+  EXPECT_EQ(field(j, "data_wait_share"), "0");
+  EXPECT_EQ(field(j, "steps"), "3");
+  EXPECT_EQ(field(j, "in_channels"), "5");  // the phantom's channels
+  EXPECT_EQ(field(j, "batch"), "2");
+  const int64_t fwd = std::stoll(field(j, "forward_flops_per_sample"));
+  EXPECT_GT(fwd, 0);
+  EXPECT_EQ(std::stoll(field(j, "flops_per_step")), 3 * 2 * fwd);
+  const double median = std::stod(field(j, "step_ms_median"));
+  EXPECT_GT(median, 0);
+  EXPECT_LE(std::stod(field(j, "step_ms_p10")), median);
+  EXPECT_GE(std::stod(field(j, "step_ms_p90")), median);
+  EXPECT_NEAR(std::stod(field(j, "samples_per_s")), 2e3 / median, 1e-2 * 2e3 / median);
+  EXPECT_GT(std::stod(field(j, "tflops")), 0);
+  EXPECT_NE(field(j, "commit"), "<missing>");
+  EXPECT_FALSE(std::filesystem::exists(dir / "runs" / "b"));  // nothing trained, no run folder
+}
+
+TEST_F(TrainStepCli, StepBenchmarkTakesPrecisionAndLayoutFromTheConfig) {
+  test::write_text(dir / "b.yaml", test::tiny_config("p.h5", "b"));
+  const auto r = run_trainer({"--config", "b.yaml", "--benchmark", "step", "--steps", "2", "--warmup", "0", "--set",
+                              "training.precision=bf16", "--set", "model.channels_last=on"},
+                             dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string j = json_line(r.output);
+  EXPECT_EQ(field(j, "precision"), "\"bf16\"");
+  EXPECT_EQ(field(j, "channels_last"), "true");
+  EXPECT_EQ(field(j, "skipped_steps"), "0");
+}
+
+TEST_F(TrainStepCli, StepBenchmarkArgumentsAreChecked) {
+  test::write_text(dir / "b.yaml", test::tiny_config("p.h5", "b"));
+  auto r = run_trainer({"--config", "b.yaml", "--benchmark", "--steps", "0"}, dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = run_trainer({"--config", "b.yaml", "--steps", "3"}, dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--steps and --warmup go with --benchmark"), std::string::npos) << r.output;
+  r = run_trainer({"--config", "b.yaml", "--benchmark", "data", "--warmup", "2"}, dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+}
+
+TEST_F(TrainStepCli, Bf16TrainingOnCpuWritesMetrics) {
+  test::write_text(dir / "t.yaml", test::tiny_config("p.h5", "t"));
+  const auto r = run_trainer({"--config", "t.yaml", "--set", "training.precision=bf16"}, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("training step: bf16"), std::string::npos) << r.output;
+  const auto rows = test::read_csv(dir / "runs" / "t" / "metrics.csv");
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& row : rows) {
+    EXPECT_TRUE(std::isfinite(std::stod(row.at("train_loss"))));
+    EXPECT_EQ(row.at("skipped_steps"), "0");
+  }
+}
+
+TEST_F(TrainStepCli, CudaGraphOnWithoutCudaIsAOneLineConfigError) {
+  test::write_text(dir / "g.yaml", test::tiny_config("p.h5", "g"));
+  // training.device: cpu in the file: refused by the config check.
+  auto r = run_trainer({"--config", "g.yaml", "--set", "training.cuda_graph=on"}, dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("training.cuda_graph: on needs a CUDA device"), std::string::npos) << r.output;
+  r = run_trainer({"--config", "g.yaml", "--set", "training.precision=fp16"}, dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("training.precision: fp16 needs a CUDA device"), std::string::npos) << r.output;
+  if (!torch::cuda::is_available()) {  // device auto resolves to the CPU: refused when the step is built
+    r = run_trainer({"--config", "g.yaml", "--set", "training.device=auto", "--set", "training.cuda_graph=on"},
+                    dir.path());
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("training.cuda_graph: on needs a CUDA device"), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir / "runs" / "g" / "metrics.csv"));
+  }
+}
+
+}  // namespace
+}  // namespace u3d
