@@ -37,6 +37,10 @@ struct SamplerOptions {
   bool apply_augmentation = true;          // false: plain crops (validation patches)
 };
 
+// The training sampler's options from the config (data.patch_size, batch_size, foreground,
+// pad_value; experiment.seed; augment), for images whose channels are `channel_names`.
+SamplerOptions sampler_options(const Config& cfg, std::vector<std::string> channel_names);
+
 // Fixed positions of a sample's draws in its stream Rng(seed, epoch, index): Rng::value_at(slot).
 enum SampleSlot : uint64_t {
   kSlotForeground = 0,  // bernoulli(foreground_fraction)

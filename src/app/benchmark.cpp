@@ -118,15 +118,7 @@ std::vector<DataBenchmarkRow> run_data_benchmark(const Config& cfg, const DataBe
   } else {
     spdlog::info("benchmark: no CUDA device: the pinned and gpu placements are not measured");
   }
-  SamplerOptions so;
-  so.patch = cfg.data.patch_size;
-  so.batch_size = cfg.data.batch_size;
-  so.seed = static_cast<uint64_t>(cfg.experiment.seed);
-  so.augment = cfg.augment;
-  so.foreground_fraction = cfg.data.foreground_fraction;
-  so.foreground = cfg.data.foreground;
-  so.channel_names = pre.channel_names();
-  so.pad_value = cfg.data.pad_value;
+  const SamplerOptions so = sampler_options(cfg, pre.channel_names());
   const int64_t steps = cfg.training.steps_per_epoch > 0
                             ? cfg.training.steps_per_epoch
                             : (static_cast<int64_t>(ids.size()) + cfg.data.batch_size - 1) / cfg.data.batch_size;

@@ -1,10 +1,8 @@
 // `trainer import openkbp` and `trainer evaluate openkbp`.
 #include <spdlog/spdlog.h>
 
-#include <atomic>
 #include <chrono>
 #include <exception>
-#include <mutex>
 #include <set>
 #include <thread>
 
@@ -14,15 +12,12 @@
 #include "u3d/errors.h"
 #include "u3d/files.h"
 #include "u3d/openkbp.h"
+#include "u3d/parallel.h"
 
 namespace u3d {
 namespace {
 
 namespace fs = std::filesystem;
-
-int64_t resolve_threads(int64_t threads) {
-  return threads > 0 ? threads : static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
-}
 
 // Predictions to score: a folder of <id>.csv submission files, or a predictions HDF5 file.
 class PredictionSource {
@@ -147,39 +142,22 @@ int evaluate_openkbp_command(const EvaluateOpenKbpCommand& cmd) {
     structures.push_back({name, target ? DvhKind::kTarget : DvhKind::kOar, static_cast<int64_t>(structures.size())});
   }
   std::vector<PatientDoseMetrics> results(patients.size());
-  std::atomic<size_t> next{0};
-  std::exception_ptr error;
-  std::mutex mutex;
-  auto worker = [&] {
-    while (true) {
-      const size_t i = next.fetch_add(1);
-      if (i >= patients.size()) return;
-      try {
-        const openkbp::Patient ref = openkbp::read_patient(patients[i].dir);
-        if (!ref.dose.defined()) {
-          throw DataError(fmt::format("{}: the reference patient has no dose.csv", patients[i].dir.string()));
-        }
-        torch::Tensor pred = predictions.read(patients[i].id);
-        if (pred.sizes() != ref.dose.sizes()) {
-          throw DataError(fmt::format("{}: prediction is ({}); expected (128, 128, 128)", predictions.describe(patients[i].id),
-                                      fmt::join(pred.sizes(), ", ")));
-        }
-        // Network output from --predict-only: score what its submission file would hold.
-        if (!predictions.is_submission()) pred = submission_dose(pred, ref.possible_dose_mask);
-        results[i] = evaluate_patient_dose(ref.id, ref.dose, pred, ref.possible_dose_mask, ref.structures, structures,
-                                           ref.spacing);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!error) error = std::current_exception();
-        return;
-      }
+  parallel_for(static_cast<int64_t>(patients.size()), resolve_threads(cmd.threads), [&](int64_t k) {
+    const auto i = static_cast<size_t>(k);
+    const openkbp::Patient ref = openkbp::read_patient(patients[i].dir);
+    if (!ref.dose.defined()) {
+      throw DataError(fmt::format("{}: the reference patient has no dose.csv", patients[i].dir.string()));
     }
-  };
-  std::vector<std::thread> pool;
-  const int64_t n = std::min<int64_t>(resolve_threads(cmd.threads), static_cast<int64_t>(patients.size()));
-  for (int64_t t = 0; t < n; ++t) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
+    torch::Tensor pred = predictions.read(patients[i].id);  // (128, 128, 128) float32 Gy
+    if (pred.sizes() != ref.dose.sizes()) {
+      throw DataError(fmt::format("{}: prediction is ({}); expected (128, 128, 128)", predictions.describe(patients[i].id),
+                                  fmt::join(pred.sizes(), ", ")));
+    }
+    // Network output from --predict-only: score what its submission file would hold.
+    if (!predictions.is_submission()) pred = submission_dose(pred, ref.possible_dose_mask);
+    results[i] = evaluate_patient_dose(ref.id, ref.dose, pred, ref.possible_dose_mask, ref.structures, structures,
+                                       ref.spacing);
+  });
 
   const DoseScores scores = dose_scores(results);
   if (!out.parent_path().empty()) ensure_writable_directory(out.parent_path());

@@ -89,6 +89,19 @@ torch::Tensor foreground_mask(const StackedCache& cache, int64_t i, const std::s
 }
 
 // ---------------------------------------------------------------------------------------------
+SamplerOptions sampler_options(const Config& cfg, std::vector<std::string> channel_names) {
+  SamplerOptions so;
+  so.patch = cfg.data.patch_size;
+  so.batch_size = cfg.data.batch_size;
+  so.seed = static_cast<uint64_t>(cfg.experiment.seed);
+  so.augment = cfg.augment;
+  so.foreground_fraction = cfg.data.foreground_fraction;
+  so.foreground = cfg.data.foreground;
+  so.channel_names = std::move(channel_names);
+  so.pad_value = cfg.data.pad_value;
+  return so;
+}
+
 PatchSampler::PatchSampler(const StackedCache& cache, SamplerOptions options)
     : cache_(&cache), options_(std::move(options)) {
   init();

@@ -1,14 +1,12 @@
 #include "u3d/dose_metrics.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <exception>
 #include <limits>
-#include <mutex>
-#include <thread>
 
 #include "u3d/errors.h"
+#include "u3d/parallel.h"
 #include "u3d/openkbp.h"
 
 namespace u3d {
@@ -203,33 +201,16 @@ DoseEvaluator::DoseEvaluator(const DatasetReader& reader, const std::vector<std:
   }
   const auto dtype = structures_.size() <= 15 ? torch::kInt16 : structures_.size() <= 31 ? torch::kInt32 : torch::kInt64;
   std::vector<CaseInfo> infos(ids.size());
-  std::atomic<size_t> next{0};
-  std::exception_ptr error;
-  std::mutex mutex;
-  auto worker = [&] {
-    while (true) {
-      const size_t i = next.fetch_add(1);
-      if (i >= ids.size()) return;
-      try {
-        const CaseData c = reader.read_case(ids[i]);
-        torch::Tensor bits = torch::zeros(c.image.sizes().slice(1), dtype);
-        for (size_t s = 0; s < structures_.size(); ++s) {
-          const auto inside = (c.image[structures_[s].channel] != 0).to(dtype);
-          bits.bitwise_or_(inside * (int64_t{1} << s));
-        }
-        infos[i] = CaseInfo{bits, c.spacing};
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!error) error = std::current_exception();
-        return;
-      }
+  parallel_for(static_cast<int64_t>(ids.size()), threads, [&](int64_t k) {
+    const auto i = static_cast<size_t>(k);
+    const CaseData c = reader.read_case(ids[i]);
+    torch::Tensor bits = torch::zeros(c.image.sizes().slice(1), dtype);  // (D, H, W), bit s = structure s
+    for (size_t s = 0; s < structures_.size(); ++s) {
+      const auto inside = (c.image[structures_[s].channel] != 0).to(dtype);
+      bits.bitwise_or_(inside * (int64_t{1} << s));
     }
-  };
-  std::vector<std::thread> pool;
-  const int64_t n = std::max<int64_t>(1, std::min<int64_t>(threads, static_cast<int64_t>(ids.size())));
-  for (int64_t t = 0; t < n; ++t) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
+    infos[i] = CaseInfo{bits, c.spacing};
+  });
   for (size_t i = 0; i < ids.size(); ++i) cases_[ids[i]] = std::move(infos[i]);
 }
 

@@ -257,15 +257,7 @@ void Trainer::load_data() {
     spdlog::info("validation: OpenKBP dose score and DVH score over {} structures ({})", names.size(),
                  fmt::join(names, ", "));
   }
-  SamplerOptions so;
-  so.patch = cfg_.data.patch_size;
-  so.batch_size = cfg_.data.batch_size;
-  so.seed = static_cast<uint64_t>(cfg_.experiment.seed);
-  so.augment = cfg_.augment;
-  so.foreground_fraction = cfg_.data.foreground_fraction;
-  so.foreground = cfg_.data.foreground;
-  so.channel_names = pre_->channel_names();
-  so.pad_value = cfg_.data.pad_value;
+  const SamplerOptions so = sampler_options(cfg_, pre_->channel_names());
   sampler_ = std::make_unique<PatchSampler>(*train_cache_, so);
   if (val_cache_ && cfg_.training.val_patch_batches > 0) {
     if (info.task != Task::kSegmentation) {
