@@ -29,6 +29,10 @@ int remove_stale_temporaries(const fs::path& dir);
 // fsyncs a folder so that a rename inside it is durable.
 void fsync_directory(const fs::path& dir);
 
+// The last step of a staged write whose writer closed `tmp` itself (HDF5, NIfTI): fsyncs `tmp`,
+// renames it to `path` and fsyncs the folder. IoError naming `path` when the rename fails.
+void commit_staged_file(const fs::path& tmp, const fs::path& path);
+
 // Creates `dir` (and parents) and checks that a file can be created in it; IoError otherwise.
 void ensure_writable_directory(const fs::path& dir);
 

@@ -100,6 +100,18 @@ void write_file_atomic(const fs::path& path, const std::function<void(const Byte
   fsync_directory(dir);
 }
 
+void commit_staged_file(const fs::path& tmp, const fs::path& path) {
+  const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    throw IoError(fmt::format("{}: cannot move the finished file into place: {}", path.string(), errno_text(errno)));
+  }
+  fsync_directory(path.parent_path().empty() ? fs::path(".") : path.parent_path());
+}
+
 int remove_stale_temporaries(const fs::path& dir) {
   static const std::regex pattern(R"(\..+\.tmp\.(\d+)\.\d+)");
   int removed = 0;

@@ -268,16 +268,8 @@ void StagedFile::commit() {
   const herr_t rc = H5Fclose(file_);
   file_ = -1;
   if (rc < 0) throw IoError(fmt::format("{}: closing the HDF5 file failed (disk full?)", path_.string()));
-  const int fd = ::open(tmp_path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-  if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
-    throw IoError(fmt::format("{}: cannot move the finished file into place", path_.string()));
-  }
+  commit_staged_file(tmp_path_, path_);
   committed_ = true;
-  fsync_directory(path_.parent_path().empty() ? std::filesystem::path(".") : path_.parent_path());
 }
 
 void silence_errors() {

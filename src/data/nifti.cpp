@@ -284,16 +284,8 @@ void NiftiWriter::commit() {
   const int rc = znzclose(state_->fp);
   state_->fp = nullptr;
   if (rc != 0) throw IoError(fmt::format("{}: closing {} failed (disk full?)", path_.string(), tmp_path_.string()));
-  const int fd = ::open(tmp_path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-  if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
-    throw IoError(fmt::format("{}: cannot move the finished file into place", path_.string()));
-  }
+  commit_staged_file(tmp_path_, path_);
   committed_ = true;
-  fsync_directory(path_.parent_path().empty() ? std::filesystem::path(".") : path_.parent_path());
 }
 
 void write_nifti(const std::filesystem::path& path, const torch::Tensor& volume, const SourceGeometry& geometry,
