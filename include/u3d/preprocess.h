@@ -21,6 +21,9 @@ struct ChannelNorm {
   double a = 0, b = 0;         // clip and ct: [a, b]; scale: divisor a
   double mean = 0, std = 1;    // ct
 };
+// One data.normalize spec (none | zscore | minmax | clip:LO:HI | scale:S | ct:LO:HI:MEAN:STD): ""
+// when valid (and *out filled), else the problem. "dataset" is resolved before and is not valid here.
+std::string channel_norm_problem(const std::string& spec, ChannelNorm* out = nullptr);
 ChannelNorm parse_channel_norm(const std::string& spec);  // ConfigError on a bad spec ("dataset" included)
 
 // data.normalize with each `dataset` entry replaced by the spec the file records for that input

@@ -16,6 +16,7 @@
 
 #include "u3d/errors.h"
 #include "u3d/files.h"
+#include "u3d/preprocess.h"
 
 namespace u3d {
 namespace {
@@ -287,44 +288,9 @@ Check<std::vector<int64_t>> axes_check(size_t count) {
   };
 }
 
-// One normalisation spec: none | zscore | clip:LO:HI | scale:S. Returns "" or the problem.
+// One normalisation spec (preprocess.h), or "dataset" (the importer's choice, resolved at load).
 std::string check_norm_spec(const std::string& spec) {
-  if (spec == "none" || spec == "zscore" || spec == "minmax" || spec == "dataset") return "";
-  auto parse_num = [](const std::string& s, double& out) {
-    char* end = nullptr;
-    out = std::strtod(s.c_str(), &end);
-    return !s.empty() && end == s.c_str() + s.size() && std::isfinite(out);
-  };
-  if (spec.rfind("clip:", 0) == 0) {
-    const auto rest = spec.substr(5);
-    const auto colon = rest.find(':');
-    double lo = 0, hi = 0;
-    if (colon != std::string::npos && parse_num(rest.substr(0, colon), lo) &&
-        parse_num(rest.substr(colon + 1), hi) && hi > lo) {
-      return "";
-    }
-    return fmt::format("'{}' is not clip:LO:HI with LO < HI", spec);
-  }
-  if (spec.rfind("scale:", 0) == 0) {
-    double s = 0;
-    if (parse_num(spec.substr(6), s) && s != 0) return "";
-    return fmt::format("'{}' is not scale:S with S != 0", spec);
-  }
-  if (spec.rfind("ct:", 0) == 0) {
-    std::vector<double> v;
-    size_t pos = 3;
-    while (pos <= spec.size()) {
-      const size_t colon = spec.find(':', pos);
-      double x = 0;
-      if (!parse_num(spec.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos), x)) break;
-      v.push_back(x);
-      if (colon == std::string::npos) break;
-      pos = colon + 1;
-    }
-    if (v.size() == 4 && v[1] > v[0] && v[3] > 0) return "";
-    return fmt::format("'{}' is not ct:LO:HI:MEAN:STD with LO < HI and STD > 0", spec);
-  }
-  return fmt::format("'{}' is not one of none|zscore|minmax|clip:LO:HI|scale:S|ct:LO:HI:MEAN:STD|dataset", spec);
+  return spec == "dataset" ? std::string() : channel_norm_problem(spec);
 }
 
 // data.foreground: auto | target | mask | channel:NAME | labels:L1,L2,...

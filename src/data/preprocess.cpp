@@ -1,6 +1,8 @@
 #include "u3d/preprocess.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 
 #include "u3d/errors.h"
 
@@ -46,54 +48,59 @@ std::vector<std::string> resolve_normalization(const DataConfig& data, const Dat
   return out;
 }
 
+std::string channel_norm_problem(const std::string& spec, ChannelNorm* out) {
+  ChannelNorm n;
+  auto parse_num = [](const std::string& s, double& v) {  // the whole string, finite
+    char* end = nullptr;
+    v = std::strtod(s.c_str(), &end);
+    return !s.empty() && end == s.c_str() + s.size() && std::isfinite(v);
+  };
+  std::string problem;
+  if (spec == "none") {
+  } else if (spec == "zscore") {
+    n.kind = ChannelNorm::Kind::kZScore;
+  } else if (spec == "minmax") {
+    n.kind = ChannelNorm::Kind::kMinMax;
+  } else if (spec.rfind("clip:", 0) == 0) {
+    const auto rest = spec.substr(5);
+    const auto colon = rest.find(':');
+    n.kind = ChannelNorm::Kind::kClip;
+    if (colon == std::string::npos || !parse_num(rest.substr(0, colon), n.a) ||
+        !parse_num(rest.substr(colon + 1), n.b) || !(n.b > n.a)) {
+      problem = fmt::format("'{}' is not clip:LO:HI with LO < HI", spec);
+    }
+  } else if (spec.rfind("scale:", 0) == 0) {
+    n.kind = ChannelNorm::Kind::kScale;
+    if (!parse_num(spec.substr(6), n.a) || n.a == 0) problem = fmt::format("'{}' is not scale:S with S != 0", spec);
+  } else if (spec.rfind("ct:", 0) == 0) {
+    std::vector<double> v;
+    size_t pos = 3;
+    while (pos <= spec.size()) {
+      const size_t colon = spec.find(':', pos);
+      double x = 0;
+      if (!parse_num(spec.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos), x)) break;
+      v.push_back(x);
+      if (colon == std::string::npos) break;
+      pos = colon + 1;
+    }
+    if (v.size() == 4 && v[1] > v[0] && v[3] > 0) {
+      n = ChannelNorm{ChannelNorm::Kind::kCt, v[0], v[1], v[2], v[3]};
+    } else {
+      problem = fmt::format("'{}' is not ct:LO:HI:MEAN:STD with LO < HI and STD > 0", spec);
+    }
+  } else {
+    problem =
+        fmt::format("'{}' is not one of none|zscore|minmax|clip:LO:HI|scale:S|ct:LO:HI:MEAN:STD|dataset", spec);
+  }
+  if (problem.empty() && out) *out = n;
+  return problem;
+}
+
 ChannelNorm parse_channel_norm(const std::string& spec) {
   ChannelNorm n;
-  if (spec == "none") return n;
-  if (spec == "zscore") {
-    n.kind = ChannelNorm::Kind::kZScore;
-    return n;
-  }
-  if (spec == "minmax") {
-    n.kind = ChannelNorm::Kind::kMinMax;
-    return n;
-  }
-  try {
-    if (spec.rfind("ct:", 0) == 0) {
-      std::vector<double> v;
-      size_t pos = 3;
-      while (pos <= spec.size()) {
-        const size_t colon = spec.find(':', pos);
-        size_t used = 0;
-        const std::string part = spec.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos);
-        v.push_back(std::stod(part, &used));
-        if (used != part.size()) v.clear();
-        if (colon == std::string::npos) break;
-        pos = colon + 1;
-      }
-      if (v.size() == 4 && v[1] > v[0] && v[3] > 0) {
-        n.kind = ChannelNorm::Kind::kCt;
-        n.a = v[0];
-        n.b = v[1];
-        n.mean = v[2];
-        n.std = v[3];
-        return n;
-      }
-    } else if (spec.rfind("clip:", 0) == 0) {
-      const auto rest = spec.substr(5);
-      const auto colon = rest.find(':');
-      n.kind = ChannelNorm::Kind::kClip;
-      n.a = std::stod(rest.substr(0, colon));
-      n.b = std::stod(rest.substr(colon + 1));
-      if (colon != std::string::npos && n.b > n.a) return n;
-    } else if (spec.rfind("scale:", 0) == 0) {
-      n.kind = ChannelNorm::Kind::kScale;
-      n.a = std::stod(spec.substr(6));
-      if (n.a != 0) return n;
-    }
-  } catch (const std::exception&) {
-  }
-  throw ConfigError(fmt::format(
-      "data.normalize: '{}' is not one of none|zscore|minmax|clip:LO:HI|scale:S|ct:LO:HI:MEAN:STD|dataset", spec));
+  const std::string problem = channel_norm_problem(spec, &n);
+  if (!problem.empty()) throw ConfigError("data.normalize: " + problem);
+  return n;
 }
 
 Preprocessor::Preprocessor(const DataConfig& data, const DatasetInfo& info)
