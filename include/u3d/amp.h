@@ -29,6 +29,10 @@ namespace u3d {
 Precision resolve_precision(const TrainingConfig& cfg, const torch::Device& device);
 // The autocast dtype of a resolved precision; std::nullopt for fp32 (no autocast).
 std::optional<at::ScalarType> autocast_dtype(Precision precision);
+// The autocast dtype for validation and prediction on `device`, from training.precision as
+// training resolves it; fp16 where there is no CUDA (a CPU prediction of an fp16-trained model)
+// predicts in fp32. std::nullopt: fp32.
+std::optional<at::ScalarType> inference_autocast(const TrainingConfig& cfg, const torch::Device& device);
 // "fp32" | "bf16" | "fp16"
 std::string precision_name(Precision precision);
 

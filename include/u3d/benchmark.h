@@ -69,7 +69,9 @@ struct StepBenchmarkResult {
   int64_t forward_flops_per_sample = 0;
   int64_t flops_per_step = 0;     // 3 x forward x batch
   double tflops = 0;              // flops_per_step / median
-  int64_t peak_gpu_bytes = -1;    // -1 on CPU
+  int64_t peak_gpu_bytes = -1;    // peak reserved (= peak_gpu_reserved_bytes); -1 on CPU
+  int64_t peak_gpu_reserved_bytes = -1;   // caching allocator's peak reserved, the graph's pool included
+  int64_t peak_gpu_allocated_bytes = -1;  // peak bytes in tensors
   int64_t peak_host_bytes = 0;    // peak resident set of the process
   int64_t skipped_steps = 0;
 };

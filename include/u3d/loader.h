@@ -54,6 +54,10 @@ class BatchLoader {
   // Stops production and joins the threads; next() starts again where asked. Idempotent.
   void stop();
 
+  // The GPU sampler when the cache lives on the GPU, else null: the trainer hands it to the
+  // training step to capture sampling in the step's CUDA graph (DeviceSampler::next_batch).
+  DeviceSampler* device_sampler();
+
   // Total seconds next() has blocked waiting for a batch (plus the device sampler's host time).
   double wait_seconds() const;
   int64_t batches() const;  // batches handed out

@@ -21,7 +21,13 @@ torch::Tensor masked_mse_loss(const torch::Tensor& pred, const torch::Tensor& ta
 // 1 - mean soft Dice of the foreground classes (1..K-1), per sample then averaged:
 // dice_k = (2 sum(p_k y_k) + smooth) / (sum(p_k) + sum(y_k) + smooth), p = softmax(logits).
 torch::Tensor soft_dice_loss(const torch::Tensor& logits, const torch::Tensor& labels, double smooth = 1e-5);
+// Mean cross-entropy of logits (N, K, ...) against int64 labels (N, ...), in float32. On CUDA with
+// deterministic algorithms on (training.deterministic), cross_entropy_loss_deterministic(): ATen's
+// nll_loss2d, which F.cross_entropy uses for 5-D input, has no deterministic CUDA kernel.
 torch::Tensor cross_entropy_loss(const torch::Tensor& logits, const torch::Tensor& labels);
+// The same value as log_softmax and a one-hot product (element-wise backward, no atomics, no host
+// read: one_hot with K classes does not check the labels on CUDA).
+torch::Tensor cross_entropy_loss_deterministic(const torch::Tensor& logits, const torch::Tensor& labels);
 // cross_entropy_loss + soft_dice_loss (nnU-Net's default).
 torch::Tensor dice_ce_loss(const torch::Tensor& logits, const torch::Tensor& labels);
 

@@ -26,6 +26,12 @@
 
 namespace u3d {
 
+// The head's 3x3x3 'same' average (padded voxels left out), (N, C, D, H, W) -> same shape.
+// `by_convolution`: as a depthwise convolution with a ones kernel divided by the in-volume count,
+// the same values to float rounding; used on CUDA under deterministic algorithms, where
+// avg_pool3d's backward has no deterministic kernel.
+torch::Tensor same_mean3(const torch::Tensor& y, bool by_convolution);
+
 class OpenKbpBaselineImpl : public NetworkImpl {
  public:
   OpenKbpBaselineImpl(const ModelConfig& cfg, int64_t in_channels, int64_t out_channels);

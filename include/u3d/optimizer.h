@@ -55,6 +55,11 @@ class Optimizer {
   // gradients are divided by it inside the kernel. Neither is read on the host.
   void step(const torch::Tensor& found_inf, const std::optional<torch::Tensor>& grad_scale = std::nullopt);
 
+  // Gives every gradient, moment and momentum buffer its parameter's strides (a checkpoint written
+  // in another layout gives the parameters its strides; ATen's fused kernels need one layout per
+  // parameter, gradient and state). Values are kept. Call before the first step of a run.
+  void match_parameter_layout();
+
   OptimizerKind kind() const { return kind_; }
   const std::vector<torch::Tensor>& params() const { return params_; }
   // Updates applied so far (skipped steps not counted); reads the device (tests, logging).

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,11 @@ struct SlidingWindowOptions {
   // three spatial axes (8 inputs per window, in the same forward pass); the outputs are mirrored
   // back and averaged.
   bool mirror = false;
+  // Forward passes under autocast in this dtype (bf16/fp16, as training: inference_autocast());
+  // std::nullopt: fp32. The blended output, the sink's slabs and every metric stay float32.
+  std::optional<at::ScalarType> autocast;
+  // Windows in ChannelsLast3d (the network's layout, set_layout()).
+  bool channels_last = false;
 };
 
 // The mirrorings used by SlidingWindowOptions::mirror: every subset of the spatial dims {2, 3, 4}

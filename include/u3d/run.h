@@ -27,8 +27,12 @@ struct Runtime {
 
 // Resolves training.device (ConfigError when cuda is asked for and absent), sets intra-op
 // threads, seeds torch (CPU and CUDA) with experiment.seed, and applies training.deterministic
-// (deterministic algorithms, no cuDNN autotuning, no TF32).
+// (deterministic algorithms, no cuDNN autotuning, no TF32; prepare_deterministic_cuda() first).
 Runtime init_runtime(const Config& cfg);
+// Sets CUBLAS_WORKSPACE_CONFIG=:4096:8 unless the user set it: cuBLAS (the GPU sampler's matmul and
+// bmm) is deterministic only with a fixed workspace, and PyTorch refuses every cuBLAS call under
+// deterministic algorithms without it. Must run before the first cuBLAS handle is made.
+void prepare_deterministic_cuda();
 // Threads for parallel host work (loading): training.threads, or cores - 1.
 int64_t host_threads(const Config& cfg);
 // Threads that load the training cache at start-up: training.threads, or one per core.
@@ -43,6 +47,13 @@ void use_one_intra_op_thread();
 // Peak memory so far: the CUDA caching allocator's peak on a CUDA device, else the process's peak
 // resident set (host RAM). `total`, when given, receives the device's memory (0 when unknown).
 int64_t peak_memory_bytes(const torch::Device& device, int64_t* total = nullptr);
+// The CUDA caching allocator's peaks on `device` since the last reset: bytes handed to tensors
+// (allocated) and bytes held from the driver (reserved: cached blocks and CUDA graphs' private
+// pools too, what torch.cuda.max_memory_reserved reports). {-1, -1} on CPU.
+struct GpuMemoryPeaks {
+  int64_t allocated = -1, reserved = -1;
+};
+GpuMemoryPeaks gpu_memory_peaks(const torch::Device& device);
 // One line for an out-of-memory failure during `stage` ("training step", "validation"): device,
 // batch size, patch size, precision, peak memory, and the settings that lower memory use.
 // Whether `e` reports an allocation failure: c10::OutOfMemoryError (CUDA), the CPU allocator's

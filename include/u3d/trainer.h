@@ -138,6 +138,7 @@ class Trainer {
   Network net_;
   std::unique_ptr<Loss> loss_;
   std::unique_ptr<Optimizer> optimizer_;
+  bool sampling_in_graph_ = false;  // data.cache: gpu with a captured step: sampler inside the graph
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<TrainStep> step_;  // refers to net_, loss_, optimizer_, monitor_ (its destructor uses none)
   std::unique_ptr<MetricsCsv> csv_;

@@ -138,7 +138,9 @@ def run(variant, args):
         "patch": [args.size] * 3, "filters": args.filters, "steps": args.steps,
         "step_ms_median": med, "step_ms_p10": q(0.1), "step_ms_p90": q(0.9),
         "samples_per_s": args.batch * 1e3 / med,
-        "peak_gpu_mem_bytes": torch.cuda.max_memory_allocated() if dev.type == "cuda" else None,
+        "peak_gpu_mem_bytes": torch.cuda.max_memory_reserved() if dev.type == "cuda" else None,
+        "peak_gpu_reserved_bytes": torch.cuda.max_memory_reserved() if dev.type == "cuda" else None,
+        "peak_gpu_allocated_bytes": torch.cuda.max_memory_allocated() if dev.type == "cuda" else None,
         "flops_per_step": flops_step, "tflops": flops_step / (med * 1e-3) / 1e12,
         "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
     }

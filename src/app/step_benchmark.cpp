@@ -125,7 +125,12 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
   r.p90_ms = percentile(sorted, 0.9);
   r.samples_per_second = r.median_ms > 0 ? 1e3 * static_cast<double>(n) / r.median_ms : 0;
   r.tflops = r.median_ms > 0 ? static_cast<double>(r.flops_per_step) / (r.median_ms * 1e-3) / 1e12 : 0;
-  if (rt.device.is_cuda()) r.peak_gpu_bytes = peak_memory_bytes(rt.device);
+  if (rt.device.is_cuda()) {  // reserved: with a CUDA graph the activations live in its private pool
+    const GpuMemoryPeaks peaks = gpu_memory_peaks(rt.device);
+    r.peak_gpu_reserved_bytes = peaks.reserved;
+    r.peak_gpu_allocated_bytes = peaks.allocated;
+    r.peak_gpu_bytes = peaks.reserved;
+  }
   r.peak_host_bytes = peak_memory_bytes(torch::kCPU);
   const auto totals = monitor.totals();
   r.skipped_steps = totals.skipped;
@@ -153,7 +158,9 @@ int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& option
               static_cast<long long>(n));
   std::printf("  achieved       %.4f TFLOP/s\n", r.tflops);
   std::printf("  peak memory    %s\n",
-              r.peak_gpu_bytes >= 0 ? (human_bytes(static_cast<double>(r.peak_gpu_bytes)) + " GPU").c_str()
+              r.peak_gpu_bytes >= 0 ? (human_bytes(static_cast<double>(r.peak_gpu_reserved_bytes)) + " GPU reserved, " +
+                                       human_bytes(static_cast<double>(r.peak_gpu_allocated_bytes)) + " allocated")
+                                          .c_str()
                                     : ("n/a (CPU; host peak RSS " + human_bytes(static_cast<double>(r.peak_host_bytes)) + ")").c_str());
   if (r.skipped_steps > 0) std::printf("  skipped        %lld steps (non-finite loss or gradient)\n", static_cast<long long>(r.skipped_steps));
   const std::string json = fmt::format(
@@ -163,14 +170,18 @@ int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& option
       "\"warmup\": {}, \"precision\": {}, \"channels_last\": {}, \"cuda_graph\": {}, \"cuda_graph_note\": {}, "
       "\"fused_optimizer\": {}, \"cudnn_benchmark\": {}, \"tf32\": {}, \"deterministic\": {}, "
       "\"step_ms_median\": {:.4f}, \"step_ms_p10\": {:.4f}, \"step_ms_p90\": {:.4f}, \"samples_per_s\": {:.4f}, "
-      "\"peak_gpu_mem_bytes\": {}, \"peak_host_rss_bytes\": {}, \"forward_flops_per_sample\": {}, "
+      "\"peak_gpu_mem_bytes\": {}, \"peak_gpu_reserved_bytes\": {}, \"peak_gpu_allocated_bytes\": {}, "
+      "\"peak_host_rss_bytes\": {}, \"forward_flops_per_sample\": {}, "
       "\"flops_per_step\": {}, \"tflops\": {:.6f}, \"data_wait_share\": 0, \"skipped_steps\": {}}}\n",
       quoted(std::string(version())), quoted(std::string(git_commit())), quoted(TORCH_VERSION), quoted(r.device),
       r.gpu_name.empty() ? "null" : quoted(r.gpu_name), quoted(to_string(cfg.model.architecture)), r.parameters,
       r.in_channels, r.out_channels, n, p[0], p[1], p[2], r.steps, r.warmup, quoted(r.precision), r.channels_last,
       r.cuda_graph, quoted(r.cuda_graph_note), r.fused_optimizer, r.cudnn_benchmark, r.tf32,
       cfg.training.deterministic, r.median_ms, r.p10_ms, r.p90_ms, r.samples_per_second,
-      r.peak_gpu_bytes >= 0 ? std::to_string(r.peak_gpu_bytes) : std::string("null"), r.peak_host_bytes,
+      r.peak_gpu_bytes >= 0 ? std::to_string(r.peak_gpu_bytes) : std::string("null"),
+      r.peak_gpu_reserved_bytes >= 0 ? std::to_string(r.peak_gpu_reserved_bytes) : std::string("null"),
+      r.peak_gpu_allocated_bytes >= 0 ? std::to_string(r.peak_gpu_allocated_bytes) : std::string("null"),
+      r.peak_host_bytes,
       r.forward_flops_per_sample, r.flops_per_step, r.tflops, r.skipped_steps);
   std::fputs(json.c_str(), stdout);
   std::fflush(stdout);

@@ -489,8 +489,9 @@ const std::vector<Option>& option_table() {
                   "targets down-sampled by nearest neighbour (as nnU-Net)"),
       // training
       make_option("model.channels_last", &C::model, &ModelConfig::channels_last,
-                  "Weights and activations in channels-last 3D layout (NDHWC) for cuDNN; auto: on with CUDA, "
-                  "off on CPU"),
+                  "Weights and activations in channels-last 3D layout (NDHWC) for cuDNN; auto: on with CUDA for "
+                  "networks with batch norm or none (the OpenKBP baseline), off with instance or group norm (they "
+                  "make their input contiguous) and on CPU"),
       make_option("training.device", &C::training, &TrainingConfig::device,
                   "auto: CUDA when available, else CPU"),
       make_option("training.threads", &C::training, &TrainingConfig::threads,
@@ -534,7 +535,8 @@ const std::vector<Option>& option_table() {
                   "(nnU-Net: 0.9)",
                   in_unit_open(1.0)),
       make_option("training.deterministic", &C::training, &TrainingConfig::deterministic,
-                  "Deterministic algorithms only (slower), no TF32"),
+                  "Deterministic algorithms only (slower), no TF32; on CUDA sets CUBLAS_WORKSPACE_CONFIG=:4096:8 "
+                  "unless set, and computes the segmentation cross-entropy without nll_loss2d"),
       make_option("training.max_nonfinite_steps", &C::training, &TrainingConfig::max_nonfinite_steps,
                   "Steps in a row whose loss or gradient norm is NaN/Inf (each skipped, weights unchanged) before "
                   "the run stops",

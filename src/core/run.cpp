@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <thread>
 
 #include "u3d/errors.h"
@@ -48,7 +49,14 @@ void use_one_intra_op_thread() {
   if (set_threads) set_threads(1);
 }
 
+void prepare_deterministic_cuda() {
+  // cuBLAS picks its workspace when its first handle is made; without a fixed workspace every cuBLAS
+  // call throws under deterministic algorithms. The user's own setting wins.
+  if (std::getenv("CUBLAS_WORKSPACE_CONFIG") == nullptr) ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+}
+
 Runtime init_runtime(const Config& cfg) {
+  if (cfg.training.deterministic) prepare_deterministic_cuda();  // before CUDA initialises
   Runtime rt;
   const bool cuda = torch::cuda::is_available();
   switch (cfg.training.device) {
@@ -86,6 +94,16 @@ int64_t peak_memory_bytes(const torch::Device& device, int64_t* total) {
   struct rusage usage {};
   ::getrusage(RUSAGE_SELF, &usage);
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // kB on Linux
+}
+
+GpuMemoryPeaks gpu_memory_peaks(const torch::Device& device) {
+  GpuMemoryPeaks peaks;
+  if (!device.is_cuda()) return peaks;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0);
+  const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  peaks.allocated = stats.allocated_bytes[all].peak;
+  peaks.reserved = stats.reserved_bytes[all].peak;
+  return peaks;
 }
 
 bool is_out_of_memory(const std::exception& e) {

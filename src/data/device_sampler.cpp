@@ -84,10 +84,10 @@ DeviceSampler::DeviceSampler(const PatchSampler& host) : host_(host), device_(ho
   std::vector<torch::Tensor> axes;
   for (int64_t a = 0; a < 3; ++a) {
     const int64_t p = patch[static_cast<size_t>(a)];
-    axes.push_back(torch::arange(p, torch::kFloat) - (static_cast<float>(p) - 1.0f) / 2.0f);
+    axes.push_back(torch::arange(p, torch::kDouble) - (static_cast<double>(p) - 1.0) / 2.0);
   }
   const auto grid = torch::meshgrid(axes, "ij");
-  offsets_ = torch::stack({grid[0].reshape(-1), grid[1].reshape(-1), grid[2].reshape(-1)}, 1).to(device_);  // (S, 3)
+  offsets_ = torch::stack({grid[0].reshape(-1), grid[1].reshape(-1), grid[2].reshape(-1)}, 1).to(device_);  // (S, 3) float64
   patch_ = torch::tensor({patch[0], patch[1], patch[2]}, torch::kLong).view({1, 3}).to(device_);
   half_ = torch::tensor({patch[0] / 2, patch[1] / 2, patch[2] / 2}, torch::kLong).to(device_);
   std::vector<int64_t> corners;
@@ -102,10 +102,40 @@ void DeviceSampler::set_epoch(int64_t epoch, int64_t steps_per_epoch) {
   const int64_t count = steps_per_epoch * host_.options().batch_size;
   std::vector<int64_t> cases(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) cases[static_cast<size_t>(i)] = host_.case_for(epoch, i);
-  epoch_cases_ = torch::tensor(cases, torch::kLong).to(device_);
+  const torch::Tensor host_cases = torch::tensor(cases, torch::kLong);
+  if (epoch_cases_.defined() && epoch_cases_.numel() == count) {
+    epoch_cases_.copy_(host_cases);  // same buffer: a captured graph reads it
+  } else {
+    epoch_cases_ = host_cases.to(device_);
+  }
   const uint64_t seed = host_.options().seed;
   epoch_key_.fill_(bits(mix64(seed) ^ mix64(static_cast<uint64_t>(epoch) + 0x632BE59BD9B4E019ull)));
   epoch_ = epoch;
+}
+
+void DeviceSampler::seek(int64_t epoch, int64_t step, int64_t steps_per_epoch) {
+  if (!cursor_.defined()) cursor_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kLong).device(device_));
+  if (epoch_ != epoch) {
+    set_epoch(epoch, steps_per_epoch);
+    cursor_host_ = -1;
+  }
+  if (cursor_host_ != step) cursor_.fill_(step);
+  cursor_host_ = step + 1;  // where next_batch() (eager, or a replay) leaves it
+}
+
+Batch DeviceSampler::next_batch() {
+  if (!cursor_.defined()) throw std::logic_error("DeviceSampler: call seek() first");
+  Batch b = host_.finalizer()(raw_batch(cursor_));
+  cursor_.add_(1);
+  return b;
+}
+
+bool DeviceSampler::capturable(std::string* why) const {
+  if (host_.options().augment.noise_prob > 0) {
+    if (why) *why = "augment.noise_prob > 0 (the noise generator is seeded on the host per batch)";
+    return false;
+  }
+  return true;
 }
 
 RawBatch DeviceSampler::raw_batch(int64_t step) const {
@@ -185,11 +215,17 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
     m = torch::bmm(a, m);
   }
 
-  // Source coordinates of every patch voxel: centre + M (p - pc), (N, S, 3) float32.
+  // Source coordinates of every patch voxel: centre + M (p - pc), (N, S, 3) float64, summed in the
+  // host's order (augment.cpp, for_each_source): centre + m0 u0 + m1 u1 + m2 u2. Element-wise, not
+  // a matmul: cuBLAS would round the coordinates to TF32, and the host sampler's nearest-neighbour
+  // labels and masks would differ wherever a coordinate lands near a half voxel.
   const int64_t voxels = patch[0] * patch[1] * patch[2];
   // centre = origin + pc, with pc = (patch - 1) / 2 = -offsets[0].
-  const torch::Tensor centre = origin.to(torch::kFloat) - offsets_.select(0, 0).view({1, 3});
-  const torch::Tensor q = torch::matmul(offsets_.unsqueeze(0), m.to(torch::kFloat).transpose(1, 2)) + centre.view({n, 1, 3});
+  const torch::Tensor centre = origin.to(torch::kDouble) - offsets_.select(0, 0).view({1, 3});
+  torch::Tensor q = centre.view({n, 1, 3});
+  for (int64_t j = 0; j < 3; ++j) {
+    q = q + offsets_.select(1, j).view({1, voxels, 1}) * m.select(2, j).view({n, 1, 3});
+  }
 
   const torch::Tensor extent = dims.view({n, 1, 3});
   const torch::Tensor d_hw = geom.select(1, 2) * geom.select(1, 3);  // (N,)
@@ -220,7 +256,7 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
       }
     } else {
       const torch::Tensor floor = torch::floor(q);
-      const torch::Tensor w = q - floor;  // (N, S, 3)
+      const torch::Tensor w = (q - floor).to(torch::kFloat);  // (N, S, 3), as the host's weights
       const torch::Tensor corner = floor.to(torch::kLong);
       out = torch::zeros({n, cf, voxels}, fopt);
       for (int64_t k = 0; k < 8; ++k) {

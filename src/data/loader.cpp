@@ -306,6 +306,7 @@ Batch BatchLoader::next(int64_t epoch, int64_t step) { return impl_->next(epoch,
 const RawBatch& BatchLoader::next_raw(int64_t epoch, int64_t step) { return impl_->next_raw(epoch, step); }
 void BatchLoader::stop() { impl_->stop(); }
 double BatchLoader::wait_seconds() const { return impl_->wait; }
+DeviceSampler* BatchLoader::device_sampler() { return impl_->device.get(); }
 int64_t BatchLoader::batches() const { return impl_->handed; }
 
 std::string BatchLoader::describe() const {

@@ -73,9 +73,21 @@ torch::Tensor OpenKbpBaselineImpl::forward(const torch::Tensor& x) {
   }
   y = torch::cat({y, skips[0]}, /*dim=*/1);  // (N, 2f, S/2, ...)
   y = head_(y);                              // (N, out, S, ...)
-  y = torch::nn::functional::avg_pool3d(
-      y, torch::nn::functional::AvgPool3dFuncOptions(3).stride(1).padding(1).count_include_pad(false));
+  y = same_mean3(y, /*by_convolution=*/y.is_cuda() && at::globalContext().deterministicAlgorithms());
   return torch::relu(y);
+}
+
+torch::Tensor same_mean3(const torch::Tensor& y, bool by_convolution) {
+  if (!by_convolution) {
+    return torch::nn::functional::avg_pool3d(
+        y, torch::nn::functional::AvgPool3dFuncOptions(3).stride(1).padding(1).count_include_pad(false));
+  }
+  const int64_t c = y.size(1);
+  const torch::Tensor ones = torch::ones({c, 1, 3, 3, 3}, y.options());
+  const torch::Tensor sum = torch::conv3d(y, ones, /*bias=*/{}, /*stride=*/1, /*padding=*/1, /*dilation=*/1, /*groups=*/c);
+  const torch::Tensor inside = torch::ones({1, 1, y.size(2), y.size(3), y.size(4)}, y.options());
+  const torch::Tensor count = torch::conv3d(inside, ones.narrow(0, 0, 1), /*bias=*/{}, 1, 1);  // (1, 1, D, H, W)
+  return sum / count;
 }
 
 }  // namespace u3d

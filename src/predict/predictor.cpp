@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "../data/h5.h"
+#include "u3d/amp.h"
 #include "u3d/cache.h"
 #include "u3d/checkpoint.h"
 #include "u3d/dataset.h"
@@ -15,6 +16,7 @@
 #include "u3d/openkbp.h"
 #include "u3d/prediction_output.h"
 #include "u3d/run.h"
+#include "u3d/train_step.h"
 
 namespace u3d {
 
@@ -105,8 +107,11 @@ void sliding_window_predict(NetworkImpl& net, const torch::Tensor& image, const 
       const auto& p = origins[i];
       windows.push_back(x.slice(1, p[0], p[0] + o.patch[0]).slice(2, p[1], p[1] + o.patch[1]).slice(3, p[2], p[2] + o.patch[2]));
     }
-    const torch::Tensor batch = torch::stack(windows);  // (n, C, d, h, w)
-    torch::Tensor out;                                   // (n, K, d, h, w)
+    torch::Tensor batch = torch::stack(windows);  // (n, C, d, h, w)
+    if (o.channels_last) batch = batch.contiguous(at::MemoryFormat::ChannelsLast3d);
+    std::optional<AutocastGuard> autocast;  // the forward passes only; outputs cast to float32 below
+    if (o.autocast) autocast.emplace(device.type(), *o.autocast);
+    torch::Tensor out;                      // (n, K, d, h, w)
     if (o.mirror) {
       // All 8 mirrorings of the n windows in one forward pass: (8 n, C, d, h, w).
       const auto sets = mirror_combinations();
@@ -123,6 +128,7 @@ void sliding_window_predict(NetworkImpl& net, const torch::Tensor& image, const 
     } else {
       out = net.forward(batch).to(torch::kFloat);
     }
+    autocast.reset();
     if (!sum.defined()) sum = torch::zeros({out.size(1), extent, padded[1], padded[2]}, out.options());
     for (size_t i = first; i < last; ++i) {
       const auto& p = origins[i];
@@ -250,6 +256,8 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
   Network net = build_network(trained.model, info.in_channels, info.out_channels);
   net->to(rt.device);
   load_checkpoint(ckpt_path, *net, nullptr, rt.device, /*restore_rng=*/false);
+  const bool channels_last = resolve_channels_last(trained.model, rt.device);
+  set_layout(*net, channels_last);
   spdlog::info("predict: checkpoint {} (epoch {}, step {})", ckpt_path.string(), info.state.epoch, info.state.global_step);
 
   // Preflight: a case with an error is skipped with a per-case report; the others are predicted.
@@ -282,7 +290,10 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
   }
   SlidingWindowOptions sw{trained.data.patch_size, cfg.predict.overlap,
                           cfg.predict.batch_size > 0 ? cfg.predict.batch_size : cfg.data.batch_size, cfg.predict.gaussian,
-                          /*mirror=*/cfg.predict.tta == Tta::kFlips};
+                          /*mirror=*/cfg.predict.tta == Tta::kFlips,
+                          /*autocast=*/inference_autocast(cfg.training, rt.device), channels_last};
+  spdlog::info("predict: forward passes in {}, {}", sw.autocast ? c10::toString(*sw.autocast) : "float32",
+               channels_last ? "channels-last" : "contiguous");
 
   const auto out_path = paths.predictions / (cfg.predict.split + ".h5");
   PredictionWriter writer(out_path, reader.info(), cfg.data.path, ckpt_path.string());

@@ -28,6 +28,11 @@ std::optional<at::ScalarType> autocast_dtype(Precision precision) {
   }
 }
 
+std::optional<at::ScalarType> inference_autocast(const TrainingConfig& cfg, const torch::Device& device) {
+  if (cfg.precision == Precision::kFp16 && !device.is_cuda()) return std::nullopt;
+  return autocast_dtype(resolve_precision(cfg, device));
+}
+
 std::string precision_name(Precision precision) { return to_string(precision); }
 
 AutocastGuard::AutocastGuard(at::DeviceType device_type, at::ScalarType dtype, bool cache_enabled)

@@ -1,8 +1,9 @@
 #include "u3d/cuda_graph.h"
 
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <torch/cuda.h>
@@ -10,6 +11,38 @@
 #include "u3d/errors.h"
 
 namespace u3d {
+
+// at::cuda::CUDAGraph with a way out of a capture that failed: CUDAGraph::capture_end throws on an
+// invalidated capture before the allocator leaves capture mode, and reset() releases the private
+// pool only after a successful capture. abandon() ends the stream's capture, takes the allocators
+// out of capture mode and releases the pool, so the process can report the error and exit cleanly.
+class CaptureGraph : public at::cuda::CUDAGraph {
+ public:
+  void abandon() noexcept {
+    try {
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(capture_stream_.stream(), &status) == cudaSuccess &&
+          status != cudaStreamCaptureStatusNone) {
+        cudaGraph_t partial = nullptr;
+        (void)cudaStreamEndCapture(capture_stream_.stream(), &partial);
+        if (partial) (void)cudaGraphDestroy(partial);
+      }
+      (void)cudaGetLastError();  // the capture's sticky error
+      if (capture_dev_ != UNDEFINED_DEVICE && !capture_ended_) {
+        c10::cuda::CUDACachingAllocator::endAllocateToPool(capture_dev_, mempool_id_);
+        c10::cuda::CUDACachingAllocator::releasePool(capture_dev_, mempool_id_);
+        try {
+          at::getHostAllocator(at::kCUDA)->end_allocate_to_pool(mempool_id_);
+          at::getHostAllocator(at::kCUDA)->release_pool(mempool_id_);
+        } catch (...) {
+        }
+      }
+      reset();
+    } catch (...) {
+    }
+  }
+};
+
 namespace {
 
 torch::Tensor clone_like(const torch::Tensor& t) { return t.defined() ? t.clone() : torch::Tensor(); }
@@ -25,6 +58,11 @@ std::string describe_tensor(const torch::Tensor& t) {
   return fmt::format("{} {}", fmt::join(t.sizes(), "x"), c10::toString(t.scalar_type()));
 }
 
+std::string shape_of(const Batch& b) {
+  return fmt::format("image {}, target {}, mask {}", describe_tensor(b.image), describe_tensor(b.target),
+                     describe_tensor(b.mask));
+}
+
 // Makes `waiter` wait for the work queued so far on `signaller` (no host sync).
 void wait_stream(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& signaller) {
   at::cuda::CUDAEvent event;
@@ -34,15 +72,21 @@ void wait_stream(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStrea
 
 }  // namespace
 
+std::string capture_failure_text(const std::exception& e) {
+  std::string what;
+  if (const auto* c10e = dynamic_cast<const c10::Error*>(&e)) {
+    what = c10e->what_without_backtrace();
+  } else {
+    what = e.what();
+  }
+  what = what.substr(0, what.find('\n'));
+  return what.size() > 300 ? what.substr(0, 300) + "..." : what;
+}
+
 CudaGraphStep::CudaGraphStep(StepFn step, int64_t warmup_steps, bool required)
     : step_(std::move(step)), warmup_steps_(std::max<int64_t>(1, warmup_steps)), required_(required) {}
 
 CudaGraphStep::~CudaGraphStep() = default;
-
-std::string CudaGraphStep::shape_of(const Batch& b) const {
-  return fmt::format("image {}, target {}, mask {}", describe_tensor(b.image), describe_tensor(b.target),
-                     describe_tensor(b.mask));
-}
 
 bool CudaGraphStep::matches(const Batch& b) const {
   return same_layout(b.image, static_.image) && same_layout(b.target, static_.target) &&
@@ -57,6 +101,11 @@ std::optional<StepOutputs> CudaGraphStep::give_up(const std::string& reason) {
   spdlog::warn("training step: CUDA graph off from here on: {}; eager steps", reason);
   graph_.reset();
   return std::nullopt;
+}
+
+c10::cuda::CUDAStream CudaGraphStep::side_stream() {
+  if (!side_) side_ = c10::cuda::getStreamFromPool();
+  return *side_;
 }
 
 std::optional<StepOutputs> CudaGraphStep::run(const Batch& batch) {
@@ -74,44 +123,52 @@ std::optional<StepOutputs> CudaGraphStep::run(const Batch& batch) {
     static_.target.copy_(batch.target, /*non_blocking=*/true);
     if (static_.mask.defined()) static_.mask.copy_(batch.mask, /*non_blocking=*/true);
   }
+  return step_or_replay([this](bool capturing) { return step_(static_, capturing); });
+}
+
+StepOutputs CudaGraphStep::run_sampled(const SourceFn& source) {
+  return step_or_replay([this, &source](bool capturing) { return step_(source(), capturing); });
+}
+
+StepOutputs CudaGraphStep::step_or_replay(const std::function<StepOutputs(bool capturing)>& body) {
   if (captured_) {
     graph_->replay();
     return outputs_;
   }
   const auto current = c10::cuda::getCurrentCUDAStream();
-  auto side = c10::cuda::getStreamFromPool();
+  const auto side = side_stream();
   wait_stream(side, current);
   if (warm_done_ < warmup_steps_) {  // eager on the side stream, as the capture will run
     StepOutputs out;
     {
       c10::cuda::CUDAStreamGuard guard(side);
-      out = step_(static_, /*capturing=*/false);
+      out = body(/*capturing=*/false);
     }
     wait_stream(current, side);
     ++warm_done_;
     return out;
   }
-  // Capture: nothing runs on the device during capture, so this batch is trained by the replay.
+  // Capture, as torch.cuda.graph: an idle device and no cached blocks left over from the warm-up
+  // steps, so the graph's private pool is all the step needs. Nothing runs on the device during the
+  // capture, so this step's batch is trained by the first replay.
   torch::cuda::synchronize();
-  graph_ = std::make_unique<at::cuda::CUDAGraph>();
-  try {
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  graph_ = std::make_unique<CaptureGraph>();
+  {
     c10::cuda::CUDAStreamGuard guard(side);
-    graph_->capture_begin();
     try {
-      outputs_ = step_(static_, /*capturing=*/true);
-    } catch (...) {
-      try {
-        graph_->capture_end();
-      } catch (...) {
-      }
-      throw;
+      graph_->capture_begin(/*pool=*/{0, 0}, cudaStreamCaptureModeThreadLocal);
+      outputs_ = body(/*capturing=*/true);
+      graph_->capture_end();
+    } catch (const std::exception& e) {
+      const std::string what = capture_failure_text(e);
+      graph_->abandon();
+      graph_.reset();
+      throw TrainingError(fmt::format("training.cuda_graph: the training step could not be captured in a CUDA graph "
+                                      "({}); set training.cuda_graph: off (resume with --resume --set "
+                                      "training.cuda_graph=off)",
+                                      what));
     }
-    graph_->capture_end();
-  } catch (const std::exception& e) {
-    std::string what = e.what();
-    what = what.substr(0, what.find('\n'));
-    (void)cudaGetLastError();  // clear the sticky capture error so eager steps can go on
-    return give_up(fmt::format("the step could not be captured ({})", what));
   }
   wait_stream(current, side);
   captured_ = true;

@@ -33,7 +33,17 @@ torch::Tensor soft_dice_loss(const torch::Tensor& logits, const torch::Tensor& l
 }
 
 torch::Tensor cross_entropy_loss(const torch::Tensor& logits, const torch::Tensor& labels) {
+  if (logits.is_cuda() && at::globalContext().deterministicAlgorithms()) {
+    return cross_entropy_loss_deterministic(logits, labels);
+  }
   return torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
+}
+
+torch::Tensor cross_entropy_loss_deterministic(const torch::Tensor& logits, const torch::Tensor& labels) {
+  const int64_t k = logits.size(1);
+  const torch::Tensor log_p = torch::log_softmax(logits.to(torch::kFloat), /*dim=*/1);           // (N, K, ...)
+  const torch::Tensor onehot = torch::one_hot(labels, k).movedim(-1, 1).to(torch::kFloat);        // (N, K, ...)
+  return -(log_p * onehot).sum(/*dim=*/1).mean();
 }
 
 torch::Tensor dice_ce_loss(const torch::Tensor& logits, const torch::Tensor& labels) {

@@ -78,6 +78,20 @@ Optimizer::Optimizer(const TrainingConfig& cfg, std::vector<torch::Tensor> param
 
 void Optimizer::set_lr(double lr) { lr_.fill_(lr); }
 
+void Optimizer::match_parameter_layout() {
+  torch::NoGradGuard no_grad;
+  auto like = [](const torch::Tensor& p, const torch::Tensor& t) {
+    return t.defined() && t.strides() != p.strides() ? torch::empty_like(p).copy_(t) : t;  // empty_like keeps p's strides
+  };
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const torch::Tensor& p = params_[i];
+    if (p.grad().defined() && p.grad().strides() != p.strides()) p.mutable_grad() = like(p, p.grad());
+    if (i < exp_avg_.size()) exp_avg_[i] = like(p, exp_avg_[i]);
+    if (i < exp_avg_sq_.size()) exp_avg_sq_[i] = like(p, exp_avg_sq_[i]);
+    if (i < momentum_buffer_.size()) momentum_buffer_[i] = like(p, momentum_buffer_[i]);
+  }
+}
+
 void Optimizer::zero_grad() { torch::_foreach_zero_(grads_of(params_)); }
 
 torch::Tensor Optimizer::grad_norm() const {

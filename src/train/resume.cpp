@@ -30,7 +30,7 @@ const std::vector<std::string>& runtime_config_keys() {
   static const std::vector<std::string> keys = {
       "experiment.name",      "experiment.output_dir",   "data.preflight",   "experiment.description", "training.device",
       "training.threads",     "training.deterministic",  "training.max_nonfinite_steps",
-      "training.cuda_graph",  "training.graph_warmup_steps",
+      "training.cuda_graph",  "training.graph_warmup_steps", "model.channels_last",
       "checkpoint.every_epochs", "checkpoint.keep_last", "checkpoint.every_minutes", "checkpoint.on_error",
       "predict.*",            "logging.*"};
   return keys;

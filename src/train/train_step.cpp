@@ -19,13 +19,35 @@ std::string StepFeatures::describe() const {
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
+namespace {
+
+// The norm the network's blocks use (the OpenKBP baseline: batch norm).
+Norm network_norm(const ModelConfig& cfg) {
+  return cfg.architecture == Architecture::kOpenKbpBaseline ? Norm::kBatch : cfg.norm;
+}
+
+}  // namespace
+
 bool resolve_channels_last(const ModelConfig& cfg, const torch::Device& device) {
   switch (cfg.channels_last) {
     case Toggle::kOn: return true;
     case Toggle::kOff: return false;
     case Toggle::kAuto: break;
   }
-  return device.is_cuda();
+  const Norm norm = network_norm(cfg);
+  return device.is_cuda() && (norm == Norm::kBatch || norm == Norm::kNone);
+}
+
+std::string channels_last_reason(const ModelConfig& cfg, const torch::Device& device) {
+  if (cfg.channels_last != Toggle::kAuto) return fmt::format("model.channels_last: {}", to_string(cfg.channels_last));
+  if (!device.is_cuda()) return "auto: off on CPU";
+  switch (network_norm(cfg)) {
+    case Norm::kInstance: return "auto: off with instance norm (at::instance_norm makes its input contiguous)";
+    case Norm::kGroup: return "auto: off with group norm (it makes its input contiguous)";
+    case Norm::kBatch: return "auto: on with batch norm (cuDNN keeps NDHWC)";
+    case Norm::kNone: return "auto: on without norm";
+  }
+  return "auto";
 }
 
 void to_channels_last(torch::nn::Module& module) {
@@ -38,11 +60,29 @@ void to_channels_last(torch::nn::Module& module) {
   }
 }
 
+void set_layout(torch::nn::Module& module, bool channels_last) {
+  const auto format = channels_last ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::Contiguous;
+  torch::NoGradGuard no_grad;
+  for (auto& p : module.parameters()) {
+    if (p.dim() == 5 && !p.is_contiguous(format)) p.set_data(p.contiguous(format));
+  }
+  for (auto& b : module.buffers()) {
+    if (b.dim() == 5 && !b.is_contiguous(format)) b.set_data(b.contiguous(format));
+  }
+}
+
+void plant_value(torch::Tensor& t, double value) {
+  torch::NoGradGuard no_grad;
+  const std::vector<at::indexing::TensorIndex> first(static_cast<size_t>(t.dim()), at::indexing::TensorIndex(0));
+  t.index_put_(first, value);
+}
+
 TrainStep::TrainStep(const Config& cfg, const torch::Device& device, NetworkImpl& net, const Loss& loss,
                      Optimizer& optimizer, StepMonitor* monitor)
     : cfg_(cfg), device_(device), net_(net), loss_(loss), optimizer_(optimizer), monitor_(monitor) {
   features_.precision = resolve_precision(cfg.training, device);
   features_.channels_last = resolve_channels_last(cfg.model, device);
+  features_.channels_last_note = channels_last_reason(cfg.model, device);
   auto& ctx = at::globalContext();
   features_.cudnn_benchmark = device.is_cuda() && ctx.benchmarkCuDNN();
   features_.tf32 = device.is_cuda() && ctx.allowTF32CuDNN();
@@ -68,8 +108,8 @@ TrainStep::TrainStep(const Config& cfg, const torch::Device& device, NetworkImpl
         [this](const Batch& b, bool capturing) { return compute(b, capturing); }, cfg.training.graph_warmup_steps,
         /*required=*/graph == Toggle::kOn);
   }
-  spdlog::info("training step: {}{}", features_.describe(),
-               features_.cuda_graph_note.empty() ? "" : fmt::format(" (CUDA graph {})", features_.cuda_graph_note));
+  spdlog::info("training step: {} (layout {}{})", features_.describe(), features_.channels_last_note,
+               features_.cuda_graph_note.empty() ? "" : fmt::format("; CUDA graph {}", features_.cuda_graph_note));
 }
 
 TrainStep::~TrainStep() = default;
@@ -81,7 +121,9 @@ void TrainStep::set_after_backward(std::function<void(const std::vector<torch::T
       throw ConfigError("training.cuda_graph: on cannot be combined with test fault injection (U3D_TEST_FAULTS)");
     }
     graph_.reset();
+    source_ = nullptr;
     features_.cuda_graph = false;
+    features_.sampling_in_graph = false;
     features_.cuda_graph_note = "off: test fault injection is active";
     spdlog::info("training step: CUDA graph off: test fault injection is active; eager steps");
   }
@@ -131,18 +173,35 @@ StepOutputs TrainStep::compute(const Batch& batch, bool capturing) {
     const torch::Tensor skip = found_inf > 0;
     for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].copy_(torch::where(skip, saved_buffers_[i], buffers_[i]));
   }
-  return {loss.detach(), found_inf};
+  const torch::Tensor detached = loss.detach();
+  if (monitor_) monitor_->record(detached, found_inf);  // in place: captured with the step
+  return {detached, found_inf};
+}
+
+bool TrainStep::set_batch_source(std::function<Batch()> source) {
+  if (!graph_ || graph_->warmup_done() > 0 || after_backward_) return false;
+  source_ = std::move(source);
+  features_.sampling_in_graph = static_cast<bool>(source_);
+  if (source_) spdlog::info("training step: the GPU sampler is captured in the step's CUDA graph");
+  return features_.sampling_in_graph;
+}
+
+torch::Tensor TrainStep::run_sampled() {
+  if (!source_) throw std::logic_error("TrainStep::run_sampled needs set_batch_source()");
+  const StepOutputs out = graph_->run_sampled(source_);
+  replayed_ = graph_->captured();
+  last_found_inf_ = out.found_inf;
+  return out.loss;
 }
 
 torch::Tensor TrainStep::run(const Batch& batch) {
   std::optional<StepOutputs> out;
   replayed_ = false;
+  if (source_) throw std::logic_error("TrainStep::run(batch) after set_batch_source(); use run_sampled()");
   if (graph_) {
     out = graph_->run(batch);
     if (out) {
       replayed_ = graph_->captured();
-      out->loss = out->loss.clone();  // the graph's output is overwritten by the next replay
-      out->found_inf = out->found_inf.clone();
     } else {
       features_.cuda_graph = false;
       features_.cuda_graph_note = graph_->fallback_reason();
@@ -150,7 +209,6 @@ torch::Tensor TrainStep::run(const Batch& batch) {
     }
   }
   if (!out) out = compute(batch, /*capturing=*/false);
-  if (monitor_) monitor_->record(out->loss, out->found_inf);
   last_found_inf_ = out->found_inf;
   return out->loss;
 }

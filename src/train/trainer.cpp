@@ -304,8 +304,18 @@ void Trainer::build_model() {
     step_->set_after_backward([this](const std::vector<torch::Tensor>& params) {
       if (!faults_->inf_grad.count(state_.global_step + 1)) return;
       torch::NoGradGuard no_grad;
-      params[0].grad().view(-1)[0] = std::numeric_limits<float>::infinity();
+      plant_value(params[0].mutable_grad(), std::numeric_limits<float>::infinity());  // any layout
     });
+  }
+  if (DeviceSampler* sampler = loader_->device_sampler(); sampler && step_->features().cuda_graph) {
+    // data.cache: gpu: capture the sampler with the step, so one replay is one whole step.
+    std::string why;
+    if (faults_) {
+      why = "test fault injection is active";
+    } else if (sampler->capturable(&why)) {
+      sampling_in_graph_ = step_->set_batch_source([sampler] { return sampler->next_batch(); });
+    }
+    if (!sampling_in_graph_) spdlog::info("training step: GPU sampling runs outside the CUDA graph: {}", why);
   }
   cadence_ = std::make_unique<CheckpointCadence>(cfg_.checkpoint.every_epochs, cfg_.checkpoint.every_minutes,
                                                  cfg_.training.epochs);
@@ -342,6 +352,10 @@ void Trainer::restore() {
                                   train_cache_->size()));
   }
   const CheckpointInfo info = load_checkpoint(path, *net_, optimizer_.get(), runtime_.device, /*restore_rng=*/true);
+  // The checkpoint's strides come with its tensors (contiguous from a CPU run, say): back to this
+  // run's layout, gradients and optimizer state with them.
+  set_layout(*net_, step_->features().channels_last);
+  optimizer_->match_parameter_layout();
   state_ = info.state;
   if (state_.step_in_epoch > steps_per_epoch_) state_.step_in_epoch = steps_per_epoch_;
   monitor_->restore(state_);
@@ -376,19 +390,25 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
     for (int64_t step = first_step; step < steps_per_epoch_; ++step) {
       const double lr = schedule_->at(state_.global_step);
       optimizer_->set_lr(lr);
-      const double waited = loader_->wait_seconds();
-      Batch batch = loader_->next(epoch, step);  // ready on the device; blocks only while none is ready
-      stats.data_seconds += loader_->wait_seconds() - waited;
-      if (faults_ && faults_->nan_batch.count(state_.global_step + 1)) {
-        batch.image = batch.image.clone();
-        batch.image.view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
+      torch::Tensor loss;
+      if (sampling_in_graph_) {  // GPU sampler and step in one graph replay: no batch to wait for
+        loader_->device_sampler()->seek(epoch, step, steps_per_epoch_);
+        loss = step_->run_sampled();
+        last_found_inf_ = step_->found_inf();
+      } else {
+        const double waited = loader_->wait_seconds();
+        Batch batch = loader_->next(epoch, step);  // ready on the device; blocks only while none is ready
+        stats.data_seconds += loader_->wait_seconds() - waited;
+        if (faults_ && faults_->nan_batch.count(state_.global_step + 1)) {
+          batch.image = batch.image.clone();
+          plant_value(batch.image, std::numeric_limits<float>::quiet_NaN());
+        }
+        loss = train_step(batch);
       }
-
-      const torch::Tensor loss = train_step(batch);
       ++state_.global_step;
       state_.step_in_epoch = step + 1;
-      state_.epoch_samples += batch.image.size(0);
-      samples += batch.image.size(0);
+      state_.epoch_samples += cfg_.data.batch_size;
+      samples += cfg_.data.batch_size;
       after_step(epoch, step, lr, loss);
 
       if (cfg_.logging.progress_seconds > 0 && seconds_since(last_progress) >= cfg_.logging.progress_seconds &&
@@ -474,7 +494,9 @@ std::string Trainer::last_checkpoint_note() const {
 ValStats Trainer::validate() {
   SlidingWindowOptions sw{cfg_.data.patch_size, cfg_.predict.overlap,
                           cfg_.predict.batch_size > 0 ? cfg_.predict.batch_size : cfg_.data.batch_size,
-                          cfg_.predict.gaussian};
+                          cfg_.predict.gaussian, /*mirror=*/false,
+                          /*autocast=*/inference_autocast(cfg_.training, runtime_.device),  // as the training step
+                          /*channels_last=*/step_->features().channels_last};
   std::vector<double> losses, metrics;
   std::vector<PatientDoseMetrics> dose_metrics;
   try {
@@ -557,28 +579,40 @@ void Trainer::validate_patches(int64_t epoch, ValStats& stats) {
   const bool was_training = net_->is_training();
   net_->eval();
   const int64_t k = pre_->out_channels();
-  std::vector<double> tp(static_cast<size_t>(k), 0.0), fp(tp), fn(tp);
-  double loss_sum = 0;
+  const auto autocast = inference_autocast(cfg_.training, runtime_.device);  // as the training step
+  // Device sums over every batch, read once: (K,) true positives, false positives, false negatives.
+  const auto counts = torch::TensorOptions().dtype(torch::kLong).device(runtime_.device);
+  torch::Tensor tp = torch::zeros({k}, counts), fp = torch::zeros({k}, counts), fn = torch::zeros({k}, counts);
+  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(runtime_.device));
+  const torch::Tensor classes = torch::arange(k, counts).view({1, k, 1, 1, 1});
   const int64_t batches = cfg_.training.val_patch_batches;
   for (int64_t b = 0; b < batches; ++b) {
     const Batch batch = val_sampler_->batch(epoch, b).to(runtime_.device);
-    const torch::Tensor out = net_->forward(batch.image);  // (N, K, d, h, w) logits
-    loss_sum += (*loss_)(out, batch.target, batch.mask).item<double>();
-    const torch::Tensor pred = out.argmax(1);              // (N, d, h, w)
-    for (int64_t c = 1; c < k; ++c) {
-      const auto p = pred == c;
-      const auto y = batch.target == c;
-      tp[static_cast<size_t>(c)] += static_cast<double>((p & y).sum().item<int64_t>());
-      fp[static_cast<size_t>(c)] += static_cast<double>((p & ~y).sum().item<int64_t>());
-      fn[static_cast<size_t>(c)] += static_cast<double>((~p & y).sum().item<int64_t>());
+    torch::Tensor image = batch.image;
+    if (step_->features().channels_last) image = image.contiguous(at::MemoryFormat::ChannelsLast3d);
+    torch::Tensor out;  // (N, K, d, h, w) logits, float32
+    {
+      std::optional<AutocastGuard> guard;
+      if (autocast) guard.emplace(runtime_.device.type(), *autocast);
+      out = net_->forward(image);
     }
+    out = out.to(torch::kFloat);
+    loss_sum.add_((*loss_)(out, batch.target, batch.mask).detach().to(torch::kDouble));
+    const torch::Tensor p = out.argmax(1).unsqueeze(1) == classes;  // (N, K, d, h, w)
+    const torch::Tensor y = batch.target.unsqueeze(1) == classes;
+    const std::vector<int64_t> dims = {0, 2, 3, 4};
+    tp.add_((p & y).sum(dims));
+    fp.add_((p & ~y).sum(dims));
+    fn.add_((~p & y).sum(dims));
   }
   net_->train(was_training);
+  const torch::Tensor host = torch::stack({tp, fp, fn}).cpu();  // the one host read
+  const auto h = host.accessor<int64_t, 2>();
+  const double loss_total = loss_sum.item<double>();
   std::vector<double> dice;
   for (int64_t c = 1; c < k; ++c) {
-    const size_t i = static_cast<size_t>(c);
-    const double denom = 2 * tp[i] + fp[i] + fn[i];
-    dice.push_back(denom > 0 ? 2 * tp[i] / denom : std::numeric_limits<double>::quiet_NaN());
+    const double denom = static_cast<double>(2 * h[0][c] + h[1][c] + h[2][c]);
+    dice.push_back(denom > 0 ? 2.0 * static_cast<double>(h[0][c]) / denom : std::numeric_limits<double>::quiet_NaN());
   }
   stats.pseudo_dice = nan_mean(dice);
   if (std::isfinite(stats.pseudo_dice)) {
@@ -588,7 +622,7 @@ void Trainer::validate_patches(int64_t epoch, ValStats& stats) {
                                  : stats.pseudo_dice;
   }
   stats.pseudo_dice_ema = state_.pseudo_dice_ema;
-  if (!std::isfinite(stats.loss) && batches > 0) stats.loss = loss_sum / static_cast<double>(batches);
+  if (!std::isfinite(stats.loss) && batches > 0) stats.loss = loss_total / static_cast<double>(batches);
 }
 
 CheckpointInfo Trainer::checkpoint_info() const {

@@ -137,3 +137,56 @@ TEST(GpuData, BenchmarkMeasuresEveryPlacement) {
 
 }  // namespace
 }  // namespace u3d
+
+namespace u3d {
+namespace {
+
+// Affine augmentation on the GPU sampler: coordinates in float64 in the host's order, so the
+// nearest-neighbour labels and loss masks equal the host sampler's (a voxel may differ only where a
+// coordinate lies within float64 rounding of a half voxel), and trilinear images agree to float32
+// rounding. Before, a TF32 matmul rounded the coordinates to 10 mantissa bits.
+TEST(GpuData, AffineLabelsAndMasksEqualTheHostSampler) {
+  U3D_REQUIRE_CUDA();
+  test::TempDir dir;
+  for (const Task task : {Task::kDose, Task::kSegmentation}) {
+    const fs::path file = dir / (task == Task::kDose ? "d.h5" : "s.h5");
+    test::make_phantom(file, task, 6, 24);
+    const DatasetReader reader(file);
+    const Preprocessor pre(task == Task::kDose ? dose_data() : DataConfig{}, reader.info());
+    CacheOptions co;
+    co.device = kCuda;
+    co.placement = CachePlacement::kMemory;
+    const StackedCache host_cache = StackedCache::load(reader, reader.split("train"), pre, co);
+    co.placement = CachePlacement::kGpu;
+    const StackedCache gpu_cache = StackedCache::load(reader, reader.split("train"), pre, co);
+    SamplerOptions o = sampler_options(/*affine=*/true);
+    o.augment.affine_prob = 1.0;
+    o.augment.affine_rotation = {30, 30, 30};
+    o.augment.affine_scale = {0.7, 1.4};
+    if (task == Task::kSegmentation) {
+      o.channel_names = pre.channel_names();
+      o.augment.intensity_channels = {};
+      o.foreground_fraction = 0;
+    }
+    const PatchSampler host(host_cache, o);
+    const PatchSampler on_gpu(gpu_cache, o);
+    DeviceSampler device(on_gpu);
+    device.set_epoch(1, 4);
+    for (int64_t step = 0; step < 4; ++step) {
+      const RawBatch a = device.raw_batch(step), b = host.raw_batch(1, step);
+      ASSERT_TRUE(a.target.is_cuda());
+      EXPECT_TRUE(torch::equal(a.plan.cpu(), b.plan)) << step;
+      const int64_t voxels = b.target.numel();
+      EXPECT_LE((a.target.cpu() != b.target).sum().item<int64_t>(), voxels / 10000) << "target, step " << step;
+      if (b.mask.defined()) {
+        EXPECT_LE((a.mask.cpu() != b.mask).sum().item<int64_t>(), voxels / 10000) << "mask, step " << step;
+      }
+      for (size_t f = 0; f < a.images.size(); ++f) {
+        EXPECT_TRUE(torch::allclose(a.images[f].cpu(), b.images[f], 1e-5, 1e-5)) << "image, step " << step;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace u3d

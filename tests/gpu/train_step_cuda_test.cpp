@@ -2,6 +2,8 @@
 // Inf, capture without host synchronisation, and the step benchmark's GPU figures. Every test
 // skips itself where no CUDA device is present.
 #include <gtest/gtest.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAStream.h>
 #include <torch/cuda.h>
 
 #include "test_support.h"
@@ -67,8 +69,7 @@ CudaRun train_cuda(const Config& cfg, int64_t steps, int64_t inf_at = -1) {
   if (inf_at >= 0) {
     step.set_after_backward([&](const std::vector<torch::Tensor>& params) {
       if (i != inf_at) return;
-      torch::NoGradGuard no_grad;
-      params[0].grad().view(-1)[0] = std::numeric_limits<float>::infinity();
+      plant_value(params[0].mutable_grad(), std::numeric_limits<float>::infinity());  // channels-last gradient
     });
   }
   CudaRun run;
@@ -131,24 +132,47 @@ TEST(GpuTrainStep, Fp16StepCapturesAndReplays) {
   EXPECT_EQ(run.applied, 6);
 }
 
-// A host read inside the step makes the capture fail: `on` turns that into an error, `auto` into
-// a logged fallback. The real step above captures, so it has none.
-TEST(GpuTrainStep, AHostSyncInsideTheStepFailsTheCapture) {
+// A host read inside the step makes the capture fail: with `on` and with `auto` that is a one-line
+// TrainingError naming the failure and training.cuda_graph: off (never a silent fallback). The
+// capture is ended and its private pool released, so the caching allocator holds no more than
+// before the capture once its cache is emptied, and the device keeps working.
+TEST(GpuTrainStep, AHostSyncInsideTheStepFailsTheCaptureWithAOneLineError) {
   U3D_REQUIRE_CUDA();
   auto syncing = [](const Batch& b, bool) {
     const float v = b.image.sum().item<float>();  // host synchronisation
     return StepOutputs{torch::full({}, v, b.image.options()), torch::zeros({}, b.image.options())};
   };
-  CudaGraphStep required(syncing, /*warmup_steps=*/1, /*required=*/true);
-  EXPECT_TRUE(required.run(cuda_batch(0)).has_value());  // warm-up, eager
-  EXPECT_THROW(required.run(cuda_batch(1)), TrainingError);
-  CudaGraphStep fallback(syncing, /*warmup_steps=*/1, /*required=*/false);
-  EXPECT_TRUE(fallback.run(cuda_batch(0)).has_value());
-  EXPECT_FALSE(fallback.run(cuda_batch(1)).has_value());
-  EXPECT_TRUE(fallback.failed());
-  EXPECT_NE(fallback.fallback_reason().find("could not be captured"), std::string::npos);
-  torch::cuda::synchronize();  // the device still works after the failed capture
-  EXPECT_EQ(torch::ones({4}, torch::TensorOptions().device(kCuda)).sum().item<float>(), 4.0f);
+  for (const bool required : {true, false}) {
+    CudaGraphStep graph(syncing, /*warmup_steps=*/1, required);
+    EXPECT_TRUE(graph.run(cuda_batch(0)).has_value());  // warm-up, eager
+    torch::cuda::synchronize();
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    const int64_t reserved_before = c10::cuda::CUDACachingAllocator::getDeviceStats(0).reserved_bytes[all].current;
+    try {
+      graph.run(cuda_batch(1));
+      ADD_FAILURE() << "the capture of a host read succeeded";
+    } catch (const TrainingError& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+      EXPECT_NE(what.find("could not be captured"), std::string::npos) << what;
+      EXPECT_NE(what.find("training.cuda_graph: off"), std::string::npos) << what;
+    }
+    EXPECT_FALSE(graph.captured());
+    // The allocator left capture mode and released the graph's pool: nothing more is held than before.
+    torch::cuda::synchronize();
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    EXPECT_LE(c10::cuda::CUDACachingAllocator::getDeviceStats(0).reserved_bytes[all].current, reserved_before);
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    ASSERT_EQ(cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream().stream(), &status), cudaSuccess);
+    EXPECT_EQ(status, cudaStreamCaptureStatusNone);
+    EXPECT_EQ(torch::ones({4}, torch::TensorOptions().device(kCuda)).sum().item<float>(), 4.0f);
+    // A new allocation after the failure comes from the ordinary pool and can be freed again.
+    { const torch::Tensor big = torch::empty({64 << 20}, torch::TensorOptions().device(kCuda)); }
+    torch::cuda::synchronize();
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    EXPECT_LE(c10::cuda::CUDACachingAllocator::getDeviceStats(0).reserved_bytes[all].current, reserved_before);
+  }
 }
 
 TEST(GpuTrainStep, AChangedBatchShapeFallsBackToEager) {
@@ -180,7 +204,17 @@ TEST(GpuTrainStep, StepBenchmarkOnCudaReportsPeakMemoryAndReplays) {
   EXPECT_NE(r.output.find("\"peak_gpu_mem_bytes\": "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\"precision\": \"bf16\""), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\"cuda_graph\": true"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("\"channels_last\": true"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"channels_last\": false"), std::string::npos) << r.output;  // instance norm: auto is off
+  EXPECT_EQ(r.output.find("\"peak_gpu_reserved_bytes\": null"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("\"peak_gpu_allocated_bytes\": null"), std::string::npos) << r.output;
+  // With batch norm, auto is channels-last.
+  const auto bn = test::run_trainer({"--config", "b.yaml", "--benchmark", "--steps", "4", "--set",
+                                     "training.device=cuda", "--set", "model.norm=batch", "--set",
+                                     "data.patch_size=32"},
+                                    dir.path());
+  ASSERT_EQ(bn.exit_code, 0) << bn.output;
+  EXPECT_NE(bn.output.find("\"channels_last\": true"), std::string::npos) << bn.output;
+  EXPECT_NE(bn.output.find("\"cuda_graph\": true"), std::string::npos) << bn.output;
 }
 
 }  // namespace

@@ -175,6 +175,17 @@ void make_phantom(const fs::path& path, Task task, int64_t cases, int64_t size, 
   write_phantom_dataset(o, path);
 }
 
+NoTf32::NoTf32()
+    : cublas_(at::globalContext().allowTF32CuBLAS()), cudnn_(at::globalContext().allowTF32CuDNN()) {
+  at::globalContext().setAllowTF32CuBLAS(false);
+  at::globalContext().setAllowTF32CuDNN(false);
+}
+
+NoTf32::~NoTf32() {
+  at::globalContext().setAllowTF32CuBLAS(cublas_);
+  at::globalContext().setAllowTF32CuDNN(cudnn_);
+}
+
 std::string tiny_config(const fs::path& dataset, const std::string& name, Task task) {
   std::ostringstream s;
   s << "experiment:\n  name: " << name << "\n  seed: 7\n"

@@ -37,6 +37,20 @@ struct CommandResult {
   std::string output;  // stdout and stderr together
 };
 
+// TF32 off for CUDA matmuls and convolutions while alive, then the previous settings back. For
+// CPU-versus-GPU equality checks: TF32 rounds operands to 10 mantissa bits (relative errors near
+// 1e-3), which would hide real differences behind a loose tolerance.
+class NoTf32 {
+ public:
+  NoTf32();
+  ~NoTf32();
+  NoTf32(const NoTf32&) = delete;
+  NoTf32& operator=(const NoTf32&) = delete;
+
+ private:
+  bool cublas_, cudnn_;
+};
+
 fs::path trainer_path();
 fs::path source_dir();
 // Runs the trainer binary with `args` (each passed as one argument) in folder `cwd`.

@@ -197,3 +197,39 @@ TEST(DeviceSampler, AffineAgreesWithTheHostToRounding) {
 
 }  // namespace
 }  // namespace u3d
+
+namespace u3d {
+namespace {
+
+// next_batch() at a seeked cursor gives batch(step) and moves on by one on the device (what a
+// captured graph replays); a seek to another epoch uploads that epoch's case order into the same
+// buffer.
+TEST(DeviceSampler, CursorBatchesEqualTheIndexedBatchesAcrossEpochs) {
+  const StackedCache cache = mixed_cache(/*segmentation=*/true);
+  SamplerOptions o = options();
+  o.augment.flip_axes = {0, 1, 2};
+  o.augment.intensity_prob = 0.5;
+  const PatchSampler host(cache, o);
+  DeviceSampler cursor(host), indexed(host);
+  std::string why;
+  EXPECT_TRUE(cursor.capturable(&why)) << why;
+  cursor.seek(/*epoch=*/2, /*step=*/1, /*steps_per_epoch=*/5);
+  indexed.set_epoch(2, 5);
+  for (int64_t step = 1; step < 5; ++step) {
+    if (step == 3) cursor.seek(2, 3, 5);  // in sequence: no device write, same result
+    expect_same(cursor.next_batch(), indexed.batch(step), "epoch 2 step " + std::to_string(step));
+  }
+  cursor.seek(3, 0, 5);
+  indexed.set_epoch(3, 5);
+  expect_same(cursor.next_batch(), indexed.batch(0), "epoch 3 step 0");
+  cursor.seek(3, 4, 5);  // out of sequence (a resume): the cursor is written
+  expect_same(cursor.next_batch(), indexed.batch(4), "epoch 3 step 4");
+
+  o.augment.noise_prob = 0.5;  // noise is seeded on the host per batch: not capturable
+  const PatchSampler noisy(cache, o);
+  EXPECT_FALSE(DeviceSampler(noisy).capturable(&why));
+  EXPECT_NE(why.find("noise"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace u3d

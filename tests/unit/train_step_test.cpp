@@ -143,8 +143,7 @@ TinyRun train_tiny(const Config& cfg, int64_t steps, int64_t inf_at = -1) {
   if (inf_at >= 0) {
     step.set_after_backward([&](const std::vector<torch::Tensor>& params) {
       if (i != inf_at) return;
-      torch::NoGradGuard no_grad;
-      params[0].grad().view(-1)[0] = std::numeric_limits<float>::infinity();
+      plant_value(params[0].mutable_grad(), std::numeric_limits<float>::infinity());  // any layout
     });
   }
   TinyRun run;
