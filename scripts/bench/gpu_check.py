@@ -69,6 +69,21 @@ class Check:
         self.cuda = False
         self.peak_tflops = None
         self.sections = []
+        self.commit = self.source_commit()
+
+    def source_commit(self):
+        """The bundle's commit (bundle.env) or the checkout's; replaced by `trainer --version`'s."""
+        env = os.path.join(ROOT, "share", "unet3d-trainer", "bundle.env")
+        if os.path.exists(env):
+            with open(env) as f:
+                m = re.search(r"^U3D_BUNDLE_COMMIT=(\S+)", f.read(), re.M)
+                if m:
+                    return m.group(1)
+        try:
+            return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                                  text=True, timeout=30).stdout.strip() or "unknown"
+        except (OSError, subprocess.TimeoutExpired):
+            return "unknown"
 
     # ---- running commands -------------------------------------------------------------------
     def run(self, section, cmd, timeout=600, env=None, cwd=None, log_name=None):
@@ -144,7 +159,7 @@ class Check:
         s.cpu_status = "PASS"
         m = re.search(r"^trainer (\S+) \((\S+)\)", out, re.M)
         s.cpu_figures["trainer"] = m.group(1) if m else None
-        self.commit = m.group(2) if m else "unknown"
+        self.commit = m.group(2) if m else self.commit
         m = re.search(r"^LibTorch (\S+)", out, re.M)
         s.cpu_figures["libtorch_built_against"] = m.group(1) if m else None
         m = re.search(r"^CUDA runtime (\S+): (\d+) device", out, re.M)
@@ -304,11 +319,11 @@ class Check:
         cfg = os.path.join(ROOT, "configs", "openkbp_baseline.yaml")
         # CPU part: the same command on a tiny network (plumbing: config, model, FLOP count, JSON).
         try:
-            r = self.step_bench(s, cfg, ["model.base_filters=2", "data.patch_size=32", "data.batch_size=1"],
+            r = self.step_bench(s, cfg, ["model.base_filters=2", "data.patch_size=64", "data.batch_size=1"],
                                 2, 1, "cpu-smoke")
             s.cpu_status = "PASS"
             s.cpu_figures = {"device": r.get("device"), "step_ms_median": r.get("step_ms_median"),
-                             "flops_per_step": r.get("flops_per_step"), "note": "base_filters 2, 32^3, batch 1"}
+                             "flops_per_step": r.get("flops_per_step"), "note": "base_filters 2, 64^3, batch 1"}
         except RuntimeError as ex:
             s.cpu_status, s.cpu_reason = "FAIL", str(ex)
         if not self.cuda:
@@ -362,7 +377,7 @@ class Check:
         else:
             rc, out = self.run(s, compare + ["--config", os.path.join(ROOT, "configs", "openkbp_baseline.yaml"),
                                              "--filters", "2", "--steps", "2", "--warmup", "1", "--variants", "eager",
-                                             "--set", "data.patch_size=32", "--set", "data.batch_size=1"]
+                                             "--set", "data.patch_size=64", "--set", "data.batch_size=1"]
                                if self.compare_takes_set() else
                                compare + ["--config", self.tiny_baseline_config(), "--filters", "2", "--steps", "2",
                                           "--warmup", "1", "--variants", "eager"], timeout=600, log_name="cpu-smoke")
@@ -372,7 +387,7 @@ class Check:
             else:
                 s.cpu_status = "PASS"
                 s.cpu_figures = {"speedup_vs_best_pytorch": r[-1].get("speedup_vs_best_pytorch"),
-                                 "note": "base_filters 2, 32^3, batch 1, eager only"}
+                                 "note": "base_filters 2, 64^3, batch 1, eager only"}
         if not self.cuda:
             s.status, s.reason = "SKIPPED", "no CUDA device"
             return s
@@ -644,7 +659,7 @@ class Check:
     def write(self, started):
         overall = "FAIL" if any(x.status == "FAIL" or x.cpu_status == "FAIL" for x in self.sections) else "PASS"
         rep = {"report": "gpu-check", "date": started.isoformat(timespec="seconds"),
-               "seconds": round(time.time() - self.t0, 1), "commit": getattr(self, "commit", "unknown"),
+               "seconds": round(time.time() - self.t0, 1), "commit": self.commit,
                "quick": self.args.quick, "machine": self.machine_facts(), "cuda": self.cuda, "overall": overall,
                "sections": [x.to_json() for x in self.sections]}
         with open(os.path.join(self.out, "gpu-report.json"), "w") as f:
