@@ -99,7 +99,8 @@ done
 # Shared libraries: the closure ldd reports for every executable, less glibc, the C++ runtime (the
 # box's PyTorch needs the system's own, and a process has one) and LibTorch/CUDA (the box's).
 nv_paths="$(find "$TORCH_ROOT/.." -maxdepth 4 -type d -path '*/nvidia/*/lib' 2>/dev/null | tr '\n' ':')"
-skip_re='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libutil\.so|libanl\.so|libmvec\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libnvidia)'
+# LibTorch and CUDA by name too: a system CUDA (e.g. /usr/local/lib/libcudart.so.13) may shadow the wheel's.
+skip_re='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libutil\.so|libanl\.so|libmvec\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libnvidia|libtorch|libc10|libcaffe2|libshm|libgomp|libcudart|libcublas|libcudnn|libcufft|libcufile|libcurand|libcusolver|libcusparse|libnccl|libnvrtc|libnvJitLink|libnvToolsExt|libnvshmem|libcupti|libnvperf)'
 elfs=()
 while IFS= read -r f; do elfs+=("$f"); done < <(find "$S/libexec" -type f -perm -u+x ! -name u3d-run)
 for f in "${elfs[@]}"; do

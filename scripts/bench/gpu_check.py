@@ -717,6 +717,8 @@ def main():
         print(f"gpu-check: --openkbp {a.openkbp}: no such file or folder; expected provided-data/ or "
               "openkbp-sample.tar.xz", file=sys.stderr)
         sys.exit(2)
+    if a.openkbp:
+        a.openkbp = os.path.abspath(a.openkbp)
     if a.out is None:
         a.out = "gpu-check-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     return Check(a).main()
