@@ -257,6 +257,11 @@ class Check:
                 s.cpu_status = "FAIL"
                 s.cpu_reason = f"{exe}: exit {rc}, {len(missing)} manifest tests not listed: {self.last_line(out)}"
         s.cpu_figures["gpu_tests"] = len(rows)
+        # The test executables find the trainer, configs/ and the shared data relative to themselves
+        # (build tree layout); in the bundle the configs sit at its root.
+        env = {"U3D_SOURCE_DIR": ROOT} if self.bundle else {}
+        if self.args.openkbp and os.path.basename(self.args.openkbp) == "openkbp-sample.tar.xz":
+            env["U3D_SHARED_DATA"] = os.path.dirname(self.args.openkbp)
         if not self.cuda:
             s.status, s.reason = "SKIPPED", "no CUDA device; the executables load and list their tests (CPU part)"
             return s
@@ -265,7 +270,7 @@ class Check:
         for exe, names in by_exe.items():
             js = os.path.join(self.logs, f"{exe}.json")
             rc, out = self.run(s, self.prefix + [os.path.join(self.tests_dir, exe), "--gtest_filter=" + ":".join(names),
-                                                 f"--gtest_output=json:{js}"], timeout=900, log_name=exe)
+                                                 f"--gtest_output=json:{js}"], timeout=900, env=env, log_name=exe)
             got = {}
             if os.path.exists(js):
                 with open(js) as f:

@@ -85,4 +85,13 @@ expect_2 env -i PATH=/usr/bin:/bin U3D_LIBTORCH="$T/fake/torch/lib" "$B/bin/trai
 if [ -n "$VENV_PY" ]; then
   expect_2 env -i "PATH=$(dirname "$VENV_PY"):/usr/bin:/bin" PYTHONPATH="$T/fake" "$B/bin/trainer" --version
 fi
+if [ -n "$VENV_PY" ]; then
+  step "scripts/gpu-check.sh --quick from the bundle, clean environment"
+  rc=0
+  "${CLEAN[@]}" "$B/scripts/gpu-check.sh" --quick --out "$T/gpu-check" > "$T/gpu-check.log" 2>&1 || rc=$?
+  tail -n 3 "$T/gpu-check.log"
+  [ -s "$T/gpu-check/gpu-report.md" ] && [ -s "$T/gpu-check/gpu-report.json" ] || fail "gpu-check wrote no reports"
+  [ "$rc" = 0 ] || { cat "$T/gpu-check/gpu-report.md"; fail "gpu-check from the bundle exit $rc"; }
+  grep -q '"layout": "bundle"' "$T/gpu-check/gpu-report.json" || fail "gpu-check did not run in bundle layout"
+fi
 echo "PASS"
