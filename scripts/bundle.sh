@@ -130,8 +130,8 @@ for p in "$ROOT" "$BUILD" "$TORCH_ROOT" "$(readlink -f "$TORCH_ROOT")" "$HOME/.c
     fail "build-machine path $p found in: $(echo "$hits" | tr '\n' ' ')"
   fi
 done
-glibc_max="$(for f in "${elfs[@]}" "$S"/lib/*; do objdump -T "$f" | grep -o 'GLIBC_[0-9.]*'; done | sort -uV | tail -n1)"
-glibcxx_max="$(for f in "${elfs[@]}" "$S"/lib/*; do objdump -T "$f" | grep -o 'GLIBCXX_[0-9.]*'; done | sort -uV | tail -n1)"
+glibc_max="$(for f in "${elfs[@]}" "$S"/lib/*; do objdump -T "$f" | grep -o 'GLIBC_[0-9.]*' || true; done | sort -uV | tail -n1)"
+glibcxx_max="$(for f in "${elfs[@]}" "$S"/lib/*; do objdump -T "$f" | grep -o 'GLIBCXX_[0-9.]*' || true; done | sort -uV | tail -n1)"
 if [ "$(printf '%s\n' "$glibc_max" GLIBC_2.35 | sort -V | tail -n1)" != GLIBC_2.35 ]; then
   fail "the binaries need $glibc_max; Ubuntu 22.04 has GLIBC_2.35"
 fi
