@@ -382,7 +382,8 @@ class Check:
         else:
             rc, out = self.run(s, compare + ["--config", os.path.join(ROOT, "configs", "openkbp_baseline.yaml"),
                                              "--filters", "2", "--steps", "2", "--warmup", "1", "--variants", "eager",
-                                             "--set", "data.patch_size=64", "--set", "data.batch_size=1"],
+                                             "--set", "data.patch_size=64", "--set", "data.batch_size=1",
+                                             "--set", "model.base_filters=2"],
                                timeout=600, log_name="cpu-smoke")
             r = self.json_lines(out, "compare")
             if rc != 0 or not r:
