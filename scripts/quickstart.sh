@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >/dev/null
-scripts/build.sh release
+scripts/build.sh release trainer   # only what this script runs; scripts/test.sh builds the tests
 TRAINER=build/release/trainer
 DATA=data/phantom_dose.h5
 if [ ! -f "$DATA" ]; then

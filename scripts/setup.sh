@@ -3,40 +3,107 @@
 # only when a package is missing) and LibTorch from the PyPI torch wheel, pinned, in a virtual
 # environment outside the clone (reused by every clone on this machine).
 #
-#   scripts/setup.sh            # prints the LibTorch CMake prefix on its last line
+#   scripts/setup.sh                     # prints the LibTorch CMake prefix on its last line
 #   U3D_TORCH_VENV=/opt/torch scripts/setup.sh
+#   U3D_TORCH_PYTHON=python3 scripts/setup.sh   # use that Python's torch (2.11.x), download none
+#
+# Air-gapped machines:
+#   scripts/setup.sh --download DIR      # on a machine with network and the same Debian/Ubuntu
+#                                        # release: DIR/debs/ gets the packages below and every
+#                                        # package they depend on (apt-get download)
+#   scripts/setup.sh --offline DIR       # on the air-gapped one: installs the missing packages
+#                                        # from DIR/debs/ (root: apt-get install of the local .deb
+#                                        # files; otherwise dpkg -x into U3D_PREFIX, default
+#                                        # ~/.cache/unet3d-trainer/prefix, which scripts/build.sh
+#                                        # then uses); LibTorch from U3D_TORCH_PYTHON, or from
+#                                        # wheels in DIR/wheels/ (pip download torch==2.11.0 -d DIR/wheels)
 set -euo pipefail
 
 TORCH_VERSION=2.11.0
 VENV="${U3D_TORCH_VENV:-$HOME/.cache/unet3d-trainer/torch-$TORCH_VERSION}"
+PREFIX="${U3D_PREFIX:-$HOME/.cache/unet3d-trainer/prefix}"
 PACKAGES=(cmake ninja-build g++ ccache pkg-config python3 python3-venv
           libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev libhdf5-dev libnifti2-dev libgtest-dev libgmock-dev)
 
 log() { echo "[setup] $*" >&2; }
+die() { echo "[setup] error: $1" >&2; exit "${2:-1}"; }
+
+MODE=online DIR=""
+case "${1:-}" in
+  "") ;;
+  --download|--offline)
+    [ $# -eq 2 ] || die "$1 needs a folder: scripts/setup.sh $1 DIR" 2
+    MODE="${1#--}"; DIR="$2" ;;
+  *) die "unknown argument '$1'; expected --download DIR or --offline DIR" 2 ;;
+esac
+
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+
+if [ "$MODE" = download ]; then
+  mkdir -p "$DIR/debs"
+  # The whole dependency closure (the target machine may lack any of it); virtual names dropped.
+  mapfile -t closure < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
+                           --no-breaks --no-replaces --no-enhances "${PACKAGES[@]}" | grep -E '^[a-z0-9]' | sort -u)
+  log "downloading ${#closure[@]} Debian packages into $DIR/debs"
+  (cd "$DIR/debs" && apt-get download "${closure[@]}" >/dev/null)
+  . /etc/os-release
+  echo "$PRETTY_NAME $(dpkg --print-architecture)" > "$DIR/debs/RELEASE"
+  log "done: copy $DIR to the offline machine (same release: $PRETTY_NAME) and run scripts/setup.sh --offline DIR"
+  log "LibTorch there: U3D_TORCH_PYTHON=python3 (an installed torch $TORCH_VERSION), or wheels: pip download torch==$TORCH_VERSION -d $DIR/wheels"
+  exit 0
+fi
 
 missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
+for p in "${PACKAGES[@]}"; do installed "$p" || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ] && [ "$MODE" = online ]; then
   log "installing Debian packages: ${missing[*]}"
   SUDO=""
   if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+elif [ ${#missing[@]} -gt 0 ]; then
+  [ -d "$DIR/debs" ] || die "--offline $DIR: no $DIR/debs folder (make it with scripts/setup.sh --download $DIR)" 2
+  # Every package of the closure that this machine lacks, as local .deb files.
+  debs=()
+  for f in "$DIR"/debs/*.deb; do
+    name="$(dpkg-deb -f "$f" Package)"
+    installed "$name" || debs+=("$f")
+  done
+  [ ${#debs[@]} -gt 0 ] || die "--offline $DIR: missing ${missing[*]} but $DIR/debs has none of them" 1
+  if [ "$(id -u)" -eq 0 ]; then
+    log "installing ${#debs[@]} local packages from $DIR/debs (for ${missing[*]})"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-download --no-install-recommends \
+      $(printf '%s\n' "${debs[@]}" | sed 's|^\([^/]\)|./\1|')
+  else
+    log "not root: unpacking ${#debs[@]} packages into $PREFIX (dpkg -x; scripts/build.sh uses it)"
+    mkdir -p "$PREFIX"
+    for f in "${debs[@]}"; do dpkg -x "$f" "$PREFIX"; done
+  fi
 fi
 
 torch_ok() {
-  [ -x "$VENV/bin/python" ] && "$VENV/bin/python" - "$TORCH_VERSION" 2>/dev/null <<'PY'
+  "$1" - "$TORCH_VERSION" 2>/dev/null <<'PY'
 import sys, torch
-sys.exit(0 if torch.__version__.split("+")[0] == sys.argv[1] else 1)
+want = sys.argv[1].rsplit(".", 1)[0]
+sys.exit(0 if torch.__version__.split("+")[0].rsplit(".", 1)[0] == want else 1)
 PY
 }
-if ! torch_ok; then
+if [ -n "${U3D_TORCH_PYTHON:-}" ]; then
+  py="$(command -v "$U3D_TORCH_PYTHON")" || die "U3D_TORCH_PYTHON=$U3D_TORCH_PYTHON: no such Python" 2
+  torch_ok "$py" || die "U3D_TORCH_PYTHON=$py has no torch ${TORCH_VERSION%.*}.x (import torch failed or another version)" 2
+  "$py" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null
+  exit 0
+fi
+if ! { [ -x "$VENV/bin/python" ] && torch_ok "$VENV/bin/python"; }; then
+  pip_src=()
+  if [ "$MODE" = offline ]; then
+    [ -d "$DIR/wheels" ] || die "--offline $DIR: no torch; set U3D_TORCH_PYTHON=python3 (an installed torch $TORCH_VERSION) or put wheels in $DIR/wheels" 2
+    pip_src=(--no-index --find-links "$DIR/wheels")
+  fi
   log "installing torch==$TORCH_VERSION (LibTorch, CUDA 13.0 build) into $VENV"
   python3 -m venv "$VENV"
-  "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q --no-cache-dir "torch==$TORCH_VERSION"
-  torch_ok || { log "torch $TORCH_VERSION did not install into $VENV"; exit 1; }
+  [ "$MODE" = offline ] || "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q --no-cache-dir "${pip_src[@]}" "torch==$TORCH_VERSION"
+  torch_ok "$VENV/bin/python" || die "torch $TORCH_VERSION did not install into $VENV"
 fi
 "$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null

@@ -1,10 +1,15 @@
 // trainer: parses the command line, dispatches to the library, and maps every failure to a
 // one-line message and an exit code (0 ok, 1 runtime failure, 2 usage or config error).
 #include <CLI/CLI.hpp>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/util/Exception.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
 #include <spdlog/spdlog.h>
 
+#include <functional>
 #include <new>
+#include <string>
 
 #include "u3d/commands.h"
 #include "u3d/errors.h"
@@ -15,12 +20,39 @@ namespace {
 
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
+// `trainer --version`: the program, the LibTorch it was built against, and what this machine offers
+// (CUDA runtime, devices, cuDNN). scripts/gpu-check.sh and the bundle's launcher read these lines.
+std::string version_text() {
+  std::string out = fmt::format("trainer {} ({})\nLibTorch {} (built against)", u3d::version(), u3d::git_commit(),
+                                TORCH_VERSION);
+  try {
+    const auto& hooks = at::detail::getCUDAHooks();
+    if (!hooks.hasCUDART()) {
+      out += "\nCUDA: not in this LibTorch build (CPU only)";
+      return out;
+    }
+    const long rt = hooks.versionCUDART();
+    const auto devices = torch::cuda::device_count();
+    out += fmt::format("\nCUDA runtime {}.{}: {} device(s)", rt / 1000, (rt % 1000) / 10, devices);
+    if (devices == 0) out += " (no usable GPU or driver)";
+    if (hooks.hasCuDNN()) {
+      const long v = hooks.versionCuDNN();
+      out += fmt::format("\ncuDNN {}.{}.{}", v / 10000, (v % 10000) / 100, v % 100);
+    } else {
+      out += "\ncuDNN: not available";
+    }
+  } catch (const std::exception& e) {
+    out += "\nCUDA: " + first_line(e.what());
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   u3d::init_console_logging("info");
   CLI::App app{"trainer: fast 3D U-Net training for dose prediction and segmentation"};
-  app.set_version_flag("--version", fmt::format("trainer {} ({})", u3d::version(), u3d::git_commit()));
+  app.set_version_flag("--version", std::function<std::string()>(version_text));
   app.require_subcommand(0, 1);
 
   u3d::RunCommand run;

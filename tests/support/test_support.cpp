@@ -38,8 +38,20 @@ TempDir::~TempDir() {
   fs::remove_all(path_, ec);
 }
 
-fs::path trainer_path() { return U3D_TRAINER_PATH; }
-fs::path source_dir() { return U3D_SOURCE_DIR; }
+namespace {
+// A path compiled in relative to the folder of this test executable (tests/CMakeLists.txt), unless
+// the environment variable `env` names one.
+fs::path located(const char* env, const char* relative) {
+  if (const char* v = std::getenv(env); v && *v) return fs::path(v);
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  const fs::path base = ec ? fs::current_path() : exe.parent_path();
+  return (base / relative).lexically_normal();
+}
+}  // namespace
+
+fs::path trainer_path() { return located("U3D_TRAINER", U3D_TRAINER_PATH); }
+fs::path source_dir() { return located("U3D_SOURCE_DIR", U3D_SOURCE_DIR); }
 
 namespace {
 std::string shell_quote(const std::string& s) {
@@ -248,7 +260,7 @@ std::optional<fs::path> shared_data_dir() {
   if (const char* env = std::getenv("U3D_SHARED_DATA")) {
     if (fs::exists(env)) return fs::path(env);
   }
-  const fs::path p = U3D_SHARED_DATA_DIR;
+  const fs::path p = located("U3D_SHARED_DATA_DIR", U3D_SHARED_DATA_DIR);
   if (fs::exists(p)) return p;
   return std::nullopt;
 }

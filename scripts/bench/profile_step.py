@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Top kernels of one PyTorch training step of the OpenKBP baseline (pytorch_step.py's network and
+step), by GPU time, from the PyTorch profiler. Prints the profiler table and one JSON line
+{"benchmark": "kernels", "tool": "pytorch-eager", "top": [{"name", "gpu_ms", "share", "calls"}, ...]}.
+
+    python3 scripts/bench/profile_step.py --filters 64 --batch 2 --size 128 --steps 3 --top 15
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pytorch_step import OpenKbpBaseline  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--filters", type=int, default=64)
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--size", type=int, default=128)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--top", type=int, default=15)
+    a = p.parse_args()
+    dev = torch.device(a.device)
+    torch.backends.cudnn.benchmark = True
+    mf = torch.channels_last_3d
+    model = OpenKbpBaseline(11, a.filters).to(dev).to(memory_format=mf)
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-4, fused=dev.type == "cuda")
+    x = torch.rand((a.batch, 11, a.size, a.size, a.size), device=dev).to(memory_format=mf)
+    y = torch.rand((a.batch, 1, a.size, a.size, a.size), device=dev).to(memory_format=mf)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(dev.type, dtype=torch.bfloat16):
+            loss = (model(x) - y).abs().mean()
+        loss.backward()
+        opt.step()
+
+    for _ in range(a.warmup):
+        step()
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        for _ in range(a.steps):
+            step()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+    key = "self_device_time_total" if dev.type == "cuda" else "self_cpu_time_total"
+    events = [e for e in prof.key_averages() if getattr(e, key, 0) > 0]
+    if dev.type == "cuda":  # kernels only: events that ran on the device and are not CPU-side ops
+        events = [e for e in events if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA] or events
+    events.sort(key=lambda e: getattr(e, key), reverse=True)
+    total = sum(getattr(e, key) for e in events) or 1
+    print(prof.key_averages().table(sort_by=key, row_limit=a.top))
+    top = [{"name": e.key, "gpu_ms": getattr(e, key) / 1e3 / a.steps, "share": getattr(e, key) / total,
+            "calls": e.count // a.steps} for e in events[:a.top]]
+    print(json.dumps({"benchmark": "kernels", "tool": "pytorch-eager", "device": str(dev), "steps": a.steps,
+                      "time_per_step_ms": total / 1e3 / a.steps, "top": top}))
+
+
+if __name__ == "__main__":
+    main()
