@@ -14,6 +14,7 @@
 #include "u3d/commands.h"
 #include "u3d/errors.h"
 #include "u3d/logging.h"
+#include "u3d/parallel.h"
 #include "u3d/version.h"
 
 namespace {
@@ -46,6 +47,20 @@ std::string version_text() {
   }
   return out;
 }
+
+// --threads N: 0 (automatic) up to u3d::max_threads() (parallel.h), as the config keys that start threads.
+const CLI::Validator kThreadCount(
+    [](std::string& text) -> std::string {
+      char* end = nullptr;
+      const long long n = std::strtoll(text.c_str(), &end, 10);
+      if (text.empty() || *end != '\0' || n < 0) return fmt::format("'{}': expected 0 or a positive integer", text);
+      if (n > u3d::max_threads()) {
+        return fmt::format("{} threads is more than this machine allows: at most {} ({} per core, {} cores)", text,
+                           u3d::max_threads(), u3d::kMaxThreadsPerCore, u3d::core_count());
+      }
+      return "";
+    },
+    "THREADS");
 
 }  // namespace
 
@@ -105,7 +120,9 @@ int main(int argc, char** argv) {
   auto* check_app = app.add_subcommand("check-data", "Read every case of a dataset in full and report every problem");
   check_app->add_option("file", check.file, "Dataset file (HDF5, format v1)")->required();
   check_app->add_option("--split", check.split, "Check only this split's cases");
-  check_app->add_option("--threads", check.threads, "Reader threads; 0: cores - 1")->capture_default_str();
+  check_app->add_option("--threads", check.threads, "Reader threads; 0: cores - 1")
+      ->check(kThreadCount)
+      ->capture_default_str();
   // trainer import <format>: external data -> dataset file (HDF5, format v1)
   auto* import_app = app.add_subcommand("import", "Convert external data into a dataset file (HDF5, format v1)");
   import_app->require_subcommand(1);
@@ -118,7 +135,7 @@ int main(int argc, char** argv) {
         ->delimiter(',');
     sub->add_option("--val-fraction", c.val_fraction, "Share of labelled cases in split 'val'")->capture_default_str();
     sub->add_option("--seed", c.seed, "Seed of the val selection")->capture_default_str();
-    sub->add_option("--threads", c.threads, "Threads; 0: every core")->capture_default_str();
+    sub->add_option("--threads", c.threads, "Threads; 0: every core")->check(kThreadCount)->capture_default_str();
     sub->add_flag("--force", c.force, "Replace an existing output file");
   };
   u3d::ImportNnunetCommand import_nnunet;
@@ -147,6 +164,7 @@ int main(int argc, char** argv) {
   import_openkbp_app->add_option("--out", import_openkbp.out, "Output dataset file (.h5)")->required();
   import_openkbp_app->add_flag("--force", import_openkbp.force, "Replace an existing output file");
   import_openkbp_app->add_option("--threads", import_openkbp.threads, "Parsing threads; 0: every core")
+      ->check(kThreadCount)
       ->capture_default_str();
   import_openkbp_app->add_option("--split", import_openkbp.split, "Split name for a plain folder of pt_* folders")
       ->capture_default_str();
@@ -167,7 +185,8 @@ int main(int argc, char** argv) {
   evaluate_segmentation_app->add_option("--labels", evaluate_segmentation.labels,
                                         "Label values to score; default: every foreground value found")
       ->delimiter(',');
-  evaluate_segmentation_app->add_option("--threads", evaluate_segmentation.threads, "Threads; 0: every core");
+  evaluate_segmentation_app->add_option("--threads", evaluate_segmentation.threads, "Threads; 0: every core")
+      ->check(kThreadCount);
   evaluate_segmentation_app->add_flag("--force", evaluate_segmentation.force, "Replace an existing CSV");
   u3d::EvaluateOpenKbpCommand evaluate_openkbp;
   auto* evaluate_openkbp_app = evaluate_app->add_subcommand("openkbp", "OpenKBP dose score and DVH score");
@@ -180,6 +199,7 @@ int main(int argc, char** argv) {
                                    "Per-patient CSV (default beside PRED: <folder>_scores.csv or <file stem>_openkbp_scores.csv)");
   evaluate_openkbp_app->add_flag("--force", evaluate_openkbp.force, "Replace existing output files");
   evaluate_openkbp_app->add_option("--threads", evaluate_openkbp.threads, "Threads; 0: every core")
+      ->check(kThreadCount)
       ->capture_default_str();
 
   try {

@@ -81,8 +81,9 @@ struct CaseData {
   std::optional<SourceGeometry> source;              // where the case came from; absent if unknown
 };
 
-// Reads a v1 file. Opening checks the format attributes; reading a case checks that its fields
-// exist and agree in shape. Every error names the file and the case or field (DataError), or the
+// Reads a v1 file. Opening checks the format attributes and that every case id and split name
+// follows the id rule (is_valid_case_id); reading a case checks that its fields exist and agree in
+// shape. Every error names the file and the case or field (DataError), or the
 // file for a missing or unreadable one (IoError).
 class DatasetReader {
  public:
@@ -104,6 +105,7 @@ class DatasetReader {
   std::optional<SourceGeometry> read_source(const std::string& id) const;
 
  private:
+  void read_info();  // the constructor's checks, with the file open
   std::filesystem::path path_;
   int64_t file_ = -1;  // hid_t
   DatasetInfo info_;

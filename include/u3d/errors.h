@@ -55,6 +55,12 @@ class TrainingError : public Error {
  public:
   explicit TrainingError(const std::string& m) : Error(m, kExitRuntime) {}
 };
+// A stop signal (SIGINT, SIGTERM, SIGHUP) ended a command that has nothing to resume from (synth,
+// import, predict-only): what it was writing was removed on the way out. Exit 128 + signal.
+class StoppedError : public Error {
+ public:
+  StoppedError(const std::string& m, int signal) : Error(m, 128 + signal) {}
+};
 // CUDA runtime failures.
 class CudaError : public Error {
  public:

@@ -22,8 +22,10 @@ void write_file_atomic(const fs::path& path, const std::function<void(const Byte
                        const std::function<void()>& before_rename = nullptr);
 void write_file_atomic(const fs::path& path, std::string_view content);
 
-// Removes the temporary files write_file_atomic left in `dir` (".<name>.tmp.<pid>.<n>") when the
-// process <pid> no longer runs (killed mid-write). Returns how many were removed.
+// Removes the temporary files write_file_atomic left in `dir` (".<name>.tmp.<pid>.<n>"), staged
+// HDF5/NIfTI files (".<name>.partial.<pid>...") and staged folders (".<name>.tmp.<pid>",
+// ".<name>.old.<pid>") when the process <pid> no longer runs (killed mid-write). Returns how many
+// were removed.
 int remove_stale_temporaries(const fs::path& dir);
 
 // fsyncs a folder so that a rename inside it is durable.

@@ -35,6 +35,15 @@ void parallel_for(int64_t n, int64_t threads, Fn&& fn) {
   }
 }
 
+// Cores of this machine (std::thread::hardware_concurrency(), at least 1).
+inline int64_t core_count() { return static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())); }
+
+// The most threads any setting (training.threads, data.workers, --threads) may ask for: this many
+// per core. More only adds switching and memory; a typo such as 100000 would otherwise start
+// thousands of threads (or fail deep inside with "Resource temporarily unavailable").
+inline constexpr int64_t kMaxThreadsPerCore = 4;
+inline int64_t max_threads() { return kMaxThreadsPerCore * core_count(); }
+
 // Every core (at least 1) when `requested` is 0, else `requested`.
 inline int64_t resolve_threads(int64_t requested) {
   if (requested > 0) return requested;

@@ -37,6 +37,12 @@ void prepare_deterministic_cuda();
 int64_t host_threads(const Config& cfg);
 // Threads that load the training cache at start-up: training.threads, or one per core.
 int64_t loading_threads(const Config& cfg);
+// Bounds the settings that start threads against this machine: training.threads and data.workers at
+// most max_threads() (parallel.h: 4 per core), data.prefetch at most kMaxPrefetch. ConfigError
+// naming the key, the value and the core count. Kept out of validate() on purpose: a checkpoint's
+// config, made on a larger machine, must still load here (threads may change on resume).
+inline constexpr int64_t kMaxPrefetch = 1024;
+void check_machine_limits(const Config& cfg);
 // Sampler threads: data.workers, or cores - 1, at least 1.
 int64_t data_workers(const Config& cfg);
 // Makes LibTorch CPU ops called from the current (helper) thread run on this thread alone. LibTorch's

@@ -14,7 +14,12 @@
 // SIGHUP stays ignored when the process started with it ignored (nohup). SIGPIPE is ignored, so a
 // console pipe that closes (`trainer ... | tee log` with tee killed) does not end the run; output
 // still goes to train.log.
+//
+// Commands without checkpoints (synth, import, predict-only) install the same guard and call
+// throw_if_stopped() between cases: the staged output is removed as the exception unwinds, one line
+// is printed and the exit code is 128 + signal.
 #pragma once
+#include <string>
 
 namespace u3d {
 
@@ -29,6 +34,9 @@ class StopSignals {
   static int pending();
   // Short name: "SIGTERM".
   static const char* name(int signal);
+  // StoppedError "<output>: stopped by SIGTERM; nothing written (the partial file was removed)" when a
+  // stop signal is pending; nothing otherwise.
+  static void throw_if_stopped(const std::string& output);
 
  private:
   struct Saved;

@@ -13,6 +13,8 @@
 #include "u3d/preflight.h"
 #include "u3d/synth.h"
 #include "u3d/run.h"
+#include "u3d/run_lock.h"
+#include "u3d/signals.h"
 #include "u3d/trainer.h"
 
 namespace u3d {
@@ -59,6 +61,7 @@ int run_command(const RunCommand& cmd) {
   }
   if (cmd.steps_given && !step_benchmark) throw UsageError("--steps and --warmup go with --benchmark (step)");
   Config cfg = load_config(cmd.config, cmd.overrides);
+  check_machine_limits(cfg);
   init_console_logging(cfg.logging.level);
   if (step_benchmark) return step_benchmark_command(cfg, StepBenchmarkOptions{cmd.steps, cmd.warmup});
   if (cmd.benchmark) {
@@ -67,7 +70,10 @@ int run_command(const RunCommand& cmd) {
     o.seconds = cmd.benchmark_seconds;
     return data_benchmark_command(cfg, o);
   }
+  // One process at a time in a run folder (training, resume, predict-only); held until return.
+  const RunLock lock(RunPaths(cfg).root);
   if (cmd.predict_only) {
+    const StopSignals signals;  // a stop between cases removes the staged outputs (StoppedError)
     run_prediction(cfg, cmd.checkpoint);
     return kExitOk;
   }
@@ -122,6 +128,7 @@ int synth_command(const SynthCommand& cmd) {
     throw UsageError(fmt::format("synth: {} exists; pass --force to replace it", cmd.out));
   }
   const auto t0 = std::chrono::steady_clock::now();
+  const StopSignals signals;  // a stop between cases removes the staged file (StoppedError)
   if (cmd.format == "nnunet") {
     write_phantom_nnunet_raw(o, cmd.out);
   } else if (cmd.format == "h5") {

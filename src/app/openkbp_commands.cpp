@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "../data/h5.h"
+#include "u3d/signals.h"
 #include "u3d/commands.h"
 #include "u3d/dose_metrics.h"
 #include "u3d/errors.h"
@@ -96,6 +97,7 @@ int import_openkbp_command(const ImportOpenKbpCommand& cmd) {
   o.threads = cmd.threads;
   o.single_split = cmd.split;
   if (o.source.empty()) throw UsageError("import openkbp: --source DIR is required");
+  const StopSignals signals;  // a stop between patients removes the staged file (StoppedError)
   const auto report = openkbp::import_dataset(o);
   std::vector<std::string> splits;
   for (const auto& [name, count] : report.patients_per_split) splits.push_back(fmt::format("{} {}", name, count));

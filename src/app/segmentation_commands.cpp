@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "u3d/signals.h"
 #include "u3d/commands.h"
 #include "u3d/errors.h"
 #include "u3d/files.h"
@@ -55,6 +56,7 @@ ImportOptions import_options(const ImportCommon& c, const char* command) {
 int import_nnunet_command(const ImportNnunetCommand& cmd) {
   if (cmd.source.empty()) throw UsageError("import nnunet: --source DatasetXXX_Name is required");
   const ImportOptions o = import_options(cmd.common, "import nnunet");
+  const StopSignals signals;  // a stop between cases removes the staged file (StoppedError)
   import_nnunet(cmd.source, cmd.common.out, o);
   return kExitOk;
 }
@@ -68,6 +70,7 @@ int import_nifti_command(const ImportNiftiCommand& cmd) {
   f.channel_suffixes = cmd.channel_suffixes;
   f.channel_names = cmd.channel_names;
   f.class_names = cmd.classes;
+  const StopSignals signals;  // a stop between cases removes the staged file (StoppedError)
   import_nifti_folders(f, cmd.common.out, o);
   return kExitOk;
 }

@@ -401,10 +401,10 @@ const std::vector<Option>& option_table() {
                   "Keep non-integer image channels and regression targets as float16 (halves them; lossy). "
                   "Integer channels (CT in HU, masks) are always kept exactly as int16/uint8"),
       make_option("data.workers", &C::data, &DataConfig::workers,
-                  "Sampler threads filling the batch queue; 0: cores - 1 (at least 1)", at_least<int64_t>(0)),
+                  "Sampler threads filling the batch queue; 0: cores - 1 (at least 1); at most 4 per core", at_least<int64_t>(0)),
       make_option("data.prefetch", &C::data, &DataConfig::prefetch,
                   "Batches made ahead of the training loop (ready or in the making); at most this many threads "
-                  "work at once; 0: twice data.workers",
+                  "work at once; 0: twice data.workers; at most 1024",
                   at_least<int64_t>(0)),
       make_option("data.pad_value", &C::data, &DataConfig::pad_value,
                   "Image value (normalised units) where an affine-augmented patch reaches past the volume; "
@@ -495,7 +495,7 @@ const std::vector<Option>& option_table() {
       make_option("training.device", &C::training, &TrainingConfig::device,
                   "auto: CUDA when available, else CPU"),
       make_option("training.threads", &C::training, &TrainingConfig::threads,
-                  "Intra-op CPU threads; 0: cores - 1", at_least<int64_t>(0)),
+                  "Intra-op CPU threads; 0: cores - 1; at most 4 per core", at_least<int64_t>(0)),
       make_option("training.epochs", &C::training, &TrainingConfig::epochs, "Epochs to train",
                   at_least<int64_t>(1)),
       make_option("training.steps_per_epoch", &C::training, &TrainingConfig::steps_per_epoch,

@@ -113,7 +113,9 @@ void commit_staged_file(const fs::path& tmp, const fs::path& path) {
 }
 
 int remove_stale_temporaries(const fs::path& dir) {
-  static const std::regex pattern(R"(\..+\.tmp\.(\d+)\.\d+)");
+  // ".<name>.tmp.<pid>.<n>" (write_file_atomic), ".<name>.partial.<pid>[<ending>]" (staged HDF5 and
+  // NIfTI files), ".<name>.tmp.<pid>" and ".<name>.old.<pid>" (staged folders, OpenKBP submissions).
+  static const std::regex pattern(R"(\..+\.(?:tmp|partial|old)\.(\d+)(?:\..*)?)");
   int removed = 0;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
@@ -124,7 +126,7 @@ int remove_stale_temporaries(const fs::path& dir) {
     const bool alive = pid == ::getpid() || ::kill(pid, 0) == 0 || errno == EPERM;
     if (alive) continue;
     std::error_code rec;
-    if (fs::remove(entry.path(), rec)) ++removed;
+    if (fs::remove_all(entry.path(), rec) > 0) ++removed;
   }
   return removed;
 }

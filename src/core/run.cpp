@@ -10,6 +10,7 @@
 
 #include "u3d/errors.h"
 #include "u3d/files.h"
+#include "u3d/parallel.h"
 
 namespace u3d {
 
@@ -20,6 +21,28 @@ RunPaths::RunPaths(const Config& cfg) {
   config = root / "config.yaml";
   log = root / "train.log";
   metrics = root / "metrics.csv";
+}
+
+void check_machine_limits(const Config& cfg) {
+  auto origin = [&](const std::string& key) {
+    const auto it = cfg.origin.find(key);
+    return it != cfg.origin.end() ? it->second : cfg.source;
+  };
+  const int64_t limit = max_threads();
+  auto check_threads = [&](const std::string& key, int64_t value) {
+    if (value > limit) {
+      throw ConfigError(fmt::format("{}: {}: {} threads is more than this machine allows: at most {} ({} per core, {} "
+                                    "cores); 0 picks a good number",
+                                    origin(key), key, value, limit, kMaxThreadsPerCore, core_count()));
+    }
+  };
+  check_threads("training.threads", cfg.training.threads);
+  check_threads("data.workers", cfg.data.workers);
+  if (cfg.data.prefetch > kMaxPrefetch) {
+    throw ConfigError(fmt::format("{}: data.prefetch: {} batches ahead is more than allowed: at most {}; 0 picks twice "
+                                  "data.workers",
+                                  origin("data.prefetch"), cfg.data.prefetch, kMaxPrefetch));
+  }
 }
 
 int64_t host_threads(const Config& cfg) {

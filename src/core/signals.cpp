@@ -1,5 +1,7 @@
 #include "u3d/signals.h"
 
+#include "u3d/errors.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -69,6 +71,14 @@ StopSignals::~StopSignals() {
 }
 
 int StopSignals::pending() { return g_first.load(std::memory_order_relaxed); }
+
+void StopSignals::throw_if_stopped(const std::string& output) {
+  if (const int sig = pending()) {
+    throw StoppedError(fmt::format("{}: stopped by {}; nothing written (the partial file was removed)", output,
+                                   name(sig)),
+                       sig);
+  }
+}
 
 const char* StopSignals::name(int signal) {
   switch (signal) {

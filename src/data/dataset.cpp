@@ -7,6 +7,7 @@
 #include "h5.h"
 #include "u3d/errors.h"
 #include "u3d/files.h"
+#include "u3d/signals.h"
 
 namespace u3d {
 namespace {
@@ -34,6 +35,19 @@ void check_finite(const torch::Tensor& t, const std::string& context, const std:
   if (!t.is_floating_point()) return;
   const auto bad = (~torch::isfinite(t)).sum().item<int64_t>();
   if (bad > 0) throw DataError(fmt::format("{}: '{}' holds {} NaN or Inf voxels", context, field, bad));
+}
+
+// An identifier read from a file, shown on one line: control characters and non-ASCII bytes as \xNN.
+std::string printable(const std::string& id) {
+  std::string out;
+  for (unsigned char c : id) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+    }
+  }
+  return out;
 }
 
 std::string shape_text(torch::IntArrayRef s) { return fmt::format("({})", fmt::join(s, ", ")); }
@@ -118,6 +132,17 @@ DatasetReader::DatasetReader(const std::filesystem::path& path) : path_(path) {
   if (H5Fis_hdf5(path.c_str()) <= 0) throw DataError(fmt::format("{}: not an HDF5 file", ctx));
   file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file_ < 0) throw DataError(fmt::format("{}: cannot open HDF5 file (truncated or corrupt?)", ctx));
+  try {
+    read_info();
+  } catch (...) {  // the destructor does not run for a constructor that throws
+    H5Fclose(static_cast<hid_t>(file_));
+    file_ = -1;
+    throw;
+  }
+}
+
+void DatasetReader::read_info() {
+  const std::string ctx = path_.string();
 
   const hid_t f = static_cast<hid_t>(file_);
   h5::Handle root = h5::open_group(f, "/", ctx);
@@ -167,8 +192,22 @@ DatasetReader::DatasetReader(const std::filesystem::path& path) : path_(path) {
   }
   info_.case_ids = list_group(f, "cases", ctx);
   std::sort(info_.case_ids.begin(), info_.case_ids.end());
+  // Ids become HDF5 paths, file names and CSV fields downstream: the rule the writers enforce holds
+  // for every file read, whoever made it.
+  for (const auto& id : info_.case_ids) {
+    if (!is_valid_case_id(id)) {
+      throw DataError(fmt::format("{}: case id '{}' in /cases is not allowed: case ids may hold only letters, digits, "
+                                  "'_', '-' and '.'",
+                                  ctx, printable(id)));
+    }
+  }
   const std::set<std::string> known(info_.case_ids.begin(), info_.case_ids.end());
   for (const auto& split : list_group(f, "splits", ctx)) {
+    if (!is_valid_case_id(split)) {  // split names become file names: predictions/<split>.h5
+      throw DataError(fmt::format("{}: split name '{}' in /splits is not allowed: split names may hold only letters, "
+                                  "digits, '_', '-' and '.'",
+                                  ctx, printable(split)));
+    }
     auto ids = h5::read_string_dataset(f, "splits/" + split, ctx);
     for (const auto& id : ids) {
       if (!known.count(id)) {
@@ -325,6 +364,7 @@ std::shared_ptr<const PreparedCase> DatasetWriter::prepare(const CaseData& c) co
 }
 
 void DatasetWriter::write_case(const PreparedCase& p) {
+  StopSignals::throw_if_stopped(path_.string());
   if (!p.image) {
     write_case(p.data);
     return;
@@ -345,6 +385,7 @@ void DatasetWriter::write_case(const PreparedCase& p) {
 }
 
 void DatasetWriter::write_case(const CaseData& c) {
+  StopSignals::throw_if_stopped(path_.string());
   const std::string ctx = fmt::format("{}: case '{}'", path_.string(), c.id);
   check_case(c);
   if (std::find(info_.case_ids.begin(), info_.case_ids.end(), c.id) != info_.case_ids.end()) {

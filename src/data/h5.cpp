@@ -15,6 +15,13 @@
 namespace u3d::h5 {
 namespace {
 
+// HDF5 closes the files still open at exit (H5_term_library, an atexit handler). A file whose close
+// already failed (its final metadata write hit a full disk) is half torn down in HDF5 1.10, and that
+// second close crashes the process (exit 139) after the one-line error was printed. Writers close
+// what they open (StagedFile, Handle); this keeps a failure HDF5 itself leaves behind from turning
+// exit 1 into a crash. It must run before the library initialises: at load time.
+[[maybe_unused]] const bool kNoHdf5ExitCleanup = (H5dont_atexit(), true);
+
 // Memory (native) and file (little-endian) types for a torch dtype.
 hid_t native_type(torch::ScalarType t) {
   switch (t) {
@@ -248,28 +255,72 @@ StagedFile::StagedFile(std::filesystem::path path) : path_(std::move(path)) {
   silence_errors();
   const auto dir = path_.parent_path().empty() ? std::filesystem::path(".") : path_.parent_path();
   ensure_writable_directory(dir);
+  remove_stale_temporaries(dir);  // staged files of writers that were killed
   tmp_path_ = dir / fmt::format(".{}.partial.{}", path_.filename().string(), ::getpid());
   std::error_code ec;
   std::filesystem::remove(tmp_path_, ec);
-  file_ = H5Fcreate(tmp_path_.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
-  if (file_ < 0) throw IoError(fmt::format("{}: cannot create HDF5 file {}", path_.string(), tmp_path_.string()));
-}
-
-StagedFile::~StagedFile() {
-  if (file_ >= 0) H5Fclose(file_);
-  if (!committed_) {
-    std::error_code ec;
-    std::filesystem::remove(tmp_path_, ec);
+  // Strong close: closing the file also closes every object still open in it, so no dataset or
+  // group a failed writer still holds can keep the file open past abandon().
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (!fapl.valid() || H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG) < 0) {
+    throw IoError(fmt::format("{}: cannot set up the HDF5 file access properties", path_.string()));
+  }
+  file_ = H5Fcreate(tmp_path_.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get());
+  if (file_ < 0) {
+    throw IoError(fmt::format("{}: cannot create HDF5 file {}{}", path_.string(), tmp_path_.string(),
+                              free_space_note(dir)));
   }
 }
 
+StagedFile::~StagedFile() {
+  if (!committed_) abandon();
+}
+
+void StagedFile::abandon() {
+  if (file_ >= 0) {
+    // HDF5 flushes its metadata when it closes a file, and a close that fails (disk full) leaves the
+    // file half torn down in the library's table: a second close, or H5_term_library at exit,
+    // then crashes. The staged file is being thrown away, so first give its bytes back (truncate it
+    // to 0 through a file descriptor of our own): the close then has room for its few metadata
+    // blocks and succeeds, and every handle is released.
+    const int fd = ::open(tmp_path_.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+    if (fd >= 0) ::close(fd);
+    H5Fclose(file_);
+    file_ = -1;
+  }
+  std::error_code ec;
+  std::filesystem::remove(tmp_path_, ec);
+}
+
 void StagedFile::commit() {
-  U3D_CHECK_H5(H5Fflush(file_, H5F_SCOPE_GLOBAL), path_.string());
+  // Flush first: a flush that fails leaves the file closable (abandon() in the destructor), a
+  // failing close would not.
+  if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) {
+    throw IoError(fmt::format("{}: writing the HDF5 file failed (disk full?){}", path_.string(),
+                              free_space_note(path_.parent_path())));
+  }
   const herr_t rc = H5Fclose(file_);
-  file_ = -1;
-  if (rc < 0) throw IoError(fmt::format("{}: closing the HDF5 file failed (disk full?)", path_.string()));
+  file_ = -1;  // never closed twice: after a failed close HDF5's state for it is gone
+  if (rc < 0) {
+    throw IoError(fmt::format("{}: closing the HDF5 file failed (disk full?){}", path_.string(),
+                              free_space_note(path_.parent_path())));
+  }
   commit_staged_file(tmp_path_, path_);
   committed_ = true;
+}
+
+std::string free_space_note(const std::filesystem::path& path) {
+  const int64_t free = free_bytes(path.empty() ? std::filesystem::path(".") : path);
+  return free >= 0 ? fmt::format(" ({} free on its file system)", human_bytes(static_cast<double>(free))) : "";
+}
+
+std::string write_failure_note(hid_t loc) {
+  const ssize_t n = H5Fget_name(loc, nullptr, 0);
+  if (n <= 0) return " (disk full?)";
+  std::string name(static_cast<size_t>(n) + 1, '\0');
+  H5Fget_name(loc, name.data(), name.size());
+  name.resize(static_cast<size_t>(n));
+  return " (disk full?)" + free_space_note(std::filesystem::path(name).parent_path());
 }
 
 void silence_errors() {
@@ -481,10 +532,10 @@ void write_tensor(hid_t loc, const std::string& path, const torch::Tensor& tenso
   H5Pset_create_intermediate_group(lcpl.get(), 1);
   Handle d(H5Dcreate2(loc, path.c_str(), file_type(t.scalar_type()), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
            H5Dclose);
-  if (!d.valid()) throw IoError(fmt::format("{}: cannot create dataset '{}'", context, path));
+  if (!d.valid()) throw IoError(fmt::format("{}: cannot create dataset '{}'{}", context, path, write_failure_note(loc)));
   if (t.numel() > 0) {
     if (H5Dwrite(d.get(), native_type(t.scalar_type()), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()) < 0) {
-      throw IoError(fmt::format("{}: cannot write dataset '{}' (disk full?)", context, path));
+      throw IoError(fmt::format("{}: cannot write dataset '{}'{}", context, path, write_failure_note(loc)));
     }
   }
 }
@@ -607,10 +658,10 @@ void write_compressed_tensor(hid_t loc, const std::string& path, const Compresse
   H5Pset_create_intermediate_group(lcpl.get(), 1);
   Handle d(H5Dcreate2(loc, path.c_str(), file_type(t.dtype), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
            H5Dclose);
-  if (!d.valid()) throw IoError(fmt::format("{}: cannot create dataset '{}'", context, path));
+  if (!d.valid()) throw IoError(fmt::format("{}: cannot create dataset '{}'{}", context, path, write_failure_note(loc)));
   for (const auto& c : t.chunks) {
     if (H5Dwrite_chunk(d.get(), H5P_DEFAULT, /*filters=*/0, c.offset.data(), c.bytes.size(), c.bytes.data()) < 0) {
-      throw IoError(fmt::format("{}: cannot write dataset '{}' (disk full?)", context, path));
+      throw IoError(fmt::format("{}: cannot write dataset '{}'{}", context, path, write_failure_note(loc)));
     }
   }
 }
@@ -635,7 +686,9 @@ SlabWriter::SlabWriter(hid_t loc, const std::string& path, torch::ScalarType dty
   H5Pset_create_intermediate_group(lcpl.get(), 1);
   dataset_ = Handle(H5Dcreate2(loc, path.c_str(), file_type(dtype_), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
                     H5Dclose);
-  if (!dataset_.valid()) throw IoError(fmt::format("{}: cannot create dataset '{}'", context_, path));
+  if (!dataset_.valid()) {
+    throw IoError(fmt::format("{}: cannot create dataset '{}'{}", context_, path, write_failure_note(loc)));
+  }
 }
 
 void SlabWriter::write(const torch::Tensor& rows) {
@@ -662,7 +715,8 @@ void SlabWriter::flush(int64_t n) {
                context_);
   Handle mem_space(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
   if (H5Dwrite(dataset_.get(), native_type(dtype_), mem_space.get(), file_space.get(), H5P_DEFAULT, out.data_ptr()) < 0) {
-    throw IoError(fmt::format("{}: cannot write rows {}..{} (disk full?)", context_, written_, written_ + n));
+    throw IoError(fmt::format("{}: cannot write rows {}..{}{}", context_, written_, written_ + n,
+                              write_failure_note(dataset_.get())));
   }
   written_ += n;
   const int64_t rest = all.size(axis_) - n;

@@ -42,9 +42,12 @@ class Handle {
   Closer closer_ = nullptr;
 };
 
-// A new HDF5 file built under a temporary name beside `path` and moved into place by commit()
-// (flush, close, fsync, rename, folder fsync): an interrupted write never leaves a half file under
-// the final name. Without commit() the destructor removes the temporary file.
+// A new HDF5 file built under a temporary name beside `path` (".<name>.partial.<pid>") and moved
+// into place by commit() (flush, close, fsync, rename, folder fsync): an interrupted write never
+// leaves a half file under the final name. Without commit() the destructor closes the file and
+// every object still open in it (strong close degree) and removes the temporary file; it truncates
+// the file first, so that HDF5's closing metadata writes succeed even on a full disk (a failed
+// H5Fclose would leave a half-closed file that crashes the process at exit).
 class StagedFile {
  public:
   explicit StagedFile(std::filesystem::path path);
@@ -56,10 +59,17 @@ class StagedFile {
   void commit();
 
  private:
+  void abandon();
   std::filesystem::path path_, tmp_path_;
   hid_t file_ = -1;
   bool committed_ = false;
 };
+
+// " (12.3 MB free on its file system)" for the file system holding `path`; "" when unknown.
+std::string free_space_note(const std::filesystem::path& path);
+// " (disk full?) (… free on its file system)" for the file holding HDF5 object `loc`: the tail of
+// a failed write's message.
+std::string write_failure_note(hid_t loc);
 
 // Turns HDF5's automatic error printing off (errors become exceptions with context instead).
 void silence_errors();

@@ -17,6 +17,7 @@
 #include "u3d/prediction_output.h"
 #include "u3d/run.h"
 #include "u3d/train_step.h"
+#include "u3d/signals.h"
 
 namespace u3d {
 
@@ -201,6 +202,7 @@ class PredictionWriter {
   }
   // Starts a case whose outputs are streamed (CaseOutputSink): its group, loss mask and spacing.
   CaseOutputOptions begin(const CachedCase& c) {
+    StopSignals::throw_if_stopped(file_.path().string());  // predict-only installs the guard
     CaseOutputOptions o;
     o.context = fmt::format("{}: case '{}'", file_.path().string(), c.id);
     o.group = "cases/" + c.id;
@@ -220,6 +222,20 @@ class PredictionWriter {
   h5::StagedFile file_;
   std::vector<std::string> ids_;
 };
+
+// Removes every file of an earlier prediction of `split` in `dir` (predictions/), so that the
+// folder only ever holds one set, from one checkpoint: <split>.h5, <split>_metrics.csv,
+// <split>_skipped.csv, <split>_outputs.txt, the NIfTI folder <split>/ and, for OpenKBP data,
+// openkbp/; also staged files of a killed earlier run (".<name>.partial.<pid>", pid gone).
+void remove_previous_outputs(const std::filesystem::path& dir, const std::string& split, bool openkbp_data) {
+  remove_stale_temporaries(dir);
+  std::error_code ec;
+  for (const auto& name : {split + ".h5", split + "_metrics.csv", split + "_skipped.csv", split + "_outputs.txt"}) {
+    std::filesystem::remove(dir / name, ec);
+  }
+  std::filesystem::remove_all(dir / split, ec);
+  if (openkbp_data) std::filesystem::remove_all(dir / "openkbp", ec);
+}
 
 }  // namespace
 
@@ -271,6 +287,10 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
     if (!bad.count(id)) ids.push_back(id);
   }
   ensure_writable_directory(paths.predictions);
+  // One set of outputs per split: nothing of an earlier prediction (another checkpoint, other
+  // skipped cases) stays beside the new files.
+  remove_previous_outputs(paths.predictions, cfg.predict.split, openkbp::is_openkbp_dataset(reader.info()));
+  std::vector<std::string> outputs;  // file names of this set, for <split>_outputs.txt
   if (!bad.empty()) {
     std::string skipped = "case,field,problem\n";
     for (const auto& p : report.problems) {
@@ -281,6 +301,7 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
     }
     const auto skipped_path = paths.predictions / (cfg.predict.split + "_skipped.csv");
     write_file_atomic(skipped_path, skipped);
+    outputs.push_back(skipped_path.filename().string());
     spdlog::warn("predict: skipping {} of {} case(s) with errors: {} (listed in {}); predicting the others", bad.size(),
                  split_ids.size(), fmt::join(bad, ", "), skipped_path.string());
   }
@@ -334,13 +355,16 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
     spdlog::info("predict: {} {} {:.4f} (baseline {:.4f})", c.id, metric, v, b);
   }
   writer.commit(cfg.predict.split);
+  outputs.push_back(out_path.filename().string());
   spdlog::info("predict: wrote {} ({} cases)", out_path.string(), ids.size());
+  if (nifti_files > 0) outputs.push_back(cfg.predict.split + "/");
   if (nifti_files > 0) {
     spdlog::info("predict: wrote {} NIfTI files with the inputs' geometry into {}", nifti_files,
                  (paths.predictions / cfg.predict.split).string());
   }
   if (submission && submission->files() > 0) {
     submission->commit();
+    outputs.push_back("openkbp/");
     spdlog::info("predict: wrote {} OpenKBP submission files (prediction x possible-dose mask) to {}",
                  submission->files(), (paths.predictions / "openkbp").string());
   }
@@ -348,11 +372,17 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
     csv += fmt::format("mean,{:.6g},{:.6g}\n", nan_mean(values), nan_mean(baselines));
     const auto csv_path = paths.predictions / (cfg.predict.split + "_metrics.csv");
     write_file_atomic(csv_path, csv);
+    outputs.push_back(csv_path.filename().string());
     const std::string units = seg ? "" : (" " + reader.info().target_units);
     spdlog::info("predict: {} split mean {} {:.4f}{} | baseline ({}) {:.4f}{}", cfg.predict.split, metric,
                  nan_mean(values), units, seg ? "all background" : "predict the training mean",
                  nan_mean(baselines), units);
   }
+  const auto manifest = paths.predictions / (cfg.predict.split + "_outputs.txt");
+  write_file_atomic(manifest, fmt::format("checkpoint: {}\nepoch: {}\nglobal_step: {}\nfiles: {}\n", ckpt_path.string(),
+                                          info.state.epoch, info.state.global_step, fmt::join(outputs, " ")));
+  spdlog::info("predict: outputs of checkpoint {} (epoch {}): {} (listed in {})", ckpt_path.string(),
+               info.state.epoch, fmt::join(outputs, ", "), manifest.string());
 }
 
 }  // namespace u3d
