@@ -9,6 +9,7 @@
 #include <string>
 
 #include "u3d/errors.h"
+#include "u3d/files.h"
 
 namespace u3d {
 namespace {
@@ -27,9 +28,7 @@ std::string holder_pid(int fd) {
 }  // namespace
 
 RunLock::RunLock(const std::filesystem::path& run_root) {
-  std::error_code ec;
-  std::filesystem::create_directories(run_root, ec);
-  if (ec) throw IoError(fmt::format("{}: cannot create the run folder: {}", run_root.string(), ec.message()));
+  ensure_writable_directory(run_root);  // one message for a folder that cannot be made or written
   const std::filesystem::path path = run_root / kFileName;
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) {

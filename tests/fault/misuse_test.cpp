@@ -2,6 +2,7 @@
 // full file systems: a second trainer on a busy run folder, HDF5 writers on a full disk, thread
 // settings beyond the machine, forged case ids, stale prediction outputs, signals during writes,
 // and a table of malformed configs and dataset files through the CLI.
+#include <fmt/format.h>
 #include <hdf5.h>
 #include <signal.h>
 #include <sys/wait.h>
