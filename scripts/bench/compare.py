@@ -5,12 +5,21 @@
     python3 scripts/bench/compare.py --config configs/openkbp_baseline.yaml --filters 64
     python3 scripts/bench/compare.py --config my.yaml --filters 4 --steps 3 --warmup 1 --variants eager  # CPU smoke
 
-The trainer runs first; its JSON line gives the batch, patch, in-channels, precision and layout the
-PyTorch variants then use, so both time the same work. The trainer side is run with
-training.loss=l1 (PyTorch's step is an unmasked MAE). --filters must be the config's base filter
-count (the PyTorch model is the OpenKBP baseline network: compare with an openkbp_baseline config).
-Prints every JSON line it got, a table, and one JSON line {"benchmark": "compare", ...} whose
-"speedup_vs_best_pytorch" is the best PyTorch median step time over the trainer's (> 1: faster).
+    python3 scripts/bench/compare.py --config configs/segmentation_nnunet_like.yaml --set data.path=seg.h5
+
+The trainer runs first; its JSON line gives the batch, patch, in- and out-channels, precision and
+layout the PyTorch variants then use, so both time the same work. The PyTorch network follows the
+config's model.architecture:
+- openkbp_baseline: the trainer side is run with training.loss=l1 (PyTorch's step is an unmasked
+  MAE); --filters must be the config's base filter count.
+- unet: the model.* and training.* keys of the config (its flat `model:` and `training:` sections)
+  and of every --set become pytorch_step.py --arch unet's options; a segmentation dataset must be
+  given (data.path: `trainer synth --task segmentation` will do; only its header is read) so that
+  the trainer's loss is Dice + CE with the dataset's classes.
+The two networks must have the same parameter count (checked: exit 1 otherwise; FLOPs per step are
+compared too). Prints every JSON line it got, a table, and one JSON line {"benchmark": "compare",
+...} whose "speedup_vs_best_pytorch" is the best PyTorch median step time over the trainer's (> 1:
+faster).
 """
 import argparse
 import json
@@ -39,6 +48,65 @@ def run(cmd):
     return p.stdout
 
 
+def config_sections(path, overrides):
+    """The flat scalar keys of the config's `model:` and `training:` sections, then the --set
+    overrides: {"model.levels": "6", ...} (values as text, comments dropped). Standard library only,
+    so a deliberately small reader: top-level `name:` lines open a section, `  key: value` lines in it."""
+    keys, section = {}, None
+    with open(path) as f:
+        for line in f:
+            text = line.split("#", 1)[0].rstrip()
+            if not text.strip():
+                continue
+            if not text.startswith(" "):
+                section = text.rstrip(":").strip()
+                continue
+            if section in ("model", "training") and ":" in text and text.startswith("  ") and text[2] != " ":
+                k, v = text.strip().split(":", 1)
+                keys[f"{section}.{k.strip()}"] = v.strip()
+    for o in overrides:
+        if "=" in o:
+            k, v = o.split("=", 1)
+            keys[k.strip()] = v.strip()
+    return keys
+
+
+UNET_DEFAULTS = {  # include/u3d/config.h ModelConfig / TrainingConfig defaults
+    "model.levels": "4", "model.base_filters": "16", "model.max_filters": "320", "model.convs_per_level": "2",
+    "model.kernel_size": "3", "model.norm": "instance", "model.activation": "leaky_relu",
+    "model.negative_slope": "0.01", "model.dropout": "0", "model.deep_supervision": "false",
+    "training.optimizer": "adamw", "training.lr": "1e-3", "training.momentum": "0.99", "training.nesterov": "true",
+    "training.weight_decay": "1e-4", "training.grad_clip_norm": "0", "training.loss": "auto",
+}
+
+
+def unet_args(keys):
+    """pytorch_step.py --arch unet options for the config keys; exits when the config uses what the
+    PyTorch mirror does not have."""
+    k = dict(UNET_DEFAULTS)
+    k.update(keys)
+    boolean = lambda v: "1" if v.lower() in ("true", "on", "yes", "1") else "0"
+    unsupported = []
+    if k["model.norm"] not in ("instance", "none"):
+        unsupported.append(f"model.norm {k['model.norm']}")
+    if k["model.activation"] != "leaky_relu":
+        unsupported.append(f"model.activation {k['model.activation']}")
+    if k["training.optimizer"] != "sgd":
+        unsupported.append(f"training.optimizer {k['training.optimizer']}")
+    if k["training.loss"] not in ("dice_ce", "auto"):
+        unsupported.append(f"training.loss {k['training.loss']}")
+    if unsupported:
+        sys.exit("compare.py: the PyTorch U-Net mirrors norm instance|none, leaky_relu, sgd and dice_ce only; "
+                 "this config has " + ", ".join(unsupported))
+    return ["--levels", k["model.levels"], "--base-filters", k["model.base_filters"],
+            "--max-filters", k["model.max_filters"], "--convs-per-level", k["model.convs_per_level"],
+            "--kernel-size", k["model.kernel_size"], "--norm", k["model.norm"],
+            "--negative-slope", k["model.negative_slope"], "--dropout", k["model.dropout"],
+            "--deep-supervision", boolean(k["model.deep_supervision"]), "--lr", k["training.lr"],
+            "--momentum", k["training.momentum"], "--nesterov", boolean(k["training.nesterov"]),
+            "--weight-decay", k["training.weight_decay"], "--grad-clip-norm", k["training.grad_clip_norm"]]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--config", default=os.path.join(ROOT, "configs", "openkbp_baseline.yaml"))
@@ -51,8 +119,10 @@ def main():
     p.add_argument("--set", action="append", default=[], help="extra trainer --set overrides")
     args = p.parse_args()
 
+    keys = config_sections(args.config, args.set)
+    arch = keys.get("model.architecture", "unet")
     cmd = [args.trainer, "--config", args.config, "--benchmark", "--steps", str(args.steps), "--warmup",
-           str(args.warmup), "--set", "training.loss=l1"]
+           str(args.warmup)] + (["--set", "training.loss=l1"] if arch == "openkbp_baseline" else [])
     for s in args.set:
         cmd += ["--set", s]
     ours = json_lines(run(cmd))
@@ -65,7 +135,10 @@ def main():
     device = "cuda" if ours["device"].startswith("cuda") else "cpu"
     cmd = [args.python, os.path.join(HERE, "pytorch_step.py"), "--device", device, "--filters", str(args.filters),
            "--batch", str(ours["batch"]), "--size", str(patch[0]), "--steps", str(args.steps), "--warmup",
-           str(args.warmup), "--precision", ours["precision"], "--variants", args.variants]
+           str(args.warmup), "--precision", ours["precision"], "--variants", args.variants,
+           "--in-channels", str(ours["in_channels"])]
+    if arch == "unet":
+        cmd += ["--arch", "unet", "--out-channels", str(ours["out_channels"])] + unet_args(keys)
     if not ours["channels_last"]:
         cmd.append("--no-channels-last")
     theirs = json_lines(run(cmd))
@@ -86,10 +159,17 @@ def main():
         print(f"warning: FLOPs per step differ (trainer {ours['flops_per_step']}, {best['tool']} "
               f"{best['flops_per_step']}): not the same network or patch", file=sys.stderr)
     print(f"trainer vs best PyTorch ({best['tool']}): {ratio:.3f}x the throughput")
+    params_equal = all(r["parameters"] == ours["parameters"] for r in theirs)
     print(json.dumps({"benchmark": "compare", "device": ours["device"], "gpu": ours.get("gpu"),
-                      "commit": ours.get("commit"), "trainer_ms": ours["step_ms_median"],
-                      "best_pytorch": best["tool"], "best_pytorch_ms": best["step_ms_median"],
-                      "speedup_vs_best_pytorch": ratio}))
+                      "commit": ours.get("commit"), "architecture": arch, "parameters": ours["parameters"],
+                      "pytorch_parameters": best["parameters"], "parameters_equal": params_equal,
+                      "flops_equal": ours["flops_per_step"] == best["flops_per_step"],
+                      "trainer_ms": ours["step_ms_median"], "best_pytorch": best["tool"],
+                      "best_pytorch_ms": best["step_ms_median"], "speedup_vs_best_pytorch": ratio,
+                      "ratios": {r["tool"]: r["step_ms_median"] / ours["step_ms_median"] for r in theirs}}))
+    if not params_equal:
+        sys.exit(f"parameter counts differ: trainer {ours['parameters']}, PyTorch "
+                 f"{[r['parameters'] for r in theirs]}: not the same network")
 
 
 if __name__ == "__main__":

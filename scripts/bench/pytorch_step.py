@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
-"""The OpenKBP baseline network and training step in PyTorch, for a side-by-side with
-`trainer --benchmark` on the same GPU (scripts/bench/compare.sh).
+"""The trainer's networks and training step in PyTorch, for a side-by-side with `trainer --benchmark`
+on the same GPU (scripts/bench/compare.py).
 
-Same network as model.architecture: openkbp_baseline (the challenge's provided U-Net), same step:
-MAE loss without a mask (run the trainer with training.loss=l1 to match), AdamW (fused), bf16
-autocast, channels_last_3d, cudnn.benchmark. Variants: eager and torch.compile. Prints a line and
+--arch openkbp (default): the same network as model.architecture: openkbp_baseline (the challenge's
+provided U-Net), same step: MAE loss without a mask (run the trainer with training.loss=l1 to
+match), AdamW (fused), bf16 autocast, channels_last_3d, cudnn.benchmark.
+--arch unet: model.architecture: unet as src/model/unet.cpp builds it (the nnU-Net-like network of
+configs/segmentation_nnunet_like.yaml by default: --levels/--base-filters/... mirror the model.*
+keys), with the trainer's segmentation step: deep supervision (weights 1/2^i, the coarsest 0,
+labels down-sampled by strided slicing), Dice + cross-entropy in float32 outside autocast (as
+src/train/losses.cpp), gradient clipping, SGD with Nesterov momentum (fused). Random labels of
+--out-channels classes. Variants: eager and torch.compile. Prints a line and
 one JSON line per variant with the keys that `trainer --benchmark` prints ({"benchmark": "step",
 "tool": "pytorch-eager", "step_ms_median": ..., "flops_per_step": ...}), so scripts/bench/compare.py
 can put the two side by side. FLOPs are counted by forward hooks with the rule the trainer's
@@ -13,6 +19,8 @@ PyTorch is a benchmark here, never a dependency of the trainer.
 
     python3 scripts/bench/pytorch_step.py --filters 64 --batch 2 --size 128 --steps 50 --warmup 10
     python3 scripts/bench/pytorch_step.py --device cpu --filters 4 --size 32 --steps 3   # smoke test
+    python3 scripts/bench/pytorch_step.py --arch unet --out-channels 4 --size 128 --batch 2   # nnU-Net-like
+    python3 scripts/bench/pytorch_step.py --arch unet --params-only --levels 4 --base-filters 4 --max-filters 12
 """
 import argparse
 import json
@@ -73,6 +81,133 @@ class OpenKbpBaseline(nn.Module):
         return F.relu(y)
 
 
+class ConvBlock(nn.Module):
+    """conv (bias only without a norm) -> [channel dropout] -> [instance norm, affine] -> LeakyReLU: the
+    trainer's ConvBlockImpl with norm: instance|none and activation: leaky_relu."""
+
+    def __init__(self, cin, cout, stride, a):
+        super().__init__()
+        k = a.kernel_size
+        self.conv = nn.Conv3d(cin, cout, k, stride=stride, padding=k // 2, bias=a.norm == "none")
+        self.dropout = nn.Dropout3d(a.dropout) if a.dropout > 0 else None
+        # LibTorch's InstanceNorm3d defaults: eps 1e-5; affine, no running statistics (unet.cpp).
+        self.norm = nn.InstanceNorm3d(cout, affine=True, track_running_stats=False) if a.norm == "instance" else None
+        self.slope = a.negative_slope
+
+    def forward(self, x):
+        y = self.conv(x)
+        if self.dropout is not None:
+            y = self.dropout(y)
+        if self.norm is not None:
+            y = self.norm(y)
+        return F.leaky_relu(y, self.slope)
+
+
+class UNet(nn.Module):
+    """src/model/unet.cpp: `levels` stages of min(base * 2^l, max) filters and `convs` ConvBlocks, the
+    first of stages l > 0 with stride 2; the decoder up-samples with 2x2x2 stride-2 transposed
+    convolutions (bias), concatenates [up, skip] and applies `convs` ConvBlocks; a 1x1x1 head (bias);
+    with deep supervision a 1x1x1 head on decoder stages 1 .. levels - 2. forward() returns the
+    full-resolution logits alone (what the trainer's FLOP count runs); forward_deep() full resolution
+    first, then 1/2, 1/4, ..."""
+
+    def __init__(self, in_channels, out_channels, a):
+        super().__init__()
+        self.levels = a.levels
+        f = [min(a.base_filters << l, a.max_filters) for l in range(a.levels)]
+        self.encoder = nn.ModuleList()
+        prev = in_channels
+        for l in range(a.levels):
+            self.encoder.append(nn.Sequential(*[
+                ConvBlock(prev if c == 0 else f[l], f[l], 2 if (l > 0 and c == 0) else 1, a)
+                for c in range(a.convs_per_level)]))
+            prev = f[l]
+        self.up = nn.ModuleList()
+        self.decoder = nn.ModuleList()
+        for l in range(a.levels - 2, -1, -1):  # deepest first
+            self.up.append(nn.ConvTranspose3d(f[l + 1], f[l], 2, stride=2))
+            self.decoder.append(nn.Sequential(*[
+                ConvBlock(2 * f[l] if c == 0 else f[l], f[l], 1, a) for c in range(a.convs_per_level)]))
+        self.head = nn.Conv3d(f[0], out_channels, 1)
+        self.deep_heads = nn.ModuleList(
+            [nn.Conv3d(f[l], out_channels, 1) for l in range(1, a.levels - 1)] if a.deep_supervision else [])
+        for m in self.modules():  # init_weights(): Kaiming normal (fan in, leaky_relu), zero biases
+            if isinstance(m, (nn.Conv3d, nn.ConvTranspose3d)):
+                nn.init.kaiming_normal_(m.weight, a=a.negative_slope, mode="fan_in", nonlinearity="leaky_relu")
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+    def run(self, x, deep):
+        skips = []
+        for stage in self.encoder:
+            x = stage(x)
+            skips.append(x)
+        for i, (up, stage) in enumerate(zip(self.up, self.decoder)):
+            l = self.levels - 2 - i
+            x = stage(torch.cat([up(x), skips[l]], dim=1))
+            if deep is not None and 1 <= l <= len(self.deep_heads):
+                deep.append(self.deep_heads[l - 1](x))
+        return self.head(x)
+
+    def forward(self, x):
+        return self.run(x, None)
+
+    def forward_deep(self, x):
+        if len(self.deep_heads) == 0:
+            return [self.forward(x)]
+        deep = []  # coarsest first while decoding
+        full = self.run(x, deep)
+        return [full] + deep[::-1]
+
+
+def soft_dice_loss(logits, labels, smooth=1e-5):
+    """losses.cpp soft_dice_loss: 1 - mean over foreground classes 1..K-1 of the per-(sample, class)
+    soft Dice of softmax(logits) and the one-hot labels."""
+    k = logits.shape[1]
+    probs = torch.softmax(logits.float(), dim=1)
+    onehot = F.one_hot(labels, k).movedim(-1, 1).float()
+    spatial = tuple(range(2, logits.dim()))
+    inter = (probs * onehot).sum(spatial)
+    denom = probs.sum(spatial) + onehot.sum(spatial)
+    dice = (2.0 * inter + smooth) / (denom + smooth)
+    return 1.0 - dice[:, 1:].mean()
+
+
+def dice_ce_loss(logits, labels):
+    return F.cross_entropy(logits.float(), labels) + soft_dice_loss(logits, labels)
+
+
+def deep_supervision_weights(n):
+    w = [1.0 / (1 << i) for i in range(n)]
+    if n >= 2:
+        w[-1] = 0.0
+    s = sum(w)
+    return [v / s for v in w]
+
+
+def deep_supervision_loss(outs, labels, weights):
+    total = None
+    for o, w in zip(outs, weights):
+        if w == 0:
+            continue
+        lab = labels
+        for a in range(3):  # downsample_labels(): every f-th voxel from f / 2
+            f = labels.shape[-3 + a] // o.shape[2 + a]
+            if f > 1:
+                idx = [slice(None)] * lab.dim()
+                idx[lab.dim() - 3 + a] = slice(f // 2, None, f)
+                lab = lab[tuple(idx)]
+        term = dice_ce_loss(o, lab.contiguous()) * w
+        total = term if total is None else total + term
+    return total
+
+
+def build(args):
+    if args.arch == "openkbp":
+        return OpenKbpBaseline(args.in_channels or 11, args.filters)
+    return UNet(args.in_channels or 1, args.out_channels, args)
+
+
 def conv_flops(model, x):
     """FLOPs of one forward pass (2 * multiply-adds of every convolution), by hooks."""
     total = 0
@@ -85,8 +220,11 @@ def conv_flops(model, x):
         else:  # weight (C_out, C_in, k, k, k): every output voxel
             total += 2 * out.numel() * mod.weight.shape[1] * k
     hs = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, (nn.Conv3d, nn.ConvTranspose3d))]
+    was_training = model.training
+    model.eval()  # as forward_flops(): batch-norm statistics untouched, 1-voxel instance norms allowed
     with torch.no_grad():
         model(x)
+    model.train(was_training)
     for h in hs:
         h.remove()
     return total
@@ -96,23 +234,50 @@ def run(variant, args):
     dev = torch.device(args.device)
     torch.manual_seed(0)
     torch.backends.cudnn.benchmark = True
-    model = OpenKbpBaseline(11, args.filters).to(dev)
+    model = build(args).to(dev)
     mf = torch.channels_last_3d if args.channels_last else torch.contiguous_format
     model = model.to(memory_format=mf)
-    opt = torch.optim.AdamW(model.parameters(), lr=2e-4, betas=(0.5, 0.999), fused=(dev.type == "cuda"))
-    shape = (args.batch, 11, args.size, args.size, args.size)
+    cin = args.in_channels or (11 if args.arch == "openkbp" else 1)
+    shape = (args.batch, cin, args.size, args.size, args.size)
     x = torch.rand(shape, device=dev).to(memory_format=mf)
-    y = torch.rand((args.batch, 1, args.size, args.size, args.size), device=dev).to(memory_format=mf)
     flops_fwd = conv_flops(model, x)
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[args.precision]
+    fused = dev.type == "cuda"
 
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(dev.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-            loss = (model(x) - y).abs().mean()
-        loss.backward()
-        opt.step()
-        return loss
+    if args.arch == "openkbp":
+        opt = torch.optim.AdamW(model.parameters(), lr=2e-4, betas=(0.5, 0.999), fused=fused)
+        y = torch.rand((args.batch, 1, args.size, args.size, args.size), device=dev).to(memory_format=mf)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast(dev.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                loss = (model(x) - y).abs().mean()
+            loss.backward()
+            opt.step()
+            return loss
+    else:
+        # configs/segmentation_nnunet_like.yaml's training: SGD, Nesterov momentum, weight decay, clip.
+        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, nesterov=args.nesterov,
+                              weight_decay=args.weight_decay, fused=fused)
+        labels = torch.randint(0, args.out_channels, (args.batch, args.size, args.size, args.size), device=dev)
+        weights = None
+
+        def step():
+            nonlocal weights
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast(dev.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                outs = model.forward_deep(x) if args.deep_supervision else [model(x)]
+            outs = [o.float() for o in outs]  # the loss in float32, outside autocast
+            if args.deep_supervision:
+                weights = weights or deep_supervision_weights(len(outs))
+                loss = deep_supervision_loss(outs, labels, weights)
+            else:
+                loss = dice_ce_loss(outs[0], labels)
+            loss.backward()
+            if args.grad_clip_norm > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip_norm, foreach=True)
+            opt.step()
+            return loss
 
     fn = torch.compile(step) if variant == "compile" else step
     for _ in range(args.warmup):
@@ -135,7 +300,9 @@ def run(variant, args):
         "benchmark": "step", "tool": f"pytorch-{variant}", "torch": torch.__version__, "device": str(dev),
         "gpu": torch.cuda.get_device_name(0) if dev.type == "cuda" else None,
         "precision": args.precision, "channels_last": args.channels_last, "batch": args.batch,
-        "patch": [args.size] * 3, "filters": args.filters, "steps": args.steps,
+        "patch": [args.size] * 3, "architecture": "unet" if args.arch == "unet" else "openkbp_baseline",
+        "filters": args.filters if args.arch == "openkbp" else args.base_filters, "in_channels": cin,
+        "out_channels": 1 if args.arch == "openkbp" else args.out_channels, "steps": args.steps,
         "step_ms_median": med, "step_ms_p10": q(0.1), "step_ms_p90": q(0.9),
         "samples_per_s": args.batch * 1e3 / med,
         "peak_gpu_mem_bytes": torch.cuda.max_memory_reserved() if dev.type == "cuda" else None,
@@ -157,7 +324,41 @@ def main():
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="bf16")
     p.add_argument("--no-channels-last", dest="channels_last", action="store_false")
     p.add_argument("--variants", default="eager,compile")
+    p.add_argument("--arch", choices=["openkbp", "unet"], default="openkbp",
+                   help="openkbp: the OpenKBP baseline (--filters); unet: model.architecture unet (below)")
+    p.add_argument("--in-channels", type=int, default=0, help="0: 11 (openkbp) or 1 (unet)")
+    g = p.add_argument_group("--arch unet: the model.* and training.* keys (defaults: "
+                             "configs/segmentation_nnunet_like.yaml)")
+    g.add_argument("--out-channels", type=int, default=4, help="classes (background included)")
+    g.add_argument("--levels", type=int, default=6)
+    g.add_argument("--base-filters", type=int, default=32)
+    g.add_argument("--max-filters", type=int, default=320)
+    g.add_argument("--convs-per-level", type=int, default=2)
+    g.add_argument("--kernel-size", type=int, default=3)
+    g.add_argument("--norm", choices=["instance", "none"], default="instance")
+    g.add_argument("--negative-slope", type=float, default=0.01)
+    g.add_argument("--dropout", type=float, default=0.0)
+    g.add_argument("--deep-supervision", type=int, choices=[0, 1], default=1)
+    g.add_argument("--lr", type=float, default=0.01)
+    g.add_argument("--momentum", type=float, default=0.99)
+    g.add_argument("--nesterov", type=int, choices=[0, 1], default=1)
+    g.add_argument("--weight-decay", type=float, default=3e-5)
+    g.add_argument("--grad-clip-norm", type=float, default=12.0)
+    p.add_argument("--params-only", action="store_true",
+                   help="print {\"benchmark\": \"params\", \"parameters\": N, ...} for the network and stop")
     args = p.parse_args()
+    if args.params_only:
+        torch.manual_seed(0)
+        m = build(args)
+        x = torch.zeros(1, args.in_channels or (11 if args.arch == "openkbp" else 1), *([args.size] * 3))
+        try:
+            flops = conv_flops(m, x)
+        except ValueError:  # PyTorch's instance norm refuses a 1-voxel bottleneck (LibTorch's does not)
+            flops = None
+        print(json.dumps({"benchmark": "params", "architecture": args.arch,
+                          "parameters": sum(p.numel() for p in m.parameters() if p.requires_grad),
+                          "forward_flops_per_sample": flops}))
+        return
     for variant in args.variants.split(","):
         r = run(variant, args)
         print(f"{r['tool']:>16}: step {r['step_ms_median']:.2f} ms (p10 {r['step_ms_p10']:.2f}, p90 "

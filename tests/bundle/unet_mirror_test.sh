@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# ctest gpu_check.unet_mirror (label integration): the PyTorch U-Net of scripts/bench/pytorch_step.py
+# (--arch unet, gpu-check section 4's nnU-Net-like side) is the trainer's network: for a few tiny
+# configurations of configs/segmentation_nnunet_like.yaml on the CPU, `trainer --benchmark` and
+# `pytorch_step.py --params-only` agree on the parameter count and on the forward FLOPs; then one
+# compare.py run (both steps, eager) must report parameters_equal and flops_equal.
+# Exit 77 (skipped) without a Python that has torch.
+#   tests/bundle/unet_mirror_test.sh BUILD_DIR [VENV_PYTHON]
+set -euo pipefail
+BUILD="$(cd "$1" && pwd)"
+PY="${2:-python3}"
+SRC="$(cd "$(dirname "$0")/../.." && pwd)"
+CFG="$SRC/configs/segmentation_nnunet_like.yaml"
+if ! "$PY" -c "import torch" 2>/dev/null; then
+  echo "SKIP: no torch in $PY"
+  exit 77
+fi
+T="$(mktemp -d "${TMPDIR:-/tmp}/u3d-unet-mirror-XXXXXX")"
+trap 'rm -rf "$T"' EXIT
+cd "$T"
+"$BUILD/trainer" synth --task segmentation --cases 2 --size 32 --seed 0 --out seg.h5 >/dev/null 2>&1
+fail=0
+# levels base max convs kernel deep_supervision patch
+while read -r levels base max convs kernel deep patch; do
+  sets=(--set training.device=cpu --set data.path="$T/seg.h5" --set data.batch_size=1 --set data.patch_size="$patch"
+        --set model.levels="$levels" --set model.base_filters="$base" --set model.max_filters="$max"
+        --set model.convs_per_level="$convs" --set model.kernel_size="$kernel" --set model.deep_supervision="$deep")
+  ours="$("$BUILD/trainer" --config "$CFG" --benchmark --steps 1 --warmup 0 "${sets[@]}" 2>&1 | grep '^{"benchmark": "step"')" ||
+    { echo "FAIL: trainer --benchmark ($levels $base $max $convs $kernel $deep $patch)"; fail=1; continue; }
+  read -r params flops cin cout < <(echo "$ours" | "$PY" -c 'import json,sys; d=json.load(sys.stdin); print(d["parameters"], d["forward_flops_per_sample"], d["in_channels"], d["out_channels"])')
+  deep01=$([ "$deep" = true ] && echo 1 || echo 0)
+  theirs="$("$PY" "$SRC/scripts/bench/pytorch_step.py" --arch unet --params-only --size "$patch" --in-channels "$cin" \
+    --out-channels "$cout" --levels "$levels" --base-filters "$base" --max-filters "$max" --convs-per-level "$convs" \
+    --kernel-size "$kernel" --deep-supervision "$deep01" 2>/dev/null | grep '^{')"
+  read -r tparams tflops < <(echo "$theirs" | "$PY" -c 'import json,sys; d=json.load(sys.stdin); print(d["parameters"], d["forward_flops_per_sample"])')
+  echo "levels $levels base $base max $max convs $convs kernel $kernel deep $deep patch $patch ($cin -> $cout):" \
+       "trainer $params parameters, $flops FLOPs; PyTorch $tparams, $tflops"
+  if [ "$params" != "$tparams" ] || [ "$flops" != "$tflops" ]; then
+    echo "FAIL: parameter or FLOP counts differ"; fail=1
+  fi
+done <<'ROWS'
+4 4 12 2 3 true 32
+5 2 16 2 3 false 32
+3 4 8 3 5 true 16
+6 32 320 2 3 true 64
+ROWS
+out="$("$PY" "$SRC/scripts/bench/compare.py" --trainer "$BUILD/trainer" --python "$PY" --config "$CFG" --steps 1 \
+  --warmup 0 --variants eager --set training.device=cpu --set data.path="$T/seg.h5" --set data.patch_size=16 \
+  --set model.levels=3 --set model.base_filters=2 --set model.max_filters=8 --set data.batch_size=1 2>&1)" ||
+  { echo "$out" | tail -5; echo "FAIL: compare.py"; exit 1; }
+echo "$out" | grep '"benchmark": "compare"' | "$PY" -c '
+import json, sys
+d = json.load(sys.stdin)
+print("compare.py:", {k: d[k] for k in ("architecture", "parameters", "pytorch_parameters", "parameters_equal", "flops_equal")})
+sys.exit(0 if d["parameters_equal"] and d["flops_equal"] and d["architecture"] == "unet" else 1)' ||
+  { echo "FAIL: compare.py: not the same network"; fail=1; }
+[ "$fail" = 0 ] && echo PASS
+exit "$fail"
