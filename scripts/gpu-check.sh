@@ -2,7 +2,7 @@
 # gpu-check: proves on any machine that every GPU path of trainer works and measures how fast,
 # against PyTorch on the same GPU; on a machine without CUDA it runs every CPU part and marks each
 # GPU section SKIPPED with the reason.
-#   scripts/gpu-check.sh [--out DIR] [--quick] [--openkbp DIR|openkbp-sample.tar.xz]
+#   scripts/gpu-check.sh [--out DIR] [--quick] [--openkbp DIR|openkbp-sample.tar.xz] [--minutes M]
 # Writes DIR/gpu-report.md and DIR/gpu-report.json. Runs from the release bundle or a build tree
 # (build/release, or U3D_BUILD_DIR). Needs python3 (standard library; torch for the PyTorch side:
 # U3D_PYTHON names another Python). Exit 0: nothing failed; 1: a section FAILed; 2: bad arguments.

@@ -558,11 +558,29 @@ class Check:
         return s
 
     # ---- 6. data benchmark ------------------------------------------------------------------
-    def data(self):
-        s = Section("6-data", "--benchmark data: gpu and pinned placements, 128^3, batch 2, flips / affine")
-        cfg = os.path.join(ROOT, "configs", "quickstart.yaml")
+    def openkbp_import(self, s):
+        """Unpacks (a .tar.xz) and imports --openkbp once: (provided-data folder, HDF5 path). The first
+        section that needs it runs the commands (section 6 with CUDA, else section 7)."""
+        if getattr(self, "openkbp_ready", None):
+            return self.openkbp_ready
+        src, data = self.args.openkbp, self.args.openkbp
+        if os.path.isfile(src):
+            rc, out = self.run(s, ["tar", "-xJf", src, "-C", self.work])
+            if rc != 0:
+                raise RuntimeError(f"unpacking {src}: {self.last_line(out)}")
+            data = os.path.join(self.work, "provided-data")
+        h5 = os.path.join(self.work, "openkbp.h5")
+        if not os.path.exists(h5):
+            rc, out = self.run(s, self.trainer + ["import", "openkbp", "--source", data, "--out", h5])
+            if rc != 0:
+                raise RuntimeError(f"import openkbp exit {rc}: {self.last_line(out)}")
+        self.openkbp_ready = (data, h5)
+        return self.openkbp_ready
 
-        def bench(path, size, batch, aug, secs, log):
+    def data(self):
+        s = Section("6-data", "--benchmark data: gpu and pinned placements, 128^3, 11 channels, batch 2, flips / affine")
+
+        def bench(cfg, path, size, batch, aug, secs, log):
             cmd = self.trainer + ["--config", cfg, "--benchmark", "data", "--benchmark-seconds", str(secs),
                                   "--set", f"data.path={path}", "--set", f"data.patch_size={size}",
                                   "--set", f"data.batch_size={batch}", "--set", f"experiment.output_dir={self.work}/runs"]
@@ -573,9 +591,10 @@ class Check:
                 raise RuntimeError(f"--benchmark data exit {rc}: {self.last_line(out)}")
             return r[-1]
 
+        quick_cfg = os.path.join(ROOT, "configs", "quickstart.yaml")
         try:
             small = self.synth(s, "phantom32.h5", 32, 8)
-            r = bench(small, 32, 2, "flips", 1, "cpu-smoke")
+            r = bench(quick_cfg, small, 32, 2, "flips", 1, "cpu-smoke")
             s.cpu_status = "PASS"
             s.cpu_figures = {row["placement"] + "/" + row["stage"] + f"/{row['workers']}t":
                              round(1000 / row["batches_per_s"], 2) for row in r["results"] if row["batches_per_s"]}
@@ -586,13 +605,21 @@ class Check:
             s.status, s.reason = "SKIPPED", "no CUDA device (gpu and pinned placements need one)"
             return s
         s.status = "PASS"
-        openkbp_h5 = getattr(self, "openkbp_h5", None)
         try:
-            path = self.synth(s, "phantom128.h5", 128, 8)
-            s.notes.append("dataset: 8 dose phantoms at 128^3 with 5 channels (CT + 4 structures); the 11-channel "
-                           "OpenKBP layout is measured in section 7's data-wait share")
+            # 11 channels: `trainer synth` makes 5-channel dose phantoms only (CT + 4 structures; no
+            # channel-count option), so the 11-channel OpenKBP layout needs the imported sample.
+            if self.args.openkbp:
+                _, path = self.openkbp_import(s)
+                cfg = os.path.join(ROOT, "configs", "openkbp.yaml")
+                s.figures["dataset"] = "OpenKBP sample (--openkbp), 11 channels (CT + 10 structures), 128^3"
+            else:
+                path, cfg = self.synth(s, "phantom128.h5", 128, 8), quick_cfg
+                s.figures["dataset"] = "dose phantoms (trainer synth), 5 channels, 128^3"
+                s.status = "PARTIAL"
+                s.reason = ("measured at 5 channels, not 11: `trainer synth` makes 5-channel phantoms only; "
+                            "give --openkbp DIR for the 11-channel OpenKBP layout")
             for aug in ("flips", "affine"):
-                r = bench(path, 128, 2, aug, 3 if self.args.quick else 10, aug)
+                r = bench(cfg, path, 128, 2, aug, 3 if self.args.quick else 10, aug)
                 rows = {}
                 for row in r["results"]:
                     rows[f"{row['placement']}/{row['stage']}/{row['workers']}t"] = \
@@ -603,7 +630,6 @@ class Check:
                 s.figures[f"ms_per_batch_{aug}"] = rows
         except RuntimeError as ex:
             s.fail(str(ex))
-        del openkbp_h5
         return s
 
     # ---- 7. OpenKBP real run ----------------------------------------------------------------
@@ -613,39 +639,47 @@ class Check:
         if not src:
             s.status, s.reason = "SKIPPED", "no --openkbp DIR given"
             return s
-        data = src
-        if os.path.isfile(src):
-            dest = os.path.join(self.work, "openkbp-src")
-            rc, out = self.run(s, ["tar", "-xJf", src, "-C", self.work])
-            if rc != 0:
-                s.cpu_status, s.cpu_reason = "FAIL", f"unpacking {src}: {self.last_line(out)}"
-                s.fail(s.cpu_reason)
-                return s
-            data = os.path.join(self.work, "provided-data")
-            del dest
-        h5 = os.path.join(self.work, "openkbp.h5")
-        if not os.path.exists(h5):
-            rc, out = self.run(s, self.trainer + ["import", "openkbp", "--source", data, "--out", h5])
-            if rc != 0:
-                s.cpu_status, s.cpu_reason = "FAIL", f"import openkbp exit {rc}: {self.last_line(out)}"
-                s.fail(s.cpu_reason)
-                return s
+        try:
+            data, h5 = self.openkbp_import(s)
+        except RuntimeError as ex:
+            s.cpu_status, s.cpu_reason = "FAIL", str(ex)
+            s.fail(s.cpu_reason)
+            return s
         s.cpu_status = "PASS"
         s.cpu_figures["imported"] = h5
         if not self.cuda:
             s.status, s.reason = "SKIPPED", "no CUDA device (the import ran: CPU part)"
             return s
         s.status = "PASS"
-        # A fixed number of steps (about a minute per run on an H100 in the full check; not measured).
-        epochs, steps = (3, 40) if self.args.quick else (4, 150)
         cfg = os.path.join(ROOT, "configs", "openkbp.yaml")
-        common = ["--set", f"data.path={h5}", "--set", f"experiment.output_dir={self.work}/runs",
-                  "--set", "data.cache=gpu", "--set", "training.cuda_graph=on", "--set", f"training.epochs={epochs}",
-                  "--set", f"training.steps_per_epoch={steps}", "--set", "training.val_every=1",
-                  "--set", "checkpoint.every_epochs=1", "--set", "predict.split=val", "--set", "predict.tta=flips",
-                  "--set", "training.deterministic=true"]
-        killed_name, plain_name = "gpucheck_killed", "gpucheck_plain"
+        steps = 40 if self.args.quick else 100
+        base = ["--set", f"data.path={h5}", "--set", f"experiment.output_dir={self.work}/runs",
+                "--set", "data.cache=gpu", "--set", "training.cuda_graph=on",
+                "--set", f"training.steps_per_epoch={steps}", "--set", "training.val_every=1",
+                "--set", "checkpoint.every_epochs=1", "--set", "predict.split=val", "--set", "predict.tta=flips",
+                "--set", "training.deterministic=true"]
         runs = os.path.join(self.work, "runs")
+        # A fixed time, not a fixed step count: the trainer has no wall-clock limit, so one calibration
+        # epoch (same settings; validation, graph capture and cuDNN set-up included, so it errs long)
+        # gives the epoch time and training.epochs = --minutes / epoch time (at least 3: the kill comes
+        # in epoch 2 and the resumed run must still finish one; at most 100).
+        shutil.rmtree(os.path.join(runs, "gpucheck_calib"), ignore_errors=True)
+        rc, out = self.run(s, self.trainer + ["--config", cfg, "--set", "experiment.name=gpucheck_calib",
+                                              "--set", "training.epochs=1"] + base, timeout=900, log_name="calibrate")
+        calib = self.read_metrics(os.path.join(runs, "gpucheck_calib", "metrics.csv"))
+        if rc != 0 or not calib or not calib[0].get("epoch_seconds"):
+            s.fail(f"calibration epoch exit {rc}: {self.last_line(out)}")
+            return s
+        epoch_s = float(calib[0]["epoch_seconds"])
+        epochs = int(min(100, max(3, (self.args.minutes * 60) // max(epoch_s, 1e-3))))
+        s.figures["minutes_per_run_requested"] = self.args.minutes
+        s.figures["calibration_epoch_seconds"] = round(epoch_s, 2)
+        s.figures["steps_per_epoch"] = steps
+        s.figures["epochs_chosen"] = epochs
+        s.notes.append(f"fixed time: --minutes {self.args.minutes} per run; one calibration epoch of {steps} steps "
+                       f"took {epoch_s:.1f} s, so training.epochs={epochs} (min 3, max 100)")
+        common = base + ["--set", f"training.epochs={epochs}"]
+        killed_name, plain_name = "gpucheck_killed", "gpucheck_plain"
         for n in (killed_name, plain_name):
             shutil.rmtree(os.path.join(runs, n), ignore_errors=True)
         # Run A: killed with SIGKILL in its second epoch, then resumed to the end.
@@ -691,6 +725,7 @@ class Check:
             return s
         s.figures["epochs"] = len(rows_a)
         s.figures["epoch_seconds"] = [float(r["epoch_seconds"]) for r in rows_a]
+        s.figures["training_seconds_resumed_run"] = round(sum(s.figures["epoch_seconds"]), 1)
         s.figures["data_share"] = [float(r["data_share"]) for r in rows_a]
         s.figures["train_loss"] = [float(r["train_loss"]) for r in rows_a]
         if not self.args.quick:
@@ -816,6 +851,10 @@ def main():
     p.add_argument("--out", default=None, help="report folder (default gpu-check-<UTC date and time>)")
     p.add_argument("--quick", action="store_true", help="fewer variants and steps (inside 4 minutes on one H100)")
     p.add_argument("--openkbp", default=None, help="OpenKBP data: provided-data folder or openkbp-sample.tar.xz")
+    p.add_argument("--minutes", type=float, default=None,
+                   help="section 7: training minutes per run, turned into training.epochs from a measured "
+                        "epoch (default 1, 0.5 with --quick: the whole check inside 10 (4) minutes on one H100, "
+                        "an estimate not yet measured)")
     p.add_argument("--trainer", default=None, help="trainer to check (default: the bundle's or build/release's)")
     p.add_argument("--python", default=os.environ.get("U3D_PYTHON") or shutil.which("python3") or sys.executable,
                    help="Python with torch for the PyTorch side (default U3D_PYTHON or python3)")
@@ -826,6 +865,11 @@ def main():
         sys.exit(2)
     if a.openkbp:
         a.openkbp = os.path.abspath(a.openkbp)
+    if a.minutes is None:
+        a.minutes = 0.5 if a.quick else 1.0
+    if a.minutes <= 0:
+        print("gpu-check: --minutes must be positive", file=sys.stderr)
+        sys.exit(2)
     if a.out is None:
         a.out = "gpu-check-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     return Check(a).main()
