@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   auto* resume = app.add_option("--resume", resume_path, "Continue the run from its newest checkpoint, or CHECKPOINT")
                      ->expected(0, 1);
   app.add_flag("--predict-only", run.predict_only, "Predict predict.split with a checkpoint into <run>/predictions/");
-  app.add_option("--checkpoint", run.checkpoint, "With --predict-only: best (default), last or a path");
+  auto* checkpoint_opt = app.add_option("--checkpoint", run.checkpoint, "With --predict-only: best (default), last or a path");
   std::string benchmark_kind;
   auto* benchmark = app.add_option("--benchmark", benchmark_kind,
                                    "Benchmark instead of training: data (the batch pipeline alone, no model), or "
@@ -220,6 +220,7 @@ int main(int argc, char** argv) {
     if (resume->count() > 0) run.resume = resume_path;
     if (benchmark->count() > 0) run.benchmark = benchmark_kind;
     run.steps_given = steps_opt->count() > 0 || warmup_opt->count() > 0;
+    run.checkpoint_given = checkpoint_opt->count() > 0;
     if (run.config.empty()) {
       std::fputs(app.help().c_str(), stderr);
       throw u3d::UsageError("--config is required (trainer --config exp.yaml)");

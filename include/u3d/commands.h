@@ -14,6 +14,7 @@ struct RunCommand {
   std::optional<std::string> resume;   // --resume [CHECKPOINT]; "" = newest
   bool predict_only = false;           // --predict-only
   std::string checkpoint = "best";     // --checkpoint best|last|PATH (with --predict-only)
+  bool checkpoint_given = false;       // --checkpoint was passed
   std::vector<std::string> allow_config_change;  // --allow-config-change KEY[,KEY...] (with --resume)
   // --benchmark [KIND]: "data" runs the batch pipeline alone; "" (no value) or "step" times the
   // training step (benchmark.h).

@@ -7,8 +7,14 @@
 // never block a later run; the file itself is left in place (removing it would race with a
 // process that opened it). The holder writes its PID into the file for the message a second
 // process gets: ConfigError (exit 2) naming the run folder and that PID.
+//
+// A start that fails its checks leaves no trace: when the lock made the run folder (and its
+// parents) and the folder holds nothing but the lock file on release, the lock file and the
+// folders it made are removed. Unlinking a held lock file is safe because every process
+// checks, after flock, that the file it locked is still the one at the path (else it retries).
 #pragma once
 #include <filesystem>
+#include <vector>
 
 namespace u3d {
 
@@ -24,7 +30,11 @@ class RunLock {
   RunLock& operator=(const RunLock&) = delete;
 
  private:
+  void remove_if_unused() noexcept;
+
   int fd_ = -1;
+  std::filesystem::path root_;
+  std::vector<std::filesystem::path> created_;  // folders this lock made, innermost first
 };
 
 }  // namespace u3d

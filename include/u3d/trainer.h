@@ -1,8 +1,8 @@
 // The training run: named stages and a short fit() (as nnU-Net's run_training).
 //
 //   Trainer trainer(cfg, TrainOptions{});
-//   trainer.fit();   // prepare_run -> setup_runtime -> load_data (with the data preflight)
-//                    // -> build_model -> restore -> record_run
+//   trainer.fit();   // check_run_folder -> setup_runtime -> load_data (the data preflight, then
+//                    // prepare_run: nothing is written before) -> build_model -> restore -> record_run
 //                    // -> per epoch: train_epoch, validate, save_checkpoints, log_epoch
 //
 // Reliability (docs/reliability.md): SIGINT/SIGTERM/SIGHUP end the run after the current step
@@ -76,7 +76,8 @@ class Trainer {
   TrainState fit();
 
   // Stages, public so tests can drive them one by one.
-  void prepare_run();
+  void check_run_folder() const;  // read-only: refuses checkpoints of an earlier run without --resume
+  void prepare_run();             // run folder, checkpoints/, train.log (load_data calls it; repeatable)
   void setup_runtime();
   void load_data();
   void build_model();

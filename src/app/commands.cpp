@@ -45,6 +45,11 @@ Shape3 parse_size(const std::string& text) {
 int run_command(const RunCommand& cmd) {
   if (cmd.config.empty()) throw UsageError("--config is required (trainer --config exp.yaml); see --help");
   if (cmd.predict_only && cmd.resume) throw UsageError("--predict-only and --resume cannot be combined");
+  if (cmd.checkpoint_given && !cmd.predict_only) {
+    throw UsageError(fmt::format("--checkpoint {} only applies with --predict-only (to continue training from a "
+                                 "checkpoint: --resume {})",
+                                 cmd.checkpoint, cmd.checkpoint));
+  }
   if (!cmd.allow_config_change.empty() && !cmd.resume) {
     throw UsageError("--allow-config-change only applies with --resume");
   }

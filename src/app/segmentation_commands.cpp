@@ -51,10 +51,22 @@ ImportOptions import_options(const ImportCommon& c, const char* command) {
   return o;
 }
 
+// A folder named by an option must exist: a usage error (exit 2) as for every other argument.
+void require_folder(const std::string& path, const char* command, const char* option) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    throw UsageError(fmt::format("{}: {} {}: folder not found", command, option, path));
+  }
+  if (!std::filesystem::is_directory(path, ec)) {
+    throw UsageError(fmt::format("{}: {} {}: not a folder", command, option, path));
+  }
+}
+
 }  // namespace
 
 int import_nnunet_command(const ImportNnunetCommand& cmd) {
   if (cmd.source.empty()) throw UsageError("import nnunet: --source DatasetXXX_Name is required");
+  require_folder(cmd.source, "import nnunet", "--source");
   const ImportOptions o = import_options(cmd.common, "import nnunet");
   const StopSignals signals;  // a stop between cases removes the staged file (StoppedError)
   import_nnunet(cmd.source, cmd.common.out, o);
@@ -63,6 +75,8 @@ int import_nnunet_command(const ImportNnunetCommand& cmd) {
 
 int import_nifti_command(const ImportNiftiCommand& cmd) {
   if (cmd.images.empty()) throw UsageError("import nifti: --images DIR is required");
+  require_folder(cmd.images, "import nifti", "--images");
+  if (!cmd.labels.empty()) require_folder(cmd.labels, "import nifti", "--labels");
   const ImportOptions o = import_options(cmd.common, "import nifti");
   NiftiFolders f;
   f.images = cmd.images;
@@ -78,6 +92,13 @@ int import_nifti_command(const ImportNiftiCommand& cmd) {
 int evaluate_segmentation_command(const EvaluateSegmentationCommand& cmd) {
   if (cmd.reference.empty() || cmd.predictions.empty()) {
     throw UsageError("evaluate segmentation: --reference DIR and --predictions DIR are required");
+  }
+  for (const int64_t label : cmd.labels) {
+    if (label <= 0) {
+      throw UsageError(fmt::format("evaluate segmentation: --labels {}: label values to score are positive integers "
+                                   "(0 is the background)",
+                                   label));
+    }
   }
   const std::filesystem::path csv =
       cmd.out.empty() ? std::filesystem::path(cmd.predictions) / "evaluation.csv" : std::filesystem::path(cmd.out);

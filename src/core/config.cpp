@@ -10,6 +10,7 @@
 #include <charconv>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <set>
 #include <type_traits>
 #include <utility>
@@ -131,7 +132,19 @@ struct Codec<double> {
       const std::string& s = n.Scalar();
       char* end = nullptr;
       const double v = std::strtod(s.c_str(), &end);
-      if (!s.empty() && end == s.c_str() + s.size() && std::isfinite(v)) return v;
+      if (!s.empty() && end == s.c_str() + s.size() && std::isfinite(v)) {
+        // Numbers reach the model and the optimizer as float32: outside its range they overflow
+        // (or round to 0) there, at run time.
+        if (std::abs(v) > std::numeric_limits<float>::max()) {
+          fail(where, key, fmt::format("{} is beyond the float32 range (at most {:g} in magnitude)", s,
+                                       std::numeric_limits<float>::max()));
+        }
+        if (v != 0 && std::abs(v) < std::numeric_limits<float>::min()) {
+          fail(where, key, fmt::format("{} is below the float32 range (rounds to 0; at least {:g} in magnitude, or 0)",
+                                       s, std::numeric_limits<float>::min()));
+        }
+        return v;
+      }
     }
     fail(where, key, fmt::format("expected a finite number, got {}", shown(n)));
   }
@@ -601,6 +614,14 @@ const Option* find_option(const std::string& key) {
   return nullptr;
 }
 
+// The first key of `section` in the option table ("training" -> "training.epochs").
+std::string first_key_of(const std::string& section) {
+  for (const auto& o : option_table()) {
+    if (o.key.compare(0, section.size() + 1, section + ".") == 0) return o.key;
+  }
+  return section + ".KEY";
+}
+
 std::vector<std::string> section_names() {
   std::vector<std::string> out;
   for (const auto& o : option_table()) {
@@ -727,7 +748,15 @@ void apply_override(Config& cfg, const std::string& assignment) {
   const std::string value = assignment.substr(eq + 1);
   const std::string where = "--set " + assignment;
   const Option* opt = find_option(key);
-  if (!opt) unknown_key("--set", key);
+  if (!opt) {
+    const auto sections = section_names();
+    if (std::find(sections.begin(), sections.end(), key) != sections.end()) {
+      throw ConfigError(fmt::format("{}: '{}' is a section and cannot take a value; set one of its keys, e.g. "
+                                    "--set {}.{}=...",
+                                    where, key, key, leaf(first_key_of(key))));
+    }
+    unknown_key("--set", key);
+  }
   YAML::Node node;
   try {
     node = YAML::Load(value);

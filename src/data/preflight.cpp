@@ -166,6 +166,11 @@ std::vector<DataProblem> check_case(const CaseData& c, const DatasetInfo& info) 
       out.push_back(error(id, "image", fmt::format("should be (C, D, H, W), is {}", shape_text(c.image.sizes()))));
     } else {
       spatial = c.image.sizes().slice(1).vec();
+      if (c.image.numel() == 0) {
+        out.push_back(error(id, "image", fmt::format("is empty: shape {} holds no voxels (every axis needs at least "
+                                                     "one)",
+                                                     shape_text(c.image.sizes()))));
+      }
       if (c.image.size(0) != static_cast<int64_t>(info.channel_names.size())) {
         out.push_back(error(id, "image", fmt::format("has {} channels; channel_names lists {}", c.image.size(0),
                                                      info.channel_names.size())));

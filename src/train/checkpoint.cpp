@@ -118,6 +118,9 @@ torch::serialize::InputArchive open_archive(const std::filesystem::path& path, c
   if (!std::filesystem::exists(path, ec)) {
     throw CheckpointError(fmt::format("{}: checkpoint not found", path.string()), kExitUsage);
   }
+  if (std::filesystem::is_directory(path, ec)) {
+    throw CheckpointError(fmt::format("{}: is a folder, expected a checkpoint file", path.string()), kExitUsage);
+  }
   torch::serialize::InputArchive ar;
   try {
     ar.load_from(path.string(), device);
@@ -477,6 +480,12 @@ std::filesystem::path CheckpointStore::resolve(const std::string& which) const {
   }
   if (!std::filesystem::exists(which, ec)) {
     throw CheckpointError(fmt::format("{}: checkpoint not found", which), kExitUsage);
+  }
+  if (std::filesystem::is_directory(which, ec)) {
+    throw CheckpointError(fmt::format("{}: is a folder, expected a checkpoint file (or --resume without a path for "
+                                      "the newest one)",
+                                      which),
+                          kExitUsage);
   }
   const Verification v = verify(which);
   if (v.status == Verification::Status::kMismatch) {

@@ -70,9 +70,9 @@ Trainer::~Trainer() = default;
 
 TrainState Trainer::fit() {
   StopSignals signals;  // SIGINT/SIGTERM/SIGHUP: finish the step, checkpoint, exit 128 + signal
-  prepare_run();
+  check_run_folder();
   setup_runtime();
-  load_data();
+  load_data();  // calls prepare_run() once the data preflight has passed
   if (stopping()) {
     spdlog::info("stopped by {} before training started; nothing to save", StopSignals::name(stop_signal_));
     return state_;
@@ -152,16 +152,19 @@ bool Trainer::stopping() {
   return stop_signal_ != 0;
 }
 
-void Trainer::prepare_run() {
-  ensure_writable_directory(paths_.root);
-  ensure_writable_directory(paths_.checkpoints);
-  store_.remove_stale_temporaries();  // left by a run killed while writing
-  remove_stale_temporaries(paths_.root);
+void Trainer::check_run_folder() const {
   if (!options_.resume && store_.latest()) {
     throw ConfigError(fmt::format("{} already holds checkpoints of a run named '{}'; continue it with --resume, or "
                                   "choose another experiment.name",
                                   paths_.checkpoints.string(), cfg_.experiment.name));
   }
+}
+
+void Trainer::prepare_run() {
+  ensure_writable_directory(paths_.root);
+  ensure_writable_directory(paths_.checkpoints);
+  store_.remove_stale_temporaries();  // left by a run killed while writing
+  remove_stale_temporaries(paths_.root);
   add_log_file(paths_.log);
 }
 
@@ -229,6 +232,7 @@ void Trainer::load_data() {
                                   cfg_.data.path));
     }
   }
+  prepare_run();  // every check before the slow cache load has passed: the run folder is used from here
   CacheOptions cache_options;
   cache_options.placement = cfg_.data.cache;
   cache_options.device = runtime_.device;

@@ -257,6 +257,11 @@ TEST_F(Misuse, MalformedConfigsAndForgedFilesTable) {
       {{"training.lr=abc"}, 2, "training.lr"},
       {{"no_such.key=1"}, 2, "no_such.key"},
       {{"experiment.name=../x"}, 2, "experiment.name"},
+      // Numbers beyond float32 (the model's type) used to fail at run time with exit 1.
+      {{"training.lr=1e308"}, 2, "training.lr"},
+      {{"training.min_lr=1e-300"}, 2, "training.min_lr"},
+      {{"training.weight_decay=1e39"}, 2, "training.weight_decay"},
+      {{"training=3"}, 2, "'training' is a section and cannot take a value"},
   };
   config("table", {});
   for (const auto& row : rows) {
@@ -286,6 +291,98 @@ TEST_F(Misuse, MalformedConfigsAndForgedFilesTable) {
     expect_clean_failure(train);
     EXPECT_FALSE(fs::exists(run("table") / "checkpoints" / "manifest.sha256")) << file;
   }
+}
+
+// Replaces every field of case `id` by an empty one of depth 0, e.g. image (C, 0, 16, 16), as
+// another tool could write it.
+void make_case_empty(const fs::path& file, const std::string& id) {
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  for (const char* field : {"image", "target", "mask"}) {
+    const std::string path = "cases/" + id + "/" + field;
+    if (H5Lexists(f, path.c_str(), H5P_DEFAULT) <= 0) continue;
+    const hid_t d = H5Dopen2(f, path.c_str(), H5P_DEFAULT);
+    const hid_t type = H5Dget_type(d);
+    const hid_t space = H5Dget_space(d);
+    const int rank = H5Sget_simple_extent_ndims(space);
+    std::vector<hsize_t> dims(static_cast<size_t>(rank));
+    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+    dims[static_cast<size_t>(rank - 3)] = 0;  // depth
+    H5Sclose(space);
+    H5Dclose(d);
+    ASSERT_GE(H5Ldelete(f, path.c_str(), H5P_DEFAULT), 0);
+    const hid_t empty = H5Screate_simple(rank, dims.data(), nullptr);
+    const hid_t nd = H5Dcreate2(f, path.c_str(), type, empty, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(nd, 0);
+    H5Dclose(nd);
+    H5Sclose(empty);
+    H5Tclose(type);
+  }
+  H5Fclose(f);
+}
+
+// An empty volume is a check-data and preflight error naming the case (it used to pass, then
+// training failed in torch.cat naming no case); a start that fails its preflight leaves no run
+// folder behind (it used to create checkpoints/ and train.log).
+TEST_F(Misuse, EmptyVolumesAreDataErrorsAndAFailedPreflightWritesNothing) {
+  fs::copy_file(dir / "p.h5", dir / "empty.h5");
+  const std::string victim = DatasetReader(dir / "p.h5").split("val").front();
+  make_case_empty(dir / "empty.h5", victim);
+  const auto check = trainer({"check-data", "empty.h5"});
+  EXPECT_EQ(check.exit_code, 1) << check.output;
+  EXPECT_TRUE(test::contains(check.output, victim)) << check.output;
+  EXPECT_TRUE(test::contains(check.output, "holds no voxels")) << check.output;
+  expect_clean_failure(check);
+  config("empty", {}, "empty.h5");
+  const auto train = trainer({"--config", "empty.yaml"});
+  EXPECT_EQ(train.exit_code, 1) << train.output;
+  EXPECT_TRUE(test::contains(train.output, victim)) << train.output;
+  expect_clean_failure(train);
+  EXPECT_FALSE(fs::exists(run("empty") / "checkpoints")) << train.output;
+  EXPECT_FALSE(fs::exists(run("empty") / "train.log")) << train.output;
+  EXPECT_FALSE(fs::exists(run("empty"))) << "the lock's folder is removed when the start fails";
+  // A folder that holds an earlier run keeps it (and its lock file).
+  config("kept", {{"training.epochs", "1"}});
+  ASSERT_EQ(trainer({"--config", "kept.yaml"}).exit_code, 0);
+  const auto before = entries(run("kept"));
+  const auto again = trainer({"--config", "kept.yaml", "--set", "data.path=empty.h5", "--resume"});
+  EXPECT_EQ(again.exit_code, 1) << again.output;
+  EXPECT_EQ(entries(run("kept")), before);
+}
+
+// Arguments that name a missing folder, a negative label, an option without the one it goes
+// with, or a folder for a checkpoint: usage errors (exit 2) naming the argument.
+TEST_F(Misuse, MisusedArgumentsAreUsageErrorsNamingTheArgument) {
+  struct Row {
+    std::vector<std::string> args;
+    std::string names;
+  };
+  fs::create_directories(dir / "refs");
+  fs::create_directories(dir / "preds");
+  const std::vector<Row> rows = {
+      {{"import", "nnunet", "--source", "no_such_dataset", "--out", "n.h5"}, "no_such_dataset"},
+      {{"import", "nifti", "--images", "no_such_images", "--out", "n.h5"}, "no_such_images"},
+      {{"import", "openkbp", "--source", "no_such_openkbp", "--out", "n.h5"}, "no_such_openkbp"},
+      {{"evaluate", "segmentation", "--reference", "refs", "--predictions", "preds", "--labels", "-5"}, "--labels"},
+      {{"--config", "a.yaml", "--checkpoint", "last"}, "--predict-only"},
+  };
+  config("a", {{"training.epochs", "1"}});
+  for (const auto& row : rows) {
+    const auto r = trainer(row.args);
+    EXPECT_EQ(r.exit_code, 2) << row.args[1] << ": " << r.output;
+    EXPECT_TRUE(test::contains(r.output, row.names)) << r.output;
+    EXPECT_EQ(error_lines(r.output), 1u) << r.output;
+    expect_clean_failure(r);
+  }
+  EXPECT_FALSE(fs::exists(dir / "n.h5"));
+  EXPECT_FALSE(fs::exists(dir / "preds" / "evaluation.csv"));
+  EXPECT_FALSE(fs::exists(run("a"))) << "--checkpoint without --predict-only trained from scratch";
+  // --resume with a folder: "is a folder", not "truncated or corrupt".
+  ASSERT_EQ(trainer({"--config", "a.yaml"}).exit_code, 0);
+  const auto resume = trainer({"--config", "a.yaml", "--resume", (run("a") / "checkpoints").string()});
+  EXPECT_EQ(resume.exit_code, 2) << resume.output;
+  EXPECT_TRUE(test::contains(resume.output, "is a folder, expected a checkpoint file")) << resume.output;
+  expect_clean_failure(resume);
 }
 
 }  // namespace

@@ -163,7 +163,7 @@ TEST_F(SegmentationCli, BadCaseExitsOneNamingTheFileAndWritesNothing) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find(f.string() + ": label values 7 are not declared"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(dir / "d.h5"));
-  EXPECT_EQ(trainer({"import", "nnunet", "--source", (dir / "nowhere").string(), "--out", "d.h5"}).exit_code, 1);
+  EXPECT_EQ(trainer({"import", "nnunet", "--source", (dir / "nowhere").string(), "--out", "d.h5"}).exit_code, 2);  // usage error
   EXPECT_EQ(trainer({"import", "nnunet", "--out", "d.h5"}).exit_code, 2);  // --source missing
 }
 
