@@ -13,6 +13,10 @@ namespace u3d {
 
 enum ExitCode : int { kExitOk = 0, kExitRuntime = 1, kExitUsage = 2 };
 
+// The one line of an exception for a message: c10::Error's text without its C++ backtrace, and
+// the first line of anything else.
+std::string error_line(const std::exception& e);
+
 class Error : public std::runtime_error {
  public:
   Error(const std::string& message, int exit_code) : std::runtime_error(message), exit_code_(exit_code) {}

@@ -42,6 +42,10 @@ struct SamplerOptions {
 // pad_value; experiment.seed; augment), for images whose channels are `channel_names`.
 SamplerOptions sampler_options(const Config& cfg, std::vector<std::string> channel_names);
 
+// ConfigError naming data.batch_size when one finished float32 batch of `channels` x `patch` would
+// take more than half of the host memory available (MemAvailable): checked before any allocation.
+void check_batch_memory(int64_t batch_size, const Shape3& patch, int64_t channels);
+
 // Fixed positions of a sample's draws in its stream Rng(seed, epoch, index): Rng::value_at(slot).
 enum SampleSlot : uint64_t {
   kSlotForeground = 0,  // bernoulli(foreground_fraction)

@@ -6,8 +6,10 @@
 #include <cstdio>
 
 #include "u3d/benchmark.h"
+#include "u3d/cache.h"
 #include "u3d/config.h"
 #include "u3d/errors.h"
+#include "u3d/files.h"
 #include "u3d/logging.h"
 #include "u3d/predictor.h"
 #include "u3d/preflight.h"
@@ -125,6 +127,17 @@ int synth_command(const SynthCommand& cmd) {
   }
   o.cases = cmd.cases;
   o.size = parse_size(cmd.size);
+  {  // One phantom case is built in memory (a few float32 volumes): refuse sizes that cannot fit.
+    const double case_bytes = 4.0 * 8.0 * static_cast<double>(o.size[0]) * static_cast<double>(o.size[1]) *
+                              static_cast<double>(o.size[2]);
+    const int64_t host_free = available_bytes(CachePlacement::kMemory, torch::kCPU);
+    if (host_free > 0 && case_bytes > 0.5 * static_cast<double>(host_free)) {
+      throw UsageError(fmt::format("synth: --size {}x{}x{}: one case needs about {}, more than half of the {} of memory "
+                                   "available; use a smaller --size",
+                                   o.size[0], o.size[1], o.size[2], human_bytes(case_bytes),
+                                   human_bytes(static_cast<double>(host_free))));
+    }
+  }
   o.seed = cmd.seed;
   o.val_fraction = cmd.val_fraction;
   o.test_fraction = cmd.test_fraction;

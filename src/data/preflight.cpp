@@ -255,7 +255,7 @@ DataReport check_dataset(const std::filesystem::path& path, const std::vector<st
       try {
         per_case[i] = inspect_case(file.get(), info, ids[i], &spacing[i], &has);
       } catch (const std::exception& e) {  // anything unexpected still names the case
-        per_case[i].push_back(error(ids[i], "", fmt::format("cannot be checked: {}", e.what())));
+        per_case[i].push_back(error(ids[i], "", fmt::format("cannot be checked: {}", error_line(e))));
       }
       has_spacing[i] = has ? 1 : 0;
     }

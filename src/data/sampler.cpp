@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "u3d/errors.h"
+#include "u3d/files.h"
 #include "u3d/rng.h"
 
 namespace u3d {
@@ -114,6 +115,19 @@ PatchSampler::PatchSampler(const TensorCache& cache, SamplerOptions options)
   init();
 }
 
+void check_batch_memory(int64_t batch_size, const Shape3& patch, int64_t channels) {
+  const double batch_bytes = 4.0 * static_cast<double>(batch_size) * static_cast<double>(channels) *
+                             static_cast<double>(patch[0]) * static_cast<double>(patch[1]) * static_cast<double>(patch[2]);
+  const int64_t host_free = available_bytes(CachePlacement::kMemory, torch::kCPU);
+  if (host_free > 0 && batch_bytes > 0.5 * static_cast<double>(host_free)) {
+    throw ConfigError(fmt::format("data.batch_size: {} samples of {} channels x [{}, {}, {}] float32 need {} per batch, "
+                                  "more than half of the {} of memory available; lower data.batch_size or "
+                                  "data.patch_size",
+                                  batch_size, channels, patch[0], patch[1], patch[2], human_bytes(batch_bytes),
+                                  human_bytes(static_cast<double>(host_free))));
+  }
+}
+
 void PatchSampler::init() {
   const StackedCache& cache = *cache_;
   if (cache.size() == 0) throw ConfigError("data: the training split holds no cases");
@@ -128,6 +142,7 @@ void PatchSampler::init() {
       }
     }
   }
+  check_batch_memory(options_.batch_size, options_.patch, cache.in_channels());
   const auto& aug = options_.augment;
   if (aug.rot90_prob > 0) {
     const auto& rp = aug.rot90_plane;

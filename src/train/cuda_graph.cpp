@@ -73,13 +73,7 @@ void wait_stream(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStrea
 }  // namespace
 
 std::string capture_failure_text(const std::exception& e) {
-  std::string what;
-  if (const auto* c10e = dynamic_cast<const c10::Error*>(&e)) {
-    what = c10e->what_without_backtrace();
-  } else {
-    what = e.what();
-  }
-  what = what.substr(0, what.find('\n'));
+  const std::string what = error_line(e);
   return what.size() > 300 ? what.substr(0, 300) + "..." : what;
 }
 

@@ -202,6 +202,7 @@ void Trainer::load_data() {
   // `dataset` entries become the file's recorded specs, so config.yaml and checkpoints carry them.
   cfg_.data.normalize = resolve_normalization(cfg_.data, info);
   pre_ = std::make_unique<Preprocessor>(cfg_.data, info);
+  check_batch_memory(cfg_.data.batch_size, cfg_.data.patch_size, pre_->in_channels());  // before the preflight writes
   metric_ = task_metric(info.task);
   // OpenKBP dose metrics during validation: checked before the (slow) cache loads.
   std::vector<DvhStructure> dvh_structures;

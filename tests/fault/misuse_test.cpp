@@ -262,6 +262,8 @@ TEST_F(Misuse, MalformedConfigsAndForgedFilesTable) {
       {{"training.min_lr=1e-300"}, 2, "training.min_lr"},
       {{"training.weight_decay=1e39"}, 2, "training.weight_decay"},
       {{"training=3"}, 2, "'training' is a section and cannot take a value"},
+      // A batch that cannot fit in memory: named before anything is allocated (was a raw allocator line).
+      {{"data.batch_size=1000000000"}, 2, "data.batch_size"},
   };
   config("table", {});
   for (const auto& row : rows) {
@@ -361,6 +363,8 @@ TEST_F(Misuse, MisusedArgumentsAreUsageErrorsNamingTheArgument) {
   fs::create_directories(dir / "preds");
   const std::vector<Row> rows = {
       {{"import", "nnunet", "--source", "no_such_dataset", "--out", "n.h5"}, "no_such_dataset"},
+      // A phantom that cannot fit in memory: named before anything is allocated (was std::bad_alloc).
+      {{"synth", "--task", "dose", "--cases", "2", "--size", "100000", "--out", "huge.h5"}, "--size"},
       {{"import", "nifti", "--images", "no_such_images", "--out", "n.h5"}, "no_such_images"},
       {{"import", "openkbp", "--source", "no_such_openkbp", "--out", "n.h5"}, "no_such_openkbp"},
       {{"evaluate", "segmentation", "--reference", "refs", "--predictions", "preds", "--labels", "-5"}, "--labels"},
