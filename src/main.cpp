@@ -19,8 +19,6 @@
 
 namespace {
 
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
-
 // `trainer --version`: the program, the LibTorch it was built against, and what this machine offers
 // (CUDA runtime, devices, cuDNN). scripts/gpu-check.sh and the bundle's launcher read these lines.
 std::string version_text() {
@@ -43,7 +41,7 @@ std::string version_text() {
       out += "\ncuDNN: not available";
     }
   } catch (const std::exception& e) {
-    out += "\nCUDA: " + first_line(e.what());
+    out += "\nCUDA: " + u3d::error_line(e);
   }
   return out;
 }
@@ -227,11 +225,11 @@ int main(int argc, char** argv) {
     }
     return u3d::run_command(run);
   } catch (const u3d::Error& e) {
-    spdlog::error("{}", first_line(e.what()));
+    spdlog::error("{}", u3d::error_line(e));
     u3d::flush_logs();
     return e.exit_code();
   } catch (const c10::Error& e) {
-    spdlog::error("LibTorch: {}", first_line(e.what_without_backtrace()));
+    spdlog::error("LibTorch: {}", u3d::error_line(e));
     u3d::flush_logs();
     return u3d::kExitRuntime;
   } catch (const std::bad_alloc&) {
@@ -239,7 +237,7 @@ int main(int argc, char** argv) {
     u3d::flush_logs();
     return u3d::kExitRuntime;
   } catch (const std::exception& e) {
-    spdlog::error("{}", first_line(e.what()));
+    spdlog::error("{}", u3d::error_line(e));
     u3d::flush_logs();
     return u3d::kExitRuntime;
   }

@@ -310,7 +310,7 @@ class StackedCacheBuilder {
                                   "split",
                                   human_bytes(static_cast<double>(needed)), placement_text(placement),
                                   available >= 0 ? human_bytes(static_cast<double>(available)) : "unknown",
-                                  std::string(e.what()).substr(0, std::string(e.what()).find('\n'))));
+                                  error_line(e)));
     }
 
     // Normalisation tables and the copy into the arena.

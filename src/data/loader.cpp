@@ -176,7 +176,7 @@ struct BatchLoader::Impl {
         if (!error) {
           error = std::make_exception_ptr(
               DataError(fmt::format("data loader: batch {} of epoch {}: {}", step, epoch,
-                                    std::string(e.what()).substr(0, std::string(e.what()).find('\n')))));
+                                    error_line(e))));
         }
         stopping = true;
         ready_cv.notify_all();

@@ -315,8 +315,7 @@ void PatchSampler::fill_raw(int64_t epoch, int64_t step, RawBatch& out) const {
     try {
       fill_sample(p, out, b);
     } catch (const std::exception& e) {
-      const std::string what = e.what();
-      throw DataError(fmt::format("case '{}': {}", cache_->id(p.case_index), what.substr(0, what.find('\n'))));
+      throw DataError(fmt::format("case '{}': {}", cache_->id(p.case_index), error_line(e)));
     }
   }
   out.epoch = epoch;
