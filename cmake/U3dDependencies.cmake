@@ -6,6 +6,7 @@ find_package(CLI11 REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(HDF5 REQUIRED COMPONENTS C)
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)  # SHA-256 (core/sha256.cpp)
 
 # yaml-cpp 0.7 exports the plain target `yaml-cpp`; newer releases add `yaml-cpp::yaml-cpp`.
 if(TARGET yaml-cpp::yaml-cpp)

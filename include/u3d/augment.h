@@ -64,11 +64,6 @@ enum class Interp { kNearest, kLinear };
 void resample_patch(const torch::Tensor& src, const PatchTransform& t, Interp interp, const float* pad,
                     torch::Tensor& dst);
 
-// The historical per-sample mirror (kept for tests and prediction tools): mirrors the chosen
-// spatial axes (the last three dimensions) of every field of `s`.
-std::array<bool, 3> draw_flips(Rng& rng, double p);
-void apply_flips(Sample& s, const std::array<bool, 3>& axes);
-
 // ---------------------------------------------------------------------------------------------
 // Per-sample parameters of the batch-level transforms, one row per sample of a RawBatch::plan:
 enum PlanColumn : int64_t {

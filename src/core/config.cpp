@@ -87,11 +87,25 @@ std::string where_of(const std::string& source, const YAML::Node& node) {
   return fmt::format("{}:{}:{}", source, mark.line + 1, mark.column + 1);
 }
 
+// A YAML double-quoted scalar: quotes, backslashes and control characters escaped, so to_yaml()
+// reads back the same value (a newline used to break the config round trip).
 std::string quote(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+    } else {
+      out += c;
+    }
   }
   return out + "\"";
 }

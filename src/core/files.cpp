@@ -102,9 +102,12 @@ void write_file_atomic(const fs::path& path, const std::function<void(const Byte
 
 void commit_staged_file(const fs::path& tmp, const fs::path& path) {
   const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
+  if (fd < 0) throw IoError(fmt::format("{}: cannot open the staged file to flush it: {}", tmp.string(), errno_text(errno)));
+  const int rc = ::fsync(fd);  // as write_file_atomic: a file that may not be on disk is not committed
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) {
+    throw IoError(fmt::format("{}: fsync failed: {}{}", path.string(), errno_text(err), space_note(path)));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     throw IoError(fmt::format("{}: cannot move the finished file into place: {}", path.string(), errno_text(errno)));

@@ -331,23 +331,6 @@ void resample_patch(const torch::Tensor& src, const PatchTransform& t, Interp in
   }
 }
 
-std::array<bool, 3> draw_flips(Rng& rng, double p) {
-  std::array<bool, 3> axes{};
-  for (auto& a : axes) a = rng.bernoulli(p);
-  return axes;
-}
-
-void apply_flips(Sample& s, const std::array<bool, 3>& axes) {
-  std::vector<int64_t> dims;
-  for (int a = 0; a < 3; ++a) {
-    if (axes[static_cast<size_t>(a)]) dims.push_back(a - 3);  // spatial axes are the last three
-  }
-  if (dims.empty()) return;
-  for (torch::Tensor* t : {&s.image, &s.target, &s.mask}) {
-    if (t->defined()) *t = torch::flip(*t, dims);
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 Batch Batch::to(const torch::Device& device, bool non_blocking) const {
   Batch b;

@@ -274,7 +274,6 @@ class StackedCacheBuilder {
         kind[static_cast<size_t>(ch)] = std::max(kind[static_cast<size_t>(ch)], c.kinds[static_cast<size_t>(ch)]);
       }
     }
-    std::vector<std::pair<CacheField*, int64_t>> planned;  // field, bytes per voxel
     for (int k = kCompactUInt8; k <= kCompactFloat; ++k) {
       CacheField f;
       f.kind = FieldKind::kImage;

@@ -153,6 +153,16 @@ TEST(Config, YamlDumpReadsBackToTheSameConfig) {
   EXPECT_DOUBLE_EQ(b.training.min_lr, 1e-7);
 }
 
+// Control characters in a string survive the dump (a newline used to end the scalar early and
+// break the round trip).
+TEST(Config, YamlDumpKeepsNewlinesTabsAndControlCharacters) {
+  Config a = load_config_from_string(kMinimal, "a.yaml");
+  a.experiment.description = "line one\nline two\twith a tab\r\x01 and \\ \" done";
+  const Config b = load_config_from_string(to_yaml(a), "dump.yaml");
+  EXPECT_EQ(b.experiment.description, a.experiment.description);
+  EXPECT_TRUE(diff(a, b).empty()) << fmt::format("{}", fmt::join(diff(a, b), "\n"));
+}
+
 TEST(Config, DiffNamesChangedKeys) {
   const Config a = load_config_from_string(kMinimal, "a.yaml");
   const Config b = load_config_from_string(kMinimal, "b.yaml", {"training.epochs=20"});
