@@ -60,6 +60,10 @@ struct TrainState {
   double loss_scale = 1.0;
   int64_t loss_scale_growth = 0;
   double pseudo_dice_ema = std::numeric_limits<double>::quiet_NaN();  // nnU-Net's EMA of the val pseudo-Dice
+  // The unfinished epoch's training time, s (all processes before a resume), and the part of it
+  // spent waiting for batches: its metrics row reports the whole epoch.
+  double epoch_seconds = 0;
+  double epoch_data_seconds = 0;
 };
 
 // Where the patch sampler stands: its streams are a pure function of (seed, epoch, sample index),

@@ -43,6 +43,8 @@ std::string read_file(const fs::path& path);
 
 // Free bytes on the file system holding `path` (or its nearest existing parent); -1 if unknown.
 int64_t free_bytes(const fs::path& path);
+// Host memory a new allocation can take without swapping (MemAvailable of /proc/meminfo); -1 if unknown.
+int64_t host_available_bytes();
 // "12.3 GB" style.
 std::string human_bytes(double bytes);
 

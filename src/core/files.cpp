@@ -162,6 +162,17 @@ std::string read_file(const fs::path& path) {
   return ss.str();
 }
 
+int64_t host_available_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t value = 0;
+  std::string unit;
+  while (meminfo >> key >> value >> unit) {
+    if (key == "MemAvailable:") return value * 1024;
+  }
+  return -1;
+}
+
 int64_t free_bytes(const fs::path& path) {
   fs::path p = path.empty() ? fs::path(".") : path;
   std::error_code ec;

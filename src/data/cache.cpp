@@ -345,14 +345,7 @@ int64_t available_bytes(CachePlacement placement, const torch::Device& device) {
     U3D_CHECK_CUDA(cudaSetDevice(previous));
     return static_cast<int64_t>(free);
   }
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  int64_t value = 0;
-  std::string unit;
-  while (meminfo >> key >> value >> unit) {
-    if (key == "MemAvailable:") return value * 1024;
-  }
-  return -1;
+  return host_available_bytes();
 }
 
 CachePlacement resolve_placement(CachePlacement requested, double gpu_share, const torch::Device& device,

@@ -235,6 +235,38 @@ std::vector<std::string> normalization_specs(const ImportOptions& o, const std::
   return out;
 }
 
+// --spacing: each case is resampled in memory (float32 image, input and output at once); refuse a
+// spacing whose largest case, times the cases loaded at once, cannot fit in the memory available,
+// from the headers alone, before anything is allocated or written (it used to end in LibTorch's
+// allocator error naming no setting).
+void check_resampled_memory(const std::vector<CaseFiles>& cases, const std::array<double, 3>& spacing, size_t channels,
+                            int64_t at_once) {
+  const int64_t available = host_available_bytes();
+  if (available <= 0 || cases.empty()) return;
+  double worst = 0;
+  const CaseFiles* worst_case = nullptr;
+  Shape3 worst_shape{};
+  for (const auto& cf : cases) {
+    const SourceGeometry g = read_nifti_geometry(cf.channels.front());
+    const Shape3 target = resampled_shape(g.shape, g.spacing, spacing);
+    const double voxels = static_cast<double>(target[0]) * static_cast<double>(target[1]) * static_cast<double>(target[2]);
+    const double source = static_cast<double>(g.shape[0]) * static_cast<double>(g.shape[1]) * static_cast<double>(g.shape[2]);
+    const double bytes = 4.0 * static_cast<double>(channels) * (voxels + source) + (cf.label ? voxels : 0.0);
+    if (bytes > worst) {
+      worst = bytes;
+      worst_case = &cf;
+      worst_shape = target;
+    }
+  }
+  if (worst * static_cast<double>(at_once) > static_cast<double>(available)) {
+    throw UsageError(fmt::format("--spacing {}: case '{}' would become {}x{}x{} voxels, {} to resample{}, more than the "
+                                 "{} of memory available; choose a coarser spacing{}",
+                                 spacing_text(spacing), worst_case->id, worst_shape[2], worst_shape[1], worst_shape[0],
+                                 human_bytes(worst), at_once > 1 ? fmt::format(" ({} cases at once)", at_once) : "",
+                                 human_bytes(static_cast<double>(available)), at_once > 1 ? " or fewer --threads" : ""));
+  }
+}
+
 void split_cases(const std::vector<std::string>& ids, double val_fraction, uint64_t seed, std::vector<std::string>& train,
                  std::vector<std::string>& val) {
   const int64_t n = static_cast<int64_t>(ids.size());
@@ -281,6 +313,8 @@ ImportSummary run_import(Layout layout, const fs::path& out, const ImportOptions
   std::vector<bool> ct_channels;
   for (const auto& spec : specs) ct_channels.push_back(spec == "ct");
   const bool need_fg = std::find(specs.begin(), specs.end(), "ct") != specs.end();
+
+  if (o.spacing) check_resampled_memory(all, *o.spacing, channels, std::min(threads, n));
 
   DatasetWriteOptions wo;
   wo.compression_level = o.compression_level;

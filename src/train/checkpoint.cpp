@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <type_traits>
 
 #include "u3d/errors.h"
 #include "u3d/files.h"
@@ -32,84 +33,78 @@ std::string utc_now() {
 
 // ---------------------------------------------------------------------------------------------
 // Archive fields. Integers and doubles go in as IValues; names are part of the format.
+// Every field of a checkpoint but its format number, written and read from this one list. A field
+// added after the first layout is `optional`: a checkpoint written before it lacks it, and reading
+// keeps the default of CheckpointInfo/TrainState.
+template <class Io, class Info>
+void visit_fields(Io& io, Info& info) {
+  constexpr bool kOptional = true;
+  io("u3d.version", info.version);
+  io("u3d.commit", info.commit);
+  io("u3d.created", info.created);
+  io("u3d.config", info.config_yaml);
+  io("u3d.task", info.task);
+  io("u3d.in_channels", info.in_channels);
+  io("u3d.out_channels", info.out_channels);
+  auto& s = info.state;
+  io("state.epoch", s.epoch);
+  io("state.global_step", s.global_step);
+  io("state.step_in_epoch", s.step_in_epoch);
+  io("state.best_metric", s.best_metric);
+  io("state.best_epoch", s.best_epoch);
+  io("state.train_target_mean", s.train_target_mean);
+  io("state.epoch_loss_sum", s.epoch_loss_sum);
+  io("state.epoch_loss_steps", s.epoch_loss_steps);
+  io("state.epoch_samples", s.epoch_samples);
+  io("state.epoch_skipped", s.epoch_skipped);
+  io("state.skipped_total", s.skipped_total);
+  io("state.skipped_in_a_row", s.skipped_in_a_row);
+  io("state.loss_scale", s.loss_scale);
+  io("state.loss_scale_growth", s.loss_scale_growth);
+  auto& p = info.sampler;
+  io("sampler.seed", p.seed);
+  io("sampler.batch_size", p.batch_size);
+  io("sampler.epoch", p.epoch);
+  io("sampler.next_sample", p.next_sample);
+  io("sampler.cases", p.cases);
+  io("sampler.cases_sha256", p.cases_sha256);
+  io("state.pseudo_dice_ema", s.pseudo_dice_ema, kOptional);
+  io("state.epoch_seconds", s.epoch_seconds, kOptional);
+  io("state.epoch_data_seconds", s.epoch_data_seconds, kOptional);
+}
+
 void write_info(torch::serialize::OutputArchive& ar, const CheckpointInfo& info) {
-  auto put = [&](const char* key, c10::IValue v) { ar.write(key, v); };
-  put("u3d.format", kCheckpointFormat);
-  put("u3d.version", info.version);
-  put("u3d.commit", info.commit);
-  put("u3d.created", info.created);
-  put("u3d.config", info.config_yaml);
-  put("u3d.task", info.task);
-  put("u3d.in_channels", info.in_channels);
-  put("u3d.out_channels", info.out_channels);
-  const TrainState& s = info.state;
-  put("state.epoch", s.epoch);
-  put("state.global_step", s.global_step);
-  put("state.step_in_epoch", s.step_in_epoch);
-  put("state.best_metric", s.best_metric);
-  put("state.best_epoch", s.best_epoch);
-  put("state.train_target_mean", s.train_target_mean);
-  put("state.epoch_loss_sum", s.epoch_loss_sum);
-  put("state.epoch_loss_steps", s.epoch_loss_steps);
-  put("state.epoch_samples", s.epoch_samples);
-  put("state.epoch_skipped", s.epoch_skipped);
-  put("state.skipped_total", s.skipped_total);
-  put("state.skipped_in_a_row", s.skipped_in_a_row);
-  put("state.loss_scale", s.loss_scale);
-  put("state.loss_scale_growth", s.loss_scale_growth);
-  const SamplerPosition& p = info.sampler;
-  put("sampler.seed", p.seed);
-  put("sampler.batch_size", p.batch_size);
-  put("sampler.epoch", p.epoch);
-  put("sampler.next_sample", p.next_sample);
-  put("sampler.cases", p.cases);
-  put("sampler.cases_sha256", p.cases_sha256);
-  put("state.pseudo_dice_ema", s.pseudo_dice_ema);
+  ar.write("u3d.format", c10::IValue(kCheckpointFormat));
+  auto put = [&](const char* key, const auto& value, bool /*optional*/ = false) { ar.write(key, c10::IValue(value)); };
+  visit_fields(put, info);
 }
 
 CheckpointInfo read_info(torch::serialize::InputArchive& ar, const std::filesystem::path& path) {
-  auto get = [&](const char* key) {
-    c10::IValue v;
-    if (!ar.try_read(key, v)) throw CheckpointError(fmt::format("{}: not a trainer checkpoint ('{}' missing)", path.string(), key));
-    return v;
-  };
-  CheckpointInfo info;
-  const int64_t format = get("u3d.format").toInt();
-  if (format != kCheckpointFormat) {
-    throw CheckpointError(fmt::format("{}: checkpoint format {} is not supported (this build reads {})", path.string(),
-                                      format, kCheckpointFormat));
+  c10::IValue format;
+  if (!ar.try_read("u3d.format", format)) {
+    throw CheckpointError(fmt::format("{}: not a trainer checkpoint ('u3d.format' missing)", path.string()));
   }
-  info.version = get("u3d.version").toStringRef();
-  info.commit = get("u3d.commit").toStringRef();
-  info.created = get("u3d.created").toStringRef();
-  info.config_yaml = get("u3d.config").toStringRef();
-  info.task = get("u3d.task").toStringRef();
-  info.in_channels = get("u3d.in_channels").toInt();
-  info.out_channels = get("u3d.out_channels").toInt();
-  TrainState& s = info.state;
-  s.epoch = get("state.epoch").toInt();
-  s.global_step = get("state.global_step").toInt();
-  s.step_in_epoch = get("state.step_in_epoch").toInt();
-  s.best_metric = get("state.best_metric").toDouble();
-  s.best_epoch = get("state.best_epoch").toInt();
-  s.train_target_mean = get("state.train_target_mean").toDouble();
-  s.epoch_loss_sum = get("state.epoch_loss_sum").toDouble();
-  s.epoch_loss_steps = get("state.epoch_loss_steps").toInt();
-  s.epoch_samples = get("state.epoch_samples").toInt();
-  s.epoch_skipped = get("state.epoch_skipped").toInt();
-  s.skipped_total = get("state.skipped_total").toInt();
-  s.skipped_in_a_row = get("state.skipped_in_a_row").toInt();
-  s.loss_scale = get("state.loss_scale").toDouble();
-  s.loss_scale_growth = get("state.loss_scale_growth").toInt();
-  SamplerPosition& p = info.sampler;
-  p.seed = get("sampler.seed").toInt();
-  p.batch_size = get("sampler.batch_size").toInt();
-  p.epoch = get("sampler.epoch").toInt();
-  p.next_sample = get("sampler.next_sample").toInt();
-  p.cases = get("sampler.cases").toInt();
-  p.cases_sha256 = get("sampler.cases_sha256").toStringRef();
-  c10::IValue ema;  // absent in checkpoints written before it existed
-  if (ar.try_read("state.pseudo_dice_ema", ema)) s.pseudo_dice_ema = ema.toDouble();
+  if (format.toInt() != kCheckpointFormat) {
+    throw CheckpointError(fmt::format("{}: checkpoint format {} is not supported (this build reads {})", path.string(),
+                                      format.toInt(), kCheckpointFormat));
+  }
+  CheckpointInfo info;
+  auto get = [&](const char* key, auto& value, bool optional = false) {
+    c10::IValue v;
+    if (!ar.try_read(key, v)) {
+      if (optional) return;
+      throw CheckpointError(fmt::format("{}: not a trainer checkpoint ('{}' missing)", path.string(), key));
+    }
+    using T = std::decay_t<decltype(value)>;
+    if constexpr (std::is_same_v<T, std::string>) {
+      value = v.toStringRef();
+    } else if constexpr (std::is_same_v<T, double>) {
+      value = v.toDouble();
+    } else {
+      value = v.toInt();
+    }
+  };
+  visit_fields(get, info);
   return info;
 }
 

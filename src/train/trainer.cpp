@@ -3,10 +3,12 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "u3d/dose_metrics.h"
@@ -30,11 +32,13 @@ std::string fmt_metric(double v) { return std::isfinite(v) ? fmt::format("{:.6g}
 }  // namespace
 
 // Test-only fault injection, read from U3D_TEST_FAULTS (docs/reliability.md):
-// "nan_batch@5,inf_grad@7-9,nan_val@2": a NaN voxel in the batch of step 5, an Inf gradient in
-// steps 7 to 9 (steps count from 1, as metrics.csv's step column), a NaN validation result in
-// epoch 2. Unset in normal runs.
+// "nan_batch@5,inf_grad@7-9,nan_val@2,slow_val@300": a NaN voxel in the batch of step 5, an Inf
+// gradient in steps 7 to 9 (steps count from 1, as metrics.csv's step column), a NaN validation
+// result in epoch 2, 300 ms more per validation case (to signal a run inside its validation).
+// Unset in normal runs; a malformed item is a usage error naming it.
 struct Trainer::Faults {
   std::set<int64_t> nan_batch, inf_grad, nan_val;
+  int64_t slow_val_ms = 0;
   static std::unique_ptr<Faults> from_env() {
     const char* env = std::getenv("U3D_TEST_FAULTS");
     if (!env || !*env) return nullptr;
@@ -45,11 +49,25 @@ struct Trainer::Faults {
       const std::string item = text.substr(pos, comma - pos);
       pos = comma + 1;
       const size_t at = item.find('@');
-      if (at == std::string::npos) continue;
-      const std::string kind = item.substr(0, at), range = item.substr(at + 1);
+      const std::string kind = item.substr(0, at), range = at == std::string::npos ? "" : item.substr(at + 1);
       const size_t dash = range.find('-');
-      const int64_t lo = std::atoll(range.substr(0, dash).c_str());
-      const int64_t hi = dash == std::string::npos ? lo : std::atoll(range.substr(dash + 1).c_str());
+      const auto number = [&](const std::string& digits) {
+        int64_t v = 0;
+        const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+        if (ec != std::errc() || end != digits.data() + digits.size() || v < 0) {
+          throw UsageError(fmt::format("U3D_TEST_FAULTS: '{}': expected KIND@N or KIND@N-M", item));
+        }
+        return v;
+      };
+      const int64_t lo = number(range.substr(0, dash));
+      const int64_t hi = dash == std::string::npos ? lo : number(range.substr(dash + 1));
+      if (kind == "slow_val") {
+        f->slow_val_ms = lo;
+        continue;
+      }
+      if (kind != "nan_batch" && kind != "inf_grad" && kind != "nan_val") {
+        throw UsageError(fmt::format("U3D_TEST_FAULTS: unknown fault '{}' (nan_batch, inf_grad, nan_val, slow_val)", kind));
+      }
       auto& set = kind == "nan_batch" ? f->nan_batch : kind == "inf_grad" ? f->inf_grad : f->nan_val;
       for (int64_t v = lo; v <= hi; ++v) set.insert(v);
     }
@@ -109,6 +127,8 @@ TrainState Trainer::fit() {
     state_.epoch = epoch;
     state_.step_in_epoch = 0;
     state_.epoch_samples = 0;
+    state_.epoch_seconds = 0;
+    state_.epoch_data_seconds = 0;
     monitor_->start_epoch();  // a checkpoint at an epoch boundary holds empty epoch sums
     // The metrics row first, then the checkpoint: a kill in between leaves a row newer than the
     // newest checkpoint, which the resume drops and writes again (never a missing row).
@@ -391,6 +411,9 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
   auto last_progress = t0;
   const int64_t first_step = state_.step_in_epoch;  // > 0 when resumed inside the epoch
   int64_t samples = 0;                              // drawn by this process (for samples/s)
+  // The epoch's time in the processes before a resume (its row reports the whole epoch, also when
+  // a stop came after its last step, during validation).
+  const double carried_seconds = state_.epoch_seconds, carried_data_seconds = state_.epoch_data_seconds;
   try {
     for (int64_t step = first_step; step < steps_per_epoch_; ++step) {
       const double lr = schedule_->at(state_.global_step);
@@ -414,6 +437,8 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
       state_.step_in_epoch = step + 1;
       state_.epoch_samples += cfg_.data.batch_size;
       samples += cfg_.data.batch_size;
+      state_.epoch_seconds = carried_seconds + seconds_since(t0);
+      state_.epoch_data_seconds = carried_data_seconds + stats.data_seconds;
       after_step(epoch, step, lr, loss);
 
       if (cfg_.logging.progress_seconds > 0 && seconds_since(last_progress) >= cfg_.logging.progress_seconds &&
@@ -447,8 +472,10 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
   check_nonfinite();
   const auto totals = monitor_->totals();
   const int64_t counted = state_.step_in_epoch - totals.skipped;
-  stats.seconds = seconds_since(t0);
-  stats.samples = samples;
+  state_.epoch_seconds = carried_seconds + seconds_since(t0);
+  stats.seconds = state_.epoch_seconds;
+  stats.data_seconds = state_.epoch_data_seconds;
+  stats.samples = state_.epoch_samples;
   stats.skipped = totals.skipped;
   stats.train_loss = counted > 0 ? totals.loss_sum / static_cast<double>(counted) : std::numeric_limits<double>::quiet_NaN();
   return stats;
@@ -511,6 +538,7 @@ ValStats Trainer::validate() {
       interrupted.complete = false;
       return interrupted;
     }
+    if (faults_ && faults_->slow_val_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(faults_->slow_val_ms));
     const torch::Tensor out = sliding_window_predict(*net_, c.image, sw, runtime_.device);  // (K, D, H, W)
     const torch::Tensor target = c.target.to(runtime_.device);
     const torch::Tensor mask = c.mask.defined() ? c.mask.unsqueeze(0).to(runtime_.device, torch::kFloat) : torch::Tensor();

@@ -352,6 +352,67 @@ TEST_F(Misuse, EmptyVolumesAreDataErrorsAndAFailedPreflightWritesNothing) {
   EXPECT_EQ(entries(run("kept")), before);
 }
 
+// Replaces every field of case `id` by a chunked dataset that declares `depth`^3 voxels per channel
+// and has no chunk written (a few bytes on disk), as a damaged or forged file can.
+void declare_huge_case(const fs::path& file, const std::string& id, hsize_t depth) {
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  for (const char* field : {"image", "target", "mask"}) {
+    const std::string path = "cases/" + id + "/" + field;
+    if (H5Lexists(f, path.c_str(), H5P_DEFAULT) <= 0) continue;
+    const hid_t d = H5Dopen2(f, path.c_str(), H5P_DEFAULT);
+    const hid_t type = H5Dget_type(d);
+    const hid_t space = H5Dget_space(d);
+    const int rank = H5Sget_simple_extent_ndims(space);
+    std::vector<hsize_t> dims(static_cast<size_t>(rank));
+    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+    std::vector<hsize_t> chunk(dims.size(), 1);
+    for (int a = rank - 3; a < rank; ++a) {
+      dims[static_cast<size_t>(a)] = depth;
+      chunk[static_cast<size_t>(a)] = 64;
+    }
+    H5Sclose(space);
+    H5Dclose(d);
+    ASSERT_GE(H5Ldelete(f, path.c_str(), H5P_DEFAULT), 0);
+    const hid_t huge = H5Screate_simple(rank, dims.data(), nullptr);
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, rank, chunk.data());
+    const hid_t nd = H5Dcreate2(f, path.c_str(), type, huge, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ASSERT_GE(nd, 0);
+    H5Dclose(nd);
+    H5Pclose(dcpl);
+    H5Sclose(huge);
+    H5Tclose(type);
+  }
+  H5Fclose(f);
+}
+
+// Declared sizes are checked against the memory available before anything is read: 5x2000^3 with
+// unwritten chunks used to print a 21-frame stack trace, 5x100000^3 std::bad_alloc. Now one line
+// naming the file, the case and the declared shape (exit 1), and no run folder.
+TEST_F(Misuse, DeclaredSizesBeyondMemoryAreRefusedBeforeReading) {
+  const std::string victim = DatasetReader(dir / "p.h5").split("val").front();
+  for (const hsize_t depth : {hsize_t{2000}, hsize_t{100000}}) {
+    fs::copy_file(dir / "p.h5", dir / "huge.h5", fs::copy_options::overwrite_existing);
+    declare_huge_case(dir / "huge.h5", victim, depth);
+    const std::string declared = fmt::format("{}, {}, {}]", depth, depth, depth);
+    const auto check = trainer({"check-data", "huge.h5"});
+    EXPECT_EQ(check.exit_code, 1) << check.output;
+    EXPECT_TRUE(test::contains(check.output, victim)) << check.output;
+    EXPECT_TRUE(test::contains(check.output, declared)) << check.output;
+    EXPECT_TRUE(test::contains(check.output, "memory available")) << check.output;
+    expect_clean_failure(check);
+    config("huge", {}, "huge.h5");
+    const auto train = trainer({"--config", "huge.yaml"});
+    EXPECT_EQ(train.exit_code, 1) << train.output;
+    EXPECT_TRUE(test::contains(train.output, victim)) << train.output;
+    EXPECT_TRUE(test::contains(train.output, "memory available")) << train.output;
+    EXPECT_EQ(error_lines(train.output), 1u) << train.output;
+    expect_clean_failure(train);
+    EXPECT_FALSE(fs::exists(run("huge"))) << train.output;
+  }
+}
+
 // Arguments that name a missing folder, a negative label, an option without the one it goes
 // with, or a folder for a checkpoint: usage errors (exit 2) naming the argument.
 TEST_F(Misuse, MisusedArgumentsAreUsageErrorsNamingTheArgument) {
@@ -363,6 +424,8 @@ TEST_F(Misuse, MisusedArgumentsAreUsageErrorsNamingTheArgument) {
   fs::create_directories(dir / "preds");
   const std::vector<Row> rows = {
       {{"import", "nnunet", "--source", "no_such_dataset", "--out", "n.h5"}, "no_such_dataset"},
+      // A resampling that cannot fit in memory: named from the headers before anything is read in full.
+      {{"import", "nnunet", "--source", "Dataset001_Phantom", "--out", "n.h5", "--spacing", "0.0001"}, "--spacing"},
       // A phantom that cannot fit in memory: named before anything is allocated (was std::bad_alloc).
       {{"synth", "--task", "dose", "--cases", "2", "--size", "100000", "--out", "huge.h5"}, "--size"},
       {{"import", "nifti", "--images", "no_such_images", "--out", "n.h5"}, "no_such_images"},
@@ -370,6 +433,10 @@ TEST_F(Misuse, MisusedArgumentsAreUsageErrorsNamingTheArgument) {
       {{"evaluate", "segmentation", "--reference", "refs", "--predictions", "preds", "--labels", "-5"}, "--labels"},
       {{"--config", "a.yaml", "--checkpoint", "last"}, "--predict-only"},
   };
+  ASSERT_EQ(trainer({"synth", "--task", "segmentation", "--cases", "2", "--size", "16", "--format", "nnunet", "--out",
+                     "Dataset001_Phantom"})
+                .exit_code,
+            0);
   config("a", {{"training.epochs", "1"}});
   for (const auto& row : rows) {
     const auto r = trainer(row.args);

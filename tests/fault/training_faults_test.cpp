@@ -192,6 +192,36 @@ TEST_F(TrainingFaults, StopSignalsWriteACheckpointAndTheRunContinuesAtTheNextSte
   EXPECT_TRUE(test::contains(p.output(), fmt::format("inside epoch 1 after step {}", stopped_at))) << p.output();
 }
 
+// A stop during validation (slowed by the slow_val fault) checkpoints after the epoch's last step;
+// the resumed run's row for that epoch reports the whole epoch's training time and rate (it used
+// to show epoch_seconds 0.000: the resumed process ran no step of it).
+TEST_F(TrainingFaults, StopDuringValidationKeepsTheEpochTimeInItsRow) {
+  config("v", {{"training.epochs", "2"}, {"training.steps_per_epoch", "20"}, {"logging.step_log", "true"}});
+  test::ProcessOptions slow;
+  slow.env["U3D_TEST_FAULTS"] = "slow_val@1000";
+  {
+    TrainerProcess p({"--config", "v.yaml"}, dir.path(), slow);
+    ASSERT_TRUE(p.wait_until([&] { return steps_logged("v") >= 20; })) << p.output();
+    p.signal(SIGTERM);
+    ASSERT_EQ(p.wait(), 143) << p.output();
+    EXPECT_TRUE(test::contains(p.output(), "at epoch 1 step 20 (global step 20)")) << p.output();
+    EXPECT_FALSE(fs::exists(run("v") / "metrics.csv") && test::read_csv(run("v") / "metrics.csv").size() > 0);
+  }
+  const auto resumed = trainer({"--config", "v.yaml", "--resume"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto rows = test::read_csv(run("v") / "metrics.csv");
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& row : rows) {
+    const double seconds = std::stod(row.at("epoch_seconds"));
+    const double rate = std::stod(row.at("samples_per_second"));
+    const double share = std::stod(row.at("data_share"));
+    EXPECT_GT(seconds, 0.0) << "epoch " << row.at("epoch");
+    EXPECT_NEAR(rate * seconds, 20.0 * 2.0, 2.0) << "epoch " << row.at("epoch") << ": 20 steps of 2 samples";
+    EXPECT_GE(share, 0.0);
+    EXPECT_LE(share, 1.0);
+  }
+}
+
 // Scenario 10: a NaN in a batch and an Inf in a gradient are skipped and counted; K skips in a row
 // stop the run with the last good checkpoint intact; a non-finite validation result is never best.
 TEST_F(TrainingFaults, NonFiniteStepsAreSkippedCountedAndStopTheRunWhenTheyPersist) {
