@@ -168,8 +168,8 @@ class CheckpointCadence {
   std::chrono::steady_clock::time_point last_save_;
 };
 
-// Test-only fault hook (documented in docs/reliability.md): U3D_TEST_CHECKPOINT_DELAY_MS=N makes
-// every checkpoint commit pause N ms after each chunk written and between the protocol steps, so a
+// Test-only fault hook (faults.h): U3D_TEST_FAULTS=checkpoint_delay@N makes every checkpoint
+// commit pause N ms after each chunk written and between the protocol steps, so a
 // test can kill the process inside a checkpoint write. Unset: no delay.
 void checkpoint_test_delay();
 

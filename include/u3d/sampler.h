@@ -87,7 +87,7 @@ class PatchSampler {
   // A CPU raw batch of the right shapes and dtypes (pinned: page-locked, for staging).
   RawBatch allocate_raw(bool pinned = false) const;
   // Fills `out` (from allocate_raw) with batch `step` of `epoch`. A failure is a DataError naming the
-  // case. Fault injection for tests: with the environment variable U3D_FAULT_SAMPLER_CASE=<case id>
+  // case. Fault injection for tests (faults.h): with U3D_TEST_FAULTS=sampler_case@<case id>
   // set when the sampler is built, every sample of that case fails.
   void fill_raw(int64_t epoch, int64_t step, RawBatch& out) const;
   RawBatch raw_batch(int64_t epoch, int64_t step) const;
@@ -113,7 +113,7 @@ class PatchSampler {
   std::vector<torch::Tensor> foreground_;
   std::vector<int64_t> intensity_channels_;
   std::unique_ptr<BatchFinalizer> finalizer_;
-  std::string fault_case_;  // U3D_FAULT_SAMPLER_CASE: filling this case fails (fault-injection tests)
+  std::string fault_case_;  // U3D_TEST_FAULTS sampler_case@ID: filling this case fails (faults.h)
 };
 
 // Sampling on the cache's device with tensor ops (see the file comment). The cache must outlive it.

@@ -22,6 +22,7 @@
 #include "u3d/cache.h"
 #include "u3d/checkpoint.h"
 #include "u3d/config.h"
+#include "u3d/faults.h"
 #include "u3d/dataset.h"
 #include "u3d/loader.h"
 #include "u3d/logging.h"
@@ -156,8 +157,7 @@ class Trainer {
   int64_t saved_global_step_ = -1;  // global step of the newest committed periodic checkpoint
   bool last_save_failed_ = false;
   int stop_signal_ = 0;
-  struct Faults;  // test-only fault injection (U3D_TEST_FAULTS)
-  std::unique_ptr<Faults> faults_;
+  TestFaults faults_;  // test-only fault injection (faults.h); empty in normal runs
 };
 
 }  // namespace u3d

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "u3d/errors.h"
+#include "u3d/faults.h"
 #include "u3d/files.h"
 #include "u3d/rng.h"
 
@@ -174,7 +175,7 @@ void PatchSampler::init() {
     }
   }
   finalizer_ = std::make_unique<BatchFinalizer>(cache, options_.augment, intensity_channels_, options_.seed);
-  if (const char* fault = std::getenv("U3D_FAULT_SAMPLER_CASE")) fault_case_ = fault;
+  fault_case_ = TestFaults::from_env().sampler_case;  // sampler_case@ID (faults.h)
 }
 
 int64_t PatchSampler::case_for(int64_t epoch, int64_t index) const {
@@ -271,7 +272,7 @@ void PatchSampler::fill_sample(const SamplePlan& p, RawBatch& out, int64_t b) co
   const StackedCache& cache = *cache_;
   const int64_t ci = p.case_index;
   if (!fault_case_.empty() && cache.id(ci) == fault_case_) {
-    throw DataError("injected fault (U3D_FAULT_SAMPLER_CASE)");
+    throw DataError("injected fault (U3D_TEST_FAULTS sampler_case)");
   }
   const Interp image_interp = p.affine ? Interp::kLinear : Interp::kNearest;
   std::vector<float> pad;

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "u3d/errors.h"
+#include "u3d/faults.h"
 #include "u3d/files.h"
 #include "u3d/sha256.h"
 #include "u3d/version.h"
@@ -153,10 +154,7 @@ void write_manifest(const std::filesystem::path& path, const std::vector<Manifes
 }
 
 int64_t test_delay_ms() {
-  static const int64_t ms = [] {
-    const char* v = std::getenv("U3D_TEST_CHECKPOINT_DELAY_MS");
-    return v ? std::max<int64_t>(0, std::atoll(v)) : int64_t{0};
-  }();
+  static const int64_t ms = TestFaults::from_env().checkpoint_delay_ms;  // checkpoint_delay@MS (faults.h)
   return ms;
 }
 

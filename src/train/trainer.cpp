@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -31,58 +30,13 @@ std::string fmt_metric(double v) { return std::isfinite(v) ? fmt::format("{:.6g}
 
 }  // namespace
 
-// Test-only fault injection, read from U3D_TEST_FAULTS (docs/reliability.md):
-// "nan_batch@5,inf_grad@7-9,nan_val@2,slow_val@300": a NaN voxel in the batch of step 5, an Inf
-// gradient in steps 7 to 9 (steps count from 1, as metrics.csv's step column), a NaN validation
-// result in epoch 2, 300 ms more per validation case (to signal a run inside its validation).
-// Unset in normal runs; a malformed item is a usage error naming it.
-struct Trainer::Faults {
-  std::set<int64_t> nan_batch, inf_grad, nan_val;
-  int64_t slow_val_ms = 0;
-  static std::unique_ptr<Faults> from_env() {
-    const char* env = std::getenv("U3D_TEST_FAULTS");
-    if (!env || !*env) return nullptr;
-    auto f = std::make_unique<Faults>();
-    std::string text = env;
-    for (size_t pos = 0; pos < text.size();) {
-      const size_t comma = std::min(text.find(',', pos), text.size());
-      const std::string item = text.substr(pos, comma - pos);
-      pos = comma + 1;
-      const size_t at = item.find('@');
-      const std::string kind = item.substr(0, at), range = at == std::string::npos ? "" : item.substr(at + 1);
-      const size_t dash = range.find('-');
-      const auto number = [&](const std::string& digits) {
-        int64_t v = 0;
-        const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
-        if (ec != std::errc() || end != digits.data() + digits.size() || v < 0) {
-          throw UsageError(fmt::format("U3D_TEST_FAULTS: '{}': expected KIND@N or KIND@N-M", item));
-        }
-        return v;
-      };
-      const int64_t lo = number(range.substr(0, dash));
-      const int64_t hi = dash == std::string::npos ? lo : number(range.substr(dash + 1));
-      if (kind == "slow_val") {
-        f->slow_val_ms = lo;
-        continue;
-      }
-      if (kind != "nan_batch" && kind != "inf_grad" && kind != "nan_val") {
-        throw UsageError(fmt::format("U3D_TEST_FAULTS: unknown fault '{}' (nan_batch, inf_grad, nan_val, slow_val)", kind));
-      }
-      auto& set = kind == "nan_batch" ? f->nan_batch : kind == "inf_grad" ? f->inf_grad : f->nan_val;
-      for (int64_t v = lo; v <= hi; ++v) set.insert(v);
-    }
-    spdlog::warn("test fault injection is active (U3D_TEST_FAULTS={})", text);
-    return f;
-  }
-};
-
 Trainer::Trainer(Config cfg, TrainOptions options)
     : cfg_(std::move(cfg)),
       options_(std::move(options)),
       paths_(cfg_),
       store_(paths_.checkpoints, cfg_.checkpoint.keep_last),
       metric_{"val_metric", false},
-      faults_(Faults::from_env()) {}
+      faults_(TestFaults::from_env()) {}
 
 Trainer::~Trainer() = default;
 
@@ -325,9 +279,9 @@ void Trainer::build_model() {
   optimizer_ = std::make_unique<Optimizer>(cfg_.training, net_->parameters());
   monitor_ = std::make_unique<StepMonitor>(runtime_.device);
   step_ = std::make_unique<TrainStep>(cfg_, runtime_.device, *net_, *loss_, *optimizer_, monitor_.get());
-  if (faults_ && !faults_->inf_grad.empty()) {
+  if (!faults_.inf_grad.empty()) {
     step_->set_after_backward([this](const std::vector<torch::Tensor>& params) {
-      if (!faults_->inf_grad.count(state_.global_step + 1)) return;
+      if (!faults_.inf_grad.count(state_.global_step + 1)) return;
       torch::NoGradGuard no_grad;
       plant_value(params[0].mutable_grad(), std::numeric_limits<float>::infinity());  // any layout
     });
@@ -335,7 +289,7 @@ void Trainer::build_model() {
   if (DeviceSampler* sampler = loader_->device_sampler(); sampler && step_->features().cuda_graph) {
     // data.cache: gpu: capture the sampler with the step, so one replay is one whole step.
     std::string why;
-    if (faults_) {
+    if (faults_.any()) {
       why = "test fault injection is active";
     } else if (sampler->capturable(&why)) {
       sampling_in_graph_ = step_->set_batch_source([sampler] { return sampler->next_batch(); });
@@ -427,7 +381,7 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
         const double waited = loader_->wait_seconds();
         Batch batch = loader_->next(epoch, step);  // ready on the device; blocks only while none is ready
         stats.data_seconds += loader_->wait_seconds() - waited;
-        if (faults_ && faults_->nan_batch.count(state_.global_step + 1)) {
+        if (faults_.nan_batch.count(state_.global_step + 1)) {
           batch.image = batch.image.clone();
           plant_value(batch.image, std::numeric_limits<float>::quiet_NaN());
         }
@@ -538,7 +492,7 @@ ValStats Trainer::validate() {
       interrupted.complete = false;
       return interrupted;
     }
-    if (faults_ && faults_->slow_val_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(faults_->slow_val_ms));
+    if (faults_.slow_val_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(faults_.slow_val_ms));
     const torch::Tensor out = sliding_window_predict(*net_, c.image, sw, runtime_.device);  // (K, D, H, W)
     const torch::Tensor target = c.target.to(runtime_.device);
     const torch::Tensor mask = c.mask.defined() ? c.mask.unsqueeze(0).to(runtime_.device, torch::kFloat) : torch::Tensor();
@@ -563,7 +517,7 @@ ValStats Trainer::validate() {
     if (!is_out_of_memory(e)) throw;
     throw TrainingError(out_of_memory_message(cfg_, runtime_.device, "validation") + "; " + last_checkpoint_note());
   }
-  if (faults_ && faults_->nan_val.count(state_.epoch + 1)) {
+  if (faults_.nan_val.count(state_.epoch + 1)) {
     return ValStats{std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
   }
   ValStats stats{nan_mean(losses), nan_mean(metrics)};

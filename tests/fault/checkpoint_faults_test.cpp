@@ -25,7 +25,7 @@ class CheckpointFaults : public ::testing::Test {
 };
 
 // Scenarios 1, 7 and 8: 24 trials of SIGKILL of a run whose checkpoint writes are slowed down
-// (U3D_TEST_CHECKPOINT_DELAY_MS), each resumed by the next trial: even trials at a random moment,
+// (U3D_TEST_FAULTS checkpoint_delay@MS), each resumed by the next trial: even trials at a random moment,
 // odd ones at a random moment of a checkpoint write (after its temporary file appears). After every kill
 // the newest committed checkpoint verifies and loads, never moves backwards, and at least two
 // verified checkpoints remain; at the end a resume finishes with one metrics.csv row per epoch.
@@ -35,7 +35,7 @@ TEST_F(CheckpointFaults, SigkillDuringCheckpointWritesNeverLosesTheNewestCheckpo
                {"training.epochs", "100000"},
                {"checkpoint.keep_last", "2"}});
   test::ProcessOptions slow;
-  slow.env["U3D_TEST_CHECKPOINT_DELAY_MS"] = "25";
+  slow.env["U3D_TEST_FAULTS"] = "checkpoint_delay@25";
   std::mt19937 random(20261122);
   std::uniform_int_distribution<int> delay_ms(0, 250), write_delay_ms(0, 40);
   const int trials = 24;

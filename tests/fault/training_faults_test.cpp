@@ -149,7 +149,7 @@ TEST_F(TrainingFaults, StopSignalsWriteACheckpointAndTheRunContinuesAtTheNextSte
 
   // A second signal while the checkpoint is being written (slowed down): the save completes.
   test::ProcessOptions slow;
-  slow.env["U3D_TEST_CHECKPOINT_DELAY_MS"] = "150";
+  slow.env["U3D_TEST_FAULTS"] = "checkpoint_delay@150";
   {
     TrainerProcess p({"--config", "s.yaml", "--resume"}, dir.path(), slow);
     ASSERT_TRUE(p.wait_until([&] { return static_cast<int64_t>(steps_logged("s")) >= stopped_at + 3; }));

@@ -97,9 +97,9 @@ TEST_F(DataPipeline, BenchmarkArgumentsAreChecked) {
 
 TEST_F(DataPipeline, AWorkerFailureStopsTrainingWithTheCase) {
   // Fault injection: every sample of the case fails in the sampler threads.
-  ::setenv("U3D_FAULT_SAMPLER_CASE", "case_000", 1);
+  ::setenv("U3D_TEST_FAULTS", "sampler_case@case_000", 1);
   const auto r = train("f", {"--set", "data.workers=2"});
-  ::unsetenv("U3D_FAULT_SAMPLER_CASE");
+  ::unsetenv("U3D_TEST_FAULTS");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("case 'case_000': injected fault"), std::string::npos) << r.output;
 }

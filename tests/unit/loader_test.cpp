@@ -126,9 +126,9 @@ TEST(Loader, RawBatchesKeepCompactDtypes) {
 
 TEST(Loader, AWorkerFailureStopsWithTheCaseAndReason) {
   const StackedCache cache = mixed_cache();
-  ::setenv("U3D_FAULT_SAMPLER_CASE", "case3", 1);
+  ::setenv("U3D_TEST_FAULTS", "sampler_case@case3", 1);
   const PatchSampler sampler(cache, options());
-  ::unsetenv("U3D_FAULT_SAMPLER_CASE");
+  ::unsetenv("U3D_TEST_FAULTS");
   for (const int64_t workers : {1, 4}) {
     BatchLoader loader(sampler, LoaderOptions{torch::kCPU, workers, 3, 5, -1, true});
     try {
