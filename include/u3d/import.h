@@ -65,7 +65,4 @@ ImportSummary import_nifti_folders(const NiftiFolders& folders, const std::files
 // The normalisation nnU-Net picks for a channel name (see ImportOptions::normalization).
 std::string normalization_for_channel_name(const std::string& name);
 
-// Linear-interpolation percentile of `values` (numpy's default), q in [0, 100]; sorts a copy.
-double percentile(std::vector<float> values, double q);
-
 }  // namespace u3d

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -12,6 +13,7 @@
 #include "u3d/loader.h"
 #include "u3d/run.h"
 #include "u3d/sampler.h"
+#include "u3d/text.h"
 
 namespace u3d {
 namespace {
@@ -76,21 +78,11 @@ std::string augment_summary(const AugmentConfig& a) {
 }  // namespace
 
 std::vector<int64_t> parse_worker_list(const std::string& text) {
-  std::vector<int64_t> out;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    const size_t comma = text.find(',', pos);
-    const std::string part = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    char* end = nullptr;
-    const long long n = std::strtoll(part.c_str(), &end, 10);
-    if (part.empty() || *end != '\0' || n < 1 || n > 1024) {
-      throw UsageError(fmt::format("--workers '{}': expected thread counts such as 1,2,4", text));
-    }
-    out.push_back(n);
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
+  const auto out = parse_int_list(text);
+  if (!out || std::any_of(out->begin(), out->end(), [](int64_t n) { return n < 1 || n > 1024; })) {
+    throw UsageError(fmt::format("--workers '{}': expected thread counts such as 1,2,4", text));
   }
-  return out;
+  return *out;
 }
 
 std::vector<DataBenchmarkRow> run_data_benchmark(const Config& cfg, const DataBenchmarkOptions& options) {

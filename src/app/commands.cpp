@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -18,24 +19,15 @@
 #include "u3d/run_lock.h"
 #include "u3d/signals.h"
 #include "u3d/trainer.h"
+#include "u3d/text.h"
 
 namespace u3d {
 namespace {
 
 Shape3 parse_size(const std::string& text) {
-  std::vector<int64_t> v;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    const size_t comma = text.find_first_of(",x", pos);
-    const std::string part = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    char* end = nullptr;
-    const long long n = std::strtoll(part.c_str(), &end, 10);
-    if (part.empty() || *end != '\0' || n <= 0) {
-      throw UsageError(fmt::format("synth: --size '{}': expected S or D,H,W (positive integers)", text));
-    }
-    v.push_back(n);
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
+  const auto v = parse_int_list(text, ",x").value_or(std::vector<int64_t>{});
+  if (v.empty() || std::any_of(v.begin(), v.end(), [](int64_t n) { return n <= 0; })) {
+    throw UsageError(fmt::format("synth: --size '{}': expected S or D,H,W (positive integers)", text));
   }
   if (v.size() == 1) return {v[0], v[0], v[0]};
   if (v.size() == 3) return {v[0], v[1], v[2]};

@@ -1,6 +1,7 @@
 // `trainer import nnunet|nifti` and `trainer evaluate segmentation`.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include "u3d/files.h"
 #include "u3d/import.h"
 #include "u3d/segmentation_eval.h"
+#include "u3d/text.h"
 
 namespace u3d {
 namespace {
@@ -30,19 +32,9 @@ ImportOptions import_options(const ImportCommon& c, const char* command) {
   o.seed = c.seed;
   o.threads = c.threads;
   if (!c.spacing.empty()) {
-    std::vector<double> v;
-    size_t pos = 0;
-    while (pos <= c.spacing.size()) {
-      const size_t comma = c.spacing.find(',', pos);
-      const std::string part = c.spacing.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-      char* end = nullptr;
-      const double x = std::strtod(part.c_str(), &end);
-      if (part.empty() || *end != '\0' || !std::isfinite(x) || x <= 0) {
-        throw UsageError(fmt::format("{}: --spacing '{}': expected S or D,H,W in mm (positive)", command, c.spacing));
-      }
-      v.push_back(x);
-      if (comma == std::string::npos) break;
-      pos = comma + 1;
+    auto v = parse_double_list(c.spacing).value_or(std::vector<double>{});
+    if (v.empty() || std::any_of(v.begin(), v.end(), [](double x) { return x <= 0; })) {
+      throw UsageError(fmt::format("{}: --spacing '{}': expected S or D,H,W in mm (positive)", command, c.spacing));
     }
     if (v.size() == 1) v = {v[0], v[0], v[0]};
     if (v.size() != 3) throw UsageError(fmt::format("{}: --spacing '{}': expected S or D,H,W", command, c.spacing));

@@ -21,6 +21,7 @@
 #include "u3d/train_step.h"
 #include "u3d/unet.h"
 #include "u3d/version.h"
+#include "u3d/stats.h"
 
 namespace u3d {
 namespace {
@@ -32,13 +33,6 @@ std::string quoted(const std::string& s) {
     if (static_cast<unsigned char>(c) >= 0x20) out += c;
   }
   return out + "\"";
-}
-
-// Nearest-rank percentile of sorted values.
-double percentile(const std::vector<double>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  const auto i = static_cast<size_t>(p * static_cast<double>(sorted.size() - 1) + 0.5);
-  return sorted[std::min(i, sorted.size() - 1)];
 }
 
 void sync(const torch::Device& device) {
@@ -118,11 +112,9 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
   r.fused_optimizer = f.fused_optimizer;
   r.cudnn_benchmark = f.cudnn_benchmark;
   r.tf32 = f.tf32;
-  std::vector<double> sorted = r.step_ms;
-  std::sort(sorted.begin(), sorted.end());
-  r.median_ms = percentile(sorted, 0.5);
-  r.p10_ms = percentile(sorted, 0.1);
-  r.p90_ms = percentile(sorted, 0.9);
+  r.median_ms = percentile(r.step_ms, 50.0);  // stats.h: numpy's linear convention
+  r.p10_ms = percentile(r.step_ms, 10.0);
+  r.p90_ms = percentile(r.step_ms, 90.0);
   r.samples_per_second = r.median_ms > 0 ? 1e3 * static_cast<double>(n) / r.median_ms : 0;
   r.tflops = r.median_ms > 0 ? static_cast<double>(r.flops_per_step) / (r.median_ms * 1e-3) / 1e12 : 0;
   if (rt.device.is_cuda()) {  // reserved: with a CUDA graph the activations live in its private pool

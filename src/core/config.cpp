@@ -18,6 +18,7 @@
 #include "u3d/errors.h"
 #include "u3d/files.h"
 #include "u3d/preprocess.h"
+#include "u3d/text.h"
 
 namespace u3d {
 namespace {
@@ -325,17 +326,11 @@ std::string check_foreground_spec(const std::string& spec) {
   if (spec == "auto" || spec == "target" || spec == "mask") return "";
   if (spec.rfind("channel:", 0) == 0 && spec.size() > 8) return "";
   if (spec.rfind("labels:", 0) == 0 && spec.size() > 7) {
-    const std::string list = spec.substr(7);
-    size_t pos = 0;
-    while (pos <= list.size()) {
-      const size_t comma = list.find(',', pos);
-      const std::string part = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-      char* end = nullptr;
-      const long v = std::strtol(part.c_str(), &end, 10);
-      if (part.empty() || *end != '\0' || v < 1) return fmt::format("'{}': labels must be integers >= 1", spec);
-      if (comma == std::string::npos) return "";
-      pos = comma + 1;
+    const auto labels = parse_int_list(spec.substr(7));
+    if (!labels || std::any_of(labels->begin(), labels->end(), [](int64_t v) { return v < 1; })) {
+      return fmt::format("'{}': labels must be integers >= 1", spec);
     }
+    return "";
   }
   return fmt::format("'{}' is not one of auto|target|mask|channel:NAME|labels:L1,L2,...", spec);
 }

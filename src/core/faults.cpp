@@ -3,31 +3,25 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
-#include <charconv>
 #include <cstdlib>
 
 #include "u3d/errors.h"
+#include "u3d/text.h"
 
 namespace u3d {
 namespace {
 
 int64_t number(const std::string& digits, const std::string& item) {
-  int64_t v = 0;
-  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
-  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || v < 0) {
-    throw UsageError(fmt::format("U3D_TEST_FAULTS: '{}': expected KIND@N or KIND@N-M", item));
-  }
-  return v;
+  const auto v = parse_int(digits);
+  if (!v || *v < 0) throw UsageError(fmt::format("U3D_TEST_FAULTS: '{}': expected KIND@N or KIND@N-M", item));
+  return *v;
 }
 
 }  // namespace
 
 TestFaults TestFaults::parse(const std::string& text) {
   TestFaults f;
-  for (size_t pos = 0; pos < text.size();) {
-    const size_t comma = std::min(text.find(',', pos), text.size());
-    const std::string item = text.substr(pos, comma - pos);
-    pos = comma + 1;
+  for (const std::string& item : split(text)) {
     if (item.empty()) continue;
     const size_t at = item.find('@');
     const std::string kind = item.substr(0, at);

@@ -16,6 +16,7 @@
 #include "u3d/parallel.h"
 #include "u3d/preprocess.h"
 #include "u3d/rng.h"
+#include "u3d/stats.h"
 
 namespace u3d {
 namespace {
@@ -358,8 +359,9 @@ ImportSummary run_import(Layout layout, const fs::path& out, const ImportOptions
         const double mean = sum / static_cast<double>(v.size());
         for (float x : v) sq += (x - mean) * (x - mean);
         const double sd = std::max(std::sqrt(sq / static_cast<double>(v.size())), 1e-6);
-        const double lo = percentile(v, 0.5);
-        const double hi = std::max(percentile(std::move(v), 99.5), lo + 1e-3);
+        const std::vector<double> values(v.begin(), v.end());
+        const double lo = percentile(values, 0.5);
+        const double hi = std::max(percentile(values, 99.5), lo + 1e-3);
         spec = fmt::format("ct:{}:{}:{}:{}", lo, hi, mean, sd);
       }
     }
@@ -531,16 +533,6 @@ std::string normalization_for_channel_name(const std::string& name) {
   if (n == "rescale_to_0_1") return "minmax";
   if (n == "rgb_to_0_1") return "scale:255";
   return "zscore";
-}
-
-double percentile(std::vector<float> values, double q) {
-  if (values.empty()) return std::numeric_limits<double>::quiet_NaN();
-  std::sort(values.begin(), values.end());
-  const double rank = std::clamp(q, 0.0, 100.0) / 100.0 * static_cast<double>(values.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(rank));
-  const size_t hi = std::min(values.size() - 1, lo + 1);
-  const double w = rank - static_cast<double>(lo);
-  return static_cast<double>(values[lo]) * (1.0 - w) + static_cast<double>(values[hi]) * w;
 }
 
 ImportSummary import_nnunet(const fs::path& source, const fs::path& out, const ImportOptions& options) {

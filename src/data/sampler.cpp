@@ -10,6 +10,7 @@
 #include "u3d/faults.h"
 #include "u3d/files.h"
 #include "u3d/rng.h"
+#include "u3d/text.h"
 
 namespace u3d {
 namespace {
@@ -60,15 +61,9 @@ torch::Tensor foreground_mask(const CachedCase& c, const std::string& spec,
   }
   if (spec.rfind("labels:", 0) == 0) {
     if (!labels) throw ConfigError("data.foreground: labels:... needs a segmentation dataset");
-    std::vector<int64_t> wanted;
-    std::string list = spec.substr(7);
-    for (size_t pos = 0; pos <= list.size();) {
-      const size_t comma = list.find(',', pos);
-      wanted.push_back(std::stoll(list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos)));
-      if (comma == std::string::npos) break;
-      pos = comma + 1;
-    }
-    return torch::isin(c.target.to(torch::kLong), torch::tensor(wanted, torch::kLong).to(c.target.device()));
+    const auto wanted = parse_int_list(spec.substr(7));  // checked by the config (check_foreground_spec)
+    if (!wanted) throw ConfigError(fmt::format("data.foreground: '{}': labels must be integers >= 1", spec));
+    return torch::isin(c.target.to(torch::kLong), torch::tensor(*wanted, torch::kLong).to(c.target.device()));
   }
   throw ConfigError(fmt::format("data.foreground: '{}' is not a foreground spec", spec));
 }

@@ -15,6 +15,7 @@
 #include "u3d/metrics.h"
 #include "u3d/nifti.h"
 #include "u3d/parallel.h"
+#include "u3d/stats.h"
 
 namespace u3d {
 namespace {
@@ -80,15 +81,6 @@ torch::Tensor crop(const torch::Tensor& t, const std::array<int64_t, 3>& lo, con
 std::vector<double> directed_distances(const torch::Tensor& from_surface, const torch::Tensor& to_distance) {
   const torch::Tensor d = to_distance.masked_select(from_surface).contiguous();
   return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
-}
-
-double percentile95(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const double rank = 0.95 * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(rank));
-  const size_t hi = std::min(v.size() - 1, lo + 1);
-  const double w = rank - static_cast<double>(lo);
-  return v[lo] * (1.0 - w) + v[hi] * w;
 }
 
 std::string case_id_of(const fs::path& p) {
@@ -189,8 +181,8 @@ double hausdorff95(const torch::Tensor& a, const torch::Tensor& b, const std::ar
   // A crop face inside the volume lies beyond the margin, outside both masks; a face on the volume
   // border is outside too: surface_voxels pads with "outside" either way.
   const torch::Tensor sx = surface_voxels(cx), sy = surface_voxels(cy);
-  const double dxy = percentile95(directed_distances(sx, distance_transform(sy, spacing)));
-  const double dyx = percentile95(directed_distances(sy, distance_transform(sx, spacing)));
+  const double dxy = percentile(directed_distances(sx, distance_transform(sy, spacing)), 95.0);
+  const double dyx = percentile(directed_distances(sy, distance_transform(sx, spacing)), 95.0);
   return std::max(dxy, dyx);
 }
 

@@ -11,6 +11,7 @@
 #include "u3d/dataset.h"
 #include "u3d/errors.h"
 #include "u3d/import.h"
+#include "u3d/stats.h"
 #include "u3d/nifti.h"
 #include "u3d/preprocess.h"
 #include "u3d/synth.h"

@@ -1,0 +1,59 @@
+#include "u3d/text.h"
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+
+namespace u3d {
+
+std::vector<std::string> split(std::string_view text, std::string_view separators) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (true) {
+    const size_t cut = text.find_first_of(separators, pos);
+    out.emplace_back(text.substr(pos, cut == std::string_view::npos ? std::string_view::npos : cut - pos));
+    if (cut == std::string_view::npos) return out;
+    pos = cut + 1;
+  }
+}
+
+std::optional<int64_t> parse_int(std::string_view text) {
+  int64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || ptr != end) return std::nullopt;
+  return v;
+}
+
+std::optional<double> parse_double(std::string_view text) {
+  const std::string s(text);  // strtod needs a terminated string (std::from_chars for double: GCC 11+)
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s[0])) || end != s.c_str() + s.size() || !std::isfinite(v)) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::optional<std::vector<int64_t>> parse_int_list(std::string_view text, std::string_view separators) {
+  std::vector<int64_t> out;
+  for (const auto& item : split(text, separators)) {
+    const auto v = parse_int(item);
+    if (!v) return std::nullopt;
+    out.push_back(*v);
+  }
+  return out;
+}
+
+std::optional<std::vector<double>> parse_double_list(std::string_view text, std::string_view separators) {
+  std::vector<double> out;
+  for (const auto& item : split(text, separators)) {
+    const auto v = parse_double(item);
+    if (!v) return std::nullopt;
+    out.push_back(*v);
+  }
+  return out;
+}
+
+}  // namespace u3d
