@@ -15,6 +15,7 @@
 #include "u3d/errors.h"
 #include "u3d/files.h"
 #include "u3d/run.h"
+#include "u3d/parallel.h"
 
 #include <cuda_runtime_api.h>
 
@@ -23,32 +24,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Runs fn(i) for i in [0, n) on up to `threads` threads; the first exception stops the others from
-// starting new items and is rethrown here.
-void parallel_items(int64_t n, int64_t threads, const std::function<void(int64_t)>& fn) {
-  std::atomic<int64_t> next{0};
-  std::atomic<bool> failed{false};
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  auto worker = [&] {
-    use_one_intra_op_thread();
-    while (!failed.load()) {
-      const int64_t i = next.fetch_add(1);
-      if (i >= n) return;
-      try {
+// parallel_for (parallel.h) on worker threads only, each with one intra-op thread (the workers are
+// the parallelism; the caller keeps its own setting), stopping at the first failure.
+template <class Fn>
+void parallel_items(int64_t n, int64_t threads, Fn&& fn) {
+  parallel_for(
+      n, threads,
+      [&](int64_t i) {
+        use_one_intra_op_thread();
         fn(i);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-        failed = true;
-      }
-    }
-  };
-  const int64_t count = std::max<int64_t>(1, std::min<int64_t>(threads, n));
-  std::vector<std::thread> pool;
-  for (int64_t t = 0; t < count; ++t) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
+      },
+      OnError::kStopEarly, /*caller_works=*/false);
 }
 
 // Smallest exact storage of a channel: 0 uint8, 1 int16, 2 floating point.

@@ -323,25 +323,24 @@ ImportSummary run_import(Layout layout, const fs::path& out, const ImportOptions
   ImportSummary summary;
   std::vector<std::vector<float>> foreground(channels);
   auto last_log = std::chrono::steady_clock::now();
-  for (int64_t start = 0; start < n; start += threads) {
-    const int64_t count = std::min(threads, n - start);
-    std::vector<LoadedCase> batch(static_cast<size_t>(count));
-    parallel_for(count, threads, [&](int64_t i) {
-      batch[static_cast<size_t>(i)] =
-          load_case(all[static_cast<size_t>(start + i)], layout, o, start + i, need_fg ? fg_samples : 0, ct_channels);
-    });
-    for (auto& lc : batch) {  // in case order: the file does not depend on the thread count
-      writer.write_case(lc.data);
-      summary.resampled += lc.resampled ? 1 : 0;
-      for (size_t k = 0; k < lc.foreground.size(); ++k) {
-        foreground[k].insert(foreground[k].end(), lc.foreground[k].begin(), lc.foreground[k].end());
-      }
-    }
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - last_log).count() > 10 || start + count == n) {
-      last_log = std::chrono::steady_clock::now();
-      spdlog::info("import: {}/{} cases", start + count, n);
-    }
-  }
+  // Cases load in parallel (at most `threads` ahead) and are written in case order on this thread:
+  // the file does not depend on the thread count.
+  ordered_pipeline(
+      n, threads, /*window=*/threads,
+      [&](int64_t i) {
+        return load_case(all[static_cast<size_t>(i)], layout, o, i, need_fg ? fg_samples : 0, ct_channels);
+      },
+      [&](int64_t i, LoadedCase lc) {
+        writer.write_case(lc.data);
+        summary.resampled += lc.resampled ? 1 : 0;
+        for (size_t k = 0; k < lc.foreground.size(); ++k) {
+          foreground[k].insert(foreground[k].end(), lc.foreground[k].begin(), lc.foreground[k].end());
+        }
+        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - last_log).count() > 10 || i + 1 == n) {
+          last_log = std::chrono::steady_clock::now();
+          spdlog::info("import: {}/{} cases", i + 1, n);
+        }
+      });
 
   // Channel normalisation recorded for data.normalize = dataset.
   for (size_t k = 0; k < channels; ++k) {

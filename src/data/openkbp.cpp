@@ -18,6 +18,7 @@
 
 #include "u3d/errors.h"
 #include "u3d/files.h"
+#include "u3d/parallel.h"
 
 namespace u3d::openkbp {
 namespace {
@@ -352,9 +353,7 @@ ImportReport import_dataset(const ImportOptions& options) {
   }
   const auto patients = find_patients(options.source, options.single_split);
   ImportReport report;
-  report.threads = options.threads > 0
-                       ? options.threads
-                       : static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  report.threads = resolve_threads(options.threads);
   const fs::path parent = options.out.parent_path();
   if (!parent.empty()) ensure_writable_directory(parent);
 
@@ -370,77 +369,23 @@ ImportReport import_dataset(const ImportOptions& options) {
   wo.compression_level = options.compression_level;
   DatasetWriter writer(options.out, info, wo);
 
-  // Workers parse patients (any order, at most `window` ahead of the writer); this thread writes
-  // them in order, so parsing overlaps compression and the file's case order is deterministic.
+  // Workers parse and compress patients (at most `window` ahead of the writer); this thread writes
+  // them in order, so parsing overlaps writing and the file's case order is deterministic.
   const size_t n = patients.size();
-  const size_t window = static_cast<size_t>(report.threads) + 2;
-  std::vector<std::shared_ptr<const PreparedCase>> ready(n);
   std::vector<int64_t> bytes(n, 0);
-  std::vector<bool> has_dose(n, false);
-  std::atomic<size_t> next{0};
-  size_t written = 0;
-  bool stop = false;
-  std::exception_ptr error;
-  std::mutex mutex;
-  std::condition_variable cv;
-  auto worker = [&] {
-    while (true) {
-      const size_t i = next.fetch_add(1);
-      if (i >= n) return;
-      {
-        std::unique_lock<std::mutex> lock(mutex);
-        cv.wait(lock, [&] { return stop || i < written + window; });
-        if (stop) return;
-      }
-      try {
-        Patient p = read_patient(patients[i].dir);
-        auto c = writer.prepare(to_case(p));  // compressed here, in parallel
-        std::lock_guard<std::mutex> lock(mutex);
-        bytes[i] = p.csv_bytes;
-        has_dose[i] = p.dose.defined();
-        ready[i] = std::move(c);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!error) error = std::current_exception();
-        stop = true;
-      }
-      cv.notify_all();
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int64_t t = 0; t < std::min<int64_t>(report.threads, static_cast<int64_t>(n)); ++t) pool.emplace_back(worker);
-  auto finish = [&] {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      stop = true;
-    }
-    cv.notify_all();
-    for (auto& t : pool) t.join();
-  };
-  try {
-    for (size_t i = 0; i < n; ++i) {
-      std::shared_ptr<const PreparedCase> c;
-      {
-        std::unique_lock<std::mutex> lock(mutex);
-        cv.wait(lock, [&] { return error || ready[i]; });
-        if (error) break;
-        c = std::move(ready[i]);
-      }
-      writer.write_case(*c);
-      c.reset();
-      {
-        std::lock_guard<std::mutex> lock(mutex);
-        written = i + 1;
-      }
-      cv.notify_all();
-      spdlog::debug("import openkbp: {} ({}/{})", patients[i].id, i + 1, n);
-    }
-  } catch (...) {
-    finish();
-    throw;
-  }
-  finish();
-  if (error) std::rethrow_exception(error);
+  std::vector<char> has_dose(n, 0);  // not vector<bool>: workers write neighbouring items at once
+  ordered_pipeline(
+      static_cast<int64_t>(n), report.threads, /*window=*/report.threads + 2,
+      [&](int64_t i) {
+        Patient p = read_patient(patients[static_cast<size_t>(i)].dir);
+        bytes[static_cast<size_t>(i)] = p.csv_bytes;
+        has_dose[static_cast<size_t>(i)] = p.dose.defined();
+        return writer.prepare(to_case(p));  // compressed here, in parallel
+      },
+      [&](int64_t i, std::shared_ptr<const PreparedCase> c) {
+        writer.write_case(*c);
+        spdlog::debug("import openkbp: {} ({}/{})", patients[static_cast<size_t>(i)].id, i + 1, n);
+      });
 
   std::map<std::string, std::vector<std::string>> splits;
   for (size_t i = 0; i < n; ++i) {

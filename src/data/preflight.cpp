@@ -11,6 +11,7 @@
 
 #include "h5.h"
 #include "u3d/errors.h"
+#include "u3d/parallel.h"
 
 namespace u3d {
 namespace {
@@ -248,23 +249,16 @@ DataReport check_dataset(const std::filesystem::path& path, const std::vector<st
   std::vector<std::vector<DataProblem>> per_case(ids.size());
   std::vector<std::array<double, 3>> spacing(ids.size());
   std::vector<char> has_spacing(ids.size(), 0);
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t i = next.fetch_add(1); i < ids.size(); i = next.fetch_add(1)) {
-      bool has = false;
-      try {
-        per_case[i] = inspect_case(file.get(), info, ids[i], &spacing[i], &has);
-      } catch (const std::exception& e) {  // anything unexpected still names the case
-        per_case[i].push_back(error(ids[i], "", fmt::format("cannot be checked: {}", error_line(e))));
-      }
-      has_spacing[i] = has ? 1 : 0;
+  parallel_for(static_cast<int64_t>(ids.size()), threads, [&](int64_t k) {
+    const size_t i = static_cast<size_t>(k);
+    bool has = false;
+    try {
+      per_case[i] = inspect_case(file.get(), info, ids[i], &spacing[i], &has);
+    } catch (const std::exception& e) {  // anything unexpected still names the case
+      per_case[i].push_back(error(ids[i], "", fmt::format("cannot be checked: {}", error_line(e))));
     }
-  };
-  const int64_t n = std::max<int64_t>(1, std::min<int64_t>(threads, static_cast<int64_t>(ids.size())));
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < n; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
+    has_spacing[i] = has ? 1 : 0;
+  });
   report.cases_checked = static_cast<int64_t>(ids.size());
   // Spacing far from the dataset's median: usually a case that was not resampled.
   std::array<std::vector<double>, 3> axes;
