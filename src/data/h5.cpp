@@ -490,29 +490,25 @@ torch::ScalarType stored_dtype(hid_t dataset, const std::string& context) {
   throw DataError(fmt::format("{}: expected a numeric dataset", context));
 }
 
-namespace {
-
 // A damaged or forged file can declare any shape, with chunks never written: refuse one that could
 // not fit in the memory available before anything is allocated (it used to end in std::bad_alloc).
-void check_declared_size(const std::vector<int64_t>& shape, torch::ScalarType dtype, const std::string& context,
-                         const std::string& path) {
+std::string declared_size_problem(const std::vector<int64_t>& shape, torch::ScalarType dtype) {
   double bytes = static_cast<double>(c10::elementSize(dtype));
   for (const int64_t s : shape) bytes *= static_cast<double>(s);
   const int64_t available = host_available_bytes();
-  if (available > 0 && bytes > static_cast<double>(available)) {
-    throw DataError(fmt::format("{}: '{}' declares shape [{}] ({} as {}), more than the {} of memory available; the "
-                                "file is damaged, or the volume is too large for this machine",
-                                context, path, fmt::join(shape, ", "), human_bytes(bytes), c10::toString(dtype),
-                                human_bytes(static_cast<double>(available))));
-  }
+  if (available <= 0 || bytes <= static_cast<double>(available)) return "";
+  return fmt::format("declares shape [{}] ({} as {}), more than the {} of memory available; the file is damaged, or "
+                     "the volume is too large for this machine",
+                     fmt::join(shape, ", "), human_bytes(bytes), c10::toString(dtype),
+                     human_bytes(static_cast<double>(available)));
 }
-
-}  // namespace
 
 torch::Tensor read_tensor(hid_t loc, const std::string& path, torch::ScalarType dtype, const std::string& context) {
   Handle d = open_dataset(loc, path, context);
   const auto shape = dataset_shape(d.get(), context);
-  check_declared_size(shape, dtype, context, path);
+  if (const std::string problem = declared_size_problem(shape, dtype); !problem.empty()) {
+    throw DataError(fmt::format("{}: '{}' {}", context, path, problem));
+  }
   {
     Handle type(H5Dget_type(d.get()), H5Tclose);
     const auto cls = H5Tget_class(type.get());

@@ -98,6 +98,10 @@ void write_string_dataset(hid_t loc, const std::string& path, const std::vector<
 // Shape of a dataset.
 std::vector<int64_t> dataset_shape(hid_t dataset, const std::string& context);
 // Reads a whole numeric dataset into a CPU tensor of `dtype` (HDF5 converts on read).
+// Why a dataset of `shape` read as `dtype` cannot be allocated here ("declares shape [...] (X as
+// float), more than the Y of memory available; ..."), or "" when it fits. read_tensor checks it
+// before allocating and throws a DataError with the context and this text.
+std::string declared_size_problem(const std::vector<int64_t>& shape, torch::ScalarType dtype);
 torch::Tensor read_tensor(hid_t loc, const std::string& path, torch::ScalarType dtype, const std::string& context);
 // The dtype a dataset is stored in, mapped to torch (float32/float64/int8..int64/uint8).
 torch::ScalarType stored_dtype(hid_t dataset, const std::string& context);

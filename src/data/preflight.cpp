@@ -77,6 +77,11 @@ std::vector<DataProblem> inspect_case(hid_t file, const DatasetInfo& info, const
     }
     try {
       h5::Handle d = h5::open_dataset(file, path, ctx);
+      if (const std::string problem = h5::declared_size_problem(h5::dataset_shape(d.get(), ctx), dtype);
+          !problem.empty()) {
+        out.push_back(error(id, field, problem));  // before anything is allocated
+        return {};
+      }
       if (h5::has_attribute(d.get(), "spacing")) {
         field_spacing[field] = h5::read_double_list_attribute(d.get(), "spacing", ctx);
       }

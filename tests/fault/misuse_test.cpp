@@ -295,9 +295,10 @@ TEST_F(Misuse, MalformedConfigsAndForgedFilesTable) {
   }
 }
 
-// Replaces every field of case `id` by an empty one of depth 0, e.g. image (C, 0, 16, 16), as
-// another tool could write it.
-void make_case_empty(const fs::path& file, const std::string& id) {
+// Replaces every field (image, target, mask) of case `id` by a new, unwritten dataset of the same
+// type whose spatial dims (the last three) are `spatial`, chunked by `chunk` when it is > 0, as a
+// damaged file or another tool could write it.
+void redeclare_case(const fs::path& file, const std::string& id, hsize_t spatial, hsize_t chunk) {
   const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   ASSERT_GE(f, 0);
   for (const char* field : {"image", "target", "mask"}) {
@@ -309,19 +310,33 @@ void make_case_empty(const fs::path& file, const std::string& id) {
     const int rank = H5Sget_simple_extent_ndims(space);
     std::vector<hsize_t> dims(static_cast<size_t>(rank));
     H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-    dims[static_cast<size_t>(rank - 3)] = 0;  // depth
+    std::vector<hsize_t> chunks(dims.size(), 1);
+    for (int a = rank - 3; a < rank; ++a) {
+      dims[static_cast<size_t>(a)] = spatial;
+      chunks[static_cast<size_t>(a)] = chunk;
+    }
     H5Sclose(space);
     H5Dclose(d);
     ASSERT_GE(H5Ldelete(f, path.c_str(), H5P_DEFAULT), 0);
-    const hid_t empty = H5Screate_simple(rank, dims.data(), nullptr);
-    const hid_t nd = H5Dcreate2(f, path.c_str(), type, empty, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    const hid_t declared = H5Screate_simple(rank, dims.data(), nullptr);
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    if (chunk > 0) H5Pset_chunk(dcpl, rank, chunks.data());
+    const hid_t nd = H5Dcreate2(f, path.c_str(), type, declared, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     ASSERT_GE(nd, 0);
     H5Dclose(nd);
-    H5Sclose(empty);
+    H5Pclose(dcpl);
+    H5Sclose(declared);
     H5Tclose(type);
   }
   H5Fclose(f);
 }
+
+// Every field of case `id` empty, of depth 0 (e.g. image (C, 0, 0, 0)).
+void make_case_empty(const fs::path& file, const std::string& id) { redeclare_case(file, id, 0, 0); }
+
+// Every field of case `id` declares `side`^3 voxels per channel with no chunk written (a few
+// bytes on disk).
+void declare_huge_case(const fs::path& file, const std::string& id, hsize_t side) { redeclare_case(file, id, side, 64); }
 
 // An empty volume is a check-data and preflight error naming the case (it used to pass, then
 // training failed in torch.cat naming no case); a start that fails its preflight leaves no run
@@ -352,44 +367,9 @@ TEST_F(Misuse, EmptyVolumesAreDataErrorsAndAFailedPreflightWritesNothing) {
   EXPECT_EQ(entries(run("kept")), before);
 }
 
-// Replaces every field of case `id` by a chunked dataset that declares `depth`^3 voxels per channel
-// and has no chunk written (a few bytes on disk), as a damaged or forged file can.
-void declare_huge_case(const fs::path& file, const std::string& id, hsize_t depth) {
-  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-  ASSERT_GE(f, 0);
-  for (const char* field : {"image", "target", "mask"}) {
-    const std::string path = "cases/" + id + "/" + field;
-    if (H5Lexists(f, path.c_str(), H5P_DEFAULT) <= 0) continue;
-    const hid_t d = H5Dopen2(f, path.c_str(), H5P_DEFAULT);
-    const hid_t type = H5Dget_type(d);
-    const hid_t space = H5Dget_space(d);
-    const int rank = H5Sget_simple_extent_ndims(space);
-    std::vector<hsize_t> dims(static_cast<size_t>(rank));
-    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-    std::vector<hsize_t> chunk(dims.size(), 1);
-    for (int a = rank - 3; a < rank; ++a) {
-      dims[static_cast<size_t>(a)] = depth;
-      chunk[static_cast<size_t>(a)] = 64;
-    }
-    H5Sclose(space);
-    H5Dclose(d);
-    ASSERT_GE(H5Ldelete(f, path.c_str(), H5P_DEFAULT), 0);
-    const hid_t huge = H5Screate_simple(rank, dims.data(), nullptr);
-    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    H5Pset_chunk(dcpl, rank, chunk.data());
-    const hid_t nd = H5Dcreate2(f, path.c_str(), type, huge, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-    ASSERT_GE(nd, 0);
-    H5Dclose(nd);
-    H5Pclose(dcpl);
-    H5Sclose(huge);
-    H5Tclose(type);
-  }
-  H5Fclose(f);
-}
-
 // Declared sizes are checked against the memory available before anything is read: 5x2000^3 with
-// unwritten chunks used to print a 21-frame stack trace, 5x100000^3 std::bad_alloc. Now one line
-// naming the file, the case and the declared shape (exit 1), and no run folder.
+// unwritten chunks used to print a 21-frame stack trace, 5x100000^3 std::bad_alloc. Now a line
+// naming the file, the case, the field and the declared shape (exit 1), and no run folder.
 TEST_F(Misuse, DeclaredSizesBeyondMemoryAreRefusedBeforeReading) {
   const std::string victim = DatasetReader(dir / "p.h5").split("val").front();
   for (const hsize_t depth : {hsize_t{2000}, hsize_t{100000}}) {
@@ -407,9 +387,19 @@ TEST_F(Misuse, DeclaredSizesBeyondMemoryAreRefusedBeforeReading) {
     EXPECT_EQ(train.exit_code, 1) << train.output;
     EXPECT_TRUE(test::contains(train.output, victim)) << train.output;
     EXPECT_TRUE(test::contains(train.output, "memory available")) << train.output;
-    EXPECT_EQ(error_lines(train.output), 1u) << train.output;
+    // The preflight's list: one line per field of the case (image, target, mask), its count and
+    // its verdict.
+    EXPECT_LE(error_lines(train.output), 5u) << train.output;
     expect_clean_failure(train);
     EXPECT_FALSE(fs::exists(run("huge"))) << train.output;
+    // Without the preflight, the reader itself refuses the case: one line.
+    const auto unchecked =
+        trainer({"--config", "huge.yaml", "--set", "data.preflight=false", "--set", "experiment.name=unchecked"});
+    EXPECT_EQ(unchecked.exit_code, 1) << unchecked.output;
+    EXPECT_TRUE(test::contains(unchecked.output, victim)) << unchecked.output;
+    EXPECT_TRUE(test::contains(unchecked.output, declared)) << unchecked.output;
+    EXPECT_EQ(error_lines(unchecked.output), 1u) << unchecked.output;
+    expect_clean_failure(unchecked);
   }
 }
 
