@@ -36,24 +36,28 @@ std::optional<double> parse_double(std::string_view text) {
   return v;
 }
 
-std::optional<std::vector<int64_t>> parse_int_list(std::string_view text, std::string_view separators) {
-  std::vector<int64_t> out;
+namespace {
+
+template <class T>
+std::optional<std::vector<T>> parse_list(std::string_view text, std::string_view separators,
+                                         std::optional<T> (*parse)(std::string_view)) {
+  std::vector<T> out;
   for (const auto& item : split(text, separators)) {
-    const auto v = parse_int(item);
+    const auto v = parse(item);
     if (!v) return std::nullopt;
     out.push_back(*v);
   }
   return out;
 }
 
+}  // namespace
+
+std::optional<std::vector<int64_t>> parse_int_list(std::string_view text, std::string_view separators) {
+  return parse_list<int64_t>(text, separators, parse_int);
+}
+
 std::optional<std::vector<double>> parse_double_list(std::string_view text, std::string_view separators) {
-  std::vector<double> out;
-  for (const auto& item : split(text, separators)) {
-    const auto v = parse_double(item);
-    if (!v) return std::nullopt;
-    out.push_back(*v);
-  }
-  return out;
+  return parse_list<double>(text, separators, parse_double);
 }
 
 }  // namespace u3d
