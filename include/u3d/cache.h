@@ -21,6 +21,7 @@
 #include <torch/torch.h>
 
 #include <array>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,13 +40,17 @@ struct CachedCase {
   std::array<double, 3> spacing = {1, 1, 1};
 };
 
+// How a cache reads a case (raw, in DatasetReader::read_case's form); empty: reader.read_case. The
+// trainer passes CheckedReader::read (preflight.h), so each case is read and checked once.
+using CaseSource = std::function<CaseData(const std::string& id)>;
+
 class TensorCache {
  public:
   TensorCache() = default;
   explicit TensorCache(std::vector<CachedCase> cases) : cases_(std::move(cases)) {}
   // Reads `ids` with `threads` threads (HDF5 decoding, normalisation). Errors name the case.
   static TensorCache load(const DatasetReader& reader, const std::vector<std::string>& ids,
-                          const Preprocessor& pre, int64_t threads);
+                          const Preprocessor& pre, int64_t threads, const CaseSource& read = {});
 
   int64_t size() const { return static_cast<int64_t>(cases_.size()); }
   const CachedCase& operator[](int64_t i) const { return cases_[static_cast<size_t>(i)]; }
@@ -69,6 +74,7 @@ struct CacheOptions {
   int64_t threads = 1;                 // loading threads
   double gpu_share = 0.5;              // data.gpu_cache_share
   int64_t limit_bytes = -1;            // at most this much may be used (-1: what the machine has free)
+  CaseSource read;                     // how cases are read (empty: reader.read_case)
 };
 
 enum class FieldKind { kImage, kTarget, kMask };
@@ -88,7 +94,7 @@ class StackedCache {
  public:
   StackedCache() = default;
 
-  // Reads `ids` with options.threads threads into the arena. The first case gives an estimate of
+  // Reads `ids` (each once) with options.threads threads into the arena. The first case gives an estimate of
   // the size, which resolves auto (resolve_placement) and is checked against free RAM or free GPU
   // memory (DataError "needs X ... only Y is available"); pinned without CUDA falls back to memory
   // with a warning. Errors name the case.

@@ -33,7 +33,7 @@
 #include <optional>
 #include <string>
 
-#include "u3d/augment.h"
+#include "u3d/batch.h"
 #include "u3d/train_step.h"
 
 namespace u3d {

@@ -142,7 +142,7 @@ class DatasetWriter {
   void commit();
 
  private:
-  void check_case(const CaseData& c) const;  // DataError naming the case
+  void check_writable(const CaseData& c) const;  // DataError naming the case
 
   std::filesystem::path path_;
   DatasetInfo info_;

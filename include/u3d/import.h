@@ -21,7 +21,7 @@
 
 namespace u3d {
 
-struct ImportOptions {
+struct NiftiImportOptions {
   // Resample every case to this voxel size (mm along D, H, W = NIfTI z, y, x): images trilinearly,
   // labels by nearest neighbour. Predictions are resampled back to each case's own grid.
   std::optional<std::array<double, 3>> spacing;
@@ -47,7 +47,7 @@ struct ImportSummary {
 // default .nii.gz), imagesTr/<case>_<XXXX><ending> per channel, labelsTr/<case><ending>, optional
 // imagesTs/<case>_<XXXX><ending> (split 'test', no targets). Region-based labels are refused.
 ImportSummary import_nnunet(const std::filesystem::path& source, const std::filesystem::path& out,
-                            const ImportOptions& options);
+                            const NiftiImportOptions& options);
 
 struct NiftiFolders {
   std::filesystem::path images;  // *.nii / *.nii.gz
@@ -60,9 +60,9 @@ struct NiftiFolders {
   std::vector<std::string> class_names;
 };
 ImportSummary import_nifti_folders(const NiftiFolders& folders, const std::filesystem::path& out,
-                                   const ImportOptions& options);
+                                   const NiftiImportOptions& options);
 
-// The normalisation nnU-Net picks for a channel name (see ImportOptions::normalization).
+// The normalisation nnU-Net picks for a channel name (see NiftiImportOptions::normalization).
 std::string normalization_for_channel_name(const std::string& name);
 
 }  // namespace u3d

@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 
+#include "u3d/device_sampler.h"
 #include "u3d/sampler.h"
 
 namespace u3d {

@@ -100,7 +100,7 @@ struct PatientFolder {
 std::vector<PatientFolder> find_patients(const std::filesystem::path& source,
                                          const std::string& single_split = "all");
 
-struct ImportOptions {
+struct CsvImportOptions {
   std::filesystem::path source;
   std::filesystem::path out;
   bool force = false;            // replace an existing output file
@@ -123,7 +123,7 @@ struct ImportReport {
 // found). The file is staged and renamed into place only when every patient was read: a bad file
 // stops the import with its "file:line: reason" and leaves nothing under `out`. UsageError when
 // `out` exists and `force` is not set.
-ImportReport import_dataset(const ImportOptions& options);
+ImportReport import_dataset(const CsvImportOptions& options);
 
 // The challenge's submission format: one "<patient>.csv" per patient, header ",data", then
 // "index,value" rows for the voxels whose value is > 0 (as the challenge's sparse_vector_function

@@ -15,6 +15,7 @@
 // from the dataset's median.
 #pragma once
 #include <filesystem>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -47,12 +48,34 @@ struct DataReport {
 
 // Content checks of one case already read (NaN/Inf, shapes, labels, empty target/mask, spacing
 // values), for a loader that reads each case once anyway.
-std::vector<DataProblem> check_case(const CaseData& c, const DatasetInfo& info);
+std::vector<DataProblem> check_case_content(const CaseData& c, const DatasetInfo& info);
 
 // Reads every case of `ids` (all cases of the file when empty) in full with `threads` threads and
 // checks it. A file that does not open gives a report with one file-level error.
 DataReport check_dataset(const std::filesystem::path& path, const std::vector<std::string>& ids = {},
                          int64_t threads = 1);
+
+// The preflight folded into loading, so a training run reads each case once: read() reads a case
+// field by field and checks it as check_dataset() does, records what it found, and hands the case
+// on in DatasetReader::read_case's form (labels and masks uint8); a case with an error is refused
+// with a DataError naming it. After a load that stopped at such an error, check_rest() checks the
+// cases not read yet, so report() lists every problem. Thread-safe.
+class CheckedReader {
+ public:
+  explicit CheckedReader(const DatasetReader& reader);  // keeps a reference
+  ~CheckedReader();
+  CheckedReader(const CheckedReader&) = delete;
+  CheckedReader& operator=(const CheckedReader&) = delete;
+
+  CaseData read(const std::string& id);
+  void check_rest(const std::vector<std::string>& ids, int64_t threads);
+  // Every case read or checked so far, by case id, with the spacing-versus-median warnings.
+  DataReport report() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // Logs every problem (errors at error level, warnings at warning level) and a summary line.
 void log_report(const DataReport& report, const std::string& what);

@@ -32,13 +32,21 @@ ChannelNorm parse_channel_norm(const std::string& spec);  // ConfigError on a ba
 // so checkpoints carry the statistics and prediction applies them to any file.
 std::vector<std::string> resolve_normalization(const DataConfig& data, const DatasetInfo& info);
 
+// The one normalisation of network inputs, per case and input channel: (raw - sub) / div in float32
+// (raw after the clamp of clip:LO:HI). Training batches (finalize.h), validation and prediction
+// (Preprocessor::image) all apply it through these two functions, so they agree bit for bit.
+inline float normalize_value(float raw, float sub, float div) { return (raw - sub) / div; }
+// In place on float32 `x`; `sub` and `div` float32, broadcast against x: (C, 1, 1, 1) for one case,
+// (N, C, 1, 1, 1) for a batch.
+void normalize_(torch::Tensor& x, const torch::Tensor& sub, const torch::Tensor& div);
+
 class Preprocessor {
  public:
   // Resolves data.channels against the file's channel names (ConfigError naming the unknown one).
   Preprocessor(const DataConfig& data, const DatasetInfo& info);
 
   // (C_file, D, H, W) raw -> (C, D, H, W) float32: selected channels, normalised.
-  // Equal to applying channel_affines() to select_channels(): (clamp(x) - sub) / div in float32.
+  // select_channels(), then normalize_() with channel_affines().
   torch::Tensor image(const torch::Tensor& raw) const;
 
   // The normalisation of one channel of one case as an affine map after an optional clamp, so a cache

@@ -37,7 +37,7 @@
 #include <string>
 
 #include "u3d/amp.h"
-#include "u3d/augment.h"
+#include "u3d/batch.h"
 #include "u3d/config.h"
 #include "u3d/losses.h"
 #include "u3d/optimizer.h"

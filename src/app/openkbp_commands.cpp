@@ -90,7 +90,7 @@ fs::path default_scores_path(const fs::path& predictions) {
 }  // namespace
 
 int import_openkbp_command(const ImportOpenKbpCommand& cmd) {
-  openkbp::ImportOptions o;
+  openkbp::CsvImportOptions o;
   o.source = cmd.source;
   o.out = cmd.out;
   o.force = cmd.force;

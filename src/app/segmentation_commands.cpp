@@ -17,7 +17,7 @@
 namespace u3d {
 namespace {
 
-ImportOptions import_options(const ImportCommon& c, const char* command) {
+NiftiImportOptions import_options(const ImportCommon& c, const char* command) {
   if (c.out.empty()) throw UsageError(fmt::format("{}: --out FILE.h5 is required", command));
   std::error_code ec;
   if (std::filesystem::exists(c.out, ec) && !c.force) {
@@ -26,7 +26,7 @@ ImportOptions import_options(const ImportCommon& c, const char* command) {
   if (c.val_fraction < 0 || c.val_fraction >= 1) {
     throw UsageError(fmt::format("{}: --val-fraction {} must be in [0, 1)", command, c.val_fraction));
   }
-  ImportOptions o;
+  NiftiImportOptions o;
   o.normalization = c.normalize;
   o.val_fraction = c.val_fraction;
   o.seed = c.seed;
@@ -59,7 +59,7 @@ void require_folder(const std::string& path, const char* command, const char* op
 int import_nnunet_command(const ImportNnunetCommand& cmd) {
   if (cmd.source.empty()) throw UsageError("import nnunet: --source DatasetXXX_Name is required");
   require_folder(cmd.source, "import nnunet", "--source");
-  const ImportOptions o = import_options(cmd.common, "import nnunet");
+  const NiftiImportOptions o = import_options(cmd.common, "import nnunet");
   const StopSignals signals;  // a stop between cases removes the staged file (StoppedError)
   import_nnunet(cmd.source, cmd.common.out, o);
   return kExitOk;
@@ -69,7 +69,7 @@ int import_nifti_command(const ImportNiftiCommand& cmd) {
   if (cmd.images.empty()) throw UsageError("import nifti: --images DIR is required");
   require_folder(cmd.images, "import nifti", "--images");
   if (!cmd.labels.empty()) require_folder(cmd.labels, "import nifti", "--labels");
-  const ImportOptions o = import_options(cmd.common, "import nifti");
+  const NiftiImportOptions o = import_options(cmd.common, "import nifti");
   NiftiFolders f;
   f.images = cmd.images;
   f.labels = cmd.labels;

@@ -411,8 +411,8 @@ const std::vector<Option>& option_table() {
                   "channel:NAME (input channel above its minimum) | labels:L1,L2,...",
                   Check<std::string>(check_foreground_spec)),
       make_option("data.preflight", &C::data, &DataConfig::preflight,
-                  "Read every train and validation case in full and check it before training (as `trainer "
-                  "check-data`); an error stops the run before it starts"),
+                  "Check every train and validation case in full as it is loaded (as `trainer check-data`); "
+                  "an error stops the run before it starts"),
       make_option("data.cache", &C::data, &DataConfig::cache,
                   "Where the training split is kept: gpu (whole split in GPU memory, sampling on the GPU), pinned "
                   "(page-locked RAM), memory; auto: gpu when it fits in data.gpu_cache_share of free GPU memory, "

@@ -1,6 +1,7 @@
 #include "u3d/logging.h"
 
 #include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -14,13 +15,18 @@ namespace u3d {
 namespace {
 
 constexpr const char* kPattern = "[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v";
+// Lines logged before the run folder exists (configuration, data loading), replayed into train.log
+// when add_log_file() attaches it.
+constexpr size_t kEarlyLines = 4096;
+using EarlySink = spdlog::sinks::ringbuffer_sink_mt;
 
 std::shared_ptr<spdlog::logger> main_logger() {
   auto logger = spdlog::get("u3d");
   if (!logger) {
     auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
     console->set_pattern(kPattern);
-    logger = std::make_shared<spdlog::logger>("u3d", console);
+    logger = std::make_shared<spdlog::logger>(
+        "u3d", spdlog::sinks_init_list{console, std::make_shared<EarlySink>(kEarlyLines)});
     spdlog::register_logger(logger);
     spdlog::set_default_logger(logger);
   }
@@ -39,11 +45,16 @@ void init_console_logging(const std::string& level) {
 void add_log_file(const std::filesystem::path& log_file) {
   auto logger = main_logger();
   auto& sinks = logger->sinks();
-  // Keep the console sink (always first); drop a previous file sink.
-  while (sinks.size() > 1) sinks.pop_back();
+  // Keep the console sink (always first); drop a previous file sink, or the early lines' buffer
+  // after replaying it into the new file.
+  std::shared_ptr<EarlySink> early = sinks.size() > 1 ? std::dynamic_pointer_cast<EarlySink>(sinks[1]) : nullptr;
   try {
     auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(log_file.string(), /*truncate=*/false);
     file->set_pattern(kPattern);
+    if (early) {
+      for (const auto& line : early->last_raw()) file->log(line);
+    }
+    while (sinks.size() > 1) sinks.pop_back();
     sinks.push_back(file);
   } catch (const spdlog::spdlog_ex& e) {
     throw IoError(fmt::format("{}: cannot open log file: {}", log_file.string(), e.what()));

@@ -76,7 +76,7 @@ std::string dtype_name(torch::ScalarType t) {
 }
 
 // One case as read, before it is copied into the arena.
-struct LoadedCase {
+struct CompactCase {
   std::string id;
   Shape3 shape{};
   std::vector<torch::Tensor> channels;  // per input channel: (D, H, W) in its own compact dtype
@@ -88,10 +88,15 @@ struct LoadedCase {
   double read_seconds = 0;  // HDF5 read and decompression
 };
 
-LoadedCase load_case(const DatasetReader& reader, const std::string& id, const Preprocessor& pre, bool float16) {
+CaseSource source_or_reader(const DatasetReader& reader, const CaseSource& read) {
+  if (read) return read;
+  return [&reader](const std::string& id) { return reader.read_case(id); };
+}
+
+CompactCase compact_case(const CaseSource& read, const std::string& id, const Preprocessor& pre, bool float16) {
   const auto t0 = Clock::now();
-  CaseData raw = reader.read_case(id);
-  LoadedCase c;
+  CaseData raw = read(id);
+  CompactCase c;
   c.read_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   c.id = id;
   torch::Tensor x = pre.select_channels(raw.image);  // (C, D, H, W) float32, clamped
@@ -146,11 +151,12 @@ std::string placement_text(CachePlacement p) {
 // TensorCache
 
 TensorCache TensorCache::load(const DatasetReader& reader, const std::vector<std::string>& ids,
-                              const Preprocessor& pre, int64_t threads) {
+                              const Preprocessor& pre, int64_t threads, const CaseSource& read) {
   TensorCache cache;
   cache.cases_.resize(ids.size());
+  const CaseSource source = source_or_reader(reader, read);
   parallel_items(static_cast<int64_t>(ids.size()), threads, [&](int64_t i) {
-    CaseData raw = reader.read_case(ids[static_cast<size_t>(i)]);
+    CaseData raw = source(ids[static_cast<size_t>(i)]);
     CachedCase c;
     c.id = raw.id;
     c.spacing = raw.spacing;
@@ -223,7 +229,7 @@ std::string CacheField::name() const {
 // parallel copy (each case's temporaries are released once copied).
 class StackedCacheBuilder {
  public:
-  static StackedCache build(std::vector<LoadedCase>& cases, bool segmentation, double target_scale,
+  static StackedCache build(std::vector<CompactCase>& cases, bool segmentation, double target_scale,
                             CachePlacement placement, const torch::Device& device, bool float16, int64_t threads,
                             int64_t available) {
     StackedCache s;
@@ -302,7 +308,7 @@ class StackedCacheBuilder {
     s.norm_sub_ = torch::empty({n, channels}, torch::kFloat);
     s.norm_div_ = torch::empty({n, channels}, torch::kFloat);
     parallel_items(n, threads, [&](int64_t i) {
-      LoadedCase& c = cases[static_cast<size_t>(i)];
+      CompactCase& c = cases[static_cast<size_t>(i)];
       std::copy(c.sub.begin(), c.sub.end(), s.norm_sub_.data_ptr<float>() + i * channels);
       std::copy(c.div.begin(), c.div.end(), s.norm_div_.data_ptr<float>() + i * channels);
       for (const auto& f : s.image_fields_) {
@@ -313,7 +319,7 @@ class StackedCacheBuilder {
       }
       if (s.target()) s.view(s.target_, i)[0].copy_(c.target);
       if (s.mask()) s.view(s.mask_, i)[0].copy_(c.mask);
-      c = LoadedCase{};  // release the temporaries
+      c = CompactCase{};  // release the temporaries
     });
     return s;
   }
@@ -352,10 +358,11 @@ CachePlacement resolve_placement(CachePlacement requested, double gpu_share, con
   return fits ? CachePlacement::kGpu : CachePlacement::kPinned;
 }
 
-int64_t estimate_cache_bytes(const DatasetReader& reader, const std::vector<std::string>& ids,
-                             const Preprocessor& pre, bool float16) {
-  if (ids.empty()) return 0;
-  const LoadedCase first = load_case(reader, ids.front(), pre, float16);
+namespace {
+
+// The cache size of `ids` from the first case (already loaded: its compact dtypes) and every case's shape.
+int64_t estimate_from(const CompactCase& first, const DatasetReader& reader, const std::vector<std::string>& ids,
+                      bool float16) {
   int64_t per_voxel = 0;
   for (int kind : first.kinds) per_voxel += static_cast<int64_t>(c10::elementSize(compact_dtype(kind, float16)));
   if (first.target.defined()) {
@@ -367,13 +374,24 @@ int64_t estimate_cache_bytes(const DatasetReader& reader, const std::vector<std:
   return total * per_voxel;
 }
 
+}  // namespace
+
+int64_t estimate_cache_bytes(const DatasetReader& reader, const std::vector<std::string>& ids,
+                             const Preprocessor& pre, bool float16) {
+  if (ids.empty()) return 0;
+  return estimate_from(compact_case(source_or_reader(reader, {}), ids.front(), pre, float16), reader, ids, float16);
+}
+
 StackedCache StackedCache::load(const DatasetReader& reader, const std::vector<std::string>& ids,
                                 const Preprocessor& pre, const CacheOptions& options) {
   if (ids.empty()) throw ConfigError("data: the training split holds no cases");
   const auto t0 = Clock::now();
   // Fit check before reading everything: the first case's dtypes times every case's size. A pinned
   // cache briefly needs twice that in RAM while loading (pageable temporaries + page-locked arena).
-  const int64_t estimate = estimate_cache_bytes(reader, ids, pre, options.float16);
+  const CaseSource read = source_or_reader(reader, options.read);
+  std::vector<CompactCase> cases(ids.size());
+  cases[0] = compact_case(read, ids[0], pre, options.float16);  // read once: kept for the arena
+  const int64_t estimate = estimate_from(cases[0], reader, ids, options.float16);
   CachePlacement placement = resolve_placement(options.placement, options.gpu_share, options.device, estimate);
   if (placement == CachePlacement::kPinned && !torch::cuda::is_available()) {
     spdlog::warn("data.cache: pinned needs CUDA (the CUDA driver allocates page-locked memory) and no CUDA device "
@@ -395,10 +413,10 @@ StackedCache StackedCache::load(const DatasetReader& reader, const std::vector<s
         placement == CachePlacement::kPinned ? " while loading" : "", human_bytes(static_cast<double>(available)),
         placement == CachePlacement::kGpu ? "data.cache: pinned, " : ""));
   }
-  std::vector<LoadedCase> cases(ids.size());
   const auto t_read = Clock::now();
-  parallel_items(static_cast<int64_t>(ids.size()), options.threads, [&](int64_t i) {
-    cases[static_cast<size_t>(i)] = load_case(reader, ids[static_cast<size_t>(i)], pre, options.float16);
+  parallel_items(static_cast<int64_t>(ids.size()) - 1, options.threads, [&](int64_t k) {
+    const size_t i = static_cast<size_t>(k) + 1;
+    cases[i] = compact_case(read, ids[i], pre, options.float16);
   });
   double reading = 0;
   for (const auto& c : cases) reading += c.read_seconds;
@@ -418,11 +436,11 @@ StackedCache StackedCache::load(const DatasetReader& reader, const std::vector<s
 
 StackedCache StackedCache::from_cases(const std::vector<CachedCase>& in, const CacheOptions& options) {
   if (in.empty()) throw ConfigError("data: the training split holds no cases");
-  std::vector<LoadedCase> cases;
+  std::vector<CompactCase> cases;
   bool segmentation = false;
   double sum = 0, count = 0;
   for (const auto& c : in) {
-    LoadedCase l;
+    CompactCase l;
     l.id = c.id;
     const torch::Tensor image = c.image.to(torch::kCPU, torch::kFloat).contiguous();
     l.shape = {image.size(1), image.size(2), image.size(3)};

@@ -325,7 +325,7 @@ DatasetWriter::DatasetWriter(std::filesystem::path path, DatasetInfo info, Datas
 
 DatasetWriter::~DatasetWriter() = default;
 
-void DatasetWriter::check_case(const CaseData& c) const {
+void DatasetWriter::check_writable(const CaseData& c) const {
   const std::string ctx = fmt::format("{}: case '{}'", path_.string(), c.id);
   if (!is_valid_case_id(c.id)) {
     throw DataError(fmt::format("{}: case ids may hold only letters, digits, '_', '-' and '.'", ctx));
@@ -349,7 +349,7 @@ struct PreparedCase {
 };
 
 std::shared_ptr<const PreparedCase> DatasetWriter::prepare(const CaseData& c) const {
-  check_case(c);
+  check_writable(c);
   auto p = std::make_shared<PreparedCase>();
   p->data = c;
   if (options_.compression_level <= 0) return p;
@@ -387,7 +387,7 @@ void DatasetWriter::write_case(const PreparedCase& p) {
 void DatasetWriter::write_case(const CaseData& c) {
   StopSignals::throw_if_stopped(path_.string());
   const std::string ctx = fmt::format("{}: case '{}'", path_.string(), c.id);
-  check_case(c);
+  check_writable(c);
   if (std::find(info_.case_ids.begin(), info_.case_ids.end(), c.id) != info_.case_ids.end()) {
     throw DataError(fmt::format("{}: written twice", ctx));
   }

@@ -1,9 +1,10 @@
-// DeviceSampler: PatchSampler's plans as tensor ops on the cache's device (sampler.h).
+// DeviceSampler: PatchSampler's plans as tensor ops on the cache's device.
+#include "u3d/device_sampler.h"
+
 #include <cmath>
 
 #include "u3d/errors.h"
 #include "u3d/rng.h"
-#include "u3d/sampler.h"
 
 namespace u3d {
 namespace {

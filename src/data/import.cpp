@@ -36,7 +36,7 @@ struct Layout {
   std::set<int64_t> declared;       // label values allowed; empty: discover them
 };
 
-struct LoadedCase {
+struct ImportedCase {
   CaseData data;
   std::vector<std::vector<float>> foreground;  // per channel: sampled raw foreground intensities
   bool resampled = false;
@@ -127,7 +127,7 @@ Shape3 resampled_shape(const Shape3& shape, const std::array<double, 3>& spacing
 
 // foreground_samples: raw intensities drawn from the label's foreground for each channel in
 // `sampled` (the CT channels, for their statistics).
-LoadedCase load_case(const CaseFiles& cf, const Layout& layout, const ImportOptions& o, int64_t index,
+ImportedCase load_case(const CaseFiles& cf, const Layout& layout, const NiftiImportOptions& o, int64_t index,
                      int64_t foreground_samples, const std::vector<bool>& sampled) {
   std::vector<NiftiVolume> ch;
   for (size_t i = 0; i < cf.channels.size(); ++i) {
@@ -141,7 +141,7 @@ LoadedCase load_case(const CaseFiles& cf, const Layout& layout, const ImportOpti
   });
   std::vector<torch::Tensor> planes;
   for (auto& v : ch) planes.push_back(v.data.to(small_ints ? torch::kInt16 : torch::kFloat));
-  LoadedCase out;
+  ImportedCase out;
   CaseData& c = out.data;
   c.id = cf.id;
   c.image = torch::stack(planes);  // (C, D, H, W): int16 (exact) or float32
@@ -213,7 +213,7 @@ LoadedCase load_case(const CaseFiles& cf, const Layout& layout, const ImportOpti
   return out;
 }
 
-std::vector<std::string> normalization_specs(const ImportOptions& o, const std::vector<std::string>& channel_names) {
+std::vector<std::string> normalization_specs(const NiftiImportOptions& o, const std::vector<std::string>& channel_names) {
   const size_t n = channel_names.size();
   if (!o.normalization.empty() && o.normalization.size() != 1 && o.normalization.size() != n) {
     throw UsageError(fmt::format("--normalize: {} entries for {} channels; give one (all) or one per channel",
@@ -281,7 +281,7 @@ void split_cases(const std::vector<std::string>& ids, double val_fraction, uint6
   for (int64_t i = 0; i < n; ++i) (is_val.count(i) ? val : train).push_back(ids[static_cast<size_t>(i)]);
 }
 
-ImportSummary run_import(Layout layout, const fs::path& out, const ImportOptions& o, const std::string& what) {
+ImportSummary run_import(Layout layout, const fs::path& out, const NiftiImportOptions& o, const std::string& what) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t threads = resolve_threads(o.threads);
   if (layout.labelled.empty() && layout.unlabelled.empty()) throw DataError(fmt::format("{}: no cases found", what));
@@ -330,7 +330,7 @@ ImportSummary run_import(Layout layout, const fs::path& out, const ImportOptions
       [&](int64_t i) {
         return load_case(all[static_cast<size_t>(i)], layout, o, i, need_fg ? fg_samples : 0, ct_channels);
       },
-      [&](int64_t i, LoadedCase lc) {
+      [&](int64_t i, ImportedCase lc) {
         writer.write_case(lc.data);
         summary.resampled += lc.resampled ? 1 : 0;
         for (size_t k = 0; k < lc.foreground.size(); ++k) {
@@ -534,11 +534,11 @@ std::string normalization_for_channel_name(const std::string& name) {
   return "zscore";
 }
 
-ImportSummary import_nnunet(const fs::path& source, const fs::path& out, const ImportOptions& options) {
+ImportSummary import_nnunet(const fs::path& source, const fs::path& out, const NiftiImportOptions& options) {
   return run_import(nnunet_layout(source), out, options, source.string());
 }
 
-ImportSummary import_nifti_folders(const NiftiFolders& folders, const fs::path& out, const ImportOptions& options) {
+ImportSummary import_nifti_folders(const NiftiFolders& folders, const fs::path& out, const NiftiImportOptions& options) {
   Layout layout;
   DatasetInfo& info = layout.info;
   info.task = Task::kSegmentation;

@@ -343,7 +343,7 @@ std::vector<PatientFolder> find_patients(const fs::path& source, const std::stri
   return out;
 }
 
-ImportReport import_dataset(const ImportOptions& options) {
+ImportReport import_dataset(const CsvImportOptions& options) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   std::error_code ec;

@@ -55,15 +55,23 @@ std::string strip_prefix(const std::string& message, const std::filesystem::path
   return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
 }
 
-// One case read field by field, so one broken field does not hide the others.
-std::vector<DataProblem> inspect_case(hid_t file, const DatasetInfo& info, const std::string& id,
-                                      std::array<double, 3>* spacing_out, bool* has_spacing_out) {
-  std::vector<DataProblem> out;
+// What the checks of one case found, and its spacing for the dataset-level comparison.
+struct CaseCheck {
+  std::vector<DataProblem> problems;
+  std::array<double, 3> spacing = {1, 1, 1};
+  bool has_spacing = false;
+};
+
+// One case read field by field, so one broken field does not hide the others; `read_out` (when
+// given) receives the fields that could be read.
+CaseCheck inspect_case(hid_t file, const DatasetInfo& info, const std::string& id, CaseData* read_out = nullptr) {
+  CaseCheck result;
+  std::vector<DataProblem>& out = result.problems;
   const std::string base = "cases/" + id;
   const std::string ctx = fmt::format("case '{}'", id);
   if (!h5::exists(file, base)) {
     out.push_back(error(id, "", "is not in the file"));
-    return out;
+    return result;
   }
   CaseData c;
   c.id = id;
@@ -128,11 +136,52 @@ std::vector<DataProblem> inspect_case(hid_t file, const DatasetInfo& info, const
                                                  fmt::join(s, ", "), fmt::join(c.spacing, ", "))));
     }
   }
-  auto content = check_case(c, info);
+  auto content = check_case_content(c, info);
   out.insert(out.end(), content.begin(), content.end());
-  if (spacing_out) *spacing_out = c.spacing;
-  if (has_spacing_out) *has_spacing_out = has_spacing;
-  return out;
+  result.spacing = c.spacing;
+  result.has_spacing = has_spacing;
+  if (read_out) *read_out = std::move(c);
+  return result;
+}
+
+// A spacing far from the dataset's median: usually a case that was not resampled. Adds a warning
+// to each such case (with at least three cases that record a spacing).
+void add_spacing_warnings(const std::vector<std::string>& ids, std::vector<CaseCheck>& checks) {
+  std::array<std::vector<double>, 3> axes;
+  for (const auto& c : checks) {
+    if (!c.has_spacing) continue;
+    for (size_t a = 0; a < 3; ++a) axes[a].push_back(c.spacing[a]);
+  }
+  if (axes[0].size() < 3) return;
+  std::array<double, 3> median{};
+  for (size_t a = 0; a < 3; ++a) {
+    auto v = axes[a];
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    median[a] = v[v.size() / 2];
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    CaseCheck& c = checks[i];
+    if (!c.has_spacing) continue;
+    for (size_t a = 0; a < 3; ++a) {
+      const double ratio = c.spacing[a] / median[a];
+      if (ratio > 2.0 || ratio < 0.5) {
+        c.problems.push_back(warning(ids[i], "spacing", fmt::format("[{}] mm is more than 2x off the dataset's "
+                                                                    "median [{}] mm; resample the case?",
+                                                                    fmt::join(c.spacing, ", "), fmt::join(median, ", "))));
+        break;
+      }
+    }
+  }
+}
+
+CaseCheck checked_inspect(hid_t file, const DatasetInfo& info, const std::string& id, CaseData* read_out = nullptr) {
+  try {
+    return inspect_case(file, info, id, read_out);
+  } catch (const std::exception& e) {  // anything unexpected still names the case
+    CaseCheck c;
+    c.problems.push_back(error(id, "", fmt::format("cannot be checked: {}", error_line(e))));
+    return c;
+  }
 }
 
 }  // namespace
@@ -163,7 +212,7 @@ std::string DataReport::describe(const DataProblem& p) const {
   return out + ": " + p.message;
 }
 
-std::vector<DataProblem> check_case(const CaseData& c, const DatasetInfo& info) {
+std::vector<DataProblem> check_case_content(const CaseData& c, const DatasetInfo& info) {
   std::vector<DataProblem> out;
   const std::string& id = c.id;
   std::vector<int64_t> spatial;
@@ -251,47 +300,75 @@ DataReport check_dataset(const std::filesystem::path& path, const std::vector<st
     report.problems.push_back(error("", "", "cannot open HDF5 file (truncated or corrupt?)"));
     return report;
   }
-  std::vector<std::vector<DataProblem>> per_case(ids.size());
-  std::vector<std::array<double, 3>> spacing(ids.size());
-  std::vector<char> has_spacing(ids.size(), 0);
+  std::vector<CaseCheck> checks(ids.size());
   parallel_for(static_cast<int64_t>(ids.size()), threads, [&](int64_t k) {
-    const size_t i = static_cast<size_t>(k);
-    bool has = false;
-    try {
-      per_case[i] = inspect_case(file.get(), info, ids[i], &spacing[i], &has);
-    } catch (const std::exception& e) {  // anything unexpected still names the case
-      per_case[i].push_back(error(ids[i], "", fmt::format("cannot be checked: {}", error_line(e))));
-    }
-    has_spacing[i] = has ? 1 : 0;
+    checks[static_cast<size_t>(k)] = checked_inspect(file.get(), info, ids[static_cast<size_t>(k)]);
   });
   report.cases_checked = static_cast<int64_t>(ids.size());
-  // Spacing far from the dataset's median: usually a case that was not resampled.
-  std::array<std::vector<double>, 3> axes;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (!has_spacing[i]) continue;
-    for (size_t a = 0; a < 3; ++a) axes[a].push_back(spacing[i][a]);
+  add_spacing_warnings(ids, checks);
+  for (auto& c : checks) report.problems.insert(report.problems.end(), c.problems.begin(), c.problems.end());
+  return report;
+}
+
+// ---------------------------------------------------------------------------------------------
+struct CheckedReader::Impl {
+  const DatasetReader& reader;
+  h5::Handle file;
+  std::mutex mutex;
+  std::map<std::string, CaseCheck> seen;  // by case id
+};
+
+CheckedReader::CheckedReader(const DatasetReader& reader)
+    : impl_(new Impl{reader, h5::Handle(H5Fopen(reader.path().c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose), {}, {}}) {
+  if (!impl_->file.valid()) throw IoError(fmt::format("{}: cannot open HDF5 file", reader.path().string()));
+}
+
+CheckedReader::~CheckedReader() = default;
+
+CaseData CheckedReader::read(const std::string& id) {
+  CaseData c;
+  CaseCheck check = checked_inspect(impl_->file.get(), impl_->reader.info(), id, &c);
+  const bool bad = std::any_of(check.problems.begin(), check.problems.end(), [](const auto& p) { return p.is_error(); });
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->seen[id] = std::move(check);
   }
-  if (axes[0].size() >= 3) {
-    std::array<double, 3> median{};
-    for (size_t a = 0; a < 3; ++a) {
-      auto v = axes[a];
-      std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-      median[a] = v[v.size() / 2];
-    }
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (!has_spacing[i]) continue;
-      for (size_t a = 0; a < 3; ++a) {
-        const double ratio = spacing[i][a] / median[a];
-        if (ratio > 2.0 || ratio < 0.5) {
-          per_case[i].push_back(warning(ids[i], "spacing", fmt::format("[{}] mm is more than 2x off the dataset's "
-                                                                       "median [{}] mm; resample the case?",
-                                                                       fmt::join(spacing[i], ", "), fmt::join(median, ", "))));
-          break;
-        }
-      }
+  if (bad) throw DataError(fmt::format("{}: case '{}' failed its checks", impl_->reader.path().string(), id));
+  // DatasetReader::read_case's form: labels and masks as uint8.
+  if (c.target.defined() && impl_->reader.info().task == Task::kSegmentation) c.target = c.target.to(torch::kUInt8);
+  if (c.mask.defined()) c.mask = c.mask.to(torch::kUInt8);
+  return c;
+}
+
+void CheckedReader::check_rest(const std::vector<std::string>& ids, int64_t threads) {
+  std::vector<std::string> rest;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    for (const auto& id : ids) {
+      if (!impl_->seen.count(id)) rest.push_back(id);
     }
   }
-  for (auto& problems : per_case) report.problems.insert(report.problems.end(), problems.begin(), problems.end());
+  std::vector<CaseCheck> checks(rest.size());
+  parallel_for(static_cast<int64_t>(rest.size()), threads, [&](int64_t k) {
+    checks[static_cast<size_t>(k)] = checked_inspect(impl_->file.get(), impl_->reader.info(), rest[static_cast<size_t>(k)]);
+  });
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  for (size_t i = 0; i < rest.size(); ++i) impl_->seen[rest[i]] = std::move(checks[i]);
+}
+
+DataReport CheckedReader::report() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  DataReport report;
+  report.file = impl_->reader.path();
+  std::vector<std::string> ids;
+  std::vector<CaseCheck> checks;
+  for (const auto& [id, check] : impl_->seen) {
+    ids.push_back(id);
+    checks.push_back(check);
+  }
+  report.cases_checked = static_cast<int64_t>(ids.size());
+  add_spacing_warnings(ids, checks);
+  for (auto& c : checks) report.problems.insert(report.problems.end(), c.problems.begin(), c.problems.end());
   return report;
 }
 

@@ -184,13 +184,18 @@ std::vector<Preprocessor::ChannelAffine> Preprocessor::channel_affines(const tor
   return out;
 }
 
+void normalize_(torch::Tensor& x, const torch::Tensor& sub, const torch::Tensor& div) { x.sub_(sub).div_(div); }
+
 torch::Tensor Preprocessor::image(const torch::Tensor& raw) const {
   torch::Tensor x = select_channels(raw);  // (C, D, H, W) float32, clamped
   const auto affines = channel_affines(x);
-  for (size_t c = 0; c < affines.size(); ++c) {
-    const ChannelAffine& a = affines[c];
-    if (a.sub != 0.0f || a.div != 1.0f) x[static_cast<int64_t>(c)].sub_(a.sub).div_(a.div);
+  std::vector<float> sub, div;
+  for (const ChannelAffine& a : affines) {
+    sub.push_back(a.sub);
+    div.push_back(a.div);
   }
+  const auto c = static_cast<int64_t>(affines.size());
+  normalize_(x, torch::tensor(sub).view({c, 1, 1, 1}), torch::tensor(div).view({c, 1, 1, 1}));
   return x;
 }
 

@@ -72,6 +72,22 @@ inline void expect_same_weights(const fs::path& a, const fs::path& b) {
   for (const auto& item : ba) EXPECT_TRUE(torch::equal(item.value(), bb[item.key()])) << item.key();
 }
 
+// A test folder with an 8-case dose phantom (p.h5), tiny configs made from it, and the trainer
+// executable run in that folder.
+class PhantomRunTest : public ::testing::Test {
+ protected:
+  void SetUp() override { make_phantom(dir / "p.h5", Task::kDose, 8, 16); }
+  // <dir>/<name>.yaml: tiny_config() of `dataset` for experiment `name`, with `sets` applied.
+  void config(const std::string& name, const std::vector<std::pair<std::string, std::string>>& sets,
+              const std::string& dataset = "p.h5") {
+    write_text(dir / (name + ".yaml"), with_overrides(tiny_config(dataset, name), sets));
+  }
+  fs::path run(const std::string& name) const { return dir / "runs" / name; }
+  fs::path ckpts(const std::string& name) const { return run(name) / "checkpoints"; }
+  CommandResult trainer(const std::vector<std::string>& args) { return run_trainer(args, dir.path()); }
+  TempDir dir;
+};
+
 inline bool contains(const std::string& text, const std::string& needle) {
   return text.find(needle) != std::string::npos;
 }

@@ -19,17 +19,7 @@ namespace {
 
 using test::TrainerProcess;
 
-class Misuse : public ::testing::Test {
- protected:
-  void SetUp() override { test::make_phantom(dir / "p.h5", Task::kDose, 8, 16); }
-  void config(const std::string& name, const std::vector<std::pair<std::string, std::string>>& sets,
-              const std::string& dataset = "p.h5") {
-    test::write_text(dir / (name + ".yaml"), test::with_overrides(test::tiny_config(dataset, name), sets));
-  }
-  fs::path run(const std::string& name) const { return dir / "runs" / name; }
-  test::CommandResult trainer(const std::vector<std::string>& args) { return test::run_trainer(args, dir.path()); }
-  test::TempDir dir;
-};
+class Misuse : public test::PhantomRunTest {};
 
 // Lines of output that report an error (spdlog's "[error]" or check-data's "error").
 size_t error_lines(const std::string& output) {

@@ -17,16 +17,8 @@ namespace {
 
 using test::TrainerProcess;
 
-class TrainingFaults : public ::testing::Test {
+class TrainingFaults : public test::PhantomRunTest {
  protected:
-  void SetUp() override { test::make_phantom(dir / "p.h5", Task::kDose, 8, 16); }
-  void config(const std::string& name, const std::vector<std::pair<std::string, std::string>>& sets,
-              const std::string& dataset = "p.h5") {
-    test::write_text(dir / (name + ".yaml"), test::with_overrides(test::tiny_config(dataset, name), sets));
-  }
-  fs::path run(const std::string& name) const { return dir / "runs" / name; }
-  fs::path ckpts(const std::string& name) const { return run(name) / "checkpoints"; }
-  test::CommandResult trainer(const std::vector<std::string>& args) { return test::run_trainer(args, dir.path()); }
   bool manifest_has(const std::string& name, const std::string& pattern) const {
     const fs::path m = ckpts(name) / "manifest.sha256";
     return fs::exists(m) && std::regex_search(test::read_text(m), std::regex(pattern));
@@ -35,7 +27,6 @@ class TrainingFaults : public ::testing::Test {
     const fs::path p = run(name) / "steps.csv";
     return fs::exists(p) ? test::count_lines(p) - 1 : 0;
   }
-  test::TempDir dir;
 };
 
 // The columns a resumed run must reproduce exactly (timings aside).

@@ -28,7 +28,7 @@ torch::Tensor any_down(const torch::Tensor& t) { return (avg_down(t) > 0).to(tor
 
 // The sample imported, then down-sampled into a second dataset with the OpenKBP channel names.
 fs::path make_small_dataset(const fs::path& dir, const fs::path& source) {
-  openkbp::ImportOptions o;
+  openkbp::CsvImportOptions o;
   o.source = source;
   o.out = dir / "openkbp.h5";
   o.threads = 2;

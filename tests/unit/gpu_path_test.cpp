@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "batches.h"
 #include "test_support.h"
 #include "u3d/amp.h"
 #include "u3d/checkpoint.h"
@@ -32,14 +33,7 @@ Config tiny_cfg(Toggle channels_last) {
   return cfg;
 }
 
-Batch tiny_batch(int64_t i) {
-  torch::manual_seed(300 + static_cast<uint64_t>(i));
-  Batch b;
-  b.image = torch::randn({2, 2, 16, 16, 16});
-  b.target = torch::rand({2, 1, 16, 16, 16});
-  b.mask = (torch::rand({2, 1, 16, 16, 16}) > 0.3).to(torch::kFloat);
-  return b;
-}
+Batch tiny_batch(int64_t i) { return test::random_batch(300 + static_cast<uint64_t>(i)); }
 
 // Defect 1: the injected-Inf hook wrote through grad().view(-1), which throws for the gradient of
 // a channels-last weight. plant_value() works for any layout; the step with channels-last on skips.

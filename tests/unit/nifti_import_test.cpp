@@ -151,8 +151,8 @@ class ImportNnunet : public ::testing::Test {
  protected:
   const Shape3 shape{12, 14, 16};
   test::TempDir dir;
-  ImportOptions options() const {
-    ImportOptions o;
+  NiftiImportOptions options() const {
+    NiftiImportOptions o;
     o.val_fraction = 0.25;
     o.threads = 2;
     return o;
@@ -251,7 +251,7 @@ TEST_F(ImportNnunet, KeepsValuesGeometryAndSplits) {
 
 TEST_F(ImportNnunet, ResultDoesNotDependOnThreads) {
   const fs::path raw = test::make_nnunet_raw(dir.path(), 3, shape);
-  ImportOptions a = options(), b = options();
+  NiftiImportOptions a = options(), b = options();
   a.threads = 1;
   b.threads = 3;
   import_nnunet(raw, dir / "a.h5", a);
@@ -266,7 +266,7 @@ TEST_F(ImportNnunet, ResultDoesNotDependOnThreads) {
 
 TEST_F(ImportNnunet, ResamplesImagesTrilinearlyAndLabelsByNearestNeighbour) {
   const fs::path raw = test::make_nnunet_raw(dir.path(), 2, shape);
-  ImportOptions o = options();
+  NiftiImportOptions o = options();
   o.spacing = std::array<double, 3>{5.0, 1.8, 1.6};  // half the voxels along each axis
   const ImportSummary s = import_nnunet(raw, dir / "r.h5", o);
   EXPECT_EQ(s.resampled, 2);
@@ -378,7 +378,7 @@ TEST(ImportNifti, ChannelsBySuffixAndClassesFromTheLabels) {
   f.labels = dir / "seg";
   f.channel_suffixes = {"_t1", "_flair"};
   f.channel_names = {"t1", "flair"};
-  ImportOptions o;
+  NiftiImportOptions o;
   o.val_fraction = 0.34;
   const ImportSummary s = import_nifti_folders(f, dir / "n.h5", o);
   EXPECT_EQ(s.train + s.val, 3);
@@ -411,7 +411,7 @@ TEST(ImportSynth, NnunetPhantomRawFolderImportsBack) {
   o.test_fraction = 0.25;
   write_phantom_nnunet_raw(o, dir / "Dataset900_Phantom");
   EXPECT_TRUE(fs::exists(dir / "Dataset900_Phantom" / "labelsTs" / "case_003.nii.gz"));
-  ImportOptions io;
+  NiftiImportOptions io;
   io.val_fraction = 0.34;
   const ImportSummary s = import_nnunet(dir / "Dataset900_Phantom", dir / "p.h5", io);
   EXPECT_EQ(s.train + s.val, 3);

@@ -185,7 +185,7 @@ TEST(OpenKbpImport, RoundTripOnTheRealSample) {
   test::TempDir dir;
   const auto source = test::unpack_openkbp_sample(dir.path());
   if (!source) GTEST_SKIP() << "OpenKBP sample not found (../shared/data)";
-  openkbp::ImportOptions o;
+  openkbp::CsvImportOptions o;
   o.source = *source;
   o.out = dir / "openkbp.h5";
   o.threads = 2;
@@ -253,7 +253,7 @@ TEST(OpenKbpImport, BadFileStopsTheImportWithFileAndLine) {
   const std::string row = text.substr(first, text.find('\n', first) + 1 - first);
   const int64_t lines = std::count(text.begin(), text.end(), '\n');
   test::write_text(pt / "dose.csv", text + row);
-  openkbp::ImportOptions o;
+  openkbp::CsvImportOptions o;
   o.source = *source;
   o.out = dir / "out.h5";
   o.threads = 2;

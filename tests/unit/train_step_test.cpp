@@ -3,6 +3,7 @@
 #include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
 
+#include "batches.h"
 #include "test_support.h"
 #include "u3d/amp.h"
 #include "u3d/errors.h"
@@ -121,14 +122,7 @@ Config tiny_cfg(Precision precision, Toggle channels_last) {
   return cfg;
 }
 
-Batch tiny_batch(int64_t i) {
-  torch::manual_seed(100 + static_cast<uint64_t>(i));
-  Batch b;
-  b.image = torch::randn({2, 2, 16, 16, 16});
-  b.target = torch::rand({2, 1, 16, 16, 16});
-  b.mask = (torch::rand({2, 1, 16, 16, 16}) > 0.3).to(torch::kFloat);
-  return b;
-}
+Batch tiny_batch(int64_t i) { return test::random_batch(100 + static_cast<uint64_t>(i)); }
 
 TinyRun train_tiny(const Config& cfg, int64_t steps, int64_t inf_at = -1) {
   torch::manual_seed(5);

@@ -1,0 +1,103 @@
+#include "u3d/resolve.h"
+
+#include "u3d/amp.h"
+#include "u3d/errors.h"
+#include "u3d/losses.h"
+#include "u3d/resume.h"
+#include "u3d/sampler.h"
+
+namespace u3d {
+namespace {
+
+// Where `key` was set, for messages: "exp.yaml" or the config's source.
+std::string origin(const Config& cfg, const std::string& key) {
+  const auto it = cfg.origin.find(key);
+  return it != cfg.origin.end() ? it->second : cfg.source;
+}
+
+Monitor resolve_monitor(const Config& cfg, bool scores_dose) {
+  if (cfg.checkpoint.monitor != Monitor::kAuto) return cfg.checkpoint.monitor;
+  if (scores_dose && cfg.training.val_full) return Monitor::kValDoseScore;
+  return cfg.training.val_full ? Monitor::kValMetric : Monitor::kPseudoDiceEma;
+}
+
+}  // namespace
+
+bool ResolvedConfig::full_validation_due(int64_t epoch) const {
+  return validates() && cfg.training.val_full &&
+         (epoch % cfg.training.val_every == 0 || epoch == cfg.training.epochs);
+}
+
+std::unique_ptr<DatasetReader> open_dataset(const Config& cfg) {
+  std::error_code ec;
+  if (!std::filesystem::exists(cfg.data.path, ec)) {
+    throw ConfigError(fmt::format("{}: data.path: dataset file {} not found (make one with `trainer synth` or "
+                                  "`trainer import`)",
+                                  origin(cfg, "data.path"), cfg.data.path));
+  }
+  return std::make_unique<DatasetReader>(cfg.data.path);
+}
+
+const std::vector<std::string>& split_ids(const DatasetReader& reader, const std::string& key, const std::string& name) {
+  if (!reader.has_split(name)) {
+    std::vector<std::string> names;
+    for (const auto& [n, ids] : reader.info().splits) names.push_back(n);
+    throw ConfigError(fmt::format("{}: split '{}' is not in {}; it has: {}", key, name, reader.path().string(),
+                                  fmt::join(names, ", ")));
+  }
+  const auto& ids = reader.split(name);
+  if (ids.empty()) throw ConfigError(fmt::format("{}: split '{}' of {} is empty", key, name, reader.path().string()));
+  return ids;
+}
+
+ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const torch::Device& device) {
+  ResolvedConfig rc;
+  rc.cfg = cfg;
+  rc.info = reader.info();
+  const Task task = rc.info.task;
+  rc.cfg.data.normalize = resolve_normalization(rc.cfg.data, rc.info);
+  rc.pre = std::make_shared<const Preprocessor>(rc.cfg.data, rc.info);
+  const DataConfig& data = rc.cfg.data;
+  const TrainingConfig& training = rc.cfg.training;
+  check_batch_memory(data.batch_size, data.patch_size, rc.pre->in_channels());
+  rc.metric = task_metric(task);
+  if (task == Task::kDose) rc.dvh_structures = resolve_dvh_structures(data.dvh_structures, rc.info.channel_names);
+  rc.train_ids = split_ids(reader, "data.train_split", data.train_split);
+  if (!data.val_split.empty()) rc.val_ids = split_ids(reader, "data.val_split", data.val_split);
+  const Monitor asked = rc.cfg.checkpoint.monitor;
+  if (rc.validates() && rc.dvh_structures.empty() &&
+      (asked == Monitor::kValDoseScore || asked == Monitor::kValDvhScore)) {
+    throw ConfigError(fmt::format("{}: checkpoint.monitor: {} needs the OpenKBP dose metrics, which are scored only for "
+                                  "a dose dataset whose channels include structures named by data.dvh_structures",
+                                  origin(rc.cfg, "checkpoint.monitor"), to_string(asked)));
+  }
+  if (rc.validates_patches() && task != Task::kSegmentation) {
+    throw ConfigError("training.val_patch_batches: the pseudo-Dice needs a segmentation dataset; set it to 0");
+  }
+  if (rc.cfg.model.deep_supervision && task != Task::kSegmentation) {
+    throw ConfigError("model.deep_supervision: needs a segmentation dataset (labels to down-sample)");
+  }
+  resolve_loss(training.loss, task, /*has_mask=*/true);  // the loss fits the task (masks: once loaded)
+  resolve_precision(training, device);                   // fp16 needs CUDA
+  rc.cases_sha256 = case_ids_sha256(rc.train_ids);
+  const auto cases = static_cast<int64_t>(rc.train_ids.size());
+  rc.steps_per_epoch = training.steps_per_epoch > 0 ? training.steps_per_epoch
+                                                    : (cases + data.batch_size - 1) / data.batch_size;
+  rc.monitor = resolve_monitor(rc.cfg, rc.scores_dose());
+  switch (rc.monitor) {
+    case Monitor::kValLoss: rc.monitor_name = "val_loss"; break;
+    case Monitor::kValDoseScore: rc.monitor_name = "val_dose_score"; break;
+    case Monitor::kValDvhScore: rc.monitor_name = "val_dvh_score"; break;
+    case Monitor::kPseudoDice: rc.monitor_name = "val_pseudo_dice", rc.monitor_higher_is_better = true; break;
+    case Monitor::kPseudoDiceEma:
+      rc.monitor_name = "val_pseudo_dice_ema", rc.monitor_higher_is_better = true;
+      break;
+    case Monitor::kValMetric:
+    case Monitor::kAuto:
+      rc.monitor_name = rc.metric.name, rc.monitor_higher_is_better = rc.metric.higher_is_better;
+      break;
+  }
+  return rc;
+}
+
+}  // namespace u3d

@@ -1,0 +1,168 @@
+#include "u3d/validator.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "u3d/amp.h"
+#include "u3d/dose_metrics.h"
+#include "u3d/metrics.h"
+#include "u3d/predictor.h"
+
+namespace u3d {
+
+Validator::Validator(const ResolvedConfig& rc, const TrainData& data, const DatasetReader& reader,
+                     const torch::Device& device, int64_t threads, NetworkImpl& net, const Loss& loss,
+                     bool channels_last, const TestFaults& faults)
+    : rc_(rc),
+      data_(data),
+      reader_(reader),
+      device_(device),
+      net_(net),
+      loss_(loss),
+      channels_last_(channels_last),
+      faults_(faults) {
+  if (rc.scores_dose()) {
+    std::vector<std::string> names;
+    for (const auto& s : rc.dvh_structures) names.push_back(s.name);
+    dose_eval_ = std::make_unique<DoseEvaluator>(reader, rc.val_ids, rc.dvh_structures, threads);
+    spdlog::info("validation: OpenKBP dose score and DVH score over {} structures ({})", names.size(),
+                 fmt::join(names, ", "));
+  }
+}
+
+Validator::~Validator() = default;
+
+bool Validator::due(int64_t epoch) const { return rc_.full_validation_due(epoch) || data_.val_sampler(); }
+
+ValStats Validator::run(int64_t epoch, TrainState& state, const std::function<bool()>& stopping) {
+  ValStats stats = rc_.full_validation_due(epoch) ? full_volumes(epoch, stopping) : ValStats{};
+  if (stats.complete && data_.val_sampler()) patches(epoch, stats, state);
+  return stats;
+}
+
+ValStats Validator::full_volumes(int64_t epoch, const std::function<bool()>& stopping) {
+  const Config& cfg = rc_.cfg;
+  const Preprocessor& pre = data_.pre();
+  SlidingWindowOptions sw{cfg.data.patch_size, cfg.predict.overlap,
+                          cfg.predict.batch_size > 0 ? cfg.predict.batch_size : cfg.data.batch_size,
+                          cfg.predict.gaussian, /*mirror=*/false,
+                          /*autocast=*/inference_autocast(cfg.training, device_),  // as the training step
+                          /*channels_last=*/channels_last_};
+  std::vector<double> losses, metrics;
+  std::vector<PatientDoseMetrics> dose_metrics;
+  for (const auto& c : data_.val_cache()->cases()) {
+    if (stopping()) {
+      ValStats interrupted;
+      interrupted.complete = false;
+      return interrupted;
+    }
+    if (faults_.slow_val_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(faults_.slow_val_ms));
+    const torch::Tensor out = sliding_window_predict(net_, c.image, sw, device_);  // (K, D, H, W)
+    const torch::Tensor target = c.target.to(device_);
+    const torch::Tensor mask = c.mask.defined() ? c.mask.unsqueeze(0).to(device_, torch::kFloat) : torch::Tensor();
+    const torch::Tensor batch_target =
+        pre.task() == Task::kSegmentation ? target.unsqueeze(0).to(torch::kLong) : target.unsqueeze(0);
+    losses.push_back(loss_(out.unsqueeze(0), batch_target, mask).item<double>());
+    const torch::Tensor pred_on_device = finalize_prediction(out, pre);
+    if (dose_eval_) {
+      // On the device: the prediction in Gy, scored as its submission file would be.
+      const torch::Tensor dose_mask = c.mask.defined() ? c.mask[0] : torch::ones_like(c.raw_target, torch::kUInt8);
+      dose_metrics.push_back(
+          dose_eval_->evaluate(c.id, pred_on_device, c.raw_target.to(device_), dose_mask.to(device_)));
+    }
+    const torch::Tensor pred = pred_on_device.cpu();
+    if (pre.task() == Task::kSegmentation) {
+      metrics.push_back(nan_mean(dice_per_class(pred, c.target, rc_.info.num_classes)));
+    } else {
+      metrics.push_back(masked_mae(pred, c.raw_target, c.mask.defined() ? c.mask[0] : torch::Tensor()));
+    }
+  }
+  if (faults_.nan_val.count(epoch)) return ValStats{};  // test fault: every value NaN
+  ValStats stats{nan_mean(losses), nan_mean(metrics)};
+  if (dose_eval_) {
+    const DoseScores scores = dose_scores(dose_metrics);
+    stats.dose_score = scores.dose_score;
+    stats.dvh_score = scores.dvh_score;
+  }
+  return stats;
+}
+
+void Validator::patches(int64_t epoch, ValStats& stats, TrainState& state) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = net_.is_training();
+  net_.eval();
+  const int64_t k = data_.pre().out_channels();
+  const auto autocast = inference_autocast(rc_.cfg.training, device_);  // as the training step
+  // Device sums over every batch, read once: (K,) true positives, false positives, false negatives.
+  const auto counts = torch::TensorOptions().dtype(torch::kLong).device(device_);
+  torch::Tensor tp = torch::zeros({k}, counts), fp = torch::zeros({k}, counts), fn = torch::zeros({k}, counts);
+  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
+  const torch::Tensor classes = torch::arange(k, counts).view({1, k, 1, 1, 1});
+  const int64_t batches = rc_.cfg.training.val_patch_batches;
+  for (int64_t b = 0; b < batches; ++b) {
+    const Batch batch = data_.val_sampler()->batch(epoch, b).to(device_);
+    torch::Tensor image = batch.image;
+    if (channels_last_) image = image.contiguous(at::MemoryFormat::ChannelsLast3d);
+    torch::Tensor out;  // (N, K, d, h, w) logits, float32
+    {
+      std::optional<AutocastGuard> guard;
+      if (autocast) guard.emplace(device_.type(), *autocast);
+      out = net_.forward(image);
+    }
+    out = out.to(torch::kFloat);
+    loss_sum.add_(loss_(out, batch.target, batch.mask).detach().to(torch::kDouble));
+    const torch::Tensor p = out.argmax(1).unsqueeze(1) == classes;  // (N, K, d, h, w)
+    const torch::Tensor y = batch.target.unsqueeze(1) == classes;
+    const std::vector<int64_t> dims = {0, 2, 3, 4};
+    tp.add_((p & y).sum(dims));
+    fp.add_((p & ~y).sum(dims));
+    fn.add_((~p & y).sum(dims));
+  }
+  net_.train(was_training);
+  const torch::Tensor host = torch::stack({tp, fp, fn}).cpu();  // the one host read
+  const auto h = host.accessor<int64_t, 2>();
+  const double loss_total = loss_sum.item<double>();
+  std::vector<double> dice;
+  for (int64_t c = 1; c < k; ++c) {
+    const double denom = static_cast<double>(2 * h[0][c] + h[1][c] + h[2][c]);
+    dice.push_back(denom > 0 ? 2.0 * static_cast<double>(h[0][c]) / denom : std::numeric_limits<double>::quiet_NaN());
+  }
+  stats.pseudo_dice = nan_mean(dice);
+  if (std::isfinite(stats.pseudo_dice)) {
+    const double w = rc_.cfg.training.pseudo_dice_ema;
+    state.pseudo_dice_ema = std::isfinite(state.pseudo_dice_ema)
+                                ? w * state.pseudo_dice_ema + (1.0 - w) * stats.pseudo_dice
+                                : stats.pseudo_dice;
+  }
+  stats.pseudo_dice_ema = state.pseudo_dice_ema;
+  if (!std::isfinite(stats.loss) && batches > 0) stats.loss = loss_total / static_cast<double>(batches);
+}
+
+double Validator::monitored(const ValStats& val) const {
+  switch (rc_.monitor) {
+    case Monitor::kValLoss: return val.loss;
+    case Monitor::kValDoseScore: return val.dose_score;
+    case Monitor::kValDvhScore: return val.dvh_score;
+    case Monitor::kPseudoDice: return val.pseudo_dice;
+    case Monitor::kPseudoDiceEma: return val.pseudo_dice_ema;
+    case Monitor::kValMetric:
+    case Monitor::kAuto: break;
+  }
+  return val.metric;
+}
+
+bool Validator::improves(const ValStats& val, int64_t epoch, TrainState& state) const {
+  const double score = monitored(val);
+  if (!std::isfinite(score)) {
+    spdlog::warn("epoch {}: the validation {} is not finite; it is never taken as the best", epoch, rc_.monitor_name);
+  }
+  if (!is_improvement(score, state.best_metric, rc_.monitor_higher_is_better)) return false;
+  state.best_metric = score;
+  state.best_epoch = epoch;
+  return true;
+}
+
+}  // namespace u3d

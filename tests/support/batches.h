@@ -1,0 +1,20 @@
+// Batches for the training-step tests (unit/train_step_test.cpp, unit/gpu_path_test.cpp).
+#pragma once
+#include <torch/torch.h>
+
+#include "u3d/batch.h"
+
+namespace u3d::test {
+
+// A regression batch of 2 samples, 2 channels, 16^3 voxels, drawn from torch's CPU generator seeded
+// with `seed`: image N(0, 1), target U[0, 1), mask 1 on about 70% of the voxels (float32).
+inline Batch random_batch(uint64_t seed) {
+  torch::manual_seed(seed);
+  Batch b;
+  b.image = torch::randn({2, 2, 16, 16, 16});
+  b.target = torch::rand({2, 1, 16, 16, 16});
+  b.mask = (torch::rand({2, 1, 16, 16, 16}) > 0.3).to(torch::kFloat);
+  return b;
+}
+
+}  // namespace u3d::test
