@@ -1,10 +1,24 @@
-// Batches for the training-step tests (unit/train_step_test.cpp, unit/gpu_path_test.cpp).
+// Configs and batches for the training-step tests (unit/train_step_test.cpp, unit/gpu_path_test.cpp).
 #pragma once
 #include <torch/torch.h>
 
 #include "u3d/batch.h"
+#include "u3d/config.h"
 
 namespace u3d::test {
+
+// A 2-level, 4-filter U-Net trained on the CPU with lr 1e-2 (data.path is never opened).
+inline Config step_config(Precision precision, Toggle channels_last) {
+  Config cfg;
+  cfg.data.path = "unused.h5";
+  cfg.model.levels = 2;
+  cfg.model.base_filters = 4;
+  cfg.model.channels_last = channels_last;
+  cfg.training.device = Device::kCpu;
+  cfg.training.precision = precision;
+  cfg.training.lr = 1e-2;
+  return cfg;
+}
 
 // A regression batch of 2 samples, 2 channels, 16^3 voxels, drawn from torch's CPU generator seeded
 // with `seed`: image N(0, 1), target U[0, 1), mask 1 on about 70% of the voxels (float32).

@@ -21,17 +21,7 @@ namespace {
 
 const torch::Device kCudaDevice(torch::kCUDA, 0);  // only as a value: nothing runs there
 
-Config tiny_cfg(Toggle channels_last) {
-  Config cfg;
-  cfg.data.path = "unused.h5";
-  cfg.model.levels = 2;
-  cfg.model.base_filters = 4;
-  cfg.model.channels_last = channels_last;
-  cfg.training.device = Device::kCpu;
-  cfg.training.precision = Precision::kFp32;
-  cfg.training.lr = 1e-2;
-  return cfg;
-}
+Config tiny_cfg(Toggle channels_last) { return test::step_config(Precision::kFp32, channels_last); }
 
 Batch tiny_batch(int64_t i) { return test::random_batch(300 + static_cast<uint64_t>(i)); }
 

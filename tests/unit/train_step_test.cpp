@@ -110,14 +110,7 @@ struct TinyRun {
 };
 
 Config tiny_cfg(Precision precision, Toggle channels_last) {
-  Config cfg;
-  cfg.data.path = "unused.h5";
-  cfg.model.levels = 2;
-  cfg.model.base_filters = 4;
-  cfg.model.channels_last = channels_last;
-  cfg.training.device = Device::kCpu;
-  cfg.training.precision = precision;
-  cfg.training.lr = 1e-2;
+  Config cfg = test::step_config(precision, channels_last);
   cfg.training.grad_clip_norm = 1.0;
   return cfg;
 }
