@@ -18,7 +18,7 @@ endif()
 add_library(u3d_hdf5 INTERFACE)
 target_include_directories(u3d_hdf5 SYSTEM INTERFACE ${HDF5_C_INCLUDE_DIRS} ${HDF5_INCLUDE_DIRS})
 target_link_libraries(u3d_hdf5 INTERFACE ${HDF5_C_LIBRARIES})
-# zlib: src/data/h5.cpp inflates raw HDF5 chunks itself, in the reading threads.
+# zlib: src/io/h5.cpp inflates raw HDF5 chunks itself, in the reading threads.
 find_package(ZLIB REQUIRED)
 target_link_libraries(u3d_hdf5 INTERFACE ZLIB::ZLIB)
 target_compile_definitions(u3d_hdf5 INTERFACE ${HDF5_C_DEFINITIONS} ${HDF5_DEFINITIONS})

@@ -1,29 +1,29 @@
 // trainer: parses the command line, dispatches to the library, and maps every failure to a
 // one-line message and an exit code (0 ok, 1 runtime failure, 2 usage or config error).
-#include <CLI/CLI.hpp>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/util/Exception.h>
+#include <spdlog/spdlog.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
-#include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <functional>
 #include <new>
 #include <string>
 
-#include "u3d/commands.h"
-#include "u3d/errors.h"
-#include "u3d/logging.h"
-#include "u3d/parallel.h"
-#include "u3d/version.h"
+#include "u3d/app/commands.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/logging.h"
+#include "u3d/core/parallel.h"
+#include "u3d/core/version.h"
 
 namespace {
 
 // `trainer --version`: the program, the LibTorch it was built against, and what this machine offers
 // (CUDA runtime, devices, cuDNN). scripts/gpu-check.sh and the bundle's launcher read these lines.
 std::string version_text() {
-  std::string out = fmt::format("trainer {} ({})\nLibTorch {} (built against)", u3d::version(), u3d::git_commit(),
-                                TORCH_VERSION);
+  std::string out =
+      fmt::format("trainer {} ({})\nLibTorch {} (built against)", u3d::version(), u3d::git_commit(), TORCH_VERSION);
   try {
     const auto& hooks = at::detail::getCUDAHooks();
     if (!hooks.hasCUDART()) {
@@ -74,7 +74,8 @@ int main(int argc, char** argv) {
   auto* resume = app.add_option("--resume", resume_path, "Continue the run from its newest checkpoint, or CHECKPOINT")
                      ->expected(0, 1);
   app.add_flag("--predict-only", run.predict_only, "Predict predict.split with a checkpoint into <run>/predictions/");
-  auto* checkpoint_opt = app.add_option("--checkpoint", run.checkpoint, "With --predict-only: best (default), last or a path");
+  auto* checkpoint_opt =
+      app.add_option("--checkpoint", run.checkpoint, "With --predict-only: best (default), last or a path");
   std::string benchmark_kind;
   auto* benchmark = app.add_option("--benchmark", benchmark_kind,
                                    "Benchmark instead of training: data (the batch pipeline alone, no model), or "
@@ -84,11 +85,11 @@ int main(int argc, char** argv) {
   app.add_option("--benchmark-seconds", run.benchmark_seconds, "With --benchmark: seconds measured per result row")
       ->check(CLI::PositiveNumber);
   auto* steps_opt = app.add_option("--steps", run.steps, "With --benchmark (step): timed steps")
-                       ->check(CLI::PositiveNumber)
-                       ->capture_default_str();
-  auto* warmup_opt = app.add_option("--warmup", run.warmup, "With --benchmark (step): untimed steps first")
-                        ->check(CLI::NonNegativeNumber)
+                        ->check(CLI::PositiveNumber)
                         ->capture_default_str();
+  auto* warmup_opt = app.add_option("--warmup", run.warmup, "With --benchmark (step): untimed steps first")
+                         ->check(CLI::NonNegativeNumber)
+                         ->capture_default_str();
   app.add_option("--set", run.overrides, "Override a config key: --set training.epochs=3 (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -108,8 +109,9 @@ int main(int argc, char** argv) {
   synth_app->add_option("--val-fraction", synth.val_fraction, "Share of cases in 'val'")->capture_default_str();
   synth_app->add_option("--test-fraction", synth.test_fraction, "Share of cases in 'test'")->capture_default_str();
   synth_app->add_flag("--force", synth.force, "Replace an existing output file");
-  synth_app->add_option("--format", synth.format,
-                        "h5 (dataset file) | nnunet (segmentation: nnU-Net raw folder of NIfTI files)")
+  synth_app
+      ->add_option("--format", synth.format,
+                   "h5 (dataset file) | nnunet (segmentation: nnU-Net raw folder of NIfTI files)")
       ->capture_default_str();
 
   auto* reference_app = app.add_subcommand("config-reference", "Print every config key as Markdown");
@@ -137,26 +139,29 @@ int main(int argc, char** argv) {
     sub->add_flag("--force", c.force, "Replace an existing output file");
   };
   u3d::ImportNnunetCommand import_nnunet;
-  auto* import_nnunet_app = import_app->add_subcommand("nnunet", "nnU-Net v2 raw dataset (dataset.json, imagesTr, "
-                                                                 "labelsTr, imagesTs; NIfTI)");
+  auto* import_nnunet_app = import_app->add_subcommand("nnunet",
+                                                       "nnU-Net v2 raw dataset (dataset.json, imagesTr, "
+                                                       "labelsTr, imagesTs; NIfTI)");
   import_nnunet_app->add_option("--source", import_nnunet.source, "DatasetXXX_Name folder")->required();
   add_import_common(import_nnunet_app, import_nnunet.common);
   u3d::ImportNiftiCommand import_nifti;
   auto* import_nifti_app = import_app->add_subcommand("nifti", "Plain folders of NIfTI images and labels");
   import_nifti_app->add_option("--images", import_nifti.images, "Folder of images (.nii.gz, .nii)")->required();
   import_nifti_app->add_option("--labels", import_nifti.labels, "Folder of <case>.nii.gz label files (optional)");
-  import_nifti_app->add_option("--channel-suffixes", import_nifti.channel_suffixes,
-                               "Channels by file-name suffix, e.g. _0000,_0001; default: one channel")
+  import_nifti_app
+      ->add_option("--channel-suffixes", import_nifti.channel_suffixes,
+                   "Channels by file-name suffix, e.g. _0000,_0001; default: one channel")
       ->delimiter(',');
   import_nifti_app->add_option("--channel-names", import_nifti.channel_names, "Channel names, e.g. t1,flair")
       ->delimiter(',');
-  import_nifti_app->add_option("--classes", import_nifti.classes,
-                               "Class names, background first; default: found from the labels")
+  import_nifti_app
+      ->add_option("--classes", import_nifti.classes, "Class names, background first; default: found from the labels")
       ->delimiter(',');
   add_import_common(import_nifti_app, import_nifti.common);
 
   u3d::ImportOpenKbpCommand import_openkbp;
-  auto* import_openkbp_app = import_app->add_subcommand("openkbp", "OpenKBP CSV folders (provided-data or pt_* folders)");
+  auto* import_openkbp_app =
+      import_app->add_subcommand("openkbp", "OpenKBP CSV folders (provided-data or pt_* folders)");
   import_openkbp_app->add_option("--source", import_openkbp.source, "provided-data folder or a folder of pt_* folders")
       ->required();
   import_openkbp_app->add_option("--out", import_openkbp.out, "Output dataset file (.h5)")->required();
@@ -175,13 +180,14 @@ int main(int argc, char** argv) {
       evaluate_app->add_subcommand("segmentation", "Per-class Dice and HD95 (mm) of NIfTI label files, per case");
   evaluate_segmentation_app->add_option("--reference", evaluate_segmentation.reference, "Folder of reference labels")
       ->required();
-  evaluate_segmentation_app->add_option("--predictions", evaluate_segmentation.predictions,
-                                        "Folder of predicted labels (same case names)")
+  evaluate_segmentation_app
+      ->add_option("--predictions", evaluate_segmentation.predictions, "Folder of predicted labels (same case names)")
       ->required();
   evaluate_segmentation_app->add_option("--out", evaluate_segmentation.out,
                                         "CSV file; default <predictions>/evaluation.csv");
-  evaluate_segmentation_app->add_option("--labels", evaluate_segmentation.labels,
-                                        "Label values to score; default: every foreground value found")
+  evaluate_segmentation_app
+      ->add_option("--labels", evaluate_segmentation.labels,
+                   "Label values to score; default: every foreground value found")
       ->delimiter(',');
   evaluate_segmentation_app->add_option("--threads", evaluate_segmentation.threads, "Threads; 0: every core")
       ->check(kThreadCount);
@@ -190,11 +196,13 @@ int main(int argc, char** argv) {
   auto* evaluate_openkbp_app = evaluate_app->add_subcommand("openkbp", "OpenKBP dose score and DVH score");
   evaluate_openkbp_app->add_option("--reference", evaluate_openkbp.reference, "Folder of pt_* folders with dose.csv")
       ->required();
-  evaluate_openkbp_app->add_option("--predictions", evaluate_openkbp.predictions,
-                                   "Folder of pt_*.csv submission files, or a predictions .h5 of --predict-only")
+  evaluate_openkbp_app
+      ->add_option("--predictions", evaluate_openkbp.predictions,
+                   "Folder of pt_*.csv submission files, or a predictions .h5 of --predict-only")
       ->required();
-  evaluate_openkbp_app->add_option("--out", evaluate_openkbp.out,
-                                   "Per-patient CSV (default beside PRED: <folder>_scores.csv or <file stem>_openkbp_scores.csv)");
+  evaluate_openkbp_app->add_option(
+      "--out", evaluate_openkbp.out,
+      "Per-patient CSV (default beside PRED: <folder>_scores.csv or <file stem>_openkbp_scores.csv)");
   evaluate_openkbp_app->add_flag("--force", evaluate_openkbp.force, "Replace existing output files");
   evaluate_openkbp_app->add_option("--threads", evaluate_openkbp.threads, "Threads; 0: every core")
       ->check(kThreadCount)

@@ -71,7 +71,7 @@ def config_sections(path, overrides):
     return keys
 
 
-UNET_DEFAULTS = {  # include/u3d/config.h ModelConfig / TrainingConfig defaults
+UNET_DEFAULTS = {  # include/u3d/core/config.h ModelConfig / TrainingConfig defaults
     "model.levels": "4", "model.base_filters": "16", "model.max_filters": "320", "model.convs_per_level": "2",
     "model.kernel_size": "3", "model.norm": "instance", "model.activation": "leaky_relu",
     "model.negative_slope": "0.01", "model.dropout": "0", "model.deep_supervision": "false",

@@ -1,4 +1,4 @@
-#include "u3d/benchmark.h"
+#include "u3d/app/benchmark.h"
 
 #include <spdlog/spdlog.h>
 
@@ -6,14 +6,15 @@
 #include <chrono>
 #include <cstdio>
 
-#include "u3d/cache.h"
-#include "u3d/dataset.h"
-#include "u3d/errors.h"
-#include "u3d/files.h"
-#include "u3d/loader.h"
-#include "u3d/run.h"
-#include "u3d/sampler.h"
-#include "u3d/text.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/files.h"
+#include "u3d/core/run.h"
+#include "u3d/core/text.h"
+#include "u3d/data/cache.h"
+#include "u3d/data/loader.h"
+#include "u3d/data/sampler.h"
+#include "u3d/io/dataset.h"
+#include "u3d/train/resolve.h"
 
 namespace u3d {
 namespace {
@@ -87,16 +88,12 @@ std::vector<int64_t> parse_worker_list(const std::string& text) {
 
 std::vector<DataBenchmarkRow> run_data_benchmark(const Config& cfg, const DataBenchmarkOptions& options) {
   const Runtime rt = init_runtime(cfg);
-  std::error_code ec;
-  if (!std::filesystem::exists(cfg.data.path, ec)) {
-    throw ConfigError(fmt::format("data.path: dataset file {} not found", cfg.data.path));
-  }
-  const DatasetReader reader(cfg.data.path);
-  if (!reader.has_split(cfg.data.train_split)) {
-    throw ConfigError(fmt::format("data.train_split: split '{}' is not in {}", cfg.data.train_split, cfg.data.path));
-  }
-  const auto& ids = reader.split(cfg.data.train_split);
-  const Preprocessor pre(cfg.data, reader.info());
+  // The run's own resolution (resolve.h): the same checks, splits, preprocessing and steps.
+  const auto dataset = open_dataset(cfg);
+  const DatasetReader& reader = *dataset;
+  const ResolvedConfig rc = resolve(cfg, reader, rt.device);
+  const auto& ids = rc.train_ids;
+  const Preprocessor& pre = *rc.pre;
   std::vector<int64_t> workers = options.workers;
   if (workers.empty()) {
     for (int64_t w = 1; w < data_workers(cfg); w *= 2) workers.push_back(w);
@@ -110,10 +107,8 @@ std::vector<DataBenchmarkRow> run_data_benchmark(const Config& cfg, const DataBe
   } else {
     spdlog::info("benchmark: no CUDA device: the pinned and gpu placements are not measured");
   }
-  const SamplerOptions so = sampler_options(cfg, pre.channel_names());
-  const int64_t steps = cfg.training.steps_per_epoch > 0
-                            ? cfg.training.steps_per_epoch
-                            : (static_cast<int64_t>(ids.size()) + cfg.data.batch_size - 1) / cfg.data.batch_size;
+  const SamplerOptions so = sampler_options(rc.cfg, pre.channel_names());
+  const int64_t steps = rc.steps_per_epoch;
   auto position = [&](int64_t k) { return std::make_pair(1 + k / steps, k % steps); };
 
   std::vector<DataBenchmarkRow> rows;
@@ -135,27 +130,33 @@ std::vector<DataBenchmarkRow> run_data_benchmark(const Config& cfg, const DataBe
     };
     if (placement == CachePlacement::kGpu) {
       BatchLoader loader(sampler, LoaderOptions{rt.device, 1, cfg.data.prefetch, steps, -1, true});
-      add(measure([&](int64_t k) {
-            const auto [e, s] = position(k);
-            return batch_bytes(loader.next(e, s));
-          }, options.seconds, cfg.data.batch_size, cuda),
+      add(measure(
+              [&](int64_t k) {
+                const auto [e, s] = position(k);
+                return batch_bytes(loader.next(e, s));
+              },
+              options.seconds, cfg.data.batch_size, cuda),
           "device", 0);
       continue;
     }
     for (const int64_t w : workers) {
       BatchLoader loader(sampler, LoaderOptions{rt.device, w, cfg.data.prefetch, steps, -1, /*finalize=*/false});
-      add(measure([&](int64_t k) {
-            const auto [e, s] = position(k);
-            return loader.next_raw(e, s).bytes();
-          }, options.seconds, cfg.data.batch_size, false),
+      add(measure(
+              [&](int64_t k) {
+                const auto [e, s] = position(k);
+                return loader.next_raw(e, s).bytes();
+              },
+              options.seconds, cfg.data.batch_size, false),
           "host", w);
     }
     for (const int64_t w : workers) {
       BatchLoader loader(sampler, LoaderOptions{rt.device, w, cfg.data.prefetch, steps, -1, /*finalize=*/true});
-      add(measure([&](int64_t k) {
-            const auto [e, s] = position(k);
-            return batch_bytes(loader.next(e, s));
-          }, options.seconds, cfg.data.batch_size, cuda),
+      add(measure(
+              [&](int64_t k) {
+                const auto [e, s] = position(k);
+                return batch_bytes(loader.next(e, s));
+              },
+              options.seconds, cfg.data.batch_size, cuda),
           "device", w);
     }
   }
@@ -169,8 +170,8 @@ int data_benchmark_command(const Config& cfg, const DataBenchmarkOptions& option
   std::string table = fmt::format(
       "data benchmark: {}, batch {}, patch {}x{}x{}, augment {}, device {}\n"
       "{:<10} {:<7} {:>7} {:>10} {:>10} {:>10}\n",
-      cfg.data.path, cfg.data.batch_size, p[0], p[1], p[2], augment_summary(cfg.augment), rt.device.str(),
-      "placement", "stage", "threads", "batches/s", "samples/s", "MB/s");
+      cfg.data.path, cfg.data.batch_size, p[0], p[1], p[2], augment_summary(cfg.augment), rt.device.str(), "placement",
+      "stage", "threads", "batches/s", "samples/s", "MB/s");
   std::vector<std::string> json_rows;
   for (const auto& r : rows) {
     table += fmt::format("{:<10} {:<7} {:>7} {:>10.2f} {:>10.2f} {:>10.1f}\n", r.placement, r.stage, r.workers,

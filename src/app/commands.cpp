@@ -1,4 +1,4 @@
-#include "u3d/commands.h"
+#include "u3d/app/commands.h"
 
 #include <spdlog/spdlog.h>
 
@@ -6,20 +6,20 @@
 #include <chrono>
 #include <cstdio>
 
-#include "u3d/benchmark.h"
-#include "u3d/cache.h"
-#include "u3d/config.h"
-#include "u3d/errors.h"
-#include "u3d/files.h"
-#include "u3d/logging.h"
-#include "u3d/predictor.h"
-#include "u3d/preflight.h"
-#include "u3d/synth.h"
-#include "u3d/run.h"
-#include "u3d/run_lock.h"
-#include "u3d/signals.h"
-#include "u3d/trainer.h"
-#include "u3d/text.h"
+#include "u3d/app/benchmark.h"
+#include "u3d/core/config.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/files.h"
+#include "u3d/core/logging.h"
+#include "u3d/core/run.h"
+#include "u3d/core/run_lock.h"
+#include "u3d/core/signals.h"
+#include "u3d/core/text.h"
+#include "u3d/data/cache.h"
+#include "u3d/data/preflight.h"
+#include "u3d/io/synth.h"
+#include "u3d/predict/predictor.h"
+#include "u3d/train/trainer.h"
 
 namespace u3d {
 namespace {
@@ -40,9 +40,10 @@ int run_command(const RunCommand& cmd) {
   if (cmd.config.empty()) throw UsageError("--config is required (trainer --config exp.yaml); see --help");
   if (cmd.predict_only && cmd.resume) throw UsageError("--predict-only and --resume cannot be combined");
   if (cmd.checkpoint_given && !cmd.predict_only) {
-    throw UsageError(fmt::format("--checkpoint {} only applies with --predict-only (to continue training from a "
-                                 "checkpoint: --resume {})",
-                                 cmd.checkpoint, cmd.checkpoint));
+    throw UsageError(
+        fmt::format("--checkpoint {} only applies with --predict-only (to continue training from a "
+                    "checkpoint: --resume {})",
+                    cmd.checkpoint, cmd.checkpoint));
   }
   if (!cmd.allow_config_change.empty() && !cmd.resume) {
     throw UsageError("--allow-config-change only applies with --resume");
@@ -55,8 +56,8 @@ int run_command(const RunCommand& cmd) {
   }
   const bool step_benchmark = cmd.benchmark && (cmd.benchmark->empty() || *cmd.benchmark == "step");
   if (cmd.benchmark && *cmd.benchmark != "data" && !step_benchmark) {
-    throw UsageError(fmt::format("--benchmark '{}': expected data, step, or no value for the training step",
-                                 *cmd.benchmark));
+    throw UsageError(
+        fmt::format("--benchmark '{}': expected data, step, or no value for the training step", *cmd.benchmark));
   }
   if (cmd.steps_given && !step_benchmark) throw UsageError("--steps and --warmup go with --benchmark (step)");
   Config cfg = load_config(cmd.config, cmd.overrides);
@@ -120,14 +121,14 @@ int synth_command(const SynthCommand& cmd) {
   o.cases = cmd.cases;
   o.size = parse_size(cmd.size);
   {  // One phantom case is built in memory (a few float32 volumes): refuse sizes that cannot fit.
-    const double case_bytes = 4.0 * 8.0 * static_cast<double>(o.size[0]) * static_cast<double>(o.size[1]) *
-                              static_cast<double>(o.size[2]);
+    const double case_bytes =
+        4.0 * 8.0 * static_cast<double>(o.size[0]) * static_cast<double>(o.size[1]) * static_cast<double>(o.size[2]);
     const int64_t host_free = available_bytes(CachePlacement::kMemory, torch::kCPU);
     if (host_free > 0 && case_bytes > 0.5 * static_cast<double>(host_free)) {
-      throw UsageError(fmt::format("synth: --size {}x{}x{}: one case needs about {}, more than half of the {} of memory "
-                                   "available; use a smaller --size",
-                                   o.size[0], o.size[1], o.size[2], human_bytes(case_bytes),
-                                   human_bytes(static_cast<double>(host_free))));
+      throw UsageError(fmt::format(
+          "synth: --size {}x{}x{}: one case needs about {}, more than half of the {} of memory "
+          "available; use a smaller --size",
+          o.size[0], o.size[1], o.size[2], human_bytes(case_bytes), human_bytes(static_cast<double>(host_free))));
     }
   }
   o.seed = cmd.seed;
@@ -146,8 +147,8 @@ int synth_command(const SynthCommand& cmd) {
   } else {
     throw UsageError(fmt::format("synth: --format '{}': expected h5 or nnunet", cmd.format));
   }
-  spdlog::info("synth: wrote {} ({} {} cases of {}x{}x{}, seed {}) in {:.1f} s", cmd.out, o.cases, cmd.task,
-               o.size[0], o.size[1], o.size[2], o.seed,
+  spdlog::info("synth: wrote {} ({} {} cases of {}x{}x{}, seed {}) in {:.1f} s", cmd.out, o.cases, cmd.task, o.size[0],
+               o.size[1], o.size[2], o.seed,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return kExitOk;
 }

@@ -6,14 +6,14 @@
 #include <set>
 #include <thread>
 
-#include "../data/h5.h"
-#include "u3d/signals.h"
-#include "u3d/commands.h"
-#include "u3d/dose_metrics.h"
-#include "u3d/errors.h"
-#include "u3d/files.h"
-#include "u3d/openkbp.h"
-#include "u3d/parallel.h"
+#include "u3d/app/commands.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/files.h"
+#include "u3d/core/parallel.h"
+#include "u3d/core/signals.h"
+#include "u3d/evaluate/dose_metrics.h"
+#include "u3d/io/h5.h"
+#include "u3d/io/openkbp.h"
 
 namespace u3d {
 namespace {
@@ -32,7 +32,8 @@ class PredictionSource {
       if (ids_.empty()) throw UsageError(fmt::format("evaluate openkbp: no <patient>.csv files in {}", path.string()));
       return;
     }
-    if (!fs::exists(path, ec)) throw UsageError(fmt::format("evaluate openkbp: --predictions {} not found", path.string()));
+    if (!fs::exists(path, ec))
+      throw UsageError(fmt::format("evaluate openkbp: --predictions {} not found", path.string()));
     h5::silence_errors();
     const std::string ctx = path.string();
     if (H5Fis_hdf5(path.c_str()) <= 0) {
@@ -43,7 +44,8 @@ class PredictionSource {
     h5::Handle root = h5::open_group(file_.get(), "/", ctx);
     if (!h5::has_attribute(root.get(), "format") ||
         h5::read_string_attribute(root.get(), "format", ctx) != "u3d-predictions") {
-      throw DataError(fmt::format("{}: not a predictions file of `trainer --predict-only` (format=\"u3d-predictions\")", ctx));
+      throw DataError(
+          fmt::format("{}: not a predictions file of `trainer --predict-only` (format=\"u3d-predictions\")", ctx));
     }
     if (h5::read_string_attribute(root.get(), "task", ctx) != "dose") {
       throw DataError(fmt::format("{}: holds segmentation predictions; OpenKBP scores need dose predictions", ctx));
@@ -101,12 +103,13 @@ int import_openkbp_command(const ImportOpenKbpCommand& cmd) {
   const auto report = openkbp::import_dataset(o);
   std::vector<std::string> splits;
   for (const auto& [name, count] : report.patients_per_split) splits.push_back(fmt::format("{} {}", name, count));
-  spdlog::info("import openkbp: wrote {} ({} patients: {}; {} without dose) in {:.2f} s with {} threads; read {} of CSV "
-               "({:.0f} MB/s), wrote {}",
-               cmd.out, report.patients, fmt::join(splits, ", "), report.patients_without_dose, report.seconds,
-               report.threads, human_bytes(static_cast<double>(report.csv_bytes)),
-               static_cast<double>(report.csv_bytes) / 1e6 / std::max(report.seconds, 1e-9),
-               human_bytes(static_cast<double>(report.output_bytes)));
+  spdlog::info(
+      "import openkbp: wrote {} ({} patients: {}; {} without dose) in {:.2f} s with {} threads; read {} of CSV "
+      "({:.0f} MB/s), wrote {}",
+      cmd.out, report.patients, fmt::join(splits, ", "), report.patients_without_dose, report.seconds, report.threads,
+      human_bytes(static_cast<double>(report.csv_bytes)),
+      static_cast<double>(report.csv_bytes) / 1e6 / std::max(report.seconds, 1e-9),
+      human_bytes(static_cast<double>(report.output_bytes)));
   return kExitOk;
 }
 
@@ -119,7 +122,8 @@ int evaluate_openkbp_command(const EvaluateOpenKbpCommand& cmd) {
   std::error_code ec;
   for (const auto& p : {out, dvh_out}) {
     if (fs::exists(p, ec) && !cmd.force) {
-      throw UsageError(fmt::format("evaluate openkbp: {} exists; pass --force to replace it (or --out FILE.csv)", p.string()));
+      throw UsageError(
+          fmt::format("evaluate openkbp: {} exists; pass --force to replace it (or --out FILE.csv)", p.string()));
     }
   }
   const auto patients = openkbp::find_patients(cmd.reference);
@@ -135,7 +139,8 @@ int evaluate_openkbp_command(const EvaluateOpenKbpCommand& cmd) {
   std::set<std::string> reference_ids;
   for (const auto& p : patients) reference_ids.insert(p.id);
   for (const auto& id : predictions.ids()) {
-    if (!reference_ids.count(id)) spdlog::warn("evaluate openkbp: {} has no reference patient; ignored", predictions.describe(id));
+    if (!reference_ids.count(id))
+      spdlog::warn("evaluate openkbp: {} has no reference patient; ignored", predictions.describe(id));
   }
 
   std::vector<DvhStructure> structures;
@@ -152,13 +157,13 @@ int evaluate_openkbp_command(const EvaluateOpenKbpCommand& cmd) {
     }
     torch::Tensor pred = predictions.read(patients[i].id);  // (128, 128, 128) float32 Gy
     if (pred.sizes() != ref.dose.sizes()) {
-      throw DataError(fmt::format("{}: prediction is ({}); expected (128, 128, 128)", predictions.describe(patients[i].id),
-                                  fmt::join(pred.sizes(), ", ")));
+      throw DataError(fmt::format("{}: prediction is ({}); expected (128, 128, 128)",
+                                  predictions.describe(patients[i].id), fmt::join(pred.sizes(), ", ")));
     }
     // Network output from --predict-only: score what its submission file would hold.
     if (!predictions.is_submission()) pred = submission_dose(pred, ref.possible_dose_mask);
-    results[i] = evaluate_patient_dose(ref.id, ref.dose, pred, ref.possible_dose_mask, ref.structures, structures,
-                                       ref.spacing);
+    results[i] =
+        evaluate_patient_dose(ref.id, ref.dose, pred, ref.possible_dose_mask, ref.structures, structures, ref.spacing);
   });
 
   const DoseScores scores = dose_scores(results);
@@ -169,9 +174,9 @@ int evaluate_openkbp_command(const EvaluateOpenKbpCommand& cmd) {
     spdlog::info("evaluate openkbp: {} dose error {:.4f} Gy, DVH error {:.4f} Gy ({} metrics)", r.id, r.dose_error,
                  r.dvh_mean_abs_error(), r.dvh.size());
   }
-  spdlog::info("evaluate openkbp: {} patients in {:.1f} s; per-patient scores in {}, DVH metrics in {}", scores.patients,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), out.string(),
-               dvh_out.string());
+  spdlog::info("evaluate openkbp: {} patients in {:.1f} s; per-patient scores in {}, DVH metrics in {}",
+               scores.patients, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+               out.string(), dvh_out.string());
   std::printf("dose score %.6f Gy\nDVH score %.6f Gy\n", scores.dose_score, scores.dvh_score);
   std::fflush(stdout);
   return kExitOk;

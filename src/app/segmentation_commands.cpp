@@ -6,13 +6,13 @@
 #include <cmath>
 #include <cstdio>
 
-#include "u3d/signals.h"
-#include "u3d/commands.h"
-#include "u3d/errors.h"
-#include "u3d/files.h"
-#include "u3d/import.h"
-#include "u3d/segmentation_eval.h"
-#include "u3d/text.h"
+#include "u3d/app/commands.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/files.h"
+#include "u3d/core/signals.h"
+#include "u3d/core/text.h"
+#include "u3d/evaluate/segmentation_eval.h"
+#include "u3d/io/import.h"
 
 namespace u3d {
 namespace {
@@ -87,9 +87,10 @@ int evaluate_segmentation_command(const EvaluateSegmentationCommand& cmd) {
   }
   for (const int64_t label : cmd.labels) {
     if (label <= 0) {
-      throw UsageError(fmt::format("evaluate segmentation: --labels {}: label values to score are positive integers "
-                                   "(0 is the background)",
-                                   label));
+      throw UsageError(
+          fmt::format("evaluate segmentation: --labels {}: label values to score are positive integers "
+                      "(0 is the background)",
+                      label));
     }
   }
   const std::filesystem::path csv =

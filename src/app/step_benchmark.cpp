@@ -9,19 +9,20 @@
 #include <chrono>
 #include <cstdio>
 
-#include "u3d/benchmark.h"
-#include "u3d/dataset.h"
-#include "u3d/errors.h"
-#include "u3d/files.h"
-#include "u3d/losses.h"
-#include "u3d/optimizer.h"
-#include "u3d/preprocess.h"
-#include "u3d/run.h"
-#include "u3d/step_monitor.h"
-#include "u3d/train_step.h"
-#include "u3d/unet.h"
-#include "u3d/version.h"
-#include "u3d/stats.h"
+#include "u3d/app/benchmark.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/files.h"
+#include "u3d/core/run.h"
+#include "u3d/core/stats.h"
+#include "u3d/core/version.h"
+#include "u3d/data/preprocess.h"
+#include "u3d/io/dataset.h"
+#include "u3d/model/unet.h"
+#include "u3d/train/losses.h"
+#include "u3d/train/optimizer.h"
+#include "u3d/train/resolve.h"
+#include "u3d/train/step_monitor.h"
+#include "u3d/train/train_step.h"
 
 namespace u3d {
 namespace {
@@ -56,11 +57,11 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
   r.out_channels = 1;
   std::error_code ec;
   if (std::filesystem::exists(cfg.data.path, ec)) {
-    const DatasetReader reader(cfg.data.path);
-    const Preprocessor pre(cfg.data, reader.info());
-    task = pre.task();
-    r.in_channels = pre.in_channels();
-    r.out_channels = pre.out_channels();
+    const auto reader = open_dataset(cfg);
+    const ResolvedConfig rc = resolve(cfg, *reader, rt.device);  // the run's checks and channels (resolve.h)
+    task = rc.task();
+    r.in_channels = rc.pre->in_channels();
+    r.out_channels = rc.pre->out_channels();
   }
   const int64_t n = cfg.data.batch_size;
   const auto& p = cfg.data.patch_size;
@@ -150,11 +151,13 @@ int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& option
               static_cast<long long>(n));
   std::printf("  achieved       %.4f TFLOP/s\n", r.tflops);
   std::printf("  peak memory    %s\n",
-              r.peak_gpu_bytes >= 0 ? (human_bytes(static_cast<double>(r.peak_gpu_reserved_bytes)) + " GPU reserved, " +
-                                       human_bytes(static_cast<double>(r.peak_gpu_allocated_bytes)) + " allocated")
-                                          .c_str()
-                                    : ("n/a (CPU; host peak RSS " + human_bytes(static_cast<double>(r.peak_host_bytes)) + ")").c_str());
-  if (r.skipped_steps > 0) std::printf("  skipped        %lld steps (non-finite loss or gradient)\n", static_cast<long long>(r.skipped_steps));
+              r.peak_gpu_bytes >= 0
+                  ? (human_bytes(static_cast<double>(r.peak_gpu_reserved_bytes)) + " GPU reserved, " +
+                     human_bytes(static_cast<double>(r.peak_gpu_allocated_bytes)) + " allocated")
+                        .c_str()
+                  : ("n/a (CPU; host peak RSS " + human_bytes(static_cast<double>(r.peak_host_bytes)) + ")").c_str());
+  if (r.skipped_steps > 0)
+    std::printf("  skipped        %lld steps (non-finite loss or gradient)\n", static_cast<long long>(r.skipped_steps));
   const std::string json = fmt::format(
       "{{\"benchmark\": \"step\", \"tool\": \"trainer\", \"version\": {}, \"commit\": {}, \"torch\": {}, "
       "\"device\": {}, \"gpu\": {}, \"architecture\": {}, \"parameters\": {}, \"in_channels\": {}, "
@@ -168,13 +171,12 @@ int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& option
       quoted(std::string(version())), quoted(std::string(git_commit())), quoted(TORCH_VERSION), quoted(r.device),
       r.gpu_name.empty() ? "null" : quoted(r.gpu_name), quoted(to_string(cfg.model.architecture)), r.parameters,
       r.in_channels, r.out_channels, n, p[0], p[1], p[2], r.steps, r.warmup, quoted(r.precision), r.channels_last,
-      r.cuda_graph, quoted(r.cuda_graph_note), r.fused_optimizer, r.cudnn_benchmark, r.tf32,
-      cfg.training.deterministic, r.median_ms, r.p10_ms, r.p90_ms, r.samples_per_second,
+      r.cuda_graph, quoted(r.cuda_graph_note), r.fused_optimizer, r.cudnn_benchmark, r.tf32, cfg.training.deterministic,
+      r.median_ms, r.p10_ms, r.p90_ms, r.samples_per_second,
       r.peak_gpu_bytes >= 0 ? std::to_string(r.peak_gpu_bytes) : std::string("null"),
       r.peak_gpu_reserved_bytes >= 0 ? std::to_string(r.peak_gpu_reserved_bytes) : std::string("null"),
       r.peak_gpu_allocated_bytes >= 0 ? std::to_string(r.peak_gpu_allocated_bytes) : std::string("null"),
-      r.peak_host_bytes,
-      r.forward_flops_per_sample, r.flops_per_step, r.tflops, r.skipped_steps);
+      r.peak_host_bytes, r.forward_flops_per_sample, r.flops_per_step, r.tflops, r.skipped_steps);
   std::fputs(json.c_str(), stdout);
   std::fflush(stdout);
   return kExitOk;

@@ -1,4 +1,4 @@
-#include "u3d/errors.h"
+#include "u3d/core/errors.h"
 
 #include <c10/util/Exception.h>
 

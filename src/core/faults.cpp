@@ -1,12 +1,12 @@
-#include "u3d/faults.h"
+#include "u3d/core/faults.h"
 
 #include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <cstdlib>
 
-#include "u3d/errors.h"
-#include "u3d/text.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/text.h"
 
 namespace u3d {
 namespace {
@@ -42,9 +42,10 @@ TestFaults TestFaults::parse(const std::string& text) {
       auto& set = kind == "nan_batch" ? f.nan_batch : kind == "inf_grad" ? f.inf_grad : f.nan_val;
       for (int64_t v = lo; v <= hi; ++v) set.insert(v);
     } else {
-      throw UsageError(fmt::format("U3D_TEST_FAULTS: unknown fault '{}' (nan_batch, inf_grad, nan_val, slow_val, "
-                                   "checkpoint_delay, sampler_case)",
-                                   kind));
+      throw UsageError(
+          fmt::format("U3D_TEST_FAULTS: unknown fault '{}' (nan_batch, inf_grad, nan_val, slow_val, "
+                      "checkpoint_delay, sampler_case)",
+                      kind));
     }
   }
   return f;

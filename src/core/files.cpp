@@ -1,4 +1,4 @@
-#include "u3d/files.h"
+#include "u3d/core/files.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -12,7 +12,7 @@
 #include <regex>
 #include <sstream>
 
-#include "u3d/errors.h"
+#include "u3d/core/errors.h"
 
 namespace u3d {
 namespace {
@@ -27,8 +27,7 @@ std::string space_note(const fs::path& path) {
 // Unique temporary name beside `path`: "<name>.tmp.<pid>.<n>".
 fs::path temporary_beside(const fs::path& path) {
   static std::atomic<uint64_t> counter{0};
-  return path.parent_path() /
-         fmt::format(".{}.tmp.{}.{}", path.filename().string(), ::getpid(), counter.fetch_add(1));
+  return path.parent_path() / fmt::format(".{}.tmp.{}.{}", path.filename().string(), ::getpid(), counter.fetch_add(1));
 }
 
 }  // namespace
@@ -102,7 +101,8 @@ void write_file_atomic(const fs::path& path, const std::function<void(const Byte
 
 void commit_staged_file(const fs::path& tmp, const fs::path& path) {
   const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw IoError(fmt::format("{}: cannot open the staged file to flush it: {}", tmp.string(), errno_text(errno)));
+  if (fd < 0)
+    throw IoError(fmt::format("{}: cannot open the staged file to flush it: {}", tmp.string(), errno_text(errno)));
   const int rc = ::fsync(fd);  // as write_file_atomic: a file that may not be on disk is not committed
   const int err = errno;
   ::close(fd);

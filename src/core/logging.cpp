@@ -1,4 +1,4 @@
-#include "u3d/logging.h"
+#include "u3d/core/logging.h"
 
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
@@ -8,8 +8,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "u3d/errors.h"
-#include "u3d/files.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/files.h"
 
 namespace u3d {
 namespace {
@@ -88,7 +88,8 @@ void MetricsCsv::resume(int64_t keep_through_epoch) {
   std::string expected;
   for (size_t i = 0; i < columns_.size(); ++i) expected += (i ? "," : "") + columns_[i];
   if (header != expected) {
-    throw IoError(fmt::format("{}: header '{}' differs from this run's columns '{}'", path_.string(), header, expected));
+    throw IoError(
+        fmt::format("{}: header '{}' differs from this run's columns '{}'", path_.string(), header, expected));
   }
   std::string kept = header + "\n";
   // Only complete lines (ending in '\n') with the right number of fields count.

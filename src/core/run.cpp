@@ -1,16 +1,16 @@
-#include "u3d/run.h"
+#include "u3d/core/run.h"
 
 #include <ATen/Parallel.h>
 #include <c10/cuda/CUDACachingAllocator.h>
-#include <sys/resource.h>
 #include <dlfcn.h>
+#include <sys/resource.h>
 
 #include <cstdlib>
 #include <thread>
 
-#include "u3d/errors.h"
-#include "u3d/files.h"
-#include "u3d/parallel.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/files.h"
+#include "u3d/core/parallel.h"
 
 namespace u3d {
 
@@ -31,17 +31,19 @@ void check_machine_limits(const Config& cfg) {
   const int64_t limit = max_threads();
   auto check_threads = [&](const std::string& key, int64_t value) {
     if (value > limit) {
-      throw ConfigError(fmt::format("{}: {}: {} threads is more than this machine allows: at most {} ({} per core, {} "
-                                    "cores); 0 picks a good number",
-                                    origin(key), key, value, limit, kMaxThreadsPerCore, core_count()));
+      throw ConfigError(
+          fmt::format("{}: {}: {} threads is more than this machine allows: at most {} ({} per core, {} "
+                      "cores); 0 picks a good number",
+                      origin(key), key, value, limit, kMaxThreadsPerCore, core_count()));
     }
   };
   check_threads("training.threads", cfg.training.threads);
   check_threads("data.workers", cfg.data.workers);
   if (cfg.data.prefetch > kMaxPrefetch) {
-    throw ConfigError(fmt::format("{}: data.prefetch: {} batches ahead is more than allowed: at most {}; 0 picks twice "
-                                  "data.workers",
-                                  origin("data.prefetch"), cfg.data.prefetch, kMaxPrefetch));
+    throw ConfigError(
+        fmt::format("{}: data.prefetch: {} batches ahead is more than allowed: at most {}; 0 picks twice "
+                    "data.workers",
+                    origin("data.prefetch"), cfg.data.prefetch, kMaxPrefetch));
   }
 }
 
@@ -75,7 +77,8 @@ void use_one_intra_op_thread() {
 void prepare_deterministic_cuda() {
   // cuBLAS picks its workspace when its first handle is made; without a fixed workspace every cuBLAS
   // call throws under deterministic algorithms. The user's own setting wins.
-  if (std::getenv("CUBLAS_WORKSPACE_CONFIG") == nullptr) ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  if (std::getenv("CUBLAS_WORKSPACE_CONFIG") == nullptr)
+    ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
 }
 
 Runtime init_runtime(const Config& cfg) {
@@ -83,12 +86,16 @@ Runtime init_runtime(const Config& cfg) {
   Runtime rt;
   const bool cuda = torch::cuda::is_available();
   switch (cfg.training.device) {
-    case Device::kCpu: rt.device = torch::kCPU; break;
+    case Device::kCpu:
+      rt.device = torch::kCPU;
+      break;
     case Device::kCuda:
       if (!cuda) throw ConfigError("training.device: cuda was asked for, but no CUDA device is available");
       rt.device = torch::Device(torch::kCUDA, 0);
       break;
-    case Device::kAuto: rt.device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU); break;
+    case Device::kAuto:
+      rt.device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+      break;
   }
   rt.threads = host_threads(cfg);
   at::set_num_threads(static_cast<int>(rt.threads));

@@ -1,4 +1,4 @@
-#include "u3d/run_lock.h"
+#include "u3d/core/run_lock.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -9,8 +9,8 @@
 #include <cstring>
 #include <string>
 
-#include "u3d/errors.h"
-#include "u3d/files.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/files.h"
 
 namespace u3d {
 namespace {
@@ -28,7 +28,8 @@ std::string holder_pid(int fd) {
 
 // Whether `fd` is still the file at `path` (a releasing holder may have unlinked it).
 bool still_linked(int fd, const std::filesystem::path& path) {
-  struct stat opened {}, linked {};
+  struct stat opened {
+  }, linked{};
   if (::fstat(fd, &opened) != 0 || ::stat(path.c_str(), &linked) != 0) return false;
   return opened.st_dev == linked.st_dev && opened.st_ino == linked.st_ino;
 }
@@ -66,9 +67,10 @@ RunLock::RunLock(const std::filesystem::path& run_root) : root_(run_root) {
     if (err != EWOULDBLOCK) {
       throw IoError(fmt::format("{}: cannot lock {}: {}", run_root.string(), path.string(), std::strerror(err)));
     }
-    throw ConfigError(fmt::format("{}: the run folder is in use by another trainer process ({}); wait for it to end, "
-                                  "or choose another experiment.name",
-                                  run_root.string(), pid.empty() ? std::string("PID not yet recorded") : "PID " + pid));
+    throw ConfigError(
+        fmt::format("{}: the run folder is in use by another trainer process ({}); wait for it to end, "
+                    "or choose another experiment.name",
+                    run_root.string(), pid.empty() ? std::string("PID not yet recorded") : "PID " + pid));
   }
   const std::string text = std::to_string(::getpid()) + "\n";
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {

@@ -1,4 +1,4 @@
-#include "u3d/sha256.h"
+#include "u3d/core/sha256.h"
 
 #include <fcntl.h>
 #include <openssl/evp.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "u3d/errors.h"
+#include "u3d/core/errors.h"
 
 namespace u3d {
 

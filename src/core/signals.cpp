@@ -1,6 +1,6 @@
-#include "u3d/signals.h"
+#include "u3d/core/signals.h"
 
-#include "u3d/errors.h"
+#include "u3d/core/errors.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -74,18 +74,21 @@ int StopSignals::pending() { return g_first.load(std::memory_order_relaxed); }
 
 void StopSignals::throw_if_stopped(const std::string& output) {
   if (const int sig = pending()) {
-    throw StoppedError(fmt::format("{}: stopped by {}; nothing written (the partial file was removed)", output,
-                                   name(sig)),
-                       sig);
+    throw StoppedError(
+        fmt::format("{}: stopped by {}; nothing written (the partial file was removed)", output, name(sig)), sig);
   }
 }
 
 const char* StopSignals::name(int signal) {
   switch (signal) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGHUP: return "SIGHUP";
-    default: return "signal";
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "signal";
   }
 }
 

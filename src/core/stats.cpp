@@ -1,4 +1,4 @@
-#include "u3d/stats.h"
+#include "u3d/core/stats.h"
 
 #include <algorithm>
 #include <cmath>

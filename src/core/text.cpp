@@ -1,4 +1,4 @@
-#include "u3d/text.h"
+#include "u3d/core/text.h"
 
 #include <cctype>
 #include <charconv>

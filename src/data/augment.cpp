@@ -1,4 +1,4 @@
-#include "u3d/augment.h"
+#include "u3d/data/augment.h"
 
 #include <c10/util/Half.h>
 
@@ -6,8 +6,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "u3d/errors.h"
 #include "dtype_dispatch.h"
+#include "u3d/core/errors.h"
 
 namespace u3d {
 namespace {
@@ -51,7 +51,8 @@ void permute_copy(const T* src, const Shape3& dims, int64_t channels, const Patc
       if (m == 0) continue;
       const int64_t s = m > 0 ? 1 : -1;
       step[static_cast<size_t>(j)] = s * stride[static_cast<size_t>(a)];
-      start += (s > 0 ? t.origin[static_cast<size_t>(a)] : t.origin[static_cast<size_t>(a)] + t.patch[static_cast<size_t>(j)] - 1) *
+      start += (s > 0 ? t.origin[static_cast<size_t>(a)]
+                      : t.origin[static_cast<size_t>(a)] + t.patch[static_cast<size_t>(j)] - 1) *
                stride[static_cast<size_t>(a)];
     }
   }
@@ -116,7 +117,7 @@ void resample_linear(const T* src, const Shape3& dims, int64_t channels, const P
   const int64_t hw = dims[1] * dims[2];
   const int64_t tap[8] = {0, 1, dims[2], dims[2] + 1, hw, hw + 1, hw + dims[2], hw + dims[2] + 1};
   constexpr int64_t kBlock = 2048;
-  std::vector<int64_t> base(kBlock);       // lower corner index; -1: some tap outside the volume
+  std::vector<int64_t> base(kBlock);  // lower corner index; -1: some tap outside the volume
   std::vector<float> weight(kBlock * 8);
   std::vector<int64_t> index(kBlock * 8);  // border voxels: every tap's index, -1 outside
   int64_t o = 0, filled = 0;
@@ -252,7 +253,8 @@ bool is_signed_permutation(const Matrix3& m) {
 
 void resample_patch(const torch::Tensor& src, const PatchTransform& t, Interp interp, const float* pad,
                     torch::Tensor& dst) {
-  TORCH_CHECK(src.dim() == 4 && src.is_contiguous() && src.device().is_cpu(), "resample_patch: src must be (C, D, H, W)");
+  TORCH_CHECK(src.dim() == 4 && src.is_contiguous() && src.device().is_cpu(),
+              "resample_patch: src must be (C, D, H, W)");
   TORCH_CHECK(dst.dim() == 4 && dst.is_contiguous() && dst.size(0) == src.size(0) && dst.size(1) == t.patch[0] &&
                   dst.size(2) == t.patch[1] && dst.size(3) == t.patch[2],
               "resample_patch: dst must be (C, d, h, w) contiguous");
@@ -262,9 +264,10 @@ void resample_patch(const torch::Tensor& src, const PatchTransform& t, Interp in
     TORCH_CHECK(dst.scalar_type() == src.scalar_type() || dst.scalar_type() == torch::kFloat,
                 "resample_patch: an exact copy keeps the dtype or writes float32");
     for (int a = 0; a < 3; ++a) {
-      TORCH_CHECK(t.origin[static_cast<size_t>(a)] >= 0 &&
-                      t.origin[static_cast<size_t>(a)] + t.patch[static_cast<size_t>(a)] <= dims[static_cast<size_t>(a)],
-                  "resample_patch: the patch box leaves the volume");
+      TORCH_CHECK(
+          t.origin[static_cast<size_t>(a)] >= 0 &&
+              t.origin[static_cast<size_t>(a)] + t.patch[static_cast<size_t>(a)] <= dims[static_cast<size_t>(a)],
+          "resample_patch: the patch box leaves the volume");
     }
     const bool same = dst.scalar_type() == src.scalar_type();
     dispatch_dtype(src.scalar_type(), [&](auto tag) {

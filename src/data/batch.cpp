@@ -1,4 +1,4 @@
-#include "u3d/batch.h"
+#include "u3d/data/batch.h"
 
 namespace u3d {
 

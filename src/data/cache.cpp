@@ -1,4 +1,4 @@
-#include "u3d/cache.h"
+#include "u3d/data/cache.h"
 
 #include <spdlog/spdlog.h>
 
@@ -12,10 +12,11 @@
 #include <mutex>
 #include <thread>
 
-#include "u3d/errors.h"
-#include "u3d/files.h"
-#include "u3d/run.h"
-#include "u3d/parallel.h"
+#include "compact_case.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/files.h"
+#include "u3d/core/parallel.h"
+#include "u3d/core/run.h"
 
 #include <cuda_runtime_api.h>
 
@@ -23,6 +24,7 @@ namespace u3d {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using namespace cache_detail;  // the compact case form (compact_case.h)
 
 // parallel_for (parallel.h) on worker threads only, each with one intra-op thread (the workers are
 // the parallelism; the caller keeps its own setting), stopping at the first failure.
@@ -37,97 +39,6 @@ void parallel_items(int64_t n, int64_t threads, Fn&& fn) {
       OnError::kStopEarly, /*caller_works=*/false);
 }
 
-// Smallest exact storage of a channel: 0 uint8, 1 int16, 2 floating point.
-enum Compact : int { kCompactUInt8 = 0, kCompactInt16 = 1, kCompactFloat = 2 };
-
-Compact compact_kind(const torch::Tensor& x) {  // float32, contiguous
-  const float* p = x.data_ptr<float>();
-  const int64_t n = x.numel();
-  float lo = 0, hi = 0;
-  bool integral = true;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = p[i];
-    integral = integral && v == std::nearbyint(v);
-    lo = i == 0 ? v : std::min(lo, v);
-    hi = i == 0 ? v : std::max(hi, v);
-  }
-  if (!integral) return kCompactFloat;
-  if (lo >= 0 && hi <= 255) return kCompactUInt8;
-  if (lo >= -32768 && hi <= 32767) return kCompactInt16;
-  return kCompactFloat;
-}
-
-torch::ScalarType compact_dtype(int kind, bool float16) {
-  switch (kind) {
-    case kCompactUInt8: return torch::kUInt8;
-    case kCompactInt16: return torch::kInt16;
-    default: return float16 ? torch::kHalf : torch::kFloat;
-  }
-}
-
-std::string dtype_name(torch::ScalarType t) {
-  switch (t) {
-    case torch::kUInt8: return "uint8";
-    case torch::kInt16: return "int16";
-    case torch::kHalf: return "float16";
-    case torch::kFloat: return "float32";
-    default: return c10::toString(t);
-  }
-}
-
-// One case as read, before it is copied into the arena.
-struct CompactCase {
-  std::string id;
-  Shape3 shape{};
-  std::vector<torch::Tensor> channels;  // per input channel: (D, H, W) in its own compact dtype
-  std::vector<int> kinds;               // Compact per channel
-  std::vector<float> sub, div;          // normalisation per channel
-  torch::Tensor target;                 // (D, H, W) float32 raw target, or uint8 labels; or undefined
-  torch::Tensor mask;                   // (D, H, W) uint8, or undefined
-  double target_sum = 0, target_count = 0;
-  double read_seconds = 0;  // HDF5 read and decompression
-};
-
-CaseSource source_or_reader(const DatasetReader& reader, const CaseSource& read) {
-  if (read) return read;
-  return [&reader](const std::string& id) { return reader.read_case(id); };
-}
-
-CompactCase compact_case(const CaseSource& read, const std::string& id, const Preprocessor& pre, bool float16) {
-  const auto t0 = Clock::now();
-  CaseData raw = read(id);
-  CompactCase c;
-  c.read_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  c.id = id;
-  torch::Tensor x = pre.select_channels(raw.image);  // (C, D, H, W) float32, clamped
-  raw.image = torch::Tensor();
-  const auto affines = pre.channel_affines(x);
-  c.shape = {x.size(1), x.size(2), x.size(3)};
-  for (int64_t ch = 0; ch < x.size(0); ++ch) {
-    const torch::Tensor v = x[ch].contiguous();
-    const int kind = compact_kind(v);
-    c.kinds.push_back(kind);
-    c.channels.push_back(v.to(compact_dtype(kind, float16)));
-    c.sub.push_back(affines[static_cast<size_t>(ch)].sub);
-    c.div.push_back(affines[static_cast<size_t>(ch)].div);
-  }
-  if (raw.target.defined()) {
-    c.target = raw.target;  // float32 target units, or uint8 labels
-    if (pre.task() == Task::kDose) {
-      if (raw.mask.defined()) {
-        const auto m = raw.mask.to(torch::kBool);
-        c.target_sum = raw.target.masked_select(m).sum(torch::kDouble).item<double>();
-        c.target_count = static_cast<double>(m.sum().item<int64_t>());
-      } else {
-        c.target_sum = raw.target.sum(torch::kDouble).item<double>();
-        c.target_count = static_cast<double>(raw.target.numel());
-      }
-    }
-  }
-  if (raw.mask.defined()) c.mask = raw.mask.to(torch::kUInt8);
-  return c;
-}
-
 int64_t voxels(const Shape3& s) { return s[0] * s[1] * s[2]; }
 
 torch::TensorOptions arena_options(torch::ScalarType dtype, CachePlacement placement, const torch::Device& device) {
@@ -139,9 +50,12 @@ torch::TensorOptions arena_options(torch::ScalarType dtype, CachePlacement place
 
 std::string placement_text(CachePlacement p) {
   switch (p) {
-    case CachePlacement::kGpu: return "GPU memory";
-    case CachePlacement::kPinned: return "page-locked RAM";
-    default: return "RAM";
+    case CachePlacement::kGpu:
+      return "GPU memory";
+    case CachePlacement::kPinned:
+      return "page-locked RAM";
+    default:
+      return "RAM";
   }
 }
 
@@ -150,8 +64,8 @@ std::string placement_text(CachePlacement p) {
 // ---------------------------------------------------------------------------------------------
 // TensorCache
 
-TensorCache TensorCache::load(const DatasetReader& reader, const std::vector<std::string>& ids,
-                              const Preprocessor& pre, int64_t threads, const CaseSource& read) {
+TensorCache TensorCache::load(const DatasetReader& reader, const std::vector<std::string>& ids, const Preprocessor& pre,
+                              int64_t threads, const CaseSource& read) {
   TensorCache cache;
   cache.cases_.resize(ids.size());
   const CaseSource source = source_or_reader(reader, read);
@@ -172,11 +86,13 @@ TensorCache TensorCache::load(const DatasetReader& reader, const std::vector<std
 }
 
 bool TensorCache::has_targets() const {
-  return !cases_.empty() && std::all_of(cases_.begin(), cases_.end(), [](const CachedCase& c) { return c.target.defined(); });
+  return !cases_.empty() &&
+         std::all_of(cases_.begin(), cases_.end(), [](const CachedCase& c) { return c.target.defined(); });
 }
 
 bool TensorCache::has_masks() const {
-  return !cases_.empty() && std::all_of(cases_.begin(), cases_.end(), [](const CachedCase& c) { return c.mask.defined(); });
+  return !cases_.empty() &&
+         std::all_of(cases_.begin(), cases_.end(), [](const CachedCase& c) { return c.mask.defined(); });
 }
 
 int64_t TensorCache::bytes() const {
@@ -218,10 +134,13 @@ Shape3 TensorCache::min_shape() const {
 
 std::string CacheField::name() const {
   switch (kind) {
-    case FieldKind::kTarget: return "target";
-    case FieldKind::kMask: return "mask";
-    default: return channels.size() == 1 ? fmt::format("image[channel {}]", channels[0])
-                                         : fmt::format("image[{} channels]", channels.size());
+    case FieldKind::kTarget:
+      return "target";
+    case FieldKind::kMask:
+      return "mask";
+    default:
+      return channels.size() == 1 ? fmt::format("image[channel {}]", channels[0])
+                                  : fmt::format("image[{} channels]", channels.size());
   }
 }
 
@@ -245,8 +164,8 @@ class StackedCacheBuilder {
     bool all_targets = true, all_masks = true;
     for (const auto& c : cases) {
       if (static_cast<int64_t>(c.channels.size()) != channels) {
-        throw DataError(fmt::format("case '{}' has {} input channels; the others have {}", c.id, c.channels.size(),
-                                    channels));
+        throw DataError(
+            fmt::format("case '{}' has {} input channels; the others have {}", c.id, c.channels.size(), channels));
       }
       s.ids_.push_back(c.id);
       s.shapes_.push_back(c.shape);
@@ -296,12 +215,12 @@ class StackedCacheBuilder {
         f->arena = torch::empty({total * f->channel_count()}, arena_options(f->dtype, placement, s.device_));
       }
     } catch (const std::exception& e) {
-      throw DataError(fmt::format("data.cache: the training split needs {} of {} but it cannot be allocated ({} "
-                                  "available): {}; use data.cache: memory, data.cache_float16: true or a smaller "
-                                  "split",
-                                  human_bytes(static_cast<double>(needed)), placement_text(placement),
-                                  available >= 0 ? human_bytes(static_cast<double>(available)) : "unknown",
-                                  error_line(e)));
+      throw DataError(
+          fmt::format("data.cache: the training split needs {} of {} but it cannot be allocated ({} "
+                      "available): {}; use data.cache: memory, data.cache_float16: true or a smaller "
+                      "split",
+                      human_bytes(static_cast<double>(needed)), placement_text(placement),
+                      available >= 0 ? human_bytes(static_cast<double>(available)) : "unknown", error_line(e)));
     }
 
     // Normalisation tables and the copy into the arena.
@@ -344,8 +263,9 @@ CachePlacement resolve_placement(CachePlacement requested, double gpu_share, con
                                  int64_t needed_bytes) {
   if (!device.is_cuda()) {
     if (requested == CachePlacement::kGpu) {
-      throw ConfigError("data.cache: gpu needs training on a CUDA device, but this run trains on the CPU; use auto, "
-                        "pinned or memory");
+      throw ConfigError(
+          "data.cache: gpu needs training on a CUDA device, but this run trains on the CPU; use auto, "
+          "pinned or memory");
     }
     return requested == CachePlacement::kAuto ? CachePlacement::kMemory : requested;
   }
@@ -376,8 +296,8 @@ int64_t estimate_from(const CompactCase& first, const DatasetReader& reader, con
 
 }  // namespace
 
-int64_t estimate_cache_bytes(const DatasetReader& reader, const std::vector<std::string>& ids,
-                             const Preprocessor& pre, bool float16) {
+int64_t estimate_cache_bytes(const DatasetReader& reader, const std::vector<std::string>& ids, const Preprocessor& pre,
+                             bool float16) {
   if (ids.empty()) return 0;
   return estimate_from(compact_case(source_or_reader(reader, {}), ids.front(), pre, float16), reader, ids, float16);
 }
@@ -394,15 +314,17 @@ StackedCache StackedCache::load(const DatasetReader& reader, const std::vector<s
   const int64_t estimate = estimate_from(cases[0], reader, ids, options.float16);
   CachePlacement placement = resolve_placement(options.placement, options.gpu_share, options.device, estimate);
   if (placement == CachePlacement::kPinned && !torch::cuda::is_available()) {
-    spdlog::warn("data.cache: pinned needs CUDA (the CUDA driver allocates page-locked memory) and no CUDA device "
-                 "is available; the cache is kept in ordinary memory");
+    spdlog::warn(
+        "data.cache: pinned needs CUDA (the CUDA driver allocates page-locked memory) and no CUDA device "
+        "is available; the cache is kept in ordinary memory");
     placement = CachePlacement::kMemory;
   }
   if (placement == CachePlacement::kGpu && (!torch::cuda::is_available() || !options.device.is_cuda())) {
     throw ConfigError("data.cache: gpu needs a CUDA device and none is available; use auto, pinned or memory");
   }
   int64_t available = available_bytes(placement, options.device);
-  if (options.limit_bytes >= 0) available = available < 0 ? options.limit_bytes : std::min(available, options.limit_bytes);
+  if (options.limit_bytes >= 0)
+    available = available < 0 ? options.limit_bytes : std::min(available, options.limit_bytes);
   const int64_t host_need = placement == CachePlacement::kPinned ? 2 * estimate : estimate;
   const int64_t need = placement == CachePlacement::kGpu ? estimate : host_need;
   if (available >= 0 && need > available) {
@@ -426,11 +348,11 @@ StackedCache StackedCache::load(const DatasetReader& reader, const std::vector<s
   StackedCache s = StackedCacheBuilder::build(cases, pre.task() == Task::kSegmentation, target_scale, placement,
                                               options.device, options.float16, options.threads, available);
   s.load_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
-  spdlog::info("data.cache: {} cases with {} thread{}: size estimate {:.1f} s, reading and converting {:.1f} s "
-               "(HDF5 reads {:.1f} s summed over threads), arena {:.1f} s",
-               ids.size(), options.threads, options.threads == 1 ? "" : "s",
-               std::chrono::duration<double>(t_read - t0).count(), decoding, reading,
-               std::chrono::duration<double>(Clock::now() - t_build).count());
+  spdlog::info(
+      "data.cache: {} cases with {} thread{}: size estimate {:.1f} s, reading and converting {:.1f} s "
+      "(HDF5 reads {:.1f} s summed over threads), arena {:.1f} s",
+      ids.size(), options.threads, options.threads == 1 ? "" : "s", std::chrono::duration<double>(t_read - t0).count(),
+      decoding, reading, std::chrono::duration<double>(Clock::now() - t_build).count());
   return s;
 }
 
@@ -454,8 +376,8 @@ StackedCache StackedCache::from_cases(const std::vector<CachedCase>& in, const C
     }
     if (c.target.defined()) {
       segmentation = c.target.scalar_type() == torch::kUInt8;
-      l.target = segmentation ? c.target.cpu() : c.target.cpu().to(torch::kFloat).reshape(
-                                                     {l.shape[0], l.shape[1], l.shape[2]});
+      l.target = segmentation ? c.target.cpu()
+                              : c.target.cpu().to(torch::kFloat).reshape({l.shape[0], l.shape[1], l.shape[2]});
     }
     if (c.mask.defined()) l.mask = c.mask.cpu().to(torch::kUInt8).reshape({l.shape[0], l.shape[1], l.shape[2]});
     if (c.raw_target.defined()) {

@@ -1,10 +1,10 @@
 // DeviceSampler: PatchSampler's plans as tensor ops on the cache's device.
-#include "u3d/device_sampler.h"
+#include "u3d/data/device_sampler.h"
 
 #include <cmath>
 
-#include "u3d/errors.h"
-#include "u3d/rng.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/rng.h"
 
 namespace u3d {
 namespace {
@@ -70,9 +70,8 @@ DeviceSampler::DeviceSampler(const PatchSampler& host) : host_(host), device_(ho
   fg_voxels_ = voxels.empty() ? torch::zeros({0, 3}, torch::kLong).to(device_) : torch::cat(voxels).to(device_);
   std::vector<torch::Tensor> rot;
   for (int64_t k = 0; k < 4; ++k) {
-    const Matrix3 m = o.augment.rot90_prob > 0
-                          ? rot90_matrix(k, o.augment.rot90_plane[0], o.augment.rot90_plane[1])
-                          : kIdentity3;
+    const Matrix3 m =
+        o.augment.rot90_prob > 0 ? rot90_matrix(k, o.augment.rot90_plane[0], o.augment.rot90_plane[1]) : kIdentity3;
     rot.push_back(torch::tensor(std::vector<double>(m.begin(), m.end()), torch::kDouble).view({3, 3}));
   }
   rot_matrices_ = torch::stack(rot).to(device_);
@@ -88,7 +87,8 @@ DeviceSampler::DeviceSampler(const PatchSampler& host) : host_(host), device_(ho
     axes.push_back(torch::arange(p, torch::kDouble) - (static_cast<double>(p) - 1.0) / 2.0);
   }
   const auto grid = torch::meshgrid(axes, "ij");
-  offsets_ = torch::stack({grid[0].reshape(-1), grid[1].reshape(-1), grid[2].reshape(-1)}, 1).to(device_);  // (S, 3) float64
+  offsets_ =
+      torch::stack({grid[0].reshape(-1), grid[1].reshape(-1), grid[2].reshape(-1)}, 1).to(device_);  // (S, 3) float64
   patch_ = torch::tensor({patch[0], patch[1], patch[2]}, torch::kLong).view({1, 3}).to(device_);
   half_ = torch::tensor({patch[0] / 2, patch[1] / 2, patch[2] / 2}, torch::kLong).to(device_);
   std::vector<int64_t> corners;
@@ -162,13 +162,14 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
   const torch::Tensor index = step.to(lopt) * n + torch::arange(n, lopt);  // (N,)
   const Streams r{mix(mix(index + bits(0x8CB92BA72F3D8DD7ull)) ^ epoch_key_)};
   const torch::Tensor cases = epoch_cases_.index_select(0, index);  // (N,)
-  const torch::Tensor geom = geometry_.index_select(0, cases);       // (N, 4): offset, D, H, W
-  const torch::Tensor dims = geom.slice(1, 1, 4);                    // (N, 3)
+  const torch::Tensor geom = geometry_.index_select(0, cases);      // (N, 4): offset, D, H, W
+  const torch::Tensor dims = geom.slice(1, 1, 4);                   // (N, 3)
 
   // Crop origins: uniform, or centred on a foreground voxel.
   std::vector<torch::Tensor> uniform_origin;
   for (int64_t a = 0; a < 3; ++a) {
-    uniform_origin.push_back(r.uniform_int(kSlotOrigin + static_cast<uint64_t>(a), dims.select(1, a) - patch[static_cast<size_t>(a)] + 1));
+    uniform_origin.push_back(
+        r.uniform_int(kSlotOrigin + static_cast<uint64_t>(a), dims.select(1, a) - patch[static_cast<size_t>(a)] + 1));
   }
   torch::Tensor origin = torch::stack(uniform_origin, 1);  // (N, 3)
   if (o.foreground_fraction > 0 && fg_voxels_.size(0) > 0) {
@@ -192,9 +193,9 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
     m = torch::diag_embed(sign);
   }
   if (aug.rot90_prob > 0) {
-    const torch::Tensor k = torch::where(r.bernoulli(kSlotRot90, aug.rot90_prob),
-                                         r.uniform_int(kSlotRot90 + 1, torch::full({n}, 3, lopt)) + 1,
-                                         torch::zeros({n}, lopt));
+    const torch::Tensor k =
+        torch::where(r.bernoulli(kSlotRot90, aug.rot90_prob),
+                     r.uniform_int(kSlotRot90 + 1, torch::full({n}, 3, lopt)) + 1, torch::zeros({n}, lopt));
     m = torch::bmm(rot_matrices_.index_select(0, k), m);
   }
   if (aug.affine_prob > 0) {
@@ -229,18 +230,20 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
   }
 
   const torch::Tensor extent = dims.view({n, 1, 3});
-  const torch::Tensor d_hw = geom.select(1, 2) * geom.select(1, 3);  // (N,)
-  const torch::Tensor volume = geom.select(1, 1) * d_hw;            // (N,)
+  const torch::Tensor d_hw = geom.select(1, 2) * geom.select(1, 3);          // (N,)
+  const torch::Tensor volume = geom.select(1, 1) * d_hw;                     // (N,)
   auto linear_index = [&](const torch::Tensor& at, torch::Tensor& inside) {  // at: (N, S, 3) int64
-    inside = at.ge(0).all(-1).logical_and(at.lt(extent).all(-1));  // (N, S)
-    const torch::Tensor lin = (at.select(2, 0) * geom.select(1, 2).view({n, 1}) + at.select(2, 1)) *
-                                  geom.select(1, 3).view({n, 1}) + at.select(2, 2);
+    inside = at.ge(0).all(-1).logical_and(at.lt(extent).all(-1));            // (N, S)
+    const torch::Tensor lin =
+        (at.select(2, 0) * geom.select(1, 2).view({n, 1}) + at.select(2, 1)) * geom.select(1, 3).view({n, 1}) +
+        at.select(2, 2);
     return lin.masked_fill(inside.logical_not(), 0);
   };
   // One field, (N, Cf, d, h, w): nearest (exact at integer coordinates) or trilinear (float32).
   auto gather = [&](const CacheField& f, const torch::Tensor& channel, bool linear, const torch::Tensor& pad) {
     const int64_t cf = f.channel_count();
-    const torch::Tensor base = (geom.select(1, 0) * cf).view({n, 1, 1}) + channel * volume.view({n, 1, 1});  // (N, Cf, 1)
+    const torch::Tensor base =
+        (geom.select(1, 0) * cf).view({n, 1, 1}) + channel * volume.view({n, 1, 1});  // (N, Cf, 1)
     auto read = [&](const torch::Tensor& at, torch::Tensor& inside) {
       const torch::Tensor lin = linear_index(at, inside);
       torch::Tensor v = f.arena.take(base + lin.view({n, 1, voxels}));  // (N, Cf, S)
@@ -294,11 +297,12 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
                     : torch::full({n}, identity, dopt);
   };
   const torch::Tensor scale = draw(aug.intensity_prob, kSlotIntensity, aug.intensity_scale, 1.0);
-  const torch::Tensor shift = aug.intensity_prob > 0
-                                  ? torch::where(r.bernoulli(kSlotIntensity, aug.intensity_prob),
-                                                 r.uniform(kSlotIntensity + 2, aug.intensity_shift[0], aug.intensity_shift[1]),
-                                                 torch::zeros({n}, dopt))
-                                  : torch::zeros({n}, dopt);
+  const torch::Tensor shift =
+      aug.intensity_prob > 0
+          ? torch::where(r.bernoulli(kSlotIntensity, aug.intensity_prob),
+                         r.uniform(kSlotIntensity + 2, aug.intensity_shift[0], aug.intensity_shift[1]),
+                         torch::zeros({n}, dopt))
+          : torch::zeros({n}, dopt);
   const torch::Tensor gamma = draw(aug.gamma_prob, kSlotGamma, aug.gamma_range, 1.0);
   const torch::Tensor noise = draw(aug.noise_prob, kSlotNoise, aug.noise_std, 0.0);
   raw.plan = torch::stack({cases.to(torch::kDouble), scale, shift, gamma, noise}, 1);  // (N, kPlanColumns)

@@ -1,10 +1,10 @@
-#include "u3d/finalize.h"
+#include "u3d/data/finalize.h"
 
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 
 #include "dtype_dispatch.h"
-#include "u3d/preprocess.h"
-#include "u3d/rng.h"
+#include "u3d/core/rng.h"
+#include "u3d/data/preprocess.h"
 
 namespace u3d {
 namespace {
@@ -12,15 +12,17 @@ namespace {
 // CPU: out[b, channels[k]] = (float(field[b, k]) - sub[case_b, c]) / div[case_b, c] in one pass over
 // the data, the same float32 operations (and so the same bits) as the tensor expression.
 template <typename T>
-void normalize_field(const torch::Tensor& field, const std::vector<int64_t>& channels, const std::vector<int64_t>& cases,
-                     const float* sub, const float* div, int64_t in_channels, torch::Tensor& out) {
+void normalize_field(const torch::Tensor& field, const std::vector<int64_t>& channels,
+                     const std::vector<int64_t>& cases, const float* sub, const float* div, int64_t in_channels,
+                     torch::Tensor& out) {
   const int64_t n = field.size(0), cf = field.size(1), voxels = field[0][0].numel();
   const T* src = field.data_ptr<T>();
   float* dst = out.data_ptr<float>();
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t k = 0; k < cf; ++k) {
       const int64_t c = channels[static_cast<size_t>(k)];
-      const float s = sub[cases[static_cast<size_t>(b)] * in_channels + c], d = div[cases[static_cast<size_t>(b)] * in_channels + c];
+      const float s = sub[cases[static_cast<size_t>(b)] * in_channels + c],
+                  d = div[cases[static_cast<size_t>(b)] * in_channels + c];
       const T* in = src + (b * cf + k) * voxels;
       float* o = dst + (b * in_channels + c) * voxels;
       for (int64_t v = 0; v < voxels; ++v) o[v] = normalize_value(static_cast<float>(in[v]), s, d);
@@ -50,7 +52,8 @@ const BatchFinalizer::DeviceTables& BatchFinalizer::tables(const torch::Device& 
   DeviceTables t;
   t.sub = cache_.norm_sub().to(device);
   t.div = cache_.norm_div().to(device);
-  for (const auto& f : cache_.image_fields()) t.field_channels.push_back(torch::tensor(f.channels, torch::kLong).to(device));
+  for (const auto& f : cache_.image_fields())
+    t.field_channels.push_back(torch::tensor(f.channels, torch::kLong).to(device));
   torch::Tensor chosen = torch::zeros({cache_.in_channels()}, torch::kBool);
   if (intensity_channels_.empty()) {
     chosen.fill_(true);
@@ -87,8 +90,8 @@ Batch BatchFinalizer::operator()(const RawBatch& raw) const {
       const torch::Tensor field = raw.images[f].contiguous();
       dispatch_dtype(field.scalar_type(), [&](auto tag) {
         using T = decltype(tag);
-        normalize_field<T>(field, fields[f].channels, cases, tb.sub.data_ptr<float>(), tb.div.data_ptr<float>(), channels,
-                           b.image);
+        normalize_field<T>(field, fields[f].channels, cases, tb.sub.data_ptr<float>(), tb.div.data_ptr<float>(),
+                           channels, b.image);
       });
     }
   } else if (raw.images.size() == 1) {
@@ -126,9 +129,9 @@ Batch BatchFinalizer::operator()(const RawBatch& raw) const {
   }
   if (augment_.noise_prob > 0) {
     const torch::Tensor std = torch::where(chosen, per_sample(kPlanNoise), torch::zeros({1}, fopt));
-    at::Generator gen = noise_generator(device, mix64(mix64(seed_ ^ 0x4E4F495345ull) ^
-                                                      mix64(static_cast<uint64_t>(raw.epoch) * 0x9E3779B97F4A7C15ull +
-                                                            static_cast<uint64_t>(raw.step))));
+    at::Generator gen = noise_generator(
+        device, mix64(mix64(seed_ ^ 0x4E4F495345ull) ^ mix64(static_cast<uint64_t>(raw.epoch) * 0x9E3779B97F4A7C15ull +
+                                                             static_cast<uint64_t>(raw.step))));
     b.image.add_(torch::randn(b.image.sizes(), gen, fopt).mul_(spread(std)));
   }
 

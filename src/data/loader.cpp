@@ -1,4 +1,4 @@
-#include "u3d/loader.h"
+#include "u3d/data/loader.h"
 
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -13,8 +13,8 @@
 #include <optional>
 #include <thread>
 
-#include "u3d/errors.h"
-#include "u3d/run.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/run.h"
 
 namespace u3d {
 namespace {
@@ -118,8 +118,8 @@ struct BatchLoader::Impl {
     start_epoch = epoch;
     start_step = step;
     claimed = taken = expected = 0;
-    limit = options.epochs < 0 ? -1
-                               : std::max<int64_t>(0, (options.epochs - epoch + 1) * options.steps_per_epoch - step);
+    limit =
+        options.epochs < 0 ? -1 : std::max<int64_t>(0, (options.epochs - epoch + 1) * options.steps_per_epoch - step);
     ready.clear();
     issued.clear();
     free_slots.clear();
@@ -153,7 +153,8 @@ struct BatchLoader::Impl {
       {
         std::unique_lock<std::mutex> lock(mutex);
         work_cv.wait(lock, [&] {
-          return stopping || ((limit < 0 || claimed < limit) && claimed < taken + options.prefetch && !free_slots.empty());
+          return stopping ||
+                 ((limit < 0 || claimed < limit) && claimed < taken + options.prefetch && !free_slots.empty());
         });
         if (stopping) return;
         k = claimed++;
@@ -175,8 +176,7 @@ struct BatchLoader::Impl {
         std::lock_guard<std::mutex> lock(mutex);
         if (!error) {
           error = std::make_exception_ptr(
-              DataError(fmt::format("data loader: batch {} of epoch {}: {}", step, epoch,
-                                    error_line(e))));
+              DataError(fmt::format("data loader: batch {} of epoch {}: {}", step, epoch, error_line(e))));
         }
         stopping = true;
         ready_cv.notify_all();
@@ -286,7 +286,8 @@ struct BatchLoader::Impl {
   }
 
   const RawBatch& next_raw(int64_t epoch, int64_t step) {
-    if (options.finalize || device) throw std::logic_error("BatchLoader::next_raw needs finalize = false and a host cache");
+    if (options.finalize || device)
+      throw std::logic_error("BatchLoader::next_raw needs finalize = false and a host cache");
     seek(epoch, step);
     release(held_slot);
     held_slot = -1;
@@ -312,7 +313,8 @@ int64_t BatchLoader::batches() const { return impl_->handed; }
 std::string BatchLoader::describe() const {
   const auto& o = impl_->options;
   if (impl_->device) return fmt::format("sampling on {} from the GPU cache (no sampler threads)", o.device.str());
-  std::string s = fmt::format("{} sampler thread{}, {} batches ahead", o.workers, o.workers == 1 ? "" : "s", o.prefetch);
+  std::string s =
+      fmt::format("{} sampler thread{}, {} batches ahead", o.workers, o.workers == 1 ? "" : "s", o.prefetch);
   if (impl_->cuda) s += fmt::format(", page-locked staging ring, copies to {} on a side stream", o.device.str());
   return s;
 }

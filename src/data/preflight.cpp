@@ -1,4 +1,4 @@
-#include "u3d/preflight.h"
+#include "u3d/data/preflight.h"
 
 #include <spdlog/spdlog.h>
 
@@ -9,9 +9,9 @@
 #include <mutex>
 #include <thread>
 
-#include "h5.h"
-#include "u3d/errors.h"
-#include "u3d/parallel.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/parallel.h"
+#include "u3d/io/h5.h"
 
 namespace u3d {
 namespace {
@@ -45,8 +45,9 @@ void check_finite(const torch::Tensor& t, const std::string& id, const std::stri
   const torch::Tensor bad = torch::logical_not(torch::isfinite(t));
   const int64_t n = bad.sum().item<int64_t>();
   if (n > 0) {
-    out.push_back(error(id, field, fmt::format("holds {} NaN or Inf voxel{} (first at index {})", n, n == 1 ? "" : "s",
-                                               first_index(bad))));
+    out.push_back(
+        error(id, field,
+              fmt::format("holds {} NaN or Inf voxel{} (first at index {})", n, n == 1 ? "" : "s", first_index(bad))));
   }
 }
 
@@ -93,7 +94,8 @@ CaseCheck inspect_case(hid_t file, const DatasetInfo& info, const std::string& i
       if (h5::has_attribute(d.get(), "spacing")) {
         field_spacing[field] = h5::read_double_list_attribute(d.get(), "spacing", ctx);
       }
-      if (field == "target" && info.task == Task::kSegmentation && c10::isFloatingType(h5::stored_dtype(d.get(), ctx))) {
+      if (field == "target" && info.task == Task::kSegmentation &&
+          c10::isFloatingType(h5::stored_dtype(d.get(), ctx))) {
         torch::Tensor t = h5::read_tensor(file, path, torch::kDouble, ctx);
         if (!torch::isfinite(t).all().item<bool>() || !torch::equal(t, t.round())) {
           out.push_back(error(id, field, "holds label values that are not integers"));
@@ -116,8 +118,9 @@ CaseCheck inspect_case(hid_t file, const DatasetInfo& info, const std::string& i
     if (h5::has_attribute(group.get(), "spacing")) {
       const auto s = h5::read_double_list_attribute(group.get(), "spacing", ctx);
       if (s.size() != 3 || !std::all_of(s.begin(), s.end(), [](double v) { return std::isfinite(v) && v > 0; })) {
-        out.push_back(error(id, "spacing", fmt::format("should be three positive numbers (mm along D, H, W), is [{}]",
-                                                       fmt::join(s, ", "))));
+        out.push_back(
+            error(id, "spacing",
+                  fmt::format("should be three positive numbers (mm along D, H, W), is [{}]", fmt::join(s, ", "))));
       } else {
         c.spacing = {s[0], s[1], s[2]};
         has_spacing = true;
@@ -132,8 +135,9 @@ CaseCheck inspect_case(hid_t file, const DatasetInfo& info, const std::string& i
     const bool same = s.size() == 3 && std::equal(s.begin(), s.end(), c.spacing.begin(),
                                                   [](double a, double b) { return std::abs(a - b) <= 1e-3 * b; });
     if (!same) {
-      out.push_back(error(id, field, fmt::format("spacing mismatch: the field says [{}] mm, the case [{}] mm",
-                                                 fmt::join(s, ", "), fmt::join(c.spacing, ", "))));
+      out.push_back(error(id, field,
+                          fmt::format("spacing mismatch: the field says [{}] mm, the case [{}] mm", fmt::join(s, ", "),
+                                      fmt::join(c.spacing, ", "))));
     }
   }
   auto content = check_case_content(c, info);
@@ -165,9 +169,10 @@ void add_spacing_warnings(const std::vector<std::string>& ids, std::vector<CaseC
     for (size_t a = 0; a < 3; ++a) {
       const double ratio = c.spacing[a] / median[a];
       if (ratio > 2.0 || ratio < 0.5) {
-        c.problems.push_back(warning(ids[i], "spacing", fmt::format("[{}] mm is more than 2x off the dataset's "
-                                                                    "median [{}] mm; resample the case?",
-                                                                    fmt::join(c.spacing, ", "), fmt::join(median, ", "))));
+        c.problems.push_back(warning(ids[i], "spacing",
+                                     fmt::format("[{}] mm is more than 2x off the dataset's "
+                                                 "median [{}] mm; resample the case?",
+                                                 fmt::join(c.spacing, ", "), fmt::join(median, ", "))));
         break;
       }
     }
@@ -222,31 +227,36 @@ std::vector<DataProblem> check_case_content(const CaseData& c, const DatasetInfo
     } else {
       spatial = c.image.sizes().slice(1).vec();
       if (c.image.numel() == 0) {
-        out.push_back(error(id, "image", fmt::format("is empty: shape {} holds no voxels (every axis needs at least "
-                                                     "one)",
-                                                     shape_text(c.image.sizes()))));
+        out.push_back(error(id, "image",
+                            fmt::format("is empty: shape {} holds no voxels (every axis needs at least "
+                                        "one)",
+                                        shape_text(c.image.sizes()))));
       }
       if (c.image.size(0) != static_cast<int64_t>(info.channel_names.size())) {
-        out.push_back(error(id, "image", fmt::format("has {} channels; channel_names lists {}", c.image.size(0),
-                                                     info.channel_names.size())));
+        out.push_back(
+            error(id, "image",
+                  fmt::format("has {} channels; channel_names lists {}", c.image.size(0), info.channel_names.size())));
       }
       check_finite(c.image, id, "image", out);
     }
   }
   if (c.target.defined()) {
     if (!spatial.empty() && c.target.sizes().vec() != spatial) {
-      out.push_back(error(id, "target", fmt::format("shape mismatch: target is {} but the image is {} spatially",
-                                                    shape_text(c.target.sizes()), shape_text(spatial))));
+      out.push_back(error(id, "target",
+                          fmt::format("shape mismatch: target is {} but the image is {} spatially",
+                                      shape_text(c.target.sizes()), shape_text(spatial))));
     }
     if (info.task == Task::kSegmentation) {
       const torch::Tensor labels = c.target.to(torch::kLong);
       const torch::Tensor outside = (labels < 0) | (labels >= info.num_classes);
       if (outside.any().item<bool>()) {
         const auto values = std::get<0>(torch::_unique(labels.masked_select(outside)));
-        std::vector<int64_t> v(values.data_ptr<int64_t>(), values.data_ptr<int64_t>() + std::min<int64_t>(8, values.numel()));
-        out.push_back(error(id, "target", fmt::format("label values {{{}}} are outside the declared classes 0..{} "
-                                                      "(num_classes = {})",
-                                                      fmt::join(v, ", "), info.num_classes - 1, info.num_classes)));
+        std::vector<int64_t> v(values.data_ptr<int64_t>(),
+                               values.data_ptr<int64_t>() + std::min<int64_t>(8, values.numel()));
+        out.push_back(error(id, "target",
+                            fmt::format("label values {{{}}} are outside the declared classes 0..{} "
+                                        "(num_classes = {})",
+                                        fmt::join(v, ", "), info.num_classes - 1, info.num_classes)));
       } else if (labels.numel() > 0 && labels.max().item<int64_t>() == 0) {
         out.push_back(warning(id, "target", "is empty (background only); patches of this case teach only background"));
       }
@@ -266,8 +276,9 @@ std::vector<DataProblem> check_case_content(const CaseData& c, const DatasetInfo
   }
   if (c.mask.defined()) {
     if (!spatial.empty() && c.mask.sizes().vec() != spatial) {
-      out.push_back(error(id, "mask", fmt::format("shape mismatch: mask is {} but the image is {} spatially",
-                                                  shape_text(c.mask.sizes()), shape_text(spatial))));
+      out.push_back(error(id, "mask",
+                          fmt::format("shape mismatch: mask is {} but the image is {} spatially",
+                                      shape_text(c.mask.sizes()), shape_text(spatial))));
     }
     const torch::Tensor m = c.mask.to(torch::kFloat);
     if (!((m == 0) | (m == 1)).all().item<bool>()) {
@@ -278,7 +289,8 @@ std::vector<DataProblem> check_case_content(const CaseData& c, const DatasetInfo
     }
   }
   if (!std::all_of(c.spacing.begin(), c.spacing.end(), [](double v) { return std::isfinite(v) && v > 0; })) {
-    out.push_back(error(id, "spacing", fmt::format("should be three positive numbers, is [{}]", fmt::join(c.spacing, ", "))));
+    out.push_back(
+        error(id, "spacing", fmt::format("should be three positive numbers, is [{}]", fmt::join(c.spacing, ", "))));
   }
   return out;
 }
@@ -319,7 +331,8 @@ struct CheckedReader::Impl {
 };
 
 CheckedReader::CheckedReader(const DatasetReader& reader)
-    : impl_(new Impl{reader, h5::Handle(H5Fopen(reader.path().c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose), {}, {}}) {
+    : impl_(
+          new Impl{reader, h5::Handle(H5Fopen(reader.path().c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose), {}, {}}) {
   if (!impl_->file.valid()) throw IoError(fmt::format("{}: cannot open HDF5 file", reader.path().string()));
 }
 
@@ -328,7 +341,8 @@ CheckedReader::~CheckedReader() = default;
 CaseData CheckedReader::read(const std::string& id) {
   CaseData c;
   CaseCheck check = checked_inspect(impl_->file.get(), impl_->reader.info(), id, &c);
-  const bool bad = std::any_of(check.problems.begin(), check.problems.end(), [](const auto& p) { return p.is_error(); });
+  const bool bad =
+      std::any_of(check.problems.begin(), check.problems.end(), [](const auto& p) { return p.is_error(); });
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     impl_->seen[id] = std::move(check);
@@ -350,7 +364,8 @@ void CheckedReader::check_rest(const std::vector<std::string>& ids, int64_t thre
   }
   std::vector<CaseCheck> checks(rest.size());
   parallel_for(static_cast<int64_t>(rest.size()), threads, [&](int64_t k) {
-    checks[static_cast<size_t>(k)] = checked_inspect(impl_->file.get(), impl_->reader.info(), rest[static_cast<size_t>(k)]);
+    checks[static_cast<size_t>(k)] =
+        checked_inspect(impl_->file.get(), impl_->reader.info(), rest[static_cast<size_t>(k)]);
   });
   std::lock_guard<std::mutex> lock(impl_->mutex);
   for (size_t i = 0; i < rest.size(); ++i) impl_->seen[rest[i]] = std::move(checks[i]);

@@ -1,10 +1,10 @@
-#include "u3d/preprocess.h"
+#include "u3d/data/preprocess.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
-#include "u3d/errors.h"
+#include "u3d/core/errors.h"
 
 namespace u3d {
 
@@ -89,8 +89,7 @@ std::string channel_norm_problem(const std::string& spec, ChannelNorm* out) {
       problem = fmt::format("'{}' is not ct:LO:HI:MEAN:STD with LO < HI and STD > 0", spec);
     }
   } else {
-    problem =
-        fmt::format("'{}' is not one of none|zscore|minmax|clip:LO:HI|scale:S|ct:LO:HI:MEAN:STD|dataset", spec);
+    problem = fmt::format("'{}' is not one of none|zscore|minmax|clip:LO:HI|scale:S|ct:LO:HI:MEAN:STD|dataset", spec);
   }
   if (problem.empty() && out) *out = n;
   return problem;
@@ -122,9 +121,10 @@ Preprocessor::Preprocessor(const DataConfig& data, const DatasetInfo& info)
     }
   }
   if (data.normalize.size() != 1 && data.normalize.size() != indices_.size()) {
-    throw ConfigError(fmt::format("data.normalize: {} entries for {} input channels; give one entry (all "
-                                  "channels) or one per channel",
-                                  data.normalize.size(), indices_.size()));
+    throw ConfigError(
+        fmt::format("data.normalize: {} entries for {} input channels; give one entry (all "
+                    "channels) or one per channel",
+                    data.normalize.size(), indices_.size()));
   }
   const std::vector<std::string> specs = resolve_normalization(data, info);
   for (size_t i = 0; i < indices_.size(); ++i) {
@@ -151,7 +151,8 @@ std::vector<Preprocessor::ChannelAffine> Preprocessor::channel_affines(const tor
     const ChannelNorm& n = norms_[c];
     ChannelAffine& a = out[c];
     switch (n.kind) {
-      case ChannelNorm::Kind::kNone: break;
+      case ChannelNorm::Kind::kNone:
+        break;
       case ChannelNorm::Kind::kZScore: {
         const torch::Tensor ch = selected[static_cast<int64_t>(c)];
         a.sub = ch.mean().item<float>();
@@ -165,7 +166,9 @@ std::vector<Preprocessor::ChannelAffine> Preprocessor::channel_affines(const tor
         a.sub = static_cast<float>(n.a);
         a.div = static_cast<float>(n.b - n.a);
         break;
-      case ChannelNorm::Kind::kScale: a.div = static_cast<float>(n.a); break;
+      case ChannelNorm::Kind::kScale:
+        a.div = static_cast<float>(n.a);
+        break;
       case ChannelNorm::Kind::kMinMax: {  // per case: (x - min) / (max - min)
         const torch::Tensor ch = selected[static_cast<int64_t>(c)];
         a.sub = ch.min().item<float>();

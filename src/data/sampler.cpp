@@ -1,4 +1,4 @@
-#include "u3d/sampler.h"
+#include "u3d/data/sampler.h"
 
 #include <spdlog/spdlog.h>
 
@@ -6,11 +6,11 @@
 #include <cstdlib>
 #include <numeric>
 
-#include "u3d/errors.h"
-#include "u3d/faults.h"
-#include "u3d/files.h"
-#include "u3d/rng.h"
-#include "u3d/text.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/faults.h"
+#include "u3d/core/files.h"
+#include "u3d/core/rng.h"
+#include "u3d/core/text.h"
 
 namespace u3d {
 namespace {
@@ -113,14 +113,16 @@ PatchSampler::PatchSampler(const TensorCache& cache, SamplerOptions options)
 
 void check_batch_memory(int64_t batch_size, const Shape3& patch, int64_t channels) {
   const double batch_bytes = 4.0 * static_cast<double>(batch_size) * static_cast<double>(channels) *
-                             static_cast<double>(patch[0]) * static_cast<double>(patch[1]) * static_cast<double>(patch[2]);
+                             static_cast<double>(patch[0]) * static_cast<double>(patch[1]) *
+                             static_cast<double>(patch[2]);
   const int64_t host_free = available_bytes(CachePlacement::kMemory, torch::kCPU);
   if (host_free > 0 && batch_bytes > 0.5 * static_cast<double>(host_free)) {
-    throw ConfigError(fmt::format("data.batch_size: {} samples of {} channels x [{}, {}, {}] float32 need {} per batch, "
-                                  "more than half of the {} of memory available; lower data.batch_size or "
-                                  "data.patch_size",
-                                  batch_size, channels, patch[0], patch[1], patch[2], human_bytes(batch_bytes),
-                                  human_bytes(static_cast<double>(host_free))));
+    throw ConfigError(
+        fmt::format("data.batch_size: {} samples of {} channels x [{}, {}, {}] float32 need {} per batch, "
+                    "more than half of the {} of memory available; lower data.batch_size or "
+                    "data.patch_size",
+                    batch_size, channels, patch[0], patch[1], patch[2], human_bytes(batch_bytes),
+                    human_bytes(static_cast<double>(host_free))));
   }
 }
 
@@ -163,8 +165,8 @@ void PatchSampler::init() {
                      cache.id(i), options_.foreground);
       } else if (voxels.size(0) > options_.max_foreground_voxels) {
         auto gen = at::make_generator<at::CPUGeneratorImpl>(mix64(options_.seed ^ mix64(static_cast<uint64_t>(i))));
-        voxels = voxels.index_select(0, torch::randperm(voxels.size(0), gen, torch::kLong)
-                                            .slice(0, 0, options_.max_foreground_voxels));
+        voxels = voxels.index_select(
+            0, torch::randperm(voxels.size(0), gen, torch::kLong).slice(0, 0, options_.max_foreground_voxels));
       }
       foreground_.push_back(voxels.contiguous());
     }
@@ -180,7 +182,8 @@ int64_t PatchSampler::case_for(int64_t epoch, int64_t index) const {
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   Rng rng(options_.seed, static_cast<uint64_t>(epoch), kShuffleStream + static_cast<uint64_t>(pass));
-  for (int64_t i = n - 1; i > 0; --i) std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(rng.uniform_int(i + 1))]);
+  for (int64_t i = n - 1; i > 0; --i)
+    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(rng.uniform_int(i + 1))]);
   return order[static_cast<size_t>(index % n)];
 }
 
@@ -194,25 +197,27 @@ SamplePlan PatchSampler::plan(int64_t epoch, int64_t index) const {
   auto& t = p.transform;
   t.patch = options_.patch;
   const torch::Tensor* fg = foreground_.empty() ? nullptr : &foreground_[static_cast<size_t>(p.case_index)];
-  p.centred = options_.foreground_fraction > 0 && r.bernoulli(kSlotForeground, options_.foreground_fraction) &&
-              fg->size(0) > 0;
+  p.centred =
+      options_.foreground_fraction > 0 && r.bernoulli(kSlotForeground, options_.foreground_fraction) && fg->size(0) > 0;
   if (p.centred) {
     const int64_t* voxel = fg->data_ptr<int64_t>() + 3 * r.uniform_int(kSlotVoxel, fg->size(0));
     for (int a = 0; a < 3; ++a) {
-      t.origin[static_cast<size_t>(a)] = std::clamp<int64_t>(voxel[a] - t.patch[static_cast<size_t>(a)] / 2, 0,
-                                                             dims[static_cast<size_t>(a)] - t.patch[static_cast<size_t>(a)]);
+      t.origin[static_cast<size_t>(a)] =
+          std::clamp<int64_t>(voxel[a] - t.patch[static_cast<size_t>(a)] / 2, 0,
+                              dims[static_cast<size_t>(a)] - t.patch[static_cast<size_t>(a)]);
     }
   } else {
     for (int a = 0; a < 3; ++a) {
-      t.origin[static_cast<size_t>(a)] =
-          r.uniform_int(kSlotOrigin + static_cast<uint64_t>(a), dims[static_cast<size_t>(a)] - t.patch[static_cast<size_t>(a)] + 1);
+      t.origin[static_cast<size_t>(a)] = r.uniform_int(
+          kSlotOrigin + static_cast<uint64_t>(a), dims[static_cast<size_t>(a)] - t.patch[static_cast<size_t>(a)] + 1);
     }
   }
   if (!options_.apply_augmentation) return p;  // validation patches: plain crops
   // Spatial: M = A R F (affine of the rotated mirrored patch; augment.h).
   std::array<bool, 3> flips{};
   if (aug.flip_prob > 0) {
-    for (int64_t a : aug.flip_axes) flips[static_cast<size_t>(a)] = r.bernoulli(kSlotFlip + static_cast<uint64_t>(a), aug.flip_prob);
+    for (int64_t a : aug.flip_axes)
+      flips[static_cast<size_t>(a)] = r.bernoulli(kSlotFlip + static_cast<uint64_t>(a), aug.flip_prob);
   }
   Matrix3 m = flip_matrix(flips);
   if (aug.rot90_prob > 0 && r.bernoulli(kSlotRot90, aug.rot90_prob)) {
@@ -286,8 +291,8 @@ void PatchSampler::fill_sample(const SamplePlan& p, RawBatch& out, int64_t b) co
   }
   if (cache.target()) {
     torch::Tensor dst = out.target[b];
-    resample_patch(cache.view(*cache.target(), ci), p.transform,
-                   cache.segmentation() ? Interp::kNearest : image_interp, nullptr, dst);
+    resample_patch(cache.view(*cache.target(), ci), p.transform, cache.segmentation() ? Interp::kNearest : image_interp,
+                   nullptr, dst);
   }
   if (cache.mask()) {
     torch::Tensor dst = out.mask[b];

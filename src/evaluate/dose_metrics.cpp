@@ -1,13 +1,13 @@
-#include "u3d/dose_metrics.h"
+#include "u3d/evaluate/dose_metrics.h"
 
 #include <algorithm>
 #include <cmath>
 #include <exception>
 #include <limits>
 
-#include "u3d/errors.h"
-#include "u3d/parallel.h"
-#include "u3d/openkbp.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/parallel.h"
+#include "u3d/io/openkbp.h"
 
 namespace u3d {
 
@@ -79,9 +79,10 @@ std::vector<DvhStructure> resolve_dvh_structures(const std::vector<std::string>&
     }
     const int64_t ch = channel_of(name);
     if (ch < 0 || name == "auto" || name == "none") {
-      throw ConfigError(fmt::format("data.dvh_structures: '{}' is not a channel of the dataset (channels: {}); use "
-                                    "[auto], [] or channel names",
-                                    entry, fmt::join(channel_names, ", ")));
+      throw ConfigError(
+          fmt::format("data.dvh_structures: '{}' is not a channel of the dataset (channels: {}); use "
+                      "[auto], [] or channel names",
+                      entry, fmt::join(channel_names, ", ")));
     }
     out.push_back({name, kind, ch});
   }
@@ -112,8 +113,8 @@ PatientDoseMetrics evaluate_patient_dose(const std::string& id, const torch::Ten
                                 fmt::join(prediction.sizes(), ", "), fmt::join(reference.sizes(), ", ")));
   }
   if (structures.defined() && structures.size(0) != static_cast<int64_t>(structure_list.size())) {
-    throw DataError(fmt::format("{}: {} structure masks for {} structures", context(), structures.size(0),
-                                structure_list.size()));
+    throw DataError(
+        fmt::format("{}: {} structure masks for {} structures", context(), structures.size(0), structure_list.size()));
   }
   const torch::Tensor d = reference.to(torch::kDouble);
   const torch::Tensor p = prediction.to(prediction.device(), torch::kDouble);
@@ -123,7 +124,7 @@ PatientDoseMetrics evaluate_patient_dose(const std::string& id, const torch::Ten
   std::vector<size_t> scored;  // structure_list positions that are contoured
   if (!structure_list.empty()) {
     const torch::Tensor masks = structures.reshape({structures.size(0), -1}) != 0;  // (S, V) bool
-    const torch::Tensor counts = masks.sum(1).cpu();                                 // one sync
+    const torch::Tensor counts = masks.sum(1).cpu();                                // one sync
     const torch::Tensor d_flat = d.reshape({-1}), p_flat = p.reshape({-1});
     for (size_t s = 0; s < structure_list.size(); ++s) {
       if (counts[static_cast<int64_t>(s)].item<int64_t>() == 0) continue;  // not contoured: skipped
@@ -199,7 +200,9 @@ DoseEvaluator::DoseEvaluator(const DatasetReader& reader, const std::vector<std:
   if (structures_.size() > 63) {
     throw ConfigError(fmt::format("data.dvh_structures: {} structures; at most 63 are supported", structures_.size()));
   }
-  const auto dtype = structures_.size() <= 15 ? torch::kInt16 : structures_.size() <= 31 ? torch::kInt32 : torch::kInt64;
+  const auto dtype = structures_.size() <= 15   ? torch::kInt16
+                     : structures_.size() <= 31 ? torch::kInt32
+                                                : torch::kInt64;
   std::vector<CaseInfo> infos(ids.size());
   parallel_for(static_cast<int64_t>(ids.size()), threads, [&](int64_t k) {
     const auto i = static_cast<size_t>(k);

@@ -1,4 +1,4 @@
-#include "u3d/metrics.h"
+#include "u3d/evaluate/metrics.h"
 
 #include <cmath>
 #include <limits>

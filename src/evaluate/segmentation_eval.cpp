@@ -1,4 +1,4 @@
-#include "u3d/segmentation_eval.h"
+#include "u3d/evaluate/segmentation_eval.h"
 
 #include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
@@ -9,13 +9,13 @@
 #include <map>
 #include <set>
 
-#include "u3d/errors.h"
-#include "u3d/files.h"
-#include "u3d/import.h"
-#include "u3d/metrics.h"
-#include "u3d/nifti.h"
-#include "u3d/parallel.h"
-#include "u3d/stats.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/files.h"
+#include "u3d/core/parallel.h"
+#include "u3d/core/stats.h"
+#include "u3d/evaluate/metrics.h"
+#include "u3d/io/import.h"
+#include "u3d/io/nifti.h"
 
 namespace u3d {
 namespace {
@@ -134,16 +134,18 @@ torch::Tensor surface_voxels(const torch::Tensor& mask) {
   const torch::Tensor m = mask.to(torch::kBool);
   const torch::Tensor p = torch::constant_pad_nd(m.to(torch::kUInt8), {1, 1, 1, 1, 1, 1}, 0).to(torch::kBool);
   const int64_t d = m.size(0), h = m.size(1), w = m.size(2);
-  auto shifted = [&](int64_t dz, int64_t dy, int64_t dx) { return p.slice(0, 1 + dz, 1 + dz + d).slice(1, 1 + dy, 1 + dy + h).slice(2, 1 + dx, 1 + dx + w); };
+  auto shifted = [&](int64_t dz, int64_t dy, int64_t dx) {
+    return p.slice(0, 1 + dz, 1 + dz + d).slice(1, 1 + dy, 1 + dy + h).slice(2, 1 + dx, 1 + dx + w);
+  };
   const torch::Tensor interior = m & shifted(-1, 0, 0) & shifted(1, 0, 0) & shifted(0, -1, 0) & shifted(0, 1, 0) &
                                  shifted(0, 0, -1) & shifted(0, 0, 1);
   return m & ~interior;
 }
 
 torch::Tensor distance_transform(const torch::Tensor& features, const std::array<double, 3>& spacing) {
-  torch::Tensor f = torch::where(features.to(torch::kBool), torch::zeros({}, torch::kDouble),
-                                 torch::full({}, kInf, torch::kDouble))
-                        .contiguous();
+  torch::Tensor f =
+      torch::where(features.to(torch::kBool), torch::zeros({}, torch::kDouble), torch::full({}, kInf, torch::kDouble))
+          .contiguous();
   const int64_t n[3] = {f.size(0), f.size(1), f.size(2)};
   const int64_t stride[3] = {n[1] * n[2], n[2], 1};
   const int64_t longest = std::max({n[0], n[1], n[2]});
@@ -308,7 +310,8 @@ std::string evaluation_table(const SegmentationEvaluation& e) {
   for (const auto& name : e.names) out += fmt::format(" | {:>22}", fmt::format("{} Dice / HD95 mm", name));
   out += "\n" + std::string(out.size() - 1, '-') + "\n";
   auto cell = [](double dice, double hd) {
-    return fmt::format(" | {:>10} / {:>9}", std::isnan(dice) ? "-" : number(dice, 4), std::isnan(hd) ? "-" : number(hd, 2));
+    return fmt::format(" | {:>10} / {:>9}", std::isnan(dice) ? "-" : number(dice, 4),
+                       std::isnan(hd) ? "-" : number(hd, 2));
   };
   for (const auto& c : e.cases) {
     out += fmt::format("{:<{}}", c.id, id_width);
@@ -320,8 +323,8 @@ std::string evaluation_table(const SegmentationEvaluation& e) {
   out += "\n";
   for (size_t k = 0; k < e.labels.size(); ++k) {
     if (e.infinite_hd95[k] > 0) {
-      out += fmt::format("{}: HD95 is inf in {} case(s) (label in only one volume), left out of the mean\n",
-                         e.names[k], e.infinite_hd95[k]);
+      out += fmt::format("{}: HD95 is inf in {} case(s) (label in only one volume), left out of the mean\n", e.names[k],
+                         e.infinite_hd95[k]);
     }
   }
   return out;

@@ -1,4 +1,4 @@
-#include "u3d/openkbp_baseline.h"
+#include "u3d/model/openkbp_baseline.h"
 
 namespace u3d {
 namespace {
@@ -15,14 +15,14 @@ OpenKbpBaselineImpl::OpenKbpBaselineImpl(const ModelConfig& cfg, int64_t in_chan
   const std::vector<int64_t> down_filters = {f, 2 * f, 4 * f, 8 * f, 8 * f, 8 * f};
   int64_t prev = in_channels;
   for (size_t i = 0; i < down_filters.size(); ++i) {
-    down_.push_back(register_module(
-        "down" + std::to_string(i + 1),
-        torch::nn::Conv3d(torch::nn::Conv3dOptions(prev, down_filters[i], /*kernel_size=*/4)
-                              .stride(2)
-                              .padding(1)  // TF 'same' for k 4, s 2: one voxel each side
-                              .bias(false))));
+    down_.push_back(register_module("down" + std::to_string(i + 1),
+                                    torch::nn::Conv3d(torch::nn::Conv3dOptions(prev, down_filters[i], /*kernel_size=*/4)
+                                                          .stride(2)
+                                                          .padding(1)  // TF 'same' for k 4, s 2: one voxel each side
+                                                          .bias(false))));
     if (i + 1 < down_filters.size()) {
-      down_norm_.push_back(register_module("down" + std::to_string(i + 1) + "_norm", keras_batch_norm(down_filters[i])));
+      down_norm_.push_back(
+          register_module("down" + std::to_string(i + 1) + "_norm", keras_batch_norm(down_filters[i])));
     }
     prev = down_filters[i];
   }
@@ -40,11 +40,10 @@ OpenKbpBaselineImpl::OpenKbpBaselineImpl(const ModelConfig& cfg, int64_t in_chan
     up_norm_.push_back(register_module("up" + std::to_string(i + 1) + "_norm", keras_batch_norm(up_filters[i])));
   }
   dropout_ = register_module("dropout", torch::nn::Dropout3d(/*p=*/0.2));
-  head_ = register_module("head", torch::nn::ConvTranspose3d(
-                                      torch::nn::ConvTranspose3dOptions(f + f, out_channels, /*kernel_size=*/4)
-                                          .stride(2)
-                                          .padding(1)
-                                          .bias(true)));
+  head_ = register_module(
+      "head",
+      torch::nn::ConvTranspose3d(
+          torch::nn::ConvTranspose3dOptions(f + f, out_channels, /*kernel_size=*/4).stride(2).padding(1).bias(true)));
   // Keras defaults: Glorot (Xavier) uniform kernels, zero biases; BatchNorm starts at 1 / 0.
   torch::NoGradGuard no_grad;
   for (auto& conv : down_) torch::nn::init::xavier_uniform_(conv->weight);
@@ -84,7 +83,8 @@ torch::Tensor same_mean3(const torch::Tensor& y, bool by_convolution) {
   }
   const int64_t c = y.size(1);
   const torch::Tensor ones = torch::ones({c, 1, 3, 3, 3}, y.options());
-  const torch::Tensor sum = torch::conv3d(y, ones, /*bias=*/{}, /*stride=*/1, /*padding=*/1, /*dilation=*/1, /*groups=*/c);
+  const torch::Tensor sum =
+      torch::conv3d(y, ones, /*bias=*/{}, /*stride=*/1, /*padding=*/1, /*dilation=*/1, /*groups=*/c);
   const torch::Tensor inside = torch::ones({1, 1, y.size(2), y.size(3), y.size(4)}, y.options());
   const torch::Tensor count = torch::conv3d(inside, ones.narrow(0, 0, 1), /*bias=*/{}, 1, 1);  // (1, 1, D, H, W)
   return sum / count;

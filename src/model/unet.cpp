@@ -1,26 +1,28 @@
-#include "u3d/unet.h"
+#include "u3d/model/unet.h"
 
 #include <ATen/record_function.h>
 
-#include "u3d/errors.h"
-#include "u3d/openkbp_baseline.h"
+#include "u3d/core/errors.h"
+#include "u3d/model/openkbp_baseline.h"
 
 namespace u3d {
 namespace {
 
 torch::nn::AnyModule make_norm(Norm norm, int64_t channels, int64_t groups) {
   switch (norm) {
-    case Norm::kBatch: return torch::nn::AnyModule(torch::nn::BatchNorm3d(channels));
+    case Norm::kBatch:
+      return torch::nn::AnyModule(torch::nn::BatchNorm3d(channels));
     case Norm::kInstance:
-      return torch::nn::AnyModule(
-          torch::nn::InstanceNorm3d(torch::nn::InstanceNorm3dOptions(channels).affine(true).track_running_stats(false)));
+      return torch::nn::AnyModule(torch::nn::InstanceNorm3d(
+          torch::nn::InstanceNorm3dOptions(channels).affine(true).track_running_stats(false)));
     case Norm::kGroup: {
       // Largest divisor of `channels` not above the requested group count.
       int64_t g = std::min(groups, channels);
       while (channels % g != 0) --g;
       return torch::nn::AnyModule(torch::nn::GroupNorm(torch::nn::GroupNormOptions(g, channels)));
     }
-    case Norm::kNone: break;
+    case Norm::kNone:
+      break;
   }
   return {};
 }
@@ -43,10 +45,9 @@ void init_weights(torch::nn::Module& module, double negative_slope) {
 ConvBlockImpl::ConvBlockImpl(int64_t in, int64_t out, int64_t stride, const ModelConfig& cfg)
     : activation_(cfg.activation), negative_slope_(cfg.negative_slope) {
   const int64_t k = cfg.kernel_size;
-  conv_ = register_module("conv", torch::nn::Conv3d(torch::nn::Conv3dOptions(in, out, k)
-                                                        .stride(stride)
-                                                        .padding(k / 2)
-                                                        .bias(cfg.norm == Norm::kNone)));
+  conv_ = register_module(
+      "conv", torch::nn::Conv3d(
+                  torch::nn::Conv3dOptions(in, out, k).stride(stride).padding(k / 2).bias(cfg.norm == Norm::kNone)));
   if (cfg.dropout > 0) dropout_ = register_module("dropout", torch::nn::Dropout3d(cfg.dropout));
   norm_ = make_norm(cfg.norm, out, cfg.norm_groups);
   if (!norm_.is_empty()) register_module("norm", norm_.ptr());
@@ -57,10 +58,14 @@ torch::Tensor ConvBlockImpl::forward(const torch::Tensor& x) {
   if (dropout_) y = dropout_(y);
   if (!norm_.is_empty()) y = norm_.forward(y);
   switch (activation_) {
-    case Activation::kRelu: return torch::relu(y);
-    case Activation::kLeakyRelu: return torch::leaky_relu(y, negative_slope_);
-    case Activation::kGelu: return torch::gelu(y);
-    case Activation::kElu: return torch::elu(y);
+    case Activation::kRelu:
+      return torch::relu(y);
+    case Activation::kLeakyRelu:
+      return torch::leaky_relu(y, negative_slope_);
+    case Activation::kGelu:
+      return torch::gelu(y);
+    case Activation::kElu:
+      return torch::elu(y);
   }
   return y;
 }
@@ -127,17 +132,22 @@ torch::Tensor UNet3dImpl::run(const torch::Tensor& x, std::vector<torch::Tensor>
   }
   y = head_(y);
   switch (output_activation_) {
-    case OutputActivation::kRelu: return torch::relu(y);
-    case OutputActivation::kSigmoid: return torch::sigmoid(y);
-    case OutputActivation::kNone: break;
+    case OutputActivation::kRelu:
+      return torch::relu(y);
+    case OutputActivation::kSigmoid:
+      return torch::sigmoid(y);
+    case OutputActivation::kNone:
+      break;
   }
   return y;
 }
 
 Network build_network(const ModelConfig& cfg, int64_t in_channels, int64_t out_channels) {
   switch (cfg.architecture) {
-    case Architecture::kUNet: return std::make_shared<UNet3dImpl>(cfg, in_channels, out_channels);
-    case Architecture::kOpenKbpBaseline: return std::make_shared<OpenKbpBaselineImpl>(cfg, in_channels, out_channels);
+    case Architecture::kUNet:
+      return std::make_shared<UNet3dImpl>(cfg, in_channels, out_channels);
+    case Architecture::kOpenKbpBaseline:
+      return std::make_shared<OpenKbpBaselineImpl>(cfg, in_channels, out_channels);
   }
   throw ConfigError("model.architecture: unknown architecture");
 }
@@ -219,7 +229,8 @@ int64_t forward_flops(NetworkImpl& net, const Shape3& patch, int64_t in_channels
   int64_t flops = 0;
   {
     torch::NoGradGuard no_grad;
-    const torch::Tensor x = torch::zeros({1, in_channels, probe[0], probe[1], probe[2]}, torch::TensorOptions().device(device));
+    const torch::Tensor x =
+        torch::zeros({1, in_channels, probe[0], probe[1], probe[2]}, torch::TensorOptions().device(device));
     flops = count_conv_flops([&] { (void)net.forward(x); });
   }
   net.train(was_training);

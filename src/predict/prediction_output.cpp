@@ -1,11 +1,12 @@
-#include "u3d/prediction_output.h"
+#include "u3d/predict/prediction_output.h"
 
 #include <cmath>
 
-#include "../data/h5.h"
-#include "u3d/errors.h"
-#include "u3d/metrics.h"
-#include "u3d/nifti.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/signals.h"
+#include "u3d/evaluate/metrics.h"
+#include "u3d/io/h5.h"
+#include "u3d/io/nifti.h"
 
 namespace u3d {
 
@@ -101,9 +102,10 @@ CaseOutputSink::CaseOutputSink(const CachedCase& c, const Preprocessor& pre, Cas
   m.seg = pre.task() == Task::kSegmentation;
   const hid_t file = static_cast<hid_t>(m.o.file);
   const std::vector<int64_t> spatial = {m.shape[0], m.shape[1], m.shape[2]};
-  m.prediction = std::make_unique<h5::SlabWriter>(file, m.o.group + "/prediction", m.seg ? torch::kUInt8 : torch::kFloat,
-                                                  spatial, /*axis=*/0, std::vector<int64_t>{16, 64, 64},
-                                                  /*compression_level=*/4, m.o.context);
+  m.prediction =
+      std::make_unique<h5::SlabWriter>(file, m.o.group + "/prediction", m.seg ? torch::kUInt8 : torch::kFloat, spatial,
+                                       /*axis=*/0, std::vector<int64_t>{16, 64, 64},
+                                       /*compression_level=*/4, m.o.context);
   if (m.o.probabilities && m.seg) {
     const int64_t k = pre.out_channels();
     m.probabilities = std::make_unique<h5::SlabWriter>(
@@ -179,6 +181,39 @@ CaseScore CaseOutputSink::finish() {
     s.baseline = m.base_err / m.count;
   }
   return s;
+}
+
+PredictionWriter::PredictionWriter(const std::filesystem::path& path, const DatasetInfo& info,
+                                   const std::string& source, const std::string& checkpoint)
+    : file_(std::make_unique<h5::StagedFile>(path)) {
+  h5::Handle root(H5Gopen2(file_->get(), "/", H5P_DEFAULT), H5Gclose);
+  h5::write_string_attribute(root.get(), "format", "u3d-predictions");
+  h5::write_int_attribute(root.get(), "format_version", kDatasetFormatVersion);
+  h5::write_string_attribute(root.get(), "task", to_string(info.task));
+  h5::write_string_attribute(root.get(), "target_name", info.target_name);
+  h5::write_string_attribute(root.get(), "target_units", info.target_units);
+  h5::write_string_attribute(root.get(), "source", source);
+  h5::write_string_attribute(root.get(), "checkpoint", checkpoint);
+}
+
+PredictionWriter::~PredictionWriter() = default;
+
+CaseOutputOptions PredictionWriter::begin(const CachedCase& c) {
+  StopSignals::throw_if_stopped(file_->path().string());
+  CaseOutputOptions o;
+  o.context = fmt::format("{}: case '{}'", file_->path().string(), c.id);
+  o.group = "cases/" + c.id;
+  o.file = file_->get();
+  h5::Handle group = h5::create_group(file_->get(), o.group, o.context);
+  if (c.mask.defined()) h5::write_tensor(file_->get(), o.group + "/mask", c.mask[0], {64, 64, 64}, 4, o.context);
+  h5::write_double_list_attribute(group.get(), "spacing", {c.spacing[0], c.spacing[1], c.spacing[2]});
+  ids_.push_back(c.id);
+  return o;
+}
+
+void PredictionWriter::commit(const std::string& split) {
+  h5::write_string_dataset(file_->get(), "splits/" + split, ids_);
+  file_->commit();
 }
 
 }  // namespace u3d

@@ -1,30 +1,36 @@
-#include "u3d/amp.h"
+#include "u3d/train/amp.h"
 
 #include <ATen/autocast_mode.h>
 
-#include "u3d/errors.h"
+#include "u3d/core/errors.h"
 
 namespace u3d {
 
 Precision resolve_precision(const TrainingConfig& cfg, const torch::Device& device) {
   switch (cfg.precision) {
-    case Precision::kAuto: return device.is_cuda() ? Precision::kBf16 : Precision::kFp32;
+    case Precision::kAuto:
+      return device.is_cuda() ? Precision::kBf16 : Precision::kFp32;
     case Precision::kFp16:
       if (!device.is_cuda()) {
-        throw ConfigError(fmt::format("training.precision: fp16 needs a CUDA device, and training runs on {}; use "
-                                      "bf16 or fp32 there",
-                                      device.str()));
+        throw ConfigError(
+            fmt::format("training.precision: fp16 needs a CUDA device, and training runs on {}; use "
+                        "bf16 or fp32 there",
+                        device.str()));
       }
       return Precision::kFp16;
-    default: return cfg.precision;
+    default:
+      return cfg.precision;
   }
 }
 
 std::optional<at::ScalarType> autocast_dtype(Precision precision) {
   switch (precision) {
-    case Precision::kBf16: return at::kBFloat16;
-    case Precision::kFp16: return at::kHalf;
-    default: return std::nullopt;
+    case Precision::kBf16:
+      return at::kBFloat16;
+    case Precision::kFp16:
+      return at::kHalf;
+    default:
+      return std::nullopt;
   }
 }
 

@@ -1,4 +1,4 @@
-#include "u3d/checkpoint.h"
+#include "u3d/train/checkpoint.h"
 
 #include <spdlog/spdlog.h>
 
@@ -12,11 +12,11 @@
 #include <thread>
 #include <type_traits>
 
-#include "u3d/errors.h"
-#include "u3d/faults.h"
-#include "u3d/files.h"
-#include "u3d/sha256.h"
-#include "u3d/version.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/faults.h"
+#include "u3d/core/files.h"
+#include "u3d/core/sha256.h"
+#include "u3d/core/version.h"
 
 namespace u3d {
 namespace {
@@ -307,7 +307,8 @@ void CheckpointStore::commit(const std::filesystem::path& path,
           }
         });
       },
-      /*before_rename=*/[&] {
+      /*before_rename=*/
+      [&] {
         checkpoint_test_delay();
         digest = hash.hex();
         entries.push_back({digest, name});  // step 2: the old hash of `name` stays listed too
@@ -365,10 +366,11 @@ Verification CheckpointStore::verify(const std::filesystem::path& path) const {
   }
   if (std::find(listed.begin(), listed.end(), actual) == listed.end()) {
     v.status = Verification::Status::kMismatch;
-    v.detail = fmt::format("{}: content does not match its SHA-256 in {} (truncated or corrupt: {} bytes, sha256 {}..., "
-                           "listed {}...)",
-                           path.string(), kManifestName, std::filesystem::file_size(path, ec), actual.substr(0, 12),
-                           listed.back().substr(0, 12));
+    v.detail = fmt::format(
+        "{}: content does not match its SHA-256 in {} (truncated or corrupt: {} bytes, sha256 {}..., "
+        "listed {}...)",
+        path.string(), kManifestName, std::filesystem::file_size(path, ec), actual.substr(0, 12),
+        listed.back().substr(0, 12));
   }
   return v;
 }
@@ -482,30 +484,13 @@ std::filesystem::path CheckpointStore::resolve(const std::string& which) const {
   }
   const Verification v = verify(which);
   if (v.status == Verification::Status::kMismatch) {
-    throw CheckpointError(fmt::format("{}; choose another checkpoint, or --resume without a path for the newest "
-                                      "intact one",
-                                      v.detail));
+    throw CheckpointError(
+        fmt::format("{}; choose another checkpoint, or --resume without a path for the newest "
+                    "intact one",
+                    v.detail));
   }
   if (!v.verified()) spdlog::warn("{}; loading it unverified", v.detail);
   return which;
 }
-
-// -----------------------------------------------------------------------------------------------
-CheckpointCadence::CheckpointCadence(int64_t every_epochs, double every_minutes, int64_t last_epoch)
-    : every_epochs_(std::max<int64_t>(1, every_epochs)),
-      every_seconds_(every_minutes * 60.0),
-      last_epoch_(last_epoch),
-      last_save_(std::chrono::steady_clock::now()) {}
-
-bool CheckpointCadence::due_at_epoch_end(int64_t epoch) const {
-  return epoch % every_epochs_ == 0 || epoch == last_epoch_;
-}
-
-bool CheckpointCadence::due_inside_epoch() const {
-  return every_seconds_ > 0 &&
-         std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_).count() >= every_seconds_;
-}
-
-void CheckpointCadence::mark_saved() { last_save_ = std::chrono::steady_clock::now(); }
 
 }  // namespace u3d

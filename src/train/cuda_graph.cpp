@@ -1,4 +1,4 @@
-#include "u3d/cuda_graph.h"
+#include "u3d/train/cuda_graph.h"
 
 #include <ATen/core/CachingHostAllocator.h>
 #include <ATen/cuda/CUDAEvent.h>
@@ -8,7 +8,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/cuda.h>
 
-#include "u3d/errors.h"
+#include "u3d/core/errors.h"
 
 namespace u3d {
 
@@ -88,9 +88,11 @@ bool CudaGraphStep::matches(const Batch& b) const {
 }
 
 std::optional<StepOutputs> CudaGraphStep::give_up(const std::string& reason) {
-  if (required_) throw TrainingError(fmt::format("training.cuda_graph: on, but {}; set training.cuda_graph: auto "
-                                                 "to fall back to eager steps",
-                                                 reason));
+  if (required_)
+    throw TrainingError(
+        fmt::format("training.cuda_graph: on, but {}; set training.cuda_graph: auto "
+                    "to fall back to eager steps",
+                    reason));
   fallback_reason_ = reason;
   spdlog::warn("training step: CUDA graph off from here on: {}; eager steps", reason);
   graph_.reset();
@@ -158,16 +160,16 @@ StepOutputs CudaGraphStep::step_or_replay(const std::function<StepOutputs(bool c
       const std::string what = capture_failure_text(e);
       graph_->abandon();
       graph_.reset();
-      throw TrainingError(fmt::format("training.cuda_graph: the training step could not be captured in a CUDA graph "
-                                      "({}); set training.cuda_graph: off (resume with --resume --set "
-                                      "training.cuda_graph=off)",
-                                      what));
+      throw TrainingError(
+          fmt::format("training.cuda_graph: the training step could not be captured in a CUDA graph "
+                      "({}); set training.cuda_graph: off (resume with --resume --set "
+                      "training.cuda_graph=off)",
+                      what));
     }
   }
   wait_stream(current, side);
   captured_ = true;
-  spdlog::info("training step: captured in a CUDA graph after {} warm-up steps; replaying it from here on",
-               warm_done_);
+  spdlog::info("training step: captured in a CUDA graph after {} warm-up steps; replaying it from here on", warm_done_);
   graph_->replay();
   return outputs_;
 }

@@ -1,6 +1,6 @@
-#include "u3d/losses.h"
+#include "u3d/train/losses.h"
 
-#include "u3d/errors.h"
+#include "u3d/core/errors.h"
 
 namespace u3d {
 
@@ -22,12 +22,12 @@ torch::Tensor masked_mse_loss(const torch::Tensor& pred, const torch::Tensor& ta
 
 torch::Tensor soft_dice_loss(const torch::Tensor& logits, const torch::Tensor& labels, double smooth) {
   const int64_t k = logits.size(1);
-  const auto probs = torch::softmax(logits.to(torch::kFloat), /*dim=*/1);            // (N, K, ...)
-  const auto onehot = torch::one_hot(labels, k).movedim(-1, 1).to(torch::kFloat);      // (N, K, ...)
+  const auto probs = torch::softmax(logits.to(torch::kFloat), /*dim=*/1);          // (N, K, ...)
+  const auto onehot = torch::one_hot(labels, k).movedim(-1, 1).to(torch::kFloat);  // (N, K, ...)
   std::vector<int64_t> spatial;
   for (int64_t d = 2; d < logits.dim(); ++d) spatial.push_back(d);
-  const auto inter = (probs * onehot).sum(spatial);                                    // (N, K)
-  const auto denom = probs.sum(spatial) + onehot.sum(spatial);                         // (N, K)
+  const auto inter = (probs * onehot).sum(spatial);             // (N, K)
+  const auto denom = probs.sum(spatial) + onehot.sum(spatial);  // (N, K)
   const auto dice = (2.0 * inter + smooth) / (denom + smooth);
   return 1.0 - dice.slice(/*dim=*/1, /*start=*/1).mean();
 }
@@ -41,8 +41,8 @@ torch::Tensor cross_entropy_loss(const torch::Tensor& logits, const torch::Tenso
 
 torch::Tensor cross_entropy_loss_deterministic(const torch::Tensor& logits, const torch::Tensor& labels) {
   const int64_t k = logits.size(1);
-  const torch::Tensor log_p = torch::log_softmax(logits.to(torch::kFloat), /*dim=*/1);           // (N, K, ...)
-  const torch::Tensor onehot = torch::one_hot(labels, k).movedim(-1, 1).to(torch::kFloat);        // (N, K, ...)
+  const torch::Tensor log_p = torch::log_softmax(logits.to(torch::kFloat), /*dim=*/1);      // (N, K, ...)
+  const torch::Tensor onehot = torch::one_hot(labels, k).movedim(-1, 1).to(torch::kFloat);  // (N, K, ...)
   return -(log_p * onehot).sum(/*dim=*/1).mean();
 }
 
@@ -62,8 +62,8 @@ LossKind resolve_loss(LossKind kind, Task task, bool has_mask) {
                                   task == Task::kSegmentation ? "dice_ce|ce" : "l1|masked_l1|mse|masked_mse"));
   }
   if ((kind == LossKind::kMaskedL1 || kind == LossKind::kMaskedMse) && !has_mask) {
-    throw ConfigError(fmt::format("training.loss: {} needs a loss mask, but the training cases have none",
-                                  to_string(kind)));
+    throw ConfigError(
+        fmt::format("training.loss: {} needs a loss mask, but the training cases have none", to_string(kind)));
   }
   return kind;
 }
@@ -97,22 +97,31 @@ torch::Tensor deep_supervision_loss(const Loss& loss, const std::vector<torch::T
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (weights[i] == 0) continue;
     std::array<int64_t, 3> factor{};
-    for (int a = 0; a < 3; ++a) factor[static_cast<size_t>(a)] = labels.size(labels.dim() - 3 + a) / outputs[i].size(2 + a);
+    for (int a = 0; a < 3; ++a)
+      factor[static_cast<size_t>(a)] = labels.size(labels.dim() - 3 + a) / outputs[i].size(2 + a);
     const torch::Tensor term = loss(outputs[i], downsample_labels(labels, factor), torch::Tensor()) * weights[i];
     total = total.defined() ? total + term : term;
   }
   return total;
 }
 
-torch::Tensor Loss::operator()(const torch::Tensor& output, const torch::Tensor& target, const torch::Tensor& mask) const {
+torch::Tensor Loss::operator()(const torch::Tensor& output, const torch::Tensor& target,
+                               const torch::Tensor& mask) const {
   switch (kind_) {
-    case LossKind::kL1: return u3d::l1_loss(output, target);
-    case LossKind::kMaskedL1: return u3d::masked_l1_loss(output, target, mask);
-    case LossKind::kMse: return u3d::mse_loss(output, target);
-    case LossKind::kMaskedMse: return u3d::masked_mse_loss(output, target, mask);
-    case LossKind::kDiceCe: return u3d::dice_ce_loss(output, target);
-    case LossKind::kCe: return u3d::cross_entropy_loss(output, target);
-    case LossKind::kAuto: break;
+    case LossKind::kL1:
+      return u3d::l1_loss(output, target);
+    case LossKind::kMaskedL1:
+      return u3d::masked_l1_loss(output, target, mask);
+    case LossKind::kMse:
+      return u3d::mse_loss(output, target);
+    case LossKind::kMaskedMse:
+      return u3d::masked_mse_loss(output, target, mask);
+    case LossKind::kDiceCe:
+      return u3d::dice_ce_loss(output, target);
+    case LossKind::kCe:
+      return u3d::cross_entropy_loss(output, target);
+    case LossKind::kAuto:
+      break;
   }
   throw ConfigError("training.loss: auto must be resolved before use");
 }

@@ -1,8 +1,8 @@
-#include "u3d/optimizer.h"
+#include "u3d/train/optimizer.h"
 
 #include <fmt/ranges.h>
 
-#include "u3d/errors.h"
+#include "u3d/core/errors.h"
 
 namespace u3d {
 namespace {
@@ -81,7 +81,8 @@ void Optimizer::set_lr(double lr) { lr_.fill_(lr); }
 void Optimizer::match_parameter_layout() {
   torch::NoGradGuard no_grad;
   auto like = [](const torch::Tensor& p, const torch::Tensor& t) {
-    return t.defined() && t.strides() != p.strides() ? torch::empty_like(p).copy_(t) : t;  // empty_like keeps p's strides
+    return t.defined() && t.strides() != p.strides() ? torch::empty_like(p).copy_(t)
+                                                     : t;  // empty_like keeps p's strides
   };
   for (size_t i = 0; i < params_.size(); ++i) {
     const torch::Tensor& p = params_[i];
@@ -158,8 +159,8 @@ void Optimizer::load(torch::serialize::InputArchive& ar) {
                                       kind.toStringRef(), to_string(kind_)));
   }
   if (count.toInt() != static_cast<int64_t>(params_.size())) {
-    throw CheckpointError(fmt::format("the optimizer state covers {} parameters; the model has {}", count.toInt(),
-                                      params_.size()));
+    throw CheckpointError(
+        fmt::format("the optimizer state covers {} parameters; the model has {}", count.toInt(), params_.size()));
   }
   torch::NoGradGuard no_grad;
   torch::Tensor lr;

@@ -1,10 +1,10 @@
-#include "u3d/resolve.h"
+#include "u3d/train/resolve.h"
 
-#include "u3d/amp.h"
-#include "u3d/errors.h"
-#include "u3d/losses.h"
-#include "u3d/resume.h"
-#include "u3d/sampler.h"
+#include "u3d/core/errors.h"
+#include "u3d/data/sampler.h"
+#include "u3d/train/amp.h"
+#include "u3d/train/losses.h"
+#include "u3d/train/resume.h"
 
 namespace u3d {
 namespace {
@@ -24,21 +24,22 @@ Monitor resolve_monitor(const Config& cfg, bool scores_dose) {
 }  // namespace
 
 bool ResolvedConfig::full_validation_due(int64_t epoch) const {
-  return validates() && cfg.training.val_full &&
-         (epoch % cfg.training.val_every == 0 || epoch == cfg.training.epochs);
+  return validates() && cfg.training.val_full && (epoch % cfg.training.val_every == 0 || epoch == cfg.training.epochs);
 }
 
 std::unique_ptr<DatasetReader> open_dataset(const Config& cfg) {
   std::error_code ec;
   if (!std::filesystem::exists(cfg.data.path, ec)) {
-    throw ConfigError(fmt::format("{}: data.path: dataset file {} not found (make one with `trainer synth` or "
-                                  "`trainer import`)",
-                                  origin(cfg, "data.path"), cfg.data.path));
+    throw ConfigError(
+        fmt::format("{}: data.path: dataset file {} not found (make one with `trainer synth` or "
+                    "`trainer import`)",
+                    origin(cfg, "data.path"), cfg.data.path));
   }
   return std::make_unique<DatasetReader>(cfg.data.path);
 }
 
-const std::vector<std::string>& split_ids(const DatasetReader& reader, const std::string& key, const std::string& name) {
+const std::vector<std::string>& split_ids(const DatasetReader& reader, const std::string& key,
+                                          const std::string& name) {
   if (!reader.has_split(name)) {
     std::vector<std::string> names;
     for (const auto& [n, ids] : reader.info().splits) names.push_back(n);
@@ -67,9 +68,10 @@ ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const tor
   const Monitor asked = rc.cfg.checkpoint.monitor;
   if (rc.validates() && rc.dvh_structures.empty() &&
       (asked == Monitor::kValDoseScore || asked == Monitor::kValDvhScore)) {
-    throw ConfigError(fmt::format("{}: checkpoint.monitor: {} needs the OpenKBP dose metrics, which are scored only for "
-                                  "a dose dataset whose channels include structures named by data.dvh_structures",
-                                  origin(rc.cfg, "checkpoint.monitor"), to_string(asked)));
+    throw ConfigError(
+        fmt::format("{}: checkpoint.monitor: {} needs the OpenKBP dose metrics, which are scored only for "
+                    "a dose dataset whose channels include structures named by data.dvh_structures",
+                    origin(rc.cfg, "checkpoint.monitor"), to_string(asked)));
   }
   if (rc.validates_patches() && task != Task::kSegmentation) {
     throw ConfigError("training.val_patch_batches: the pseudo-Dice needs a segmentation dataset; set it to 0");
@@ -81,14 +83,22 @@ ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const tor
   resolve_precision(training, device);                   // fp16 needs CUDA
   rc.cases_sha256 = case_ids_sha256(rc.train_ids);
   const auto cases = static_cast<int64_t>(rc.train_ids.size());
-  rc.steps_per_epoch = training.steps_per_epoch > 0 ? training.steps_per_epoch
-                                                    : (cases + data.batch_size - 1) / data.batch_size;
+  rc.steps_per_epoch =
+      training.steps_per_epoch > 0 ? training.steps_per_epoch : (cases + data.batch_size - 1) / data.batch_size;
   rc.monitor = resolve_monitor(rc.cfg, rc.scores_dose());
   switch (rc.monitor) {
-    case Monitor::kValLoss: rc.monitor_name = "val_loss"; break;
-    case Monitor::kValDoseScore: rc.monitor_name = "val_dose_score"; break;
-    case Monitor::kValDvhScore: rc.monitor_name = "val_dvh_score"; break;
-    case Monitor::kPseudoDice: rc.monitor_name = "val_pseudo_dice", rc.monitor_higher_is_better = true; break;
+    case Monitor::kValLoss:
+      rc.monitor_name = "val_loss";
+      break;
+    case Monitor::kValDoseScore:
+      rc.monitor_name = "val_dose_score";
+      break;
+    case Monitor::kValDvhScore:
+      rc.monitor_name = "val_dvh_score";
+      break;
+    case Monitor::kPseudoDice:
+      rc.monitor_name = "val_pseudo_dice", rc.monitor_higher_is_better = true;
+      break;
     case Monitor::kPseudoDiceEma:
       rc.monitor_name = "val_pseudo_dice_ema", rc.monitor_higher_is_better = true;
       break;

@@ -1,4 +1,4 @@
-#include "u3d/resume.h"
+#include "u3d/train/resume.h"
 
 #include <spdlog/spdlog.h>
 
@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <sstream>
 
-#include "u3d/errors.h"
-#include "u3d/sha256.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/sha256.h"
 
 namespace u3d {
 namespace {
@@ -27,12 +27,23 @@ std::vector<std::string> sections() {
 }  // namespace
 
 const std::vector<std::string>& runtime_config_keys() {
-  static const std::vector<std::string> keys = {
-      "experiment.name",      "experiment.output_dir",   "data.preflight",   "experiment.description", "training.device",
-      "training.threads",     "training.deterministic",  "training.max_nonfinite_steps",
-      "training.cuda_graph",  "training.graph_warmup_steps", "model.channels_last",
-      "checkpoint.every_epochs", "checkpoint.keep_last", "checkpoint.every_minutes", "checkpoint.on_error",
-      "predict.*",            "logging.*"};
+  static const std::vector<std::string> keys = {"experiment.name",
+                                                "experiment.output_dir",
+                                                "data.preflight",
+                                                "experiment.description",
+                                                "training.device",
+                                                "training.threads",
+                                                "training.deterministic",
+                                                "training.max_nonfinite_steps",
+                                                "training.cuda_graph",
+                                                "training.graph_warmup_steps",
+                                                "model.channels_last",
+                                                "checkpoint.every_epochs",
+                                                "checkpoint.keep_last",
+                                                "checkpoint.every_minutes",
+                                                "checkpoint.on_error",
+                                                "predict.*",
+                                                "logging.*"};
   return keys;
 }
 
@@ -94,9 +105,10 @@ void check_config_drift(const Config& saved, const Config& now, const std::vecto
     parts.push_back(fmt::format("{}: {} -> {}", c.key, c.before, c.after));
     keys.push_back(c.key);
   }
-  throw ConfigError(fmt::format("resume: the config differs from the one {} was trained with (checkpoint -> now): "
-                                "{}; restore those values, or accept the change with --allow-config-change {}",
-                                checkpoint, fmt::join(parts, "; "), fmt::join(keys, ",")));
+  throw ConfigError(
+      fmt::format("resume: the config differs from the one {} was trained with (checkpoint -> now): "
+                  "{}; restore those values, or accept the change with --allow-config-change {}",
+                  checkpoint, fmt::join(parts, "; "), fmt::join(keys, ",")));
 }
 
 std::string case_ids_sha256(const std::vector<std::string>& ids) {

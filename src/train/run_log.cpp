@@ -1,11 +1,11 @@
-#include "u3d/run_log.h"
+#include "u3d/train/run_log.h"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "u3d/version.h"
+#include "u3d/core/version.h"
 
 namespace u3d {
 namespace {
@@ -15,11 +15,12 @@ std::string fmt_metric(double v) { return std::isfinite(v) ? fmt::format("{:.6g}
 }  // namespace
 
 RunLog::RunLog(const ResolvedConfig& rc, const RunPaths& paths) : rc_(rc), paths_(paths) {
-  std::vector<std::string> columns = {"epoch",        "step",       "lr",         "train_loss",
-                                      "val_loss",     rc.metric.name, "best",     "epoch_seconds",
-                                      "data_seconds", "data_share", "samples_per_second", "skipped_steps"};
+  std::vector<std::string> columns = {
+      "epoch", "step",          "lr",           "train_loss", "val_loss",           rc.metric.name,
+      "best",  "epoch_seconds", "data_seconds", "data_share", "samples_per_second", "skipped_steps"};
   if (rc.validates_patches()) columns.insert(columns.begin() + 6, {"val_pseudo_dice", "val_pseudo_dice_ema"});
-  if (rc.scores_dose()) columns.insert(std::find(columns.begin(), columns.end(), "best"), {"val_dose_score", "val_dvh_score"});
+  if (rc.scores_dose())
+    columns.insert(std::find(columns.begin(), columns.end(), "best"), {"val_dose_score", "val_dvh_score"});
   csv_ = std::make_unique<MetricsCsv>(paths.metrics, columns);
   if (rc.cfg.logging.step_log) {
     step_csv_ = std::make_unique<MetricsCsv>(
@@ -47,17 +48,17 @@ void RunLog::banner(const Runtime& runtime, int64_t parameters, const std::strin
 
 bool RunLog::progress_due() const {
   const double every = rc_.cfg.logging.progress_seconds;
-  return every > 0 &&
-         std::chrono::duration<double>(std::chrono::steady_clock::now() - last_progress_).count() >= every;
+  return every > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - last_progress_).count() >= every;
 }
 
 void RunLog::progress(const Progress& p) {
   last_progress_ = std::chrono::steady_clock::now();
-  spdlog::info("epoch {}/{} step {}/{} loss {:.5f} lr {:.3g} {:.1f} samples/s, data wait {:.0f}%, epoch ends in {:.0f} "
-               "s{}",
-               p.epoch, rc_.cfg.training.epochs, p.step, rc_.steps_per_epoch, p.loss, p.lr, p.samples_per_second,
-               100.0 * p.data_share, p.seconds_left,
-               p.skipped > 0 ? fmt::format(", {} steps skipped (NaN/Inf)", p.skipped) : "");
+  spdlog::info(
+      "epoch {}/{} step {}/{} loss {:.5f} lr {:.3g} {:.1f} samples/s, data wait {:.0f}%, epoch ends in {:.0f} "
+      "s{}",
+      p.epoch, rc_.cfg.training.epochs, p.step, rc_.steps_per_epoch, p.loss, p.lr, p.samples_per_second,
+      100.0 * p.data_share, p.seconds_left,
+      p.skipped > 0 ? fmt::format(", {} steps skipped (NaN/Inf)", p.skipped) : "");
 }
 
 void RunLog::step(int64_t global_step, int64_t epoch, int64_t step_in_epoch, double lr, const torch::Tensor& loss,
@@ -73,8 +74,8 @@ void RunLog::step(int64_t global_step, int64_t epoch, int64_t step_in_epoch, dou
                      {"skipped", skipped ? "1" : "0"}});
 }
 
-void RunLog::epoch(int64_t epoch, int64_t global_step, const EpochStats& train, const std::optional<ValStats>& val, bool improved,
-                   double lr) {
+void RunLog::epoch(int64_t epoch, int64_t global_step, const EpochStats& train, const std::optional<ValStats>& val,
+                   bool improved, double lr) {
   const double sps = train.seconds > 0 ? static_cast<double>(train.samples) / train.seconds : 0;
   const double data_share = train.seconds > 0 ? train.data_seconds / train.seconds : 0.0;
   auto value = [&](double ValStats::*field) { return val ? fmt_metric((*val).*field) : std::string(); };
@@ -94,16 +95,17 @@ void RunLog::epoch(int64_t epoch, int64_t global_step, const EpochStats& train, 
                 {"data_share", fmt::format("{:.4f}", data_share)},
                 {"samples_per_second", fmt::format("{:.3f}", sps)},
                 {"skipped_steps", std::to_string(train.skipped)}});
-  const std::string timing = fmt::format("{:.1f} s, {:.1f} samples/s, data wait {:.1f} s ({:.0f}%)", train.seconds,
-                                         sps, train.data_seconds, 100.0 * data_share);
+  const std::string timing = fmt::format("{:.1f} s, {:.1f} samples/s, data wait {:.1f} s ({:.0f}%)", train.seconds, sps,
+                                         train.data_seconds, 100.0 * data_share);
   if (val) {
-    const std::string dose = rc_.scores_dose() ? fmt::format(" val_dose_score {:.4f} val_dvh_score {:.4f}",
-                                                             val->dose_score, val->dvh_score)
-                                               : "";
-    const std::string pseudo = std::isfinite(val->pseudo_dice)
-                                   ? fmt::format(" pseudo_dice {:.4f} (ema {:.4f})", val->pseudo_dice, val->pseudo_dice_ema)
-                                   : "";
-    const std::string metric = std::isfinite(val->metric) ? fmt::format(" {} {:.4f}", rc_.metric.name, val->metric) : "";
+    const std::string dose =
+        rc_.scores_dose() ? fmt::format(" val_dose_score {:.4f} val_dvh_score {:.4f}", val->dose_score, val->dvh_score)
+                          : "";
+    const std::string pseudo = std::isfinite(val->pseudo_dice) ? fmt::format(" pseudo_dice {:.4f} (ema {:.4f})",
+                                                                             val->pseudo_dice, val->pseudo_dice_ema)
+                                                               : "";
+    const std::string metric =
+        std::isfinite(val->metric) ? fmt::format(" {} {:.4f}", rc_.metric.name, val->metric) : "";
     spdlog::info("epoch {}/{}: train_loss {:.5f} val_loss {:.5f}{}{}{}{} | {}", epoch, rc_.cfg.training.epochs,
                  train.train_loss, val->loss, metric, dose, pseudo, improved ? " (best)" : "", timing);
   } else {

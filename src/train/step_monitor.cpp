@@ -1,4 +1,4 @@
-#include "u3d/step_monitor.h"
+#include "u3d/train/step_monitor.h"
 
 namespace u3d {
 
@@ -8,12 +8,12 @@ StepMonitor::StepMonitor(const torch::Device& device)
 
 void StepMonitor::record(const torch::Tensor& loss, const torch::Tensor& found_inf) {
   torch::NoGradGuard no_grad;
-  const torch::Tensor skip = found_inf.to(torch::kLong);          // () 0/1
-  const torch::Tensor finite_loss = torch::where(found_inf > 0, torch::zeros_like(loss_sum_),
-                                                 loss.detach().to(torch::kDouble));
+  const torch::Tensor skip = found_inf.to(torch::kLong);  // () 0/1
+  const torch::Tensor finite_loss =
+      torch::where(found_inf > 0, torch::zeros_like(loss_sum_), loss.detach().to(torch::kDouble));
   loss_sum_.add_(finite_loss);
-  counters_.narrow(0, 0, 2).add_(skip);                           // skipped: epoch, run
-  const torch::Tensor in_a_row = (counters_[2] + 1) * skip;       // reset to 0 by a good step
+  counters_.narrow(0, 0, 2).add_(skip);                      // skipped: epoch, run
+  const torch::Tensor in_a_row = (counters_[2] + 1) * skip;  // reset to 0 by a good step
   counters_[2].copy_(in_a_row);
   counters_[3].copy_(torch::maximum(counters_[3], in_a_row));
 }
@@ -39,8 +39,8 @@ void StepMonitor::reset_longest_run() { counters_[3].copy_(counters_[2]); }
 
 void StepMonitor::restore(const TrainState& s) {
   loss_sum_.fill_(s.epoch_loss_sum);
-  counters_.copy_(torch::tensor({s.epoch_skipped, s.skipped_total, s.skipped_in_a_row, s.skipped_in_a_row},
-                                torch::kLong));
+  counters_.copy_(
+      torch::tensor({s.epoch_skipped, s.skipped_total, s.skipped_in_a_row, s.skipped_in_a_row}, torch::kLong));
 }
 
 void StepMonitor::store(TrainState& s) const {

@@ -1,12 +1,12 @@
-#include "u3d/train_data.h"
+#include "u3d/train/train_data.h"
 
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 
-#include "u3d/errors.h"
-#include "u3d/files.h"
-#include "u3d/preflight.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/files.h"
+#include "u3d/data/preflight.h"
 
 namespace u3d {
 namespace {
@@ -15,10 +15,11 @@ namespace {
 void refuse_errors(const DataReport& report, const std::string& path) {
   log_report(report, "preflight");
   if (report.errors() == 0) return;
-  throw DataError(fmt::format("{}: the preflight found {} error(s) in {} of the {} train/val cases (listed above); "
-                              "fix them or leave those cases out of the splits (`trainer check-data {}` lists "
-                              "every problem)",
-                              path, report.errors(), report.bad_cases().size(), report.cases_checked, path));
+  throw DataError(
+      fmt::format("{}: the preflight found {} error(s) in {} of the {} train/val cases (listed above); "
+                  "fix them or leave those cases out of the splits (`trainer check-data {}` lists "
+                  "every problem)",
+                  path, report.errors(), report.bad_cases().size(), report.cases_checked, path));
 }
 
 }  // namespace
@@ -70,8 +71,8 @@ void TrainData::load(const ResolvedConfig& rc, const DatasetReader& reader, cons
   if (rc.validates()) {
     val_cache_ = std::make_unique<TensorCache>(TensorCache::load(reader, rc.val_ids, *pre_, runtime.threads, read));
     if (!val_cache_->has_targets()) {
-      throw DataError(fmt::format("{}: split '{}' has cases without a target; validation needs targets",
-                                  cfg.data.path, cfg.data.val_split));
+      throw DataError(fmt::format("{}: split '{}' has cases without a target; validation needs targets", cfg.data.path,
+                                  cfg.data.val_split));
     }
   }
   const SamplerOptions so = sampler_options(cfg, pre_->channel_names());

@@ -1,11 +1,11 @@
-#include "u3d/train_step.h"
+#include "u3d/train/train_step.h"
 
 #include <spdlog/spdlog.h>
 
 #include <vector>
 
-#include "u3d/cuda_graph.h"
-#include "u3d/errors.h"
+#include "u3d/core/errors.h"
+#include "u3d/train/cuda_graph.h"
 
 namespace u3d {
 
@@ -30,9 +30,12 @@ Norm network_norm(const ModelConfig& cfg) {
 
 bool resolve_channels_last(const ModelConfig& cfg, const torch::Device& device) {
   switch (cfg.channels_last) {
-    case Toggle::kOn: return true;
-    case Toggle::kOff: return false;
-    case Toggle::kAuto: break;
+    case Toggle::kOn:
+      return true;
+    case Toggle::kOff:
+      return false;
+    case Toggle::kAuto:
+      break;
   }
   const Norm norm = network_norm(cfg);
   return device.is_cuda() && (norm == Norm::kBatch || norm == Norm::kNone);
@@ -42,10 +45,14 @@ std::string channels_last_reason(const ModelConfig& cfg, const torch::Device& de
   if (cfg.channels_last != Toggle::kAuto) return fmt::format("model.channels_last: {}", to_string(cfg.channels_last));
   if (!device.is_cuda()) return "auto: off on CPU";
   switch (network_norm(cfg)) {
-    case Norm::kInstance: return "auto: off with instance norm (at::instance_norm makes its input contiguous)";
-    case Norm::kGroup: return "auto: off with group norm (it makes its input contiguous)";
-    case Norm::kBatch: return "auto: on with batch norm (cuDNN keeps NDHWC)";
-    case Norm::kNone: return "auto: on without norm";
+    case Norm::kInstance:
+      return "auto: off with instance norm (at::instance_norm makes its input contiguous)";
+    case Norm::kGroup:
+      return "auto: off with group norm (it makes its input contiguous)";
+    case Norm::kBatch:
+      return "auto: on with batch norm (cuDNN keeps NDHWC)";
+    case Norm::kNone:
+      return "auto: on without norm";
   }
   return "auto";
 }
@@ -94,9 +101,10 @@ TrainStep::TrainStep(const Config& cfg, const torch::Device& device, NetworkImpl
 
   const Toggle graph = cfg.training.cuda_graph;
   if (graph == Toggle::kOn && !device.is_cuda()) {
-    throw ConfigError(fmt::format("training.cuda_graph: on needs a CUDA device, and training runs on {}; use auto "
-                                  "or off",
-                                  device.str()));
+    throw ConfigError(
+        fmt::format("training.cuda_graph: on needs a CUDA device, and training runs on {}; use auto "
+                    "or off",
+                    device.str()));
   }
   if (graph == Toggle::kOff) {
     features_.cuda_graph_note = "off (training.cuda_graph)";
@@ -104,9 +112,9 @@ TrainStep::TrainStep(const Config& cfg, const torch::Device& device, NetworkImpl
     features_.cuda_graph_note = "not on CPU";
   } else {
     features_.cuda_graph = true;
-    graph_ = std::make_unique<CudaGraphStep>(
-        [this](const Batch& b, bool capturing) { return compute(b, capturing); }, cfg.training.graph_warmup_steps,
-        /*required=*/graph == Toggle::kOn);
+    graph_ = std::make_unique<CudaGraphStep>([this](const Batch& b, bool capturing) { return compute(b, capturing); },
+                                             cfg.training.graph_warmup_steps,
+                                             /*required=*/graph == Toggle::kOn);
   }
   spdlog::info("training step: {} (layout {}{})", features_.describe(), features_.channels_last_note,
                features_.cuda_graph_note.empty() ? "" : fmt::format("; CUDA graph {}", features_.cuda_graph_note));
@@ -150,7 +158,8 @@ StepOutputs TrainStep::compute(const Batch& batch, bool capturing) {
   for (auto& o : outs) o = o.to(torch::kFloat);
   torch::Tensor loss;
   if (deep) {
-    if (deep_weights_.size() != outs.size()) deep_weights_ = deep_supervision_weights(static_cast<int64_t>(outs.size()));
+    if (deep_weights_.size() != outs.size())
+      deep_weights_ = deep_supervision_weights(static_cast<int64_t>(outs.size()));
     loss = deep_supervision_loss(loss_, outs, batch.target, deep_weights_);
   } else {
     loss = loss_(outs[0], batch.target, batch.mask);

@@ -1,4 +1,4 @@
-#include "u3d/trainer.h"
+#include "u3d/train/trainer.h"
 
 #include <spdlog/spdlog.h>
 
@@ -8,11 +8,11 @@
 #include <limits>
 #include <utility>
 
-#include "u3d/errors.h"
-#include "u3d/files.h"
-#include "u3d/resume.h"
-#include "u3d/signals.h"
-#include "u3d/version.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/files.h"
+#include "u3d/core/signals.h"
+#include "u3d/core/version.h"
+#include "u3d/train/resume.h"
 
 namespace u3d {
 namespace {
@@ -62,7 +62,8 @@ TrainState Trainer::fit() {
     end_epoch(epoch);
     // The metrics row first, then the checkpoint: a kill in between leaves a row newer than the
     // newest checkpoint, which the resume drops and writes again (never a missing row).
-    log_->epoch(epoch, state_.global_step, stats, val, improved, schedule_->at(std::max<int64_t>(0, state_.global_step - 1)));
+    log_->epoch(epoch, state_.global_step, stats, val, improved,
+                schedule_->at(std::max<int64_t>(0, state_.global_step - 1)));
     keeper_.at_epoch_end(epoch, state_.global_step, improved);
   }
   return finish();
@@ -86,9 +87,10 @@ bool Trainer::stopping() {
 
 void Trainer::check_run_folder() const {
   if (!options_.resume && keeper_.store().latest()) {
-    throw ConfigError(fmt::format("{} already holds checkpoints of a run named '{}'; continue it with --resume, or "
-                                  "choose another experiment.name",
-                                  paths_.checkpoints.string(), cfg().experiment.name));
+    throw ConfigError(
+        fmt::format("{} already holds checkpoints of a run named '{}'; continue it with --resume, or "
+                    "choose another experiment.name",
+                    paths_.checkpoints.string(), cfg().experiment.name));
   }
 }
 
@@ -141,9 +143,8 @@ void Trainer::build_model() {
   validator_ = std::make_unique<Validator>(rc_, *data_, *reader_, runtime_.device, runtime_.threads, *net_, *loss_,
                                            step_->features().channels_last, faults_);
   log_ = std::make_unique<RunLog>(rc_, paths_);
-  keeper_.set_writer([this](const std::filesystem::path& path) {
-    save_checkpoint(path, checkpoint_info(), *net_, optimizer_.get());
-  });
+  keeper_.set_writer(
+      [this](const std::filesystem::path& path) { save_checkpoint(path, checkpoint_info(), *net_, optimizer_.get()); });
 }
 
 void Trainer::restore() {
@@ -153,14 +154,13 @@ void Trainer::restore() {
   const CheckpointInfo saved_info = read_checkpoint_info(path);
   const Config saved = load_config_from_string(saved_info.config_yaml, path.string() + " (config)");
   check_config_drift(saved, cfg(), options_.allow_config_change, path.string());
-  if (saved_info.sampler.cases_sha256 != rc_.cases_sha256 &&
-      !key_matches("data.path", options_.allow_config_change) &&
+  if (saved_info.sampler.cases_sha256 != rc_.cases_sha256 && !key_matches("data.path", options_.allow_config_change) &&
       !key_matches("data.train_split", options_.allow_config_change)) {
-    throw ConfigError(fmt::format("resume: the training split '{}' of {} is not the one {} was trained on ({} cases "
-                                  "then, {} now, or other case ids); the sampler would draw other batches. Accept "
-                                  "it with --allow-config-change data.path",
-                                  cfg().data.train_split, cfg().data.path, path.string(), saved_info.sampler.cases,
-                                  data_->train_cache().size()));
+    throw ConfigError(fmt::format(
+        "resume: the training split '{}' of {} is not the one {} was trained on ({} cases "
+        "then, {} now, or other case ids); the sampler would draw other batches. Accept "
+        "it with --allow-config-change data.path",
+        cfg().data.train_split, cfg().data.path, path.string(), saved_info.sampler.cases, data_->train_cache().size()));
   }
   const CheckpointInfo info = load_checkpoint(path, *net_, optimizer_.get(), runtime_.device, /*restore_rng=*/true);
   // The checkpoint's strides come with its tensors (contiguous from a CPU run, say): back to this
@@ -175,8 +175,9 @@ void Trainer::restore() {
   }
   keeper_.resumed_at(state_.global_step);
   spdlog::info("resume: {} ({}, global step {}; written by trainer {} {} at {})", path.string(),
-               state_.step_in_epoch > 0 ? fmt::format("inside epoch {} after step {}", state_.epoch + 1, state_.step_in_epoch)
-                                        : fmt::format("end of epoch {}", state_.epoch),
+               state_.step_in_epoch > 0
+                   ? fmt::format("inside epoch {} after step {}", state_.epoch + 1, state_.step_in_epoch)
+                   : fmt::format("end of epoch {}", state_.epoch),
                state_.global_step, info.version, info.commit, info.created);
 }
 
@@ -194,7 +195,7 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
   log_->start_epoch();
   const int64_t first_step = state_.step_in_epoch;  // > 0 when resumed inside the epoch
   const int64_t steps = rc_.steps_per_epoch, batch_size = cfg().data.batch_size;
-  int64_t samples = 0;                              // drawn by this process (for samples/s)
+  int64_t samples = 0;  // drawn by this process (for samples/s)
   // The epoch's time in the processes before a resume (its row reports the whole epoch, also when
   // a stop came after its last step, during validation).
   const double carried_seconds = state_.epoch_seconds, carried_data_seconds = state_.epoch_data_seconds;
@@ -243,9 +244,9 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
     }
   } catch (const std::exception& e) {
     if (!is_out_of_memory(e)) throw;
-    throw TrainingError(out_of_memory_message(cfg(), runtime_.device, "training step",
-                                              precision_name(step_->features().precision)) +
-                        "; " + keeper_.last_checkpoint_note());
+    throw TrainingError(
+        out_of_memory_message(cfg(), runtime_.device, "training step", precision_name(step_->features().precision)) +
+        "; " + keeper_.last_checkpoint_note());
   }
   check_nonfinite();
   const auto totals = monitor_->totals();
@@ -255,7 +256,8 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
   stats.data_seconds = state_.epoch_data_seconds;
   stats.samples = state_.epoch_samples;
   stats.skipped = totals.skipped;
-  stats.train_loss = counted > 0 ? totals.loss_sum / static_cast<double>(counted) : std::numeric_limits<double>::quiet_NaN();
+  stats.train_loss =
+      counted > 0 ? totals.loss_sum / static_cast<double>(counted) : std::numeric_limits<double>::quiet_NaN();
   return stats;
 }
 

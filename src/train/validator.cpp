@@ -1,4 +1,4 @@
-#include "u3d/validator.h"
+#include "u3d/train/validator.h"
 
 #include <spdlog/spdlog.h>
 
@@ -6,10 +6,10 @@
 #include <cmath>
 #include <thread>
 
-#include "u3d/amp.h"
-#include "u3d/dose_metrics.h"
-#include "u3d/metrics.h"
-#include "u3d/predictor.h"
+#include "u3d/evaluate/dose_metrics.h"
+#include "u3d/evaluate/metrics.h"
+#include "u3d/predict/predictor.h"
+#include "u3d/train/amp.h"
 
 namespace u3d {
 
@@ -46,9 +46,11 @@ ValStats Validator::run(int64_t epoch, TrainState& state, const std::function<bo
 ValStats Validator::full_volumes(int64_t epoch, const std::function<bool()>& stopping) {
   const Config& cfg = rc_.cfg;
   const Preprocessor& pre = data_.pre();
-  SlidingWindowOptions sw{cfg.data.patch_size, cfg.predict.overlap,
+  SlidingWindowOptions sw{cfg.data.patch_size,
+                          cfg.predict.overlap,
                           cfg.predict.batch_size > 0 ? cfg.predict.batch_size : cfg.data.batch_size,
-                          cfg.predict.gaussian, /*mirror=*/false,
+                          cfg.predict.gaussian,
+                          /*mirror=*/false,
                           /*autocast=*/inference_autocast(cfg.training, device_),  // as the training step
                           /*channels_last=*/channels_last_};
   std::vector<double> losses, metrics;
@@ -143,13 +145,19 @@ void Validator::patches(int64_t epoch, ValStats& stats, TrainState& state) {
 
 double Validator::monitored(const ValStats& val) const {
   switch (rc_.monitor) {
-    case Monitor::kValLoss: return val.loss;
-    case Monitor::kValDoseScore: return val.dose_score;
-    case Monitor::kValDvhScore: return val.dvh_score;
-    case Monitor::kPseudoDice: return val.pseudo_dice;
-    case Monitor::kPseudoDiceEma: return val.pseudo_dice_ema;
+    case Monitor::kValLoss:
+      return val.loss;
+    case Monitor::kValDoseScore:
+      return val.dose_score;
+    case Monitor::kValDvhScore:
+      return val.dvh_score;
+    case Monitor::kPseudoDice:
+      return val.pseudo_dice;
+    case Monitor::kPseudoDiceEma:
+      return val.pseudo_dice_ema;
     case Monitor::kValMetric:
-    case Monitor::kAuto: break;
+    case Monitor::kAuto:
+      break;
   }
   return val.metric;
 }

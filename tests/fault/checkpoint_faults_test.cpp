@@ -4,7 +4,7 @@
 #include <signal.h>
 
 #include "fault_support.h"
-#include "u3d/errors.h"
+#include "u3d/core/errors.h"
 
 namespace u3d {
 namespace {
@@ -52,10 +52,13 @@ TEST_F(CheckpointFaults, SigkillDuringCheckpointWritesNeverLosesTheNewestCheckpo
     ASSERT_TRUE(p.wait_until([&] {
       return fs::exists(ckpts("k") / "manifest.sha256") &&
              test::read_text(ckpts("k") / "manifest.sha256") != manifest_before;
-    })) << "trial " << trial << ": no checkpoint committed\n" << p.output();
+    })) << "trial "
+        << trial << ": no checkpoint committed\n"
+        << p.output();
     if (trial > 0) {  // it resumed from the newest intact checkpoint the last kill left
       EXPECT_TRUE(test::contains(p.output(), "resume: runs/k/checkpoints/" + expected_resume + " (end of epoch"))
-          << "trial " << trial << " expected " << expected_resume << "\n" << p.output();
+          << "trial " << trial << " expected " << expected_resume << "\n"
+          << p.output();
     }
     if (trial % 2 == 1) {
       ASSERT_TRUE(p.wait_until([&] { return !test::temporaries(ckpts("k")).empty(); })) << p.output();
@@ -109,9 +112,9 @@ TEST_F(CheckpointFaults, SaveThatCannotBeWrittenKeepsTheOldCheckpointAndLeavesNo
   const std::string old_bytes = test::read_text(old);
   test::ProcessOptions limited;
   limited.file_size_limit = 40000;  // checkpoints are ~110 KB; logs and CSVs stay far below
-  TrainerProcess p({"--config", "f.yaml", "--resume", "--set", "training.epochs=2", "--allow-config-change",
-                    "training.epochs"},
-                   dir.path(), limited);
+  TrainerProcess p(
+      {"--config", "f.yaml", "--resume", "--set", "training.epochs=2", "--allow-config-change", "training.epochs"},
+      dir.path(), limited);
   EXPECT_EQ(p.wait(), 1);
   const std::string out = p.output();
   EXPECT_TRUE(test::contains(out, "epoch_0002.pt: write failed: File too large")) << out;
@@ -132,7 +135,9 @@ TEST_F(CheckpointFaults, FullDiskAndReadOnlyFolder) {
     fs::path p;
     ~Unmount() { test::unmount(p); }
   } unmount{disk};
-  config("t", {{"experiment.output_dir", (disk / "runs").string()}, {"training.epochs", "1"}, {"checkpoint.keep_last", "2"}});
+  config(
+      "t",
+      {{"experiment.output_dir", (disk / "runs").string()}, {"training.epochs", "1"}, {"checkpoint.keep_last", "2"}});
   ASSERT_EQ(trainer({"--config", "t.yaml"}).exit_code, 0);
   const fs::path tdir = disk / "runs" / "t" / "checkpoints";
   const std::string old_bytes = test::read_text(tdir / "epoch_0001.pt");
@@ -154,8 +159,8 @@ TEST_F(CheckpointFaults, FullDiskAndReadOnlyFolder) {
     fs::remove(fillers.back());
     fillers.pop_back();
   }
-  auto r = trainer({"--config", "t.yaml", "--resume", "--set", "training.epochs=2", "--allow-config-change",
-                    "training.epochs"});
+  auto r = trainer(
+      {"--config", "t.yaml", "--resume", "--set", "training.epochs=2", "--allow-config-change", "training.epochs"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(test::contains(r.output, "epoch_0002.pt: write failed: No space left on device")) << r.output;
   EXPECT_TRUE(test::contains(r.output, "free on its file system")) << r.output;
@@ -168,10 +173,10 @@ TEST_F(CheckpointFaults, FullDiskAndReadOnlyFolder) {
     fs::remove(fillers.back());
     fillers.pop_back();
   }
-  TrainerProcess p({"--config", "t.yaml", "--resume", "--set", "training.epochs=6", "--set",
-                    "training.steps_per_epoch=25", "--set", "checkpoint.on_error=continue", "--allow-config-change",
-                    "training.epochs,training.steps_per_epoch"},
-                   dir.path());
+  TrainerProcess p(
+      {"--config", "t.yaml", "--resume", "--set", "training.epochs=6", "--set", "training.steps_per_epoch=25", "--set",
+       "checkpoint.on_error=continue", "--allow-config-change", "training.epochs,training.steps_per_epoch"},
+      dir.path());
   ASSERT_TRUE(p.wait_until([&] { return test::contains(p.output(), "checkpoint not written"); })) << p.output();
   for (const auto& f : fillers) fs::remove(f);
   ASSERT_EQ(p.wait(), 0) << p.output();
@@ -180,7 +185,9 @@ TEST_F(CheckpointFaults, FullDiskAndReadOnlyFolder) {
   EXPECT_TRUE(test::temporaries(tdir).empty());
 
   // A folder that turns read-only while training runs (a bind mount over checkpoints/).
-  config("ro", {{"training.epochs", "3"}, {"training.steps_per_epoch", "150"}, {"logging.step_log", "true"},
+  config("ro", {{"training.epochs", "3"},
+                {"training.steps_per_epoch", "150"},
+                {"logging.step_log", "true"},
                 {"data.val_split", "\"\""}});
   TrainerProcess q({"--config", "ro.yaml"}, dir.path());
   // Well inside epoch 2: epoch_0001.pt is committed, the next write is seconds away.
@@ -202,11 +209,12 @@ TEST_F(CheckpointFaults, CorruptNewestCheckpointFallsBackToThePreviousOne) {
   config("c", {{"training.epochs", "3"}});
   ASSERT_EQ(trainer({"--config", "c.yaml"}).exit_code, 0);
   fs::resize_file(ckpts("c") / "epoch_0003.pt", fs::file_size(ckpts("c") / "epoch_0003.pt") / 2);
-  auto r = trainer({"--config", "c.yaml", "--resume", "--set", "training.epochs=4", "--allow-config-change",
-                    "training.epochs"});
+  auto r = trainer(
+      {"--config", "c.yaml", "--resume", "--set", "training.epochs=4", "--allow-config-change", "training.epochs"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(test::contains(r.output, "epoch_0003.pt: content does not match its SHA-256 in manifest.sha256 "
-                                       "(truncated or corrupt"))
+  EXPECT_TRUE(test::contains(r.output,
+                             "epoch_0003.pt: content does not match its SHA-256 in manifest.sha256 "
+                             "(truncated or corrupt"))
       << r.output;
   EXPECT_TRUE(test::contains(r.output, "resume: runs/c/checkpoints/epoch_0002.pt (end of epoch 2")) << r.output;
   EXPECT_EQ(test::read_csv(run("c") / "metrics.csv").size(), 4u);
@@ -216,8 +224,8 @@ TEST_F(CheckpointFaults, CorruptNewestCheckpointFallsBackToThePreviousOne) {
   std::string bytes = test::read_text(newest);
   for (size_t i = bytes.size() / 2; i < bytes.size() / 2 + 8; ++i) bytes[i] = static_cast<char>(~bytes[i]);
   test::write_text(newest, bytes);
-  r = trainer({"--config", "c.yaml", "--resume", "--set", "training.epochs=5", "--allow-config-change",
-               "training.epochs"});
+  r = trainer(
+      {"--config", "c.yaml", "--resume", "--set", "training.epochs=5", "--allow-config-change", "training.epochs"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(test::contains(r.output, "epoch_0004.pt: content does not match its SHA-256")) << r.output;
   EXPECT_TRUE(test::contains(r.output, "resume: runs/c/checkpoints/epoch_0003.pt")) << r.output;
@@ -249,9 +257,10 @@ TEST_F(CheckpointFaults, ConfigDriftOnResumeIsRefusedWithADiff) {
   ASSERT_EQ(trainer({"--config", "d.yaml"}).exit_code, 0);
   auto r = trainer({"--config", "d.yaml", "--resume", "--set", "model.base_filters=8", "--set", "training.epochs=2"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(test::contains(r.output, "resume: the config differs from the one runs/d/checkpoints/epoch_0001.pt was "
-                                       "trained with (checkpoint -> now): model.base_filters: 4 -> 8; "
-                                       "training.epochs: 1 -> 2"))
+  EXPECT_TRUE(test::contains(r.output,
+                             "resume: the config differs from the one runs/d/checkpoints/epoch_0001.pt was "
+                             "trained with (checkpoint -> now): model.base_filters: 4 -> 8; "
+                             "training.epochs: 1 -> 2"))
       << r.output;
   EXPECT_TRUE(test::contains(r.output, "--allow-config-change model.base_filters,training.epochs")) << r.output;
   // Allowing only the epochs is not enough; the architecture stays refused.
@@ -268,7 +277,8 @@ TEST_F(CheckpointFaults, ConfigDriftOnResumeIsRefusedWithADiff) {
                "--allow-config-change", "training.epochs"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(test::contains(r.output, "data.path: \"p.h5\" -> \"other.h5\"")) << r.output;
-  r = trainer({"--config", "d.yaml", "--resume", "--set", "training.epochs=3", "--allow-config-change", "training.epoch"});
+  r = trainer(
+      {"--config", "d.yaml", "--resume", "--set", "training.epochs=3", "--allow-config-change", "training.epoch"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(test::contains(r.output, "did you mean 'training.epochs'")) << r.output;
 }

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "test_support.h"
-#include "u3d/checkpoint.h"
-#include "u3d/config.h"
+#include "u3d/core/config.h"
+#include "u3d/train/checkpoint.h"
 
 namespace u3d::test {
 
@@ -101,7 +101,8 @@ inline size_t count_lines(const fs::path& p) {
 // its own process under ctest), so tmpfs and read-only binds vanish with it. False when the
 // system does not allow it (no CAP_SYS_ADMIN): the test then skips what needs it.
 inline bool private_mount_namespace() {
-  static const bool ok = ::unshare(CLONE_NEWNS) == 0 && ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0;
+  static const bool ok =
+      ::unshare(CLONE_NEWNS) == 0 && ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0;
   return ok;
 }
 

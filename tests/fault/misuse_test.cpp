@@ -12,7 +12,7 @@
 #include <regex>
 
 #include "fault_support.h"
-#include "u3d/run_lock.h"
+#include "u3d/core/run_lock.h"
 
 namespace u3d {
 namespace {
@@ -103,8 +103,8 @@ TEST_F(Misuse, HdfWritersOnAFullDiskExitOneNamingTheFileAndLeaveNothing) {
   expect_clean_failure(synth);
   EXPECT_EQ(entries(small), before);
 
-  ASSERT_EQ(trainer({"synth", "--task", "segmentation", "--cases", "4", "--size", "32", "--format", "nnunet",
-                     "--out", "Dataset001_Phantom"})
+  ASSERT_EQ(trainer({"synth", "--task", "segmentation", "--cases", "4", "--size", "32", "--format", "nnunet", "--out",
+                     "Dataset001_Phantom"})
                 .exit_code,
             0);
   const auto nnunet = trainer({"import", "nnunet", "--source", "Dataset001_Phantom", "--out", "small/seg.h5"});
@@ -326,7 +326,9 @@ void make_case_empty(const fs::path& file, const std::string& id) { redeclare_ca
 
 // Every field of case `id` declares `side`^3 voxels per channel with no chunk written (a few
 // bytes on disk).
-void declare_huge_case(const fs::path& file, const std::string& id, hsize_t side) { redeclare_case(file, id, side, 64); }
+void declare_huge_case(const fs::path& file, const std::string& id, hsize_t side) {
+  redeclare_case(file, id, side, 64);
+}
 
 // An empty volume is a check-data and preflight error naming the case (it used to pass, then
 // training failed in torch.cat naming no case); a start that fails its preflight leaves no run

@@ -8,9 +8,9 @@
 #include <regex>
 
 #include "fault_support.h"
-#include "u3d/errors.h"
-#include "u3d/signals.h"
-#include "u3d/trainer.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/signals.h"
+#include "u3d/train/trainer.h"
 
 namespace u3d {
 namespace {
@@ -57,7 +57,9 @@ TEST_F(TrainingFaults, ResumeAfterSigkillIsBitExactAtAnEpochBoundaryAndMidEpoch)
   };
   const std::vector<Case> cases = {
       {"boundary", "epoch_0002\\.pt", "(end of epoch ", {}},
-      {"midepoch", "epoch_0002_step_0000\\d\\d\\.pt", "(inside epoch ",
+      {"midepoch",
+       "epoch_0002_step_0000\\d\\d\\.pt",
+       "(inside epoch ",
        {{"checkpoint.every_minutes", "0.0002"}, {"checkpoint.every_epochs", "1000"}}},
   };
   for (const auto& c : cases) {
@@ -96,14 +98,13 @@ TEST_F(TrainingFaults, StopSignalsWriteACheckpointAndTheRunContinuesAtTheNextSte
     std::vector<std::string> args = {"--config", "s.yaml"};
     if (i > 0) args.push_back("--resume");
     TrainerProcess p(args, dir.path());
-    ASSERT_TRUE(p.wait_until([&] { return static_cast<int64_t>(steps_logged("s")) >= stopped_at + 5; }))
-        << p.output();
+    ASSERT_TRUE(p.wait_until([&] { return static_cast<int64_t>(steps_logged("s")) >= stopped_at + 5; })) << p.output();
     p.signal(signals[i].first);
     ASSERT_EQ(p.wait(), signals[i].second) << p.output();
     const std::string out = p.output();
     if (i > 0) {
-      EXPECT_TRUE(test::contains(out, fmt::format("inside epoch 1 after step {}, global step {}", stopped_at,
-                                                  stopped_at)))
+      EXPECT_TRUE(
+          test::contains(out, fmt::format("inside epoch 1 after step {}, global step {}", stopped_at, stopped_at)))
           << out;
     }
     const int64_t step = last_step();
@@ -112,8 +113,8 @@ TEST_F(TrainingFaults, StopSignalsWriteACheckpointAndTheRunContinuesAtTheNextSte
     ASSERT_TRUE(fs::exists(checkpoint)) << out;
     EXPECT_TRUE(CheckpointStore(ckpts("s"), 2).verify(checkpoint).verified());
     EXPECT_EQ(read_checkpoint_info(checkpoint).state.step_in_epoch, step);
-    EXPECT_TRUE(test::contains(out, fmt::format("stopped by {} at epoch 1 step {}", StopSignals::name(signals[i].first),
-                                                step)))
+    EXPECT_TRUE(
+        test::contains(out, fmt::format("stopped by {} at epoch 1 step {}", StopSignals::name(signals[i].first), step)))
         << out;
     EXPECT_TRUE(test::contains(test::read_text(run("s") / "train.log"), "stopped by")) << "log not flushed";
     EXPECT_EQ(test::read_csv(run("s") / "metrics.csv").size(), 0u);  // no row for an unfinished epoch
@@ -229,7 +230,7 @@ TEST_F(TrainingFaults, NonFiniteStepsAreSkippedCountedAndStopTheRunWhenTheyPersi
   const auto steps = test::read_csv(run("nf") / "steps.csv");
   ASSERT_EQ(steps.size(), 8u);
   EXPECT_EQ(steps[1].at("skipped"), "1");
-  EXPECT_EQ(steps[1].at("loss"), "nan");  // the NaN batch
+  EXPECT_EQ(steps[1].at("loss"), "nan");   // the NaN batch
   EXPECT_EQ(steps[2].at("skipped"), "1");  // a finite loss with an Inf gradient
   EXPECT_TRUE(std::isfinite(std::stod(steps[2].at("loss"))));
   for (size_t i : {0u, 3u, 4u, 7u}) EXPECT_EQ(steps[i].at("skipped"), "0") << i;
@@ -241,8 +242,9 @@ TEST_F(TrainingFaults, NonFiniteStepsAreSkippedCountedAndStopTheRunWhenTheyPersi
   TrainerProcess k({"--config", "k.yaml"}, dir.path(), faults);
   EXPECT_EQ(k.wait(), 1);
   const std::string out = k.output();
-  EXPECT_TRUE(test::contains(out, "training stopped at global step 8: 3 steps in a row had a non-finite loss or "
-                                  "gradient norm"))
+  EXPECT_TRUE(test::contains(out,
+                             "training stopped at global step 8: 3 steps in a row had a non-finite loss or "
+                             "gradient norm"))
       << out;
   EXPECT_TRUE(test::contains(out, "training.max_nonfinite_steps = 3")) << out;
   EXPECT_TRUE(test::contains(out, "epoch_0001.pt is intact")) << out;
@@ -254,8 +256,9 @@ TEST_F(TrainingFaults, NonFiniteStepsAreSkippedCountedAndStopTheRunWhenTheyPersi
   faults.env["U3D_TEST_FAULTS"] = "nan_val@2";
   TrainerProcess v({"--config", "v.yaml"}, dir.path(), faults);
   ASSERT_EQ(v.wait(), 0) << v.output();
-  EXPECT_TRUE(test::contains(v.output(), "epoch 2: the validation val_mae is not finite; it is never taken as the "
-                                         "best"))
+  EXPECT_TRUE(test::contains(v.output(),
+                             "epoch 2: the validation val_mae is not finite; it is never taken as the "
+                             "best"))
       << v.output();
   const auto vrows = test::read_csv(run("v") / "metrics.csv");
   ASSERT_EQ(vrows.size(), 3u);
@@ -308,8 +311,9 @@ TEST_F(TrainingFaults, OutOfMemoryNamesBatchPatchPrecisionAndPeak) {
   TrainerProcess p({"--config", "oom.yaml"}, dir.path(), limited);
   EXPECT_EQ(p.wait(), 1);
   const std::string out = p.output();
-  EXPECT_TRUE(test::contains(out, "out of host memory during the training step on cpu: data.batch_size = 1024, "
-                                  "data.patch_size = [16, 16, 16], precision fp32, peak "))
+  EXPECT_TRUE(test::contains(out,
+                             "out of host memory during the training step on cpu: data.batch_size = 1024, "
+                             "data.patch_size = [16, 16, 16], precision fp32, peak "))
       << out;
   EXPECT_TRUE(test::contains(out, "lower data.batch_size or data.patch_size")) << out;
   EXPECT_FALSE(test::contains(out, "terminate called")) << out;
@@ -326,9 +330,9 @@ void replace_dataset(const fs::path& file, const std::string& path, const torch:
   H5Ldelete(f, path.c_str(), H5P_DEFAULT);
   std::vector<hsize_t> dims(t.sizes().begin(), t.sizes().end());
   hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
-  const hid_t type = t.scalar_type() == torch::kFloat ? H5T_NATIVE_FLOAT
+  const hid_t type = t.scalar_type() == torch::kFloat   ? H5T_NATIVE_FLOAT
                      : t.scalar_type() == torch::kUInt8 ? H5T_NATIVE_UINT8
-                                                         : H5T_NATIVE_INT64;
+                                                        : H5T_NATIVE_INT64;
   hid_t d = H5Dcreate2(f, path.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   ASSERT_GE(d, 0);
   ASSERT_GE(H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()), 0);
@@ -387,7 +391,8 @@ TEST_F(TrainingFaults, PreflightNamesEveryProblemAndTrainingRefusesErrors) {
   auto r = trainer({"check-data", "bad.h5"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   const std::vector<std::string> expected = {
-      fmt::format("error   bad.h5: case '{}': 'image': holds 1 NaN or Inf voxel (first at index (0, 1, 2, 3))", train[0]),
+      fmt::format("error   bad.h5: case '{}': 'image': holds 1 NaN or Inf voxel (first at index (0, 1, 2, 3))",
+                  train[0]),
       fmt::format("error   bad.h5: case '{}': 'mask': shape mismatch: mask is (15, 16, 16) but the image is (16, 16, "
                   "16) spatially",
                   train[1]),
@@ -411,7 +416,8 @@ TEST_F(TrainingFaults, PreflightNamesEveryProblemAndTrainingRefusesErrors) {
   config("pre", {{"training.epochs", "1"}}, "bad.h5");
   r = trainer({"--config", "pre.yaml"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_TRUE(test::contains(r.output, "bad.h5: the preflight found 3 error(s) in 3 of the 8 train/val cases")) << r.output;
+  EXPECT_TRUE(test::contains(r.output, "bad.h5: the preflight found 3 error(s) in 3 of the 8 train/val cases"))
+      << r.output;
   EXPECT_TRUE(test::contains(r.output, fmt::format("preflight: bad.h5: case '{}': 'image': cannot be read", train[4])))
       << r.output;
   EXPECT_FALSE(fs::exists(ckpts("pre") / "epoch_0001.pt"));
@@ -420,8 +426,7 @@ TEST_F(TrainingFaults, PreflightNamesEveryProblemAndTrainingRefusesErrors) {
   fs::copy_file(dir / "p.h5", dir / "warn.h5");
   replace_dataset(dir / "warn.h5", "cases/" + train[2] + "/target", torch::zeros({16, 16, 16}));
   replace_dataset(dir / "warn.h5", "cases/" + train[3] + "/mask", torch::zeros({16, 16, 16}, torch::kUInt8));
-  config("warn", {{"training.epochs", "2"}, {"data.foreground_fraction", "0.5"}, {"data.batch_size", "6"}},
-         "warn.h5");
+  config("warn", {{"training.epochs", "2"}, {"data.foreground_fraction", "0.5"}, {"data.batch_size", "6"}}, "warn.h5");
   r = trainer({"--config", "warn.yaml"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(test::contains(r.output, fmt::format("case '{}': 'target': is empty (all zero)", train[2]))) << r.output;

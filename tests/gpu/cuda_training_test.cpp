@@ -2,8 +2,8 @@
 #include <gtest/gtest.h>
 
 #include "test_support.h"
-#include "u3d/checkpoint.h"
-#include "u3d/predictor.h"
+#include "u3d/predict/predictor.h"
+#include "u3d/train/checkpoint.h"
 
 namespace u3d {
 namespace {
@@ -16,9 +16,8 @@ TEST(Gpu, TrainingOnCudaLowersTheLoss) {
   test::TempDir dir;
   test::make_phantom(dir / "p.h5", Task::kDose, 8, 32);
   test::write_text(dir / "g.yaml", test::tiny_config("p.h5", "g"));
-  const auto r = test::run_trainer({"--config", "g.yaml", "--set", "training.device=cuda", "--set",
-                                    "training.epochs=8", "--set", "data.patch_size=32", "--set",
-                                    "training.deterministic=false"},
+  const auto r = test::run_trainer({"--config", "g.yaml", "--set", "training.device=cuda", "--set", "training.epochs=8",
+                                    "--set", "data.patch_size=32", "--set", "training.deterministic=false"},
                                    dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("device cuda"), std::string::npos);

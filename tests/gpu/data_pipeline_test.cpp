@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 
 #include "test_support.h"
-#include "u3d/cache.h"
-#include "u3d/loader.h"
-#include "u3d/sampler.h"
+#include "u3d/data/cache.h"
+#include "u3d/data/loader.h"
+#include "u3d/data/sampler.h"
 
 namespace u3d {
 namespace {

@@ -7,10 +7,10 @@
 #include <torch/cuda.h>
 
 #include "test_support.h"
-#include "u3d/losses.h"
-#include "u3d/optimizer.h"
-#include "u3d/step_monitor.h"
-#include "u3d/train_step.h"
+#include "u3d/train/losses.h"
+#include "u3d/train/optimizer.h"
+#include "u3d/train/step_monitor.h"
+#include "u3d/train/train_step.h"
 
 namespace u3d {
 namespace {
@@ -36,8 +36,8 @@ struct StepRun {
 };
 
 // `steps` steps of `net` on fixed random batches; graph on or off.
-StepRun run_steps(Config cfg, Network net, const Loss& loss, const std::function<Batch(int64_t)>& batch,
-                  Toggle graph, int64_t steps) {
+StepRun run_steps(Config cfg, Network net, const Loss& loss, const std::function<Batch(int64_t)>& batch, Toggle graph,
+                  int64_t steps) {
   cfg.training.cuda_graph = graph;
   cfg.training.graph_warmup_steps = 2;
   net->to(kCuda);
@@ -147,8 +147,8 @@ TEST(GpuFixes, ChannelsLastParametersGoThroughEveryFusedOptimizer) {
 // --- Whole runs through the CLI ---------------------------------------------------------------
 
 std::vector<std::string> cuda_run(const std::string& config, std::vector<std::string> extra) {
-  std::vector<std::string> args = {"--config", config, "--set", "training.device=cuda", "--set",
-                                   "training.graph_warmup_steps=2"};
+  std::vector<std::string> args = {
+      "--config", config, "--set", "training.device=cuda", "--set", "training.graph_warmup_steps=2"};
   for (auto& e : extra) args.push_back(std::move(e));
   return args;
 }
@@ -170,10 +170,10 @@ TEST(GpuFixes, GpuSamplerIsCapturedWithTheStepAndTrainsLikeTheEagerRun) {
   ASSERT_EQ(graph.exit_code, 0) << graph.output;
   EXPECT_NE(graph.output.find(kSamplerCaptured), std::string::npos) << graph.output;
   EXPECT_NE(graph.output.find(kCaptured), std::string::npos) << graph.output;
-  const auto eager = test::run_trainer(cuda_run("g.yaml", {"--set", "data.cache=gpu", "--set", "augment.flip_prob=0.5",
-                                                           "--set", "training.epochs=3", "--set",
-                                                           "training.cuda_graph=off", "--set", "experiment.name=e"}),
-                                       dir.path());
+  const auto eager = test::run_trainer(
+      cuda_run("g.yaml", {"--set", "data.cache=gpu", "--set", "augment.flip_prob=0.5", "--set", "training.epochs=3",
+                          "--set", "training.cuda_graph=off", "--set", "experiment.name=e"}),
+      dir.path());
   ASSERT_EQ(eager.exit_code, 0) << eager.output;
   EXPECT_EQ(eager.output.find(kCaptured), std::string::npos);
   // Deterministic fp32 (tiny_config): the replayed graph runs the eager kernels on the same batches.
@@ -189,10 +189,9 @@ TEST(GpuFixes, CaptureWhileTheSamplerThreadsSynchroniseWithTheirCopies) {
   // A slow augmentation and many batches in flight: the threads wait on their staging copies
   // (cudaEventSynchronize) while the loop thread captures.
   const auto r = test::run_trainer(
-      cuda_run("t.yaml", {"--set", "data.cache=pinned", "--set", "data.workers=3", "--set", "data.prefetch=12",
-                          "--set", "augment.affine_prob=1.0", "--set", "data.patch_size=32", "--set",
-                          "training.cuda_graph=on", "--set", "training.deterministic=false", "--set",
-                          "training.epochs=3"}),
+      cuda_run("t.yaml", {"--set", "data.cache=pinned", "--set", "data.workers=3", "--set", "data.prefetch=12", "--set",
+                          "augment.affine_prob=1.0", "--set", "data.patch_size=32", "--set", "training.cuda_graph=on",
+                          "--set", "training.deterministic=false", "--set", "training.epochs=3"}),
       dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find(kCaptured), std::string::npos) << r.output;
@@ -211,7 +210,8 @@ TEST(GpuFixes, DeterministicCudaRunsOfBothTasksRepeatExactly) {
     for (const std::string run : {"a", "b"}) {
       // The normal runtime set-up: training.deterministic (tiny_config) sets the cuBLAS workspace
       // and the deterministic cross-entropy; GPU cache and graph as auto picks them.
-      const auto r = test::run_trainer(cuda_run(stem + ".yaml", {"--set", "experiment.name=" + stem + run}), dir.path());
+      const auto r =
+          test::run_trainer(cuda_run(stem + ".yaml", {"--set", "experiment.name=" + stem + run}), dir.path());
       ASSERT_EQ(r.exit_code, 0) << r.output;
       EXPECT_NE(r.output.find(kCaptured), std::string::npos) << r.output;
       const fs::path m = dir / "runs" / (stem + run) / "metrics.csv";

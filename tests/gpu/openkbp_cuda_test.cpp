@@ -1,9 +1,9 @@
 // OpenKBP metrics and the baseline network on a CUDA device: the same numbers as on the CPU.
 #include <gtest/gtest.h>
 
-#include "u3d/dose_metrics.h"
-#include "u3d/openkbp_baseline.h"
-#include "u3d/unet.h"
+#include "u3d/evaluate/dose_metrics.h"
+#include "u3d/model/openkbp_baseline.h"
+#include "u3d/model/unet.h"
 
 namespace u3d {
 namespace {
@@ -15,7 +15,8 @@ TEST(OpenKbpCuda, DoseMetricsOnTheGpuEqualTheCpu) {
   const auto pred = (ref + torch::randn_like(ref) * 3).to(torch::kFloat);
   const auto mask = (torch::rand({48, 40, 32}) > 0.2).to(torch::kUInt8);
   const auto structures = (torch::rand({3, 48, 40, 32}) > 0.7).to(torch::kUInt8);
-  const std::vector<DvhStructure> list = {{"A", DvhKind::kOar, 0}, {"B", DvhKind::kOar, 1}, {"PTV70", DvhKind::kTarget, 2}};
+  const std::vector<DvhStructure> list = {
+      {"A", DvhKind::kOar, 0}, {"B", DvhKind::kOar, 1}, {"PTV70", DvhKind::kTarget, 2}};
   const auto cpu = evaluate_patient_dose("p", ref, pred, mask, structures, list, {2.0, 2.0, 3.0});
   const torch::Device cuda(torch::kCUDA);
   const auto gpu = evaluate_patient_dose("p", ref.to(cuda), pred.to(cuda), mask.to(cuda), structures.to(cuda), list,

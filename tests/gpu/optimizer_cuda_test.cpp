@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 
 #include "test_support.h"
-#include "u3d/optimizer.h"
-#include "u3d/step_monitor.h"
+#include "u3d/train/optimizer.h"
+#include "u3d/train/step_monitor.h"
 
 namespace u3d {
 namespace {

@@ -4,9 +4,9 @@
 
 #include "test_support.h"
 
-#include "u3d/losses.h"
-#include "u3d/predictor.h"
-#include "u3d/unet.h"
+#include "u3d/model/unet.h"
+#include "u3d/predict/predictor.h"
+#include "u3d/train/losses.h"
 
 namespace u3d {
 namespace {

@@ -1,15 +1,15 @@
 // The training step on CUDA: graph replay against eager steps, fp16 loss scaling with an injected
 // Inf, capture without host synchronisation, and the step benchmark's GPU figures. Every test
 // skips itself where no CUDA device is present.
-#include <gtest/gtest.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
+#include <gtest/gtest.h>
 #include <torch/cuda.h>
 
 #include "test_support.h"
-#include "u3d/cuda_graph.h"
-#include "u3d/errors.h"
-#include "u3d/train_step.h"
+#include "u3d/core/errors.h"
+#include "u3d/train/cuda_graph.h"
+#include "u3d/train/train_step.h"
 
 namespace u3d {
 namespace {
@@ -177,9 +177,7 @@ TEST(GpuTrainStep, AHostSyncInsideTheStepFailsTheCaptureWithAOneLineError) {
 
 TEST(GpuTrainStep, AChangedBatchShapeFallsBackToEager) {
   U3D_REQUIRE_CUDA();
-  auto step = [](const Batch& b, bool) {
-    return StepOutputs{b.image.mean(), torch::zeros({}, b.image.options())};
-  };
+  auto step = [](const Batch& b, bool) { return StepOutputs{b.image.mean(), torch::zeros({}, b.image.options())}; };
   CudaGraphStep graph(step, /*warmup_steps=*/1, /*required=*/false);
   EXPECT_TRUE(graph.run(cuda_batch(0)).has_value());
   EXPECT_TRUE(graph.run(cuda_batch(1)).has_value());
@@ -195,10 +193,10 @@ TEST(GpuTrainStep, StepBenchmarkOnCudaReportsPeakMemoryAndReplays) {
   test::TempDir dir;
   test::make_phantom(dir / "p.h5", Task::kDose, 4, 32);
   test::write_text(dir / "b.yaml", test::tiny_config("p.h5", "b"));
-  const auto r = test::run_trainer({"--config", "b.yaml", "--benchmark", "--steps", "10", "--set",
-                                    "training.device=cuda", "--set", "training.deterministic=false", "--set",
-                                    "data.patch_size=32"},
-                                   dir.path());
+  const auto r =
+      test::run_trainer({"--config", "b.yaml", "--benchmark", "--steps", "10", "--set", "training.device=cuda", "--set",
+                         "training.deterministic=false", "--set", "data.patch_size=32"},
+                        dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.find("\"peak_gpu_mem_bytes\": null"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\"peak_gpu_mem_bytes\": "), std::string::npos) << r.output;
@@ -208,10 +206,10 @@ TEST(GpuTrainStep, StepBenchmarkOnCudaReportsPeakMemoryAndReplays) {
   EXPECT_EQ(r.output.find("\"peak_gpu_reserved_bytes\": null"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("\"peak_gpu_allocated_bytes\": null"), std::string::npos) << r.output;
   // With batch norm, auto is channels-last.
-  const auto bn = test::run_trainer({"--config", "b.yaml", "--benchmark", "--steps", "4", "--set",
-                                     "training.device=cuda", "--set", "model.norm=batch", "--set",
-                                     "data.patch_size=32"},
-                                    dir.path());
+  const auto bn =
+      test::run_trainer({"--config", "b.yaml", "--benchmark", "--steps", "4", "--set", "training.device=cuda", "--set",
+                         "model.norm=batch", "--set", "data.patch_size=32"},
+                        dir.path());
   ASSERT_EQ(bn.exit_code, 0) << bn.output;
   EXPECT_NE(bn.output.find("\"channels_last\": true"), std::string::npos) << bn.output;
   EXPECT_NE(bn.output.find("\"cuda_graph\": true"), std::string::npos) << bn.output;

@@ -44,7 +44,9 @@ TEST_F(Cli, NoConfigIsAUsageError) {
   EXPECT_EQ(run_trainer({"--no-such-flag"}, dir.path()).exit_code, 2);
 }
 
-TEST_F(Cli, MissingConfigFile) { expect_error(run_trainer({"--config", "nope.yaml"}, dir.path()), 2, "nope.yaml not found"); }
+TEST_F(Cli, MissingConfigFile) {
+  expect_error(run_trainer({"--config", "nope.yaml"}, dir.path()), 2, "nope.yaml not found");
+}
 
 TEST_F(Cli, YamlSyntaxError) {
   test::write_text(dir / "bad.yaml", "data:\n  path: p.h5\n  batch_size: [1, 2\n");
@@ -71,10 +73,10 @@ TEST_F(Cli, MissingDatasetFile) {
 TEST_F(Cli, DatasetLackingSplitOrChannel) {
   expect_error(run_trainer({"--config", "exp.yaml", "--set", "data.val_split=holdout"}, dir.path()), 2,
                "split 'holdout' is not in p.h5; it has: train, val");
-  expect_error(run_trainer({"--config", "exp.yaml", "--set", "data.channels=[ct,liver]", "--set",
-                            "data.normalize=[none]"},
-                           dir.path()),
-               2, "channel 'liver' is not in the dataset");
+  expect_error(
+      run_trainer({"--config", "exp.yaml", "--set", "data.channels=[ct,liver]", "--set", "data.normalize=[none]"},
+                  dir.path()),
+      2, "channel 'liver' is not in the dataset");
 }
 
 TEST_F(Cli, CorruptDatasetNamesTheFile) {

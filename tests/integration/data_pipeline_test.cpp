@@ -28,10 +28,10 @@ class DataPipeline : public ::testing::Test {
 };
 
 TEST_F(DataPipeline, WorkerCountNeverChangesTheRun) {
-  const std::vector<std::string> augment = {"--set", "augment.rot90_prob=0.5", "--set", "augment.affine_prob=0.3",
-                                            "--set", "augment.intensity_prob=0.5", "--set",
-                                            "augment.intensity_channels=[ct]", "--set", "augment.noise_prob=0.3",
-                                            "--set", "data.foreground_fraction=0.33"};
+  const std::vector<std::string> augment = {
+      "--set", "augment.rot90_prob=0.5",     "--set", "augment.affine_prob=0.3",
+      "--set", "augment.intensity_prob=0.5", "--set", "augment.intensity_channels=[ct]",
+      "--set", "augment.noise_prob=0.3",     "--set", "data.foreground_fraction=0.33"};
   std::vector<std::string> losses;
   for (const std::string workers : {"1", "3"}) {
     auto args = augment;
@@ -40,7 +40,8 @@ TEST_F(DataPipeline, WorkerCountNeverChangesTheRun) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find(workers + " sampler thread"), std::string::npos) << r.output;
     std::string column;
-    for (const auto& row : read_csv(dir / "runs" / ("w" + workers) / "metrics.csv")) column += row.at("train_loss") + ",";
+    for (const auto& row : read_csv(dir / "runs" / ("w" + workers) / "metrics.csv"))
+      column += row.at("train_loss") + ",";
     losses.push_back(column);
   }
   EXPECT_EQ(losses[0], losses[1]);

@@ -7,8 +7,8 @@
 #include <cstdio>
 
 #include "test_support.h"
-#include "u3d/dataset.h"
-#include "u3d/openkbp.h"
+#include "u3d/io/dataset.h"
+#include "u3d/io/openkbp.h"
 
 namespace u3d {
 namespace {
@@ -98,15 +98,15 @@ TEST_F(OpenKbpCli, EvaluateReadsSubmissionFilesAndReproducesTheGoldenScores) {
 // metrics.csv, --predict-only writes the submission files, and evaluating them (or the HDF5) gives
 // the validation's dose score.
 TEST_F(OpenKbpCli, BaselineTrainsPredictsSubmissionFilesAndEvaluates) {
-  ASSERT_EQ(run_trainer({"import", "openkbp", "--source", "provided-data", "--out", "data/openkbp.h5"}, dir.path())
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      run_trainer({"import", "openkbp", "--source", "provided-data", "--out", "data/openkbp.h5"}, dir.path()).exit_code,
+      0);
   const std::string config = (test::source_dir() / "configs" / "openkbp_baseline.yaml").string();
   const std::vector<std::string> overrides = {
-      "--set", "model.base_filters=2",   "--set", "training.epochs=1",      "--set", "training.steps_per_epoch=1",
-      "--set", "training.device=cpu",    "--set", "training.threads=2",     "--set", "predict.split=val",
-      "--set", "logging.progress_seconds=0",
-      "--set", "data.train_split=val"};  // 4 patients to load instead of 12: this checks the plumbing
+      "--set", "model.base_filters=2",       "--set", "training.epochs=1",   "--set", "training.steps_per_epoch=1",
+      "--set", "training.device=cpu",        "--set", "training.threads=2",  "--set", "predict.split=val",
+      "--set", "logging.progress_seconds=0", "--set", "data.train_split=val"};  // 4 patients to load instead of 12:
+                                                                                // this checks the plumbing
   std::vector<std::string> args = {"--config", config};
   args.insert(args.end(), overrides.begin(), overrides.end());
   auto r = run_trainer(args, dir.path());

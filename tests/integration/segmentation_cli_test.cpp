@@ -1,10 +1,10 @@
 // The segmentation path through the real binary: nnU-Net raw folder -> import -> train (deep
 // supervision, pseudo-Dice) -> predict (NIfTI with the input's header) -> evaluate; and predicting
 // a large volume in bounded host memory.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <nifti2_io.h>
-#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,8 +15,8 @@
 
 #include "nifti_support.h"
 #include "test_support.h"
-#include "u3d/dataset.h"
-#include "u3d/nifti.h"
+#include "u3d/io/dataset.h"
+#include "u3d/io/nifti.h"
 
 namespace u3d {
 namespace {
@@ -103,8 +103,8 @@ TEST_F(SegmentationCli, ImportTrainPredictEvaluateKeepsTheInputGeometry) {
   expect_same_geometry(raw / "imagesTs" / "case_004_0000.nii.gz", run / "predictions" / "test" / "case_004.nii.gz");
 
   const auto pred_dir = run / "predictions" / "val";
-  r = trainer({"evaluate", "segmentation", "--reference", (raw / "labelsTr").string(), "--predictions",
-               pred_dir.string()});
+  r = trainer(
+      {"evaluate", "segmentation", "--reference", (raw / "labelsTr").string(), "--predictions", pred_dir.string()});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("liver Dice / HD95 mm"), std::string::npos) << r.output;  // names from dataset.json
   const auto csv = test::read_csv(pred_dir / "evaluation.csv");
@@ -113,8 +113,8 @@ TEST_F(SegmentationCli, ImportTrainPredictEvaluateKeepsTheInputGeometry) {
   EXPECT_EQ(csv[0].at("name"), "liver");
   EXPECT_EQ(csv.back().at("label"), "all");
   // Results are never overwritten silently.
-  r = trainer({"evaluate", "segmentation", "--reference", (raw / "labelsTr").string(), "--predictions",
-               pred_dir.string()});
+  r = trainer(
+      {"evaluate", "segmentation", "--reference", (raw / "labelsTr").string(), "--predictions", pred_dir.string()});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--force"), std::string::npos);
 }
@@ -139,14 +139,14 @@ TEST_F(SegmentationCli, ResampledImportPredictsInTheOriginalGrid) {
   EXPECT_EQ(data.case_shape(val), (Shape3{10, 12, 14}));
   test::write_text(dir / "r.yaml", seg_config("r", "r.h5", 1, /*patch=*/8));
   ASSERT_EQ(trainer({"--config", "r.yaml"}).exit_code, 0);
-  r = trainer({"--config", "r.yaml", "--predict-only", "--set", "predict.probabilities=true", "--set",
-               "predict.tta=none"});
+  r = trainer(
+      {"--config", "r.yaml", "--predict-only", "--set", "predict.probabilities=true", "--set", "predict.tta=none"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto nifti = dir / "runs" / "r" / "predictions" / "val" / (val + ".nii.gz");
   expect_same_geometry(raw / "imagesTr" / (val + "_0000.nii.gz"), nifti);  // 28x24x20 again
   // Softmax probabilities in the dataset's grid: (K, D, H, W), summing to 1 per voxel.
-  const auto p = read_h5_float(dir / "runs" / "r" / "predictions" / "val.h5", "cases/" + val + "/probabilities",
-                               {3, 10, 12, 14});
+  const auto p =
+      read_h5_float(dir / "runs" / "r" / "predictions" / "val.h5", "cases/" + val + "/probabilities", {3, 10, 12, 14});
   EXPECT_TRUE(torch::allclose(p.sum(0), torch::ones({10, 12, 14}), 1e-5, 1e-5));
   EXPECT_GE(p.min().item<float>(), 0.0f);
 }
@@ -163,7 +163,8 @@ TEST_F(SegmentationCli, BadCaseExitsOneNamingTheFileAndWritesNothing) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find(f.string() + ": label values 7 are not declared"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(dir / "d.h5"));
-  EXPECT_EQ(trainer({"import", "nnunet", "--source", (dir / "nowhere").string(), "--out", "d.h5"}).exit_code, 2);  // usage error
+  EXPECT_EQ(trainer({"import", "nnunet", "--source", (dir / "nowhere").string(), "--out", "d.h5"}).exit_code,
+            2);                                                            // usage error
   EXPECT_EQ(trainer({"import", "nnunet", "--out", "d.h5"}).exit_code, 2);  // --source missing
 }
 
@@ -248,7 +249,7 @@ TEST(SegmentationMemory, LargeVolumePredictsInBoundedHostMemory) {
   const double extra = static_cast<double>(rss_big - rss_small);
   RecordProperty("extra_peak_rss_mb", std::to_string(extra / 1e6));
   EXPECT_LT(extra, full_logits) << "peak RSS " << rss_big / 1e6 << " MB vs " << rss_small / 1e6
-                                      << " MB for the small volume";
+                                << " MB for the small volume";
 }
 
 }  // namespace

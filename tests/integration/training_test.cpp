@@ -5,8 +5,8 @@
 #include <fstream>
 
 #include "test_support.h"
-#include "u3d/checkpoint.h"
-#include "u3d/config.h"
+#include "u3d/core/config.h"
+#include "u3d/train/checkpoint.h"
 
 namespace u3d {
 namespace {
@@ -34,8 +34,8 @@ TEST_F(Training, ShortTrainingLowersTheLossAndWritesTheRunFolder) {
   ASSERT_EQ(rows.size(), 6u);
   EXPECT_LT(std::stod(rows.back().at("train_loss")), std::stod(rows.front().at("train_loss")));
   EXPECT_LT(std::stod(rows.back().at("val_mae")), std::stod(rows.front().at("val_mae")));
-  for (const char* col : {"epoch", "step", "lr", "train_loss", "val_loss", "val_mae", "epoch_seconds",
-                          "samples_per_second"}) {
+  for (const char* col :
+       {"epoch", "step", "lr", "train_loss", "val_loss", "val_mae", "epoch_seconds", "samples_per_second"}) {
     EXPECT_FALSE(rows.back().at(col).empty()) << col;
   }
   EXPECT_TRUE(fs::exists(run("a") / "config.yaml"));

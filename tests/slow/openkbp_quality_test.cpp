@@ -8,9 +8,9 @@
 #include <gtest/gtest.h>
 
 #include "test_support.h"
-#include "u3d/dataset.h"
-#include "u3d/dose_metrics.h"
-#include "u3d/openkbp.h"
+#include "u3d/evaluate/dose_metrics.h"
+#include "u3d/io/dataset.h"
+#include "u3d/io/openkbp.h"
 
 namespace u3d {
 namespace {
@@ -41,7 +41,8 @@ fs::path make_small_dataset(const fs::path& dir, const fs::path& source) {
       const CaseData c = reader.read_case(id);
       CaseData s;
       s.id = id;
-      s.image = torch::cat({avg_down(c.image[0]).unsqueeze(0), any_down(c.image.slice(0, 1)).to(torch::kFloat)}, 0);  // (11, 32, 32, 32)
+      s.image = torch::cat({avg_down(c.image[0]).unsqueeze(0), any_down(c.image.slice(0, 1)).to(torch::kFloat)},
+                           0);  // (11, 32, 32, 32)
       s.target = avg_down(c.target);
       s.mask = any_down(c.mask);
       s.spacing = {c.spacing[0] * kFactor, c.spacing[1] * kFactor, c.spacing[2] * kFactor};
@@ -108,9 +109,10 @@ logging: {progress_seconds: 0}
   RecordProperty("zeros_dose_score", std::to_string(zeros_score));
   RecordProperty("mean_dose_score", std::to_string(mean_score));
   RecordProperty("val_dose_score", std::to_string(scores.back()));
-  std::printf("dose score on the 32^3 grid: all zeros %.3f Gy, mean dose (%.2f Gy) %.3f Gy, network after %zu epochs %.3f "
-              "Gy (best %.3f Gy, DVH score %s Gy)\n",
-              zeros_score, mean_dose, mean_score, rows.size(), scores.back(), best, rows.back().at("val_dvh_score").c_str());
+  std::printf(
+      "dose score on the 32^3 grid: all zeros %.3f Gy, mean dose (%.2f Gy) %.3f Gy, network after %zu epochs %.3f "
+      "Gy (best %.3f Gy, DVH score %s Gy)\n",
+      zeros_score, mean_dose, mean_score, rows.size(), scores.back(), best, rows.back().at("val_dvh_score").c_str());
   EXPECT_LT(scores.back(), mean_score);
   EXPECT_LT(scores.back(), zeros_score);
   EXPECT_LT(scores.back(), scores.front());  // it learned during the run (first score: after 2 epochs)

@@ -18,14 +18,20 @@ TEST(SegmentationRecipe, ReachesDiceAboveEightyPercentOnThePhantoms) {
   // 32^3 phantoms, 4 levels of 8 to 64 filters, 20 epochs of 20 steps; and its AdamW variant,
   // which converges in these few hundred steps (SGD with momentum 0.99 needs more: it learns the
   // liver first and stays there for about 300 steps).
-  const std::vector<std::string> sizes = {
-      "--set", "data.path=seg.h5",              "--set", "data.patch_size=32",
-      "--set", "model.levels=4",                "--set", "model.base_filters=8",
-      "--set", "training.epochs=20",            "--set", "training.steps_per_epoch=20",
-      "--set", "training.optimizer=adamw",      "--set", "training.lr=0.003",
-      "--set", "training.weight_decay=0.0001",  "--set", "training.val_patch_batches=4",
-      "--set", "training.val_every=20",         "--set", "checkpoint.every_epochs=20",
-      "--set", "training.threads=2",            "--set", "logging.progress_seconds=0"};
+  const std::vector<std::string> sizes = {"--set", "data.path=seg.h5",
+                                          "--set", "data.patch_size=32",
+                                          "--set", "model.levels=4",
+                                          "--set", "model.base_filters=8",
+                                          "--set", "training.epochs=20",
+                                          "--set", "training.steps_per_epoch=20",
+                                          "--set", "training.optimizer=adamw",
+                                          "--set", "training.lr=0.003",
+                                          "--set", "training.weight_decay=0.0001",
+                                          "--set", "training.val_patch_batches=4",
+                                          "--set", "training.val_every=20",
+                                          "--set", "checkpoint.every_epochs=20",
+                                          "--set", "training.threads=2",
+                                          "--set", "logging.progress_seconds=0"};
   std::vector<std::string> args = {"--config", recipe};
   args.insert(args.end(), sizes.begin(), sizes.end());
   r = test::run_trainer(args, dir.path());

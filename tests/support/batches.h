@@ -2,8 +2,8 @@
 #pragma once
 #include <torch/torch.h>
 
-#include "u3d/batch.h"
-#include "u3d/config.h"
+#include "u3d/core/config.h"
+#include "u3d/data/batch.h"
 
 namespace u3d::test {
 

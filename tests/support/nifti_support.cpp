@@ -7,7 +7,7 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "u3d/synth.h"
+#include "u3d/io/synth.h"
 
 namespace u3d::test {
 
@@ -29,11 +29,20 @@ void write_test_nifti(const fs::path& path, const TestNifti& v) {
   const torch::Tensor t = v.data.contiguous();
   int datatype = 0;
   switch (t.scalar_type()) {
-    case torch::kUInt8: datatype = DT_UINT8; break;
-    case torch::kInt16: datatype = DT_INT16; break;
-    case torch::kInt32: datatype = DT_INT32; break;
-    case torch::kFloat: datatype = DT_FLOAT32; break;
-    default: throw std::runtime_error("write_test_nifti: unsupported dtype");
+    case torch::kUInt8:
+      datatype = DT_UINT8;
+      break;
+    case torch::kInt16:
+      datatype = DT_INT16;
+      break;
+    case torch::kInt32:
+      datatype = DT_INT32;
+      break;
+    case torch::kFloat:
+      datatype = DT_FLOAT32;
+      break;
+    default:
+      throw std::runtime_error("write_test_nifti: unsupported dtype");
   }
   // With nt > 1, data (nt * D, H, W) holds nt volumes of D rows.
   const int64_t dims[8] = {v.nt > 1 ? 4 : 3, t.size(2), t.size(1), t.size(0) / v.nt, v.nt, 1, 1, 1};
@@ -77,7 +86,8 @@ HeaderFields read_header_fields(const fs::path& path) {
   h.sform_code = nim->sform_code;
   h.xyz_units = nim->xyz_units;
   h.datatype = nim->datatype;
-  h.quatern = {nim->quatern_b, nim->quatern_c, nim->quatern_d, nim->qoffset_x, nim->qoffset_y, nim->qoffset_z, nim->qfac};
+  h.quatern = {nim->quatern_b, nim->quatern_c, nim->quatern_d, nim->qoffset_x,
+               nim->qoffset_y, nim->qoffset_z, nim->qfac};
   for (int r = 0; r < 4; ++r)
     for (int c = 0; c < 4; ++c) {
       h.sto_xyz[static_cast<size_t>(r * 4 + c)] = nim->sto_xyz.m[r][c];
@@ -95,7 +105,8 @@ std::pair<torch::Tensor, torch::Tensor> nnunet_raw_case(int index, const Shape3&
   return {torch::stack({ct, t2}), labels.contiguous()};
 }
 
-fs::path make_nnunet_raw(const fs::path& dir, int cases, const Shape3& shape, int test_cases, const std::string& ending) {
+fs::path make_nnunet_raw(const fs::path& dir, int cases, const Shape3& shape, int test_cases,
+                         const std::string& ending) {
   const fs::path root = dir / "Dataset001_Test";
   fs::create_directories(root / "imagesTr");
   fs::create_directories(root / "labelsTr");
@@ -107,7 +118,7 @@ fs::path make_nnunet_raw(const fs::path& dir, int cases, const Shape3& shape, in
     "file_ending": "{}"
 }}
 )",
-                                                       cases, ending);
+                                                      cases, ending);
   for (int i = 0; i < cases + test_cases; ++i) {
     const bool test = i >= cases;
     const std::string id = fmt::format("case_{:03d}", i);

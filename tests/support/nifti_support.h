@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "u3d/config.h"
+#include "u3d/core/config.h"
 
 namespace u3d::test {
 
@@ -16,17 +16,17 @@ namespace fs = std::filesystem;
 
 // One NIfTI file: voxels and the header fields that carry geometry.
 struct TestNifti {
-  torch::Tensor data;                          // (D, H, W) = file (k, j, i); uint8/int16/int32/float32
-  std::array<double, 3> pixdim = {1, 1, 1};    // dx, dy, dz (mm) = spacing along W, H, D
+  torch::Tensor data;                        // (D, H, W) = file (k, j, i); uint8/int16/int32/float32
+  std::array<double, 3> pixdim = {1, 1, 1};  // dx, dy, dz (mm) = spacing along W, H, D
   int qform_code = 1;
-  std::array<double, 3> quatern = {0, 0, 0};   // b, c, d
-  std::array<double, 3> qoffset = {0, 0, 0};   // x, y, z (mm)
+  std::array<double, 3> quatern = {0, 0, 0};  // b, c, d
+  std::array<double, 3> qoffset = {0, 0, 0};  // x, y, z (mm)
   double qfac = 1;
   int sform_code = 0;
-  std::array<double, 12> srow{};               // rows x, y, z of the sform (used when sform_code > 0)
-  int xyz_units = 2;                           // NIFTI_UNITS_MM
+  std::array<double, 12> srow{};  // rows x, y, z of the sform (used when sform_code > 0)
+  int xyz_units = 2;              // NIFTI_UNITS_MM
   double scl_slope = 0, scl_inter = 0;
-  int nt = 1;                                  // volumes along dim 4
+  int nt = 1;  // volumes along dim 4
 };
 
 // An oblique geometry with qfac -1, an offset and a different sform: nothing about it is default.

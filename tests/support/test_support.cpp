@@ -16,7 +16,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "u3d/synth.h"
+#include "u3d/io/synth.h"
 
 namespace u3d::test {
 
@@ -32,7 +32,8 @@ TempDir::TempDir() {
 TempDir::~TempDir() {
   std::error_code ec;
   // Restore permissions a test may have removed, then delete.
-  for (auto it = fs::recursive_directory_iterator(path_, ec); it != fs::recursive_directory_iterator(); it.increment(ec)) {
+  for (auto it = fs::recursive_directory_iterator(path_, ec); it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
     fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, ec);
   }
   fs::remove_all(path_, ec);
@@ -120,11 +121,15 @@ TrainerProcess::TrainerProcess(const std::vector<std::string>& args, const fs::p
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     if (options.file_size_limit > 0) {
       ::signal(SIGXFSZ, SIG_IGN);
-      struct rlimit lim {options.file_size_limit, options.file_size_limit};
+      struct rlimit lim {
+        options.file_size_limit, options.file_size_limit
+      };
       ::setrlimit(RLIMIT_FSIZE, &lim);
     }
     if (options.address_space_limit > 0) {
-      struct rlimit lim {options.address_space_limit, options.address_space_limit};
+      struct rlimit lim {
+        options.address_space_limit, options.address_space_limit
+      };
       ::setrlimit(RLIMIT_AS, &lim);
     }
     ::execve(argv[0], argv.data(), envp.data());
@@ -187,8 +192,7 @@ void make_phantom(const fs::path& path, Task task, int64_t cases, int64_t size, 
   write_phantom_dataset(o, path);
 }
 
-NoTf32::NoTf32()
-    : cublas_(at::globalContext().allowTF32CuBLAS()), cudnn_(at::globalContext().allowTF32CuDNN()) {
+NoTf32::NoTf32() : cublas_(at::globalContext().allowTF32CuBLAS()), cudnn_(at::globalContext().allowTF32CuDNN()) {
   at::globalContext().setAllowTF32CuBLAS(false);
   at::globalContext().setAllowTF32CuDNN(false);
 }
@@ -269,8 +273,8 @@ std::optional<fs::path> unpack_openkbp_sample(const fs::path& dest) {
   const auto data = shared_data_dir();
   if (!data || !fs::exists(*data / "openkbp-sample.tar.xz")) return std::nullopt;
   fs::create_directories(dest);
-  const std::string cmd = "tar -xJf " + shell_quote((*data / "openkbp-sample.tar.xz").string()) + " -C " +
-                          shell_quote(dest.string());
+  const std::string cmd =
+      "tar -xJf " + shell_quote((*data / "openkbp-sample.tar.xz").string()) + " -C " + shell_quote(dest.string());
   if (std::system(cmd.c_str()) != 0) throw std::runtime_error("unpacking the OpenKBP sample failed: " + cmd);
   return dest / "provided-data";
 }

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "u3d/dataset.h"
+#include "u3d/io/dataset.h"
 
 namespace u3d {
 namespace fs = std::filesystem;

@@ -5,8 +5,8 @@
 
 #include <set>
 
-#include "u3d/augment.h"
-#include "u3d/sampler.h"
+#include "u3d/data/augment.h"
+#include "u3d/data/sampler.h"
 
 namespace u3d {
 namespace {
@@ -60,7 +60,8 @@ TEST(Augment, Rot90OfAKnownVolume) {
   for (const auto& [a, b] : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {0, 2}, {1, 2}, {2, 1}}) {
     for (int64_t k = 0; k < 4; ++k) {
       const PatchTransform t{{0, 0, 0}, {5, 5, 5}, rot90_matrix(k, a, b)};
-      EXPECT_TRUE(torch::equal(resample(cube, t, Interp::kNearest, torch::kFloat), torch::rot90(cube, k, {a + 1, b + 1})))
+      EXPECT_TRUE(
+          torch::equal(resample(cube, t, Interp::kNearest, torch::kFloat), torch::rot90(cube, k, {a + 1, b + 1})))
           << "k " << k << " plane " << a << "," << b;
     }
   }
@@ -85,8 +86,8 @@ TEST(Augment, AffineRotationBy90DegreesIsARot90) {
   // About the D axis: source_H = -u_W, source_W = u_H, which is rot90 by -1 (k = 3) in (H, W).
   const PatchTransform t{{0, 0, 0}, {7, 7, 7}, affine_matrix({90, 0, 0}, 1.0)};
   ASSERT_FALSE(is_signed_permutation(t.matrix));  // cos(90 degrees) is not exactly 0
-  EXPECT_TRUE(torch::allclose(resample(cube, t, Interp::kLinear, torch::kFloat), torch::rot90(cube, 3, {2, 3}), 1e-4,
-                              1e-5));
+  EXPECT_TRUE(
+      torch::allclose(resample(cube, t, Interp::kLinear, torch::kFloat), torch::rot90(cube, 3, {2, 3}), 1e-4, 1e-5));
 }
 
 TEST(Augment, TrilinearResamplingIsExactForLinearFields) {

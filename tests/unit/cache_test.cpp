@@ -4,9 +4,9 @@
 #include <hdf5.h>
 
 #include "test_support.h"
-#include "u3d/cache.h"
-#include "u3d/errors.h"
-#include "u3d/sampler.h"
+#include "u3d/core/errors.h"
+#include "u3d/data/cache.h"
+#include "u3d/data/sampler.h"
 
 namespace u3d {
 namespace {

@@ -1,9 +1,10 @@
 #include <gtest/gtest.h>
 
 #include "test_support.h"
-#include "u3d/checkpoint.h"
-#include "u3d/errors.h"
-#include "u3d/optimizer.h"
+#include "u3d/core/errors.h"
+#include "u3d/train/checkpoint.h"
+#include "u3d/train/checkpoint_keeper.h"
+#include "u3d/train/optimizer.h"
 
 #include <unistd.h>
 

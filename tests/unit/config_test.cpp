@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
 #include "test_support.h"
-#include "u3d/config.h"
-#include "u3d/errors.h"
+#include "u3d/core/config.h"
+#include "u3d/core/errors.h"
 
 namespace u3d {
 namespace {
@@ -38,7 +38,8 @@ data:
   target_scale: 70
 model: {levels: 3, norm: group, activation: gelu, dropout: 0.1}
 training: {device: cpu, lr: 2.5e-4, betas: [0.5, 0.999], nesterov: false, lr_schedule: poly}
-)", "exp.yaml");
+)",
+                                           "exp.yaml");
   EXPECT_EQ(c.experiment.name, "run-1");
   EXPECT_EQ(c.experiment.seed, 5);
   EXPECT_EQ(c.data.patch_size, (Shape3{32, 48, 64}));

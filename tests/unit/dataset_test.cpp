@@ -2,8 +2,8 @@
 #include <hdf5.h>
 
 #include "test_support.h"
-#include "u3d/dataset.h"
-#include "u3d/errors.h"
+#include "u3d/core/errors.h"
+#include "u3d/io/dataset.h"
 
 namespace u3d {
 namespace {
@@ -145,7 +145,8 @@ TEST(Dataset, ReadCaseChecksContent) {
     r.read_case("c1");
     FAIL();
   } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find("case 'c1': 'image' holds 1 NaN or Inf voxels"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("case 'c1': 'image' holds 1 NaN or Inf voxels"), std::string::npos)
+        << e.what();
   }
   try {
     r.read_case("c2");

@@ -7,9 +7,9 @@
 #include <map>
 
 #include "test_support.h"
-#include "u3d/dose_metrics.h"
-#include "u3d/errors.h"
-#include "u3d/openkbp.h"
+#include "u3d/core/errors.h"
+#include "u3d/evaluate/dose_metrics.h"
+#include "u3d/io/openkbp.h"
 
 namespace u3d {
 namespace {
@@ -57,8 +57,8 @@ TEST(DoseMetrics, PatientScoresSkipStructuresThatWereNotContoured) {
   const std::vector<DvhStructure> list = {{"A", DvhKind::kOar, 0}, {"B", DvhKind::kTarget, 1}};
   const auto m = evaluate_patient_dose("p", ref, pred, mask, structures, list, {10.0, 10.0, 10.0});
   EXPECT_DOUBLE_EQ(m.dose_error, 8.0 / 7.0);  // |d - p| = 1 on all 8 voxels / 7 mask voxels
-  ASSERT_EQ(m.dvh.size(), 2u);                 // B is empty: not scored
-  EXPECT_EQ(m.dvh[0].metric, "D_0.1_cc");      // 1000 mm^3 voxels: 1 voxel: percentile 75
+  ASSERT_EQ(m.dvh.size(), 2u);                // B is empty: not scored
+  EXPECT_EQ(m.dvh[0].metric, "D_0.1_cc");     // 1000 mm^3 voxels: 1 voxel: percentile 75
   EXPECT_NEAR(m.dvh[0].reference, 6.25, 1e-12);
   EXPECT_NEAR(m.dvh[0].prediction, 7.25, 1e-12);
   EXPECT_EQ(m.dvh[1].metric, "mean");
@@ -104,8 +104,8 @@ TEST(DoseMetrics, ReproducesTheGoldenValuesOfTheSample) {
 
   std::vector<DvhStructure> structures;
   for (const auto& name : openkbp::structure_names()) {
-    structures.push_back({name, name.rfind("PTV", 0) == 0 ? DvhKind::kTarget : DvhKind::kOar,
-                          static_cast<int64_t>(structures.size())});
+    structures.push_back(
+        {name, name.rfind("PTV", 0) == 0 ? DvhKind::kTarget : DvhKind::kOar, static_cast<int64_t>(structures.size())});
   }
   std::map<std::string, std::vector<PatientDoseMetrics>> results;
   for (const auto& id : {"pt_201", "pt_202", "pt_203", "pt_204"}) {

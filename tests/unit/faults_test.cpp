@@ -2,16 +2,16 @@
 // usage errors naming the item.
 #include <gtest/gtest.h>
 
-#include "u3d/errors.h"
-#include "u3d/faults.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/faults.h"
 
 namespace u3d {
 namespace {
 
 TEST(TestFaults, ParsesEveryKind) {
   ASSERT_TRUE(kFaultInjection) << "the test build compiles the fault hooks (U3D_FAULT_INJECTION)";
-  const TestFaults f = TestFaults::parse(
-      "nan_batch@5,inf_grad@7-9,nan_val@2,slow_val@300,checkpoint_delay@25,sampler_case@case_0.1-a");
+  const TestFaults f =
+      TestFaults::parse("nan_batch@5,inf_grad@7-9,nan_val@2,slow_val@300,checkpoint_delay@25,sampler_case@case_0.1-a");
   EXPECT_EQ(f.nan_batch, (std::set<int64_t>{5}));
   EXPECT_EQ(f.inf_grad, (std::set<int64_t>{7, 8, 9}));
   EXPECT_EQ(f.nan_val, (std::set<int64_t>{2}));

@@ -3,9 +3,9 @@
 #include <fstream>
 
 #include "test_support.h"
-#include "u3d/errors.h"
-#include "u3d/files.h"
-#include "u3d/logging.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/files.h"
+#include "u3d/core/logging.h"
 
 namespace u3d {
 namespace {

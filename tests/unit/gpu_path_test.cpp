@@ -6,15 +6,15 @@
 
 #include "batches.h"
 #include "test_support.h"
-#include "u3d/amp.h"
-#include "u3d/checkpoint.h"
-#include "u3d/losses.h"
-#include "u3d/openkbp_baseline.h"
-#include "u3d/optimizer.h"
-#include "u3d/predictor.h"
-#include "u3d/run.h"
-#include "u3d/step_monitor.h"
-#include "u3d/train_step.h"
+#include "u3d/core/run.h"
+#include "u3d/model/openkbp_baseline.h"
+#include "u3d/predict/predictor.h"
+#include "u3d/train/amp.h"
+#include "u3d/train/checkpoint.h"
+#include "u3d/train/losses.h"
+#include "u3d/train/optimizer.h"
+#include "u3d/train/step_monitor.h"
+#include "u3d/train/train_step.h"
 
 namespace u3d {
 namespace {
@@ -162,7 +162,8 @@ Trained train(const Config& cfg, bool channels_last, int64_t steps) {
 TEST(GpuPathFixes, ResumeAcrossALayoutChangeKeepsValuesAndTrains) {
   for (const bool saved_cl : {false, true}) {
     const bool run_cl = !saved_cl;
-    SCOPED_TRACE(saved_cl ? "channels-last checkpoint into a contiguous run" : "contiguous checkpoint into a channels-last run");
+    SCOPED_TRACE(saved_cl ? "channels-last checkpoint into a contiguous run"
+                          : "contiguous checkpoint into a channels-last run");
     const Config saved_cfg = tiny_cfg(saved_cl ? Toggle::kOn : Toggle::kOff);
     const Config run_cfg = tiny_cfg(run_cl ? Toggle::kOn : Toggle::kOff);
     test::TempDir dir;

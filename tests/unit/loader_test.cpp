@@ -4,9 +4,9 @@
 
 #include <cstdlib>
 
-#include "u3d/errors.h"
-#include "u3d/loader.h"
-#include "u3d/sampler.h"
+#include "u3d/core/errors.h"
+#include "u3d/data/loader.h"
+#include "u3d/data/sampler.h"
 
 namespace u3d {
 namespace {
@@ -162,11 +162,14 @@ TEST(DeviceSampler, MatchesTheHostSamplerBitForBit) {
         EXPECT_TRUE(torch::equal(a.target, b.target)) << step;
         EXPECT_TRUE(torch::equal(a.mask, b.mask)) << step;
         EXPECT_TRUE(torch::equal(a.plan, b.plan)) << step;
-        expect_same(Batch(device.batch(step)), [&] {
-          Batch x = host.batch(epoch, step);
-          x.cases.clear();  // the device sampler keeps case indices on the device only
-          return x;
-        }(), "finalized");
+        expect_same(
+            Batch(device.batch(step)),
+            [&] {
+              Batch x = host.batch(epoch, step);
+              x.cases.clear();  // the device sampler keeps case indices on the device only
+              return x;
+            }(),
+            "finalized");
       }
     }
   }

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "u3d/errors.h"
-#include "u3d/losses.h"
+#include "u3d/core/errors.h"
+#include "u3d/train/losses.h"
 
 namespace u3d {
 namespace {
@@ -34,8 +34,8 @@ TEST(Losses, SoftDiceByHand) {
   EXPECT_NEAR(u3d::soft_dice_loss(logits, labels, s).item<double>(), 1.0 - (1.5 + s) / (2.0 + s), 1e-6);
   // cross entropy: mean(-log 0.75, -log 0.75)
   EXPECT_NEAR(u3d::cross_entropy_loss(logits, labels).item<double>(), -std::log(0.75), 1e-6);
-  EXPECT_NEAR(u3d::dice_ce_loss(logits, labels).item<double>(),
-              -std::log(0.75) + 1.0 - (1.5 + 1e-5) / (2.0 + 1e-5), 1e-6);
+  EXPECT_NEAR(u3d::dice_ce_loss(logits, labels).item<double>(), -std::log(0.75) + 1.0 - (1.5 + 1e-5) / (2.0 + 1e-5),
+              1e-6);
 }
 
 TEST(Losses, PerfectSegmentationHasNearZeroLoss) {

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "u3d/metrics.h"
+#include "u3d/evaluate/metrics.h"
 
 namespace u3d {
 namespace {
@@ -23,7 +23,7 @@ TEST(Metrics, DiceByHand) {
   ASSERT_EQ(d.size(), 3u);
   EXPECT_DOUBLE_EQ(d[0], 2.0 * 1 / (2 + 1));  // class 1: pred {0,1}, ref {0}
   EXPECT_DOUBLE_EQ(d[1], 2.0 * 1 / (1 + 2));  // class 2: pred {2}, ref {2,3}
-  EXPECT_TRUE(std::isnan(d[2]));               // class 3 absent from both
+  EXPECT_TRUE(std::isnan(d[2]));              // class 3 absent from both
   EXPECT_DOUBLE_EQ(nan_mean(d), 2.0 / 3.0);
 }
 

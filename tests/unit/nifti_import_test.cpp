@@ -8,13 +8,13 @@
 
 #include "nifti_support.h"
 #include "test_support.h"
-#include "u3d/dataset.h"
-#include "u3d/errors.h"
-#include "u3d/import.h"
-#include "u3d/stats.h"
-#include "u3d/nifti.h"
-#include "u3d/preprocess.h"
-#include "u3d/synth.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/stats.h"
+#include "u3d/data/preprocess.h"
+#include "u3d/io/dataset.h"
+#include "u3d/io/import.h"
+#include "u3d/io/nifti.h"
+#include "u3d/io/synth.h"
 
 namespace u3d {
 namespace {
@@ -124,9 +124,9 @@ TEST(Nifti, BadFilesNameTheFile) {
   test::write_test_nifti(dir / "good.nii.gz", v);
   const std::string bytes = test::read_text(dir / "good.nii");
   const std::string gz = test::read_text(dir / "good.nii.gz");
-  test::write_text(dir / "short.nii", bytes.substr(0, bytes.size() - 100));   // voxels cut off
-  test::write_text(dir / "short.nii.gz", gz.substr(0, gz.size() / 2));        // gzip stream cut off
-  test::write_text(dir / "header.nii", bytes.substr(0, 200));                 // header cut off
+  test::write_text(dir / "short.nii", bytes.substr(0, bytes.size() - 100));  // voxels cut off
+  test::write_text(dir / "short.nii.gz", gz.substr(0, gz.size() / 2));       // gzip stream cut off
+  test::write_text(dir / "header.nii", bytes.substr(0, 200));                // header cut off
   test::write_text(dir / "text.nii.gz", "not a nifti file");
   for (const char* name : {"short.nii", "short.nii.gz", "header.nii", "text.nii.gz"}) {
     const std::string msg = error_of<DataError>([&] { read_nifti(dir / name); });
@@ -279,10 +279,9 @@ TEST_F(ImportNnunet, ResamplesImagesTrilinearlyAndLabelsByNearestNeighbour) {
   EXPECT_NEAR(c.source->spacing[0], 2.5, 1e-6);
   const auto [image, labels] = test::nnunet_raw_case(0, shape);
   namespace F = torch::nn::functional;
-  const auto expected = F::interpolate(image.unsqueeze(0), F::InterpolateFuncOptions()
-                                                                .size(std::vector<int64_t>{6, 7, 8})
-                                                                .mode(torch::kTrilinear)
-                                                                .align_corners(false))[0];
+  const auto expected = F::interpolate(
+      image.unsqueeze(0),
+      F::InterpolateFuncOptions().size(std::vector<int64_t>{6, 7, 8}).mode(torch::kTrilinear).align_corners(false))[0];
   EXPECT_TRUE(torch::allclose(c.image, expected, 1e-4, 1e-3));
   // Nearest neighbour at the voxel centres: output voxel o samples input voxel 2 o + 1.
   EXPECT_TRUE(torch::equal(c.target, labels.slice(0, 1, 12, 2).slice(1, 1, 14, 2).slice(2, 1, 16, 2)));

@@ -8,9 +8,10 @@
 #include <sstream>
 
 #include "test_support.h"
-#include "u3d/dataset.h"
-#include "u3d/errors.h"
-#include "u3d/openkbp.h"
+#include "u3d/core/errors.h"
+#include "u3d/io/dataset.h"
+#include "u3d/io/openkbp.h"
+#include "u3d/predict/openkbp_submission.h"
 
 namespace u3d {
 namespace {
@@ -104,9 +105,9 @@ TEST(OpenKbpCsv, SubmissionFileRoundTripKeepsPositiveMaskedVoxelsOnly) {
   test::TempDir dir;
   const auto g = openkbp::kGridSize;
   torch::Tensor dose = torch::zeros({g, g, g});
-  dose[1][2][3] = 12.25f;   // index (1 * 128 + 2) * 128 + 3 = 16643, inside the mask
-  dose[4][5][6] = -3.0f;    // negative: dropped
-  dose[7][8][9] = 50.0f;    // outside the mask: dropped
+  dose[1][2][3] = 12.25f;  // index (1 * 128 + 2) * 128 + 3 = 16643, inside the mask
+  dose[4][5][6] = -3.0f;   // negative: dropped
+  dose[7][8][9] = 50.0f;   // outside the mask: dropped
   torch::Tensor mask = torch::zeros({g, g, g}, torch::kUInt8);
   mask[1][2][3] = 1;
   mask[4][5][6] = 1;

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "test_support.h"
-#include "u3d/errors.h"
-#include "u3d/optimizer.h"
+#include "u3d/core/errors.h"
+#include "u3d/train/optimizer.h"
 
 namespace u3d {
 namespace {
@@ -36,7 +36,8 @@ void expect_close(const std::vector<torch::Tensor>& a, const std::vector<torch::
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     const double diff = (a[i] - b[i]).abs().max().item<double>();
-    EXPECT_TRUE(torch::allclose(a[i], b[i], /*rtol=*/1e-6, /*atol=*/1e-7)) << what << " tensor " << i << " max |diff| " << diff;
+    EXPECT_TRUE(torch::allclose(a[i], b[i], /*rtol=*/1e-6, /*atol=*/1e-7))
+        << what << " tensor " << i << " max |diff| " << diff;
   }
 }
 

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "u3d/predictor.h"
+#include "u3d/predict/predictor.h"
 
 namespace u3d {
 namespace {
@@ -53,7 +53,8 @@ TEST(Predictor, SlidingWindowReproducesAVoxelwiseNetworkExactly) {
   ASSERT_EQ(out.sizes(), (torch::IntArrayRef{1, 20, 13, 30}));
   EXPECT_TRUE(torch::allclose(out[0], image[0] * 2.0, 1e-5, 1e-5));
   // 20 -> 4 windows (0, 4, 8, 12 spread), 13 -> 2, 30 -> 3: windows batched by 3
-  const size_t windows = window_starts(20, 8, 0.5).size() * window_starts(13, 8, 0.5).size() * window_starts(30, 16, 0.5).size();
+  const size_t windows =
+      window_starts(20, 8, 0.5).size() * window_starts(13, 8, 0.5).size() * window_starts(30, 16, 0.5).size();
   EXPECT_EQ(static_cast<size_t>(net->calls), (windows + 2) / 3);
   EXPECT_EQ(net->batch_sizes.front(), 3);
 }

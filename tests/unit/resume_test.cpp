@@ -2,8 +2,8 @@
 #include <gtest/gtest.h>
 
 #include "test_support.h"
-#include "u3d/errors.h"
-#include "u3d/resume.h"
+#include "u3d/core/errors.h"
+#include "u3d/train/resume.h"
 
 namespace u3d {
 namespace {

@@ -2,8 +2,8 @@
 
 #include <set>
 
-#include "u3d/errors.h"
-#include "u3d/sampler.h"
+#include "u3d/core/errors.h"
+#include "u3d/data/sampler.h"
 
 namespace u3d {
 namespace {
@@ -18,7 +18,7 @@ TensorCache aligned_cache() {
     c.id = "c" + std::to_string(i);
     const auto values = torch::rand({1, 12, 10, 14}) + static_cast<double>(i) * 10.0;
     c.image = torch::cat({values, values * 2});  // (2, D, H, W)
-    c.target = values.clone();                    // (1, D, H, W)
+    c.target = values.clone();                   // (1, D, H, W)
     c.mask = (values > values.mean()).to(torch::kUInt8);
     cases.push_back(c);
   }

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "u3d/schedule.h"
+#include "u3d/train/schedule.h"
 
 namespace u3d {
 namespace {

@@ -6,9 +6,9 @@
 
 #include "nifti_support.h"
 #include "test_support.h"
-#include "u3d/errors.h"
-#include "u3d/nifti.h"
-#include "u3d/segmentation_eval.h"
+#include "u3d/core/errors.h"
+#include "u3d/evaluate/segmentation_eval.h"
+#include "u3d/io/nifti.h"
 
 namespace u3d {
 namespace {
@@ -46,7 +46,8 @@ TEST(SegmentationEval, DistanceTransformMatchesBruteForceWithSpacing) {
   for (int64_t z = 0; z < 7; z += 2) {
     for (int64_t y = 0; y < 9; y += 2) {
       for (int64_t x = 0; x < 11; x += 3) {
-        const auto p = torch::tensor({static_cast<double>(z), static_cast<double>(y), static_cast<double>(x)}, torch::kDouble);
+        const auto p =
+            torch::tensor({static_cast<double>(z), static_cast<double>(y), static_cast<double>(x)}, torch::kDouble);
         const double brute = ((idx - p) * sp).square().sum(1).sqrt().min().item<double>();
         EXPECT_NEAR(dt[z][y][x].item<double>(), brute, 1e-9) << z << "," << y << "," << x;
       }
@@ -94,14 +95,14 @@ TEST(SegmentationEval, FoldersGiveCsvRowsAndMeans) {
   auto ra = torch::zeros({2, 4, 4}, torch::kUInt8), pa = ra.clone();
   ra.slice(1, 0, 2).fill_(1);
   pa.slice(1, 0, 2).fill_(1);
-  ra[1].slice(0, 2, 4).fill_(2);      // 8 voxels
+  ra[1].slice(0, 2, 4).fill_(2);                 // 8 voxels
   pa[1].slice(0, 2, 4).slice(1, 0, 2).fill_(2);  // 4 of them
   auto rb = torch::zeros({2, 4, 4}, torch::kUInt8), pb = rb.clone();
   rb[0][0][0] = 1;
   test::TestNifti v;
   v.pixdim = {1, 1, 2};
-  for (auto [name, t] : std::vector<std::pair<std::string, torch::Tensor>>{{"ref/a.nii.gz", ra}, {"pred/a.nii.gz", pa},
-                                                                           {"ref/b.nii.gz", rb}, {"pred/b.nii", pb}}) {
+  for (auto [name, t] : std::vector<std::pair<std::string, torch::Tensor>>{
+           {"ref/a.nii.gz", ra}, {"pred/a.nii.gz", pa}, {"ref/b.nii.gz", rb}, {"pred/b.nii", pb}}) {
     v.data = t;
     test::write_test_nifti(dir / name, v);
   }

@@ -3,13 +3,13 @@
 #include <gtest/gtest.h>
 
 #include "test_support.h"
-#include "u3d/config.h"
-#include "u3d/errors.h"
-#include "u3d/losses.h"
-#include "u3d/prediction_output.h"
-#include "u3d/predictor.h"
-#include "u3d/preprocess.h"
-#include "u3d/unet.h"
+#include "u3d/core/config.h"
+#include "u3d/core/errors.h"
+#include "u3d/data/preprocess.h"
+#include "u3d/model/unet.h"
+#include "u3d/predict/prediction_output.h"
+#include "u3d/predict/predictor.h"
+#include "u3d/train/losses.h"
 
 namespace u3d {
 namespace {
@@ -37,7 +37,8 @@ TEST(DeepSupervision, OneOutputPerDecoderStageFinestFirst) {
   // Without the switch: no extra parameters and a single output.
   auto plain = build_network(small_model(false), 2, 3);
   EXPECT_EQ(plain->forward_deep(x).size(), 1u);
-  EXPECT_EQ(count_parameters(*net) - count_parameters(*plain), (8 * 3 + 3) + (16 * 3 + 3));  // 1x1x1 heads at levels 1, 2
+  EXPECT_EQ(count_parameters(*net) - count_parameters(*plain),
+            (8 * 3 + 3) + (16 * 3 + 3));  // 1x1x1 heads at levels 1, 2
 }
 
 TEST(DeepSupervision, WeightsHalveWithTheLowestOffAndSumToOne) {
@@ -60,11 +61,11 @@ TEST(DeepSupervision, LabelsDownsampledByNearestNeighbourAsNnunet) {
   EXPECT_EQ(quarter[0][0][0][1].item<int64_t>(), labels[0][2][2][6].item<int64_t>());  // 4 o + 2
   // Same as F.interpolate(mode = nearest-exact) on the labels.
   namespace F = torch::nn::functional;
-  const auto ref = F::interpolate(labels.to(torch::kFloat).unsqueeze(1), F::InterpolateFuncOptions()
-                                                                             .size(std::vector<int64_t>{2, 2, 4})
-                                                                             .mode(torch::kNearestExact))
-                       .squeeze(1)
-                       .to(torch::kLong);
+  const auto ref =
+      F::interpolate(labels.to(torch::kFloat).unsqueeze(1),
+                     F::InterpolateFuncOptions().size(std::vector<int64_t>{2, 2, 4}).mode(torch::kNearestExact))
+          .squeeze(1)
+          .to(torch::kLong);
   EXPECT_TRUE(torch::equal(half, ref));
 }
 
@@ -76,7 +77,8 @@ TEST(DeepSupervision, LossIsTheWeightedSumOverResolutions) {
   const Loss loss(LossKind::kDiceCe);
   const auto w = deep_supervision_weights(3);  // 2/3, 1/3, 0
   const auto total = deep_supervision_loss(loss, outs, labels, w);
-  const auto expected = loss(outs[0], labels, {}) * w[0] + loss(outs[1], downsample_labels(labels, {2, 2, 2}), {}) * w[1];
+  const auto expected =
+      loss(outs[0], labels, {}) * w[0] + loss(outs[1], downsample_labels(labels, {2, 2, 2}), {}) * w[1];
   EXPECT_NEAR(total.item<double>(), expected.item<double>(), 1e-6);
 }
 

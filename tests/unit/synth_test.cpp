@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "test_support.h"
-#include "u3d/synth.h"
+#include "u3d/io/synth.h"
 
 namespace u3d {
 namespace {

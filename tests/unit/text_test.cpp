@@ -2,7 +2,7 @@
 // the CLI and the config goes through.
 #include <gtest/gtest.h>
 
-#include "u3d/text.h"
+#include "u3d/core/text.h"
 
 namespace u3d {
 namespace {

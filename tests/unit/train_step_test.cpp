@@ -5,10 +5,10 @@
 
 #include "batches.h"
 #include "test_support.h"
-#include "u3d/amp.h"
-#include "u3d/errors.h"
-#include "u3d/train_step.h"
-#include "u3d/unet.h"
+#include "u3d/core/errors.h"
+#include "u3d/model/unet.h"
+#include "u3d/train/amp.h"
+#include "u3d/train/train_step.h"
 
 namespace u3d {
 namespace {
@@ -249,16 +249,17 @@ class OpenKbpLayoutImpl : public NetworkImpl {
     const std::vector<int64_t> enc = {f, 2 * f, 4 * f, 8 * f, 8 * f, 8 * f};
     int64_t prev = in;
     for (size_t i = 0; i < enc.size(); ++i) {
-      down_.push_back(register_module(fmt::format("down{}", i),
-                                      torch::nn::Conv3d(torch::nn::Conv3dOptions(prev, enc[i], 4).stride(2).padding(1))));
+      down_.push_back(register_module(
+          fmt::format("down{}", i), torch::nn::Conv3d(torch::nn::Conv3dOptions(prev, enc[i], 4).stride(2).padding(1))));
       prev = enc[i];
     }
     const std::vector<int64_t> dec = {8 * f, 8 * f, 4 * f, 2 * f, f};
     const std::vector<int64_t> skip = {0, enc[4], enc[3], enc[2], enc[1]};
     for (size_t i = 0; i < dec.size(); ++i) {
-      up_.push_back(register_module(fmt::format("up{}", i),
-                                    torch::nn::ConvTranspose3d(
-                                        torch::nn::ConvTranspose3dOptions(prev + skip[i], dec[i], 4).stride(2).padding(1))));
+      up_.push_back(
+          register_module(fmt::format("up{}", i),
+                          torch::nn::ConvTranspose3d(
+                              torch::nn::ConvTranspose3dOptions(prev + skip[i], dec[i], 4).stride(2).padding(1))));
       prev = dec[i];
     }
     final_ = register_module("final", torch::nn::ConvTranspose3d(

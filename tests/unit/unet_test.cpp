@@ -2,8 +2,8 @@
 
 #include <map>
 
-#include "u3d/openkbp_baseline.h"
-#include "u3d/unet.h"
+#include "u3d/model/openkbp_baseline.h"
+#include "u3d/model/unet.h"
 
 namespace u3d {
 namespace {

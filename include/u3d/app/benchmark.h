@@ -1,0 +1,83 @@
+// Benchmarks run from the command line instead of training.
+//
+//   trainer --config exp.yaml --benchmark data [--workers 1,2,4]
+//
+// The data benchmark runs the batch pipeline alone (no model) on the config's training split,
+// batch size, patch and augmentation, for each cache placement the machine offers (memory; pinned
+// and gpu with CUDA) and each sampler thread count, and reports batches/s, samples/s and MB/s:
+//   stage host    raw batches as the sampler threads leave them (compact dtypes, before
+//                 normalisation and intensity augmentation): what a pinned staging ring copies to a GPU
+//   stage device  batches ready for the network on the training device (float32, normalised,
+//                 augmented; on CUDA after the copy and the batched finalizer, synchronised)
+// It prints a table and one JSON line ({"benchmark": "data", ...}).
+//
+//   trainer --config exp.yaml --benchmark [step] [--steps N] [--warmup W]
+//
+// The step benchmark times the training step alone (TrainStep: the config's model, loss, optimizer,
+// precision, channels-last and CUDA-graph settings) on synthetic batches of the config's batch size,
+// patch and channels (the dataset's channel count and task when data.path exists; its data is not
+// read, so the data-wait share is 0): W warm-up steps (at least training.graph_warmup_steps + 1 with
+// a CUDA graph, so every timed step is a replay), then N steps each timed to the device's end
+// (torch::cuda::synchronize). It prints a table and one JSON line ({"benchmark": "step", ...}):
+// step time median/p10/p90, samples/s, peak GPU memory (null on CPU), FLOPs per step from the
+// network definition (3 x forward_flops() x batch), achieved TFLOP/s, data-wait share, the features
+// on, device, version and commit.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "u3d/core/config.h"
+
+namespace u3d {
+
+struct DataBenchmarkOptions {
+  std::vector<int64_t> workers;  // thread counts; empty: 1, 2, 4, ... and data.workers
+  double seconds = 3.0;          // measured time per row, after a warm-up
+};
+
+struct DataBenchmarkRow {
+  std::string placement;  // memory | pinned | gpu
+  std::string stage;      // host | device
+  int64_t workers = 0;    // sampler threads (0: sampling on the GPU)
+  int64_t batches = 0;
+  double seconds = 0;
+  double batches_per_second = 0, samples_per_second = 0, megabytes_per_second = 0;
+};
+
+std::vector<DataBenchmarkRow> run_data_benchmark(const Config& cfg, const DataBenchmarkOptions& options);
+// Runs the benchmark, prints the table and the JSON line to stdout; returns the exit code.
+int data_benchmark_command(const Config& cfg, const DataBenchmarkOptions& options);
+// "1,2,4" -> {1, 2, 4}; UsageError on anything else.
+std::vector<int64_t> parse_worker_list(const std::string& text);
+
+struct StepBenchmarkOptions {
+  int64_t steps = 20;  // timed steps
+  int64_t warmup = 5;  // untimed steps first
+};
+
+struct StepBenchmarkResult {
+  std::string device, gpu_name;  // gpu_name empty on CPU
+  int64_t parameters = 0, in_channels = 0, out_channels = 0;
+  int64_t steps = 0, warmup = 0;
+  std::string features;   // StepFeatures::describe()
+  std::string precision;  // fp32 | bf16 | fp16
+  bool channels_last = false, cuda_graph = false, fused_optimizer = true, cudnn_benchmark = false, tf32 = false;
+  std::string cuda_graph_note;
+  std::vector<double> step_ms;  // each timed step, in order
+  double median_ms = 0, p10_ms = 0, p90_ms = 0;
+  double samples_per_second = 0;
+  int64_t forward_flops_per_sample = 0;
+  int64_t flops_per_step = 0;             // 3 x forward x batch
+  double tflops = 0;                      // flops_per_step / median
+  int64_t peak_gpu_bytes = -1;            // peak reserved (= peak_gpu_reserved_bytes); -1 on CPU
+  int64_t peak_gpu_reserved_bytes = -1;   // caching allocator's peak reserved, the graph's pool included
+  int64_t peak_gpu_allocated_bytes = -1;  // peak bytes in tensors
+  int64_t peak_host_bytes = 0;            // peak resident set of the process
+  int64_t skipped_steps = 0;
+};
+
+StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOptions& options);
+// Runs it, prints the table and the JSON line to stdout; returns the exit code.
+int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& options);
+
+}  // namespace u3d

@@ -1,0 +1,120 @@
+// The trainer's commands, called by src/main.cpp after parsing. Each returns the exit code and
+// lets u3d::Error propagate (main maps it to a one-line message and its exit code).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace u3d {
+
+struct Config;
+
+struct RunCommand {
+  std::string config;                            // --config
+  std::vector<std::string> overrides;            // --set key=value, in order
+  std::optional<std::string> resume;             // --resume [CHECKPOINT]; "" = newest
+  bool predict_only = false;                     // --predict-only
+  std::string checkpoint = "best";               // --checkpoint best|last|PATH (with --predict-only)
+  bool checkpoint_given = false;                 // --checkpoint was passed
+  std::vector<std::string> allow_config_change;  // --allow-config-change KEY[,KEY...] (with --resume)
+  // --benchmark [KIND]: "data" runs the batch pipeline alone; "" (no value) or "step" times the
+  // training step (benchmark.h).
+  std::optional<std::string> benchmark;
+  int64_t steps = 20;              // --steps: timed steps (with --benchmark step)
+  int64_t warmup = 5;              // --warmup: untimed steps first (with --benchmark step)
+  bool steps_given = false;        // --steps or --warmup was passed
+  std::string workers;             // --workers 1,2,4 (with --benchmark data)
+  double benchmark_seconds = 3.0;  // --benchmark-seconds: measured time per benchmark row
+};
+// Exit code 0, or 128 + signal when a stop signal ended training early (after its checkpoint).
+int run_command(const RunCommand& cmd);
+// `trainer --predict-only` (run_command; src/app/predict_command.cpp): predicts cfg.predict.split of cfg.data.path with
+// the chosen checkpoint
+// ("best", "last" or a path) into <run>/predictions/<split>.h5 and, when the cases have targets,
+// writes <split>_metrics.csv (per case, with the "predict the mean" baseline) and logs the means.
+void run_prediction(const Config& cfg, const std::string& checkpoint);
+
+struct CheckDataCommand {
+  std::string file;     // dataset (HDF5, format v1)
+  std::string split;    // only this split's cases; empty: every case in the file
+  int64_t threads = 0;  // 0: cores - 1
+};
+// `trainer check-data FILE`: reads every case in full and prints each problem (file, case, field)
+// and a summary. Exit 0 when no case has an error (warnings allowed), 1 otherwise.
+int check_data_command(const CheckDataCommand& cmd);
+
+struct SynthCommand {
+  std::string task = "dose";  // dose|segmentation
+  int64_t cases = 24;
+  std::string size = "32";  // "S" or "D,H,W"
+  std::string out;
+  uint64_t seed = 0;
+  double val_fraction = 0.25;
+  double test_fraction = 0.0;
+  bool force = false;         // replace an existing file
+  std::string format = "h5";  // h5 | nnunet (segmentation: an nnU-Net v2 raw folder of NIfTI files)
+};
+int synth_command(const SynthCommand& cmd);
+
+// Prints the configuration reference (Markdown) to stdout.
+int config_reference_command();
+
+// `trainer import openkbp --source DIR --out FILE.h5 [--force] [--threads N]` (src/app/openkbp_commands.cpp).
+struct ImportOpenKbpCommand {
+  std::string source;         // provided-data folder or a folder of pt_* folders
+  std::string out;            // dataset file (format v1)
+  bool force = false;         // replace an existing file
+  int64_t threads = 0;        // parsing threads; 0: every core
+  std::string split = "all";  // split name for a plain folder of pt_* folders
+};
+int import_openkbp_command(const ImportOpenKbpCommand& cmd);
+
+// `trainer evaluate openkbp --reference DIR --predictions PRED [--out FILE.csv] [--force]`: the
+// challenge's dose and DVH scores of PRED (a folder of pt_*.csv submission files or a predictions
+// HDF5 file of --predict-only) against the pt_* folders in DIR; prints both scores and writes a
+// per-patient CSV (and the DVH metrics beside it, <out stem>_dvh.csv).
+struct EvaluateOpenKbpCommand {
+  std::string reference;
+  std::string predictions;
+  std::string out;      // default beside PRED: <folder>_scores.csv, or <file stem>_openkbp_scores.csv
+  bool force = false;   // replace existing output files
+  int64_t threads = 0;  // 0: every core
+};
+int evaluate_openkbp_command(const EvaluateOpenKbpCommand& cmd);
+
+// Options shared by `trainer import nnunet` and `trainer import nifti` (include/u3d/import.h).
+struct ImportCommon {
+  std::string out;                     // --out FILE.h5
+  std::string spacing;                 // --spacing S or D,H,W (mm); "": keep each case's grid
+  std::vector<std::string> normalize;  // --normalize ct|zscore|minmax|none|SPEC, one or one per channel
+  double val_fraction = 0.2;           // --val-fraction
+  uint64_t seed = 0;                   // --seed (val selection)
+  int64_t threads = 0;                 // --threads; 0: every core
+  bool force = false;                  // --force: replace an existing output file
+};
+struct ImportNnunetCommand {
+  std::string source;  // --source DatasetXXX_Name (nnU-Net raw folder)
+  ImportCommon common;
+};
+int import_nnunet_command(const ImportNnunetCommand& cmd);
+struct ImportNiftiCommand {
+  std::string images, labels;                 // --images DIR, --labels DIR (optional)
+  std::vector<std::string> channel_suffixes;  // --channel-suffixes _0000,_0001
+  std::vector<std::string> channel_names;     // --channel-names t1,flair
+  std::vector<std::string> classes;           // --classes background,liver,...
+  ImportCommon common;
+};
+int import_nifti_command(const ImportNiftiCommand& cmd);
+
+// `trainer evaluate segmentation` (include/u3d/segmentation_eval.h).
+struct EvaluateSegmentationCommand {
+  std::string reference, predictions;  // --reference DIR, --predictions DIR
+  std::string out;                     // --out CSV; default <predictions>/evaluation.csv
+  std::vector<int64_t> labels;         // --labels 1,2; default: every foreground value found
+  int64_t threads = 0;
+  bool force = false;  // replace an existing CSV
+};
+int evaluate_segmentation_command(const EvaluateSegmentationCommand& cmd);
+
+}  // namespace u3d

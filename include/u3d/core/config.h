@@ -1,0 +1,213 @@
+// The experiment configuration: one typed struct, built and validated in one place.
+//
+//   Config cfg = load_config("exp.yaml", {"training.epochs=3"});
+//
+// Order: defaults, then the YAML file, then `--set key.path=value` overrides, then validate().
+// Every key lives in one option table (config.cpp) that gives its type, default, allowed values and
+// documentation; parsing, overrides, printing, the YAML dump written to <run>/config.yaml and the
+// reference in docs/config.md (`trainer config-reference`) all come from that table.
+// Errors are ConfigError with one line: "<file>:<line>:<col>: <key>: <what is wrong>; <allowed>".
+#pragma once
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace u3d {
+
+using Shape3 = std::array<int64_t, 3>;  // (D, H, W) in voxels
+
+enum class Device { kAuto, kCpu, kCuda };
+enum class Norm { kBatch, kInstance, kGroup, kNone };
+enum class Activation { kRelu, kLeakyRelu, kGelu, kElu };
+enum class Architecture { kUNet, kOpenKbpBaseline };
+enum class OutputActivation { kNone, kRelu, kSigmoid };
+enum class OptimizerKind { kAdam, kAdamW, kSgd };
+enum class ScheduleKind { kConstant, kCosine, kPoly };
+enum class LossKind { kAuto, kL1, kMaskedL1, kMse, kMaskedMse, kDiceCe, kCe };
+enum class Monitor { kAuto, kValLoss, kValMetric, kValDoseScore, kValDvhScore, kPseudoDice, kPseudoDiceEma };
+enum class CachePlacement { kAuto, kGpu, kPinned, kMemory };
+enum class Tta { kNone, kFlips };
+enum class SaveErrorPolicy { kStop, kContinue };
+enum class Precision { kAuto, kFp32, kBf16, kFp16 };
+enum class Toggle { kAuto, kOn, kOff };
+
+struct ExperimentConfig {
+  std::string name = "experiment";  // run folder name: <output_dir>/<name>
+  std::string output_dir = "runs";
+  int64_t seed = 42;  // model init, sampler streams, dropout
+  std::string description;
+};
+
+struct DataConfig {
+  std::string path;  // dataset file (format v1, docs/dataset-format.md); relative to the working folder
+  std::string train_split = "train";
+  std::string val_split = "val";
+  std::vector<std::string> channels;  // input channels by name; empty: all channels in file order
+  std::vector<std::string> normalize = {
+      "zscore"};              // per channel (one entry applies to all): none|zscore|clip:LO:HI|scale:S
+  double target_scale = 1.0;  // regression targets are divided by this for training (e.g. 70 Gy)
+  int64_t batch_size = 2;
+  Shape3 patch_size = {64, 64, 64};  // (D, H, W) voxels; a single number means a cube
+  double foreground_fraction = 0.0;  // share of patches centred on a foreground voxel (nnU-Net: 0.33)
+  std::string foreground = "auto";   // auto | target | mask | channel:NAME | labels:L1,L2,...
+  // Structure-mask channels whose OpenKBP DVH metrics are scored during validation (dose tasks):
+  // [auto] = the OpenKBP structure names among the dataset's channels; [] = none; or channel names.
+  std::vector<std::string> dvh_structures = {"auto"};
+  bool preflight = true;  // read and check every train/val case in full before training
+  // Training cache (include/u3d/cache.h) and sampler threads (include/u3d/loader.h).
+  CachePlacement cache = CachePlacement::kAuto;  // auto: gpu when it fits in gpu_cache_share of free GPU memory, else
+                                                 // pinned (memory on CPU)
+  double gpu_cache_share = 0.5;                  // share of free GPU memory the gpu cache may take (auto)
+  bool cache_float16 = false;  // keep non-integer image channels and regression targets as float16 (lossy)
+  int64_t workers = 0;         // sampler threads; 0: cores - 1 (at least 1)
+  int64_t prefetch = 0;        // batches made ahead of the training loop (ready or in the making); 0: 2 x workers
+  double pad_value = 0.0;      // image value (normalised units) where an augmented patch reaches past the volume
+};
+
+// Training-patch augmentation; each transform has a probability (per sample) and a range. Spatial
+// transforms act on image, target and mask together; intensity transforms on image channels only.
+struct AugmentConfig {
+  double flip_prob = 0.5;                              // probability of mirroring, drawn per sample and per axis
+  std::vector<int64_t> flip_axes = {0, 1, 2};          // spatial axes that may be mirrored (0 D, 1 H, 2 W)
+  double rot90_prob = 0.0;                             // probability of a rotation by 90, 180 or 270 degrees
+  std::vector<int64_t> rot90_plane = {1, 2};           // the two spatial axes of the rotation plane
+  double affine_prob = 0.0;                            // probability of a random rotation and scaling
+  std::vector<double> affine_rotation = {30, 30, 30};  // max degrees about the D, H, W axes (uniform in [-a, a])
+  std::vector<double> affine_scale = {0.7, 1.4};       // zoom factor range (isotropic; > 1 magnifies)
+  double intensity_prob = 0.0;                         // probability of x * scale + shift
+  std::vector<double> intensity_scale = {0.9, 1.1};
+  std::vector<double> intensity_shift = {-0.1, 0.1};  // normalised units
+  double gamma_prob = 0.0;                            // probability of a gamma curve on the patch's [min, max]
+  std::vector<double> gamma_range = {0.7, 1.5};
+  double noise_prob = 0.0;                      // probability of additive Gaussian noise
+  std::vector<double> noise_std = {0.0, 0.1};   // standard deviation range, normalised units
+  std::vector<std::string> intensity_channels;  // channels intensity, gamma and noise touch; empty: all
+};
+
+struct ModelConfig {
+  Architecture architecture = Architecture::kUNet;
+  int64_t levels = 4;         // resolution stages; patch dims must divide by 2^(levels-1)
+  int64_t base_filters = 16;  // filters at full resolution, doubling per level
+  int64_t max_filters = 320;  // cap on filters per level
+  int64_t convs_per_level = 2;
+  int64_t kernel_size = 3;
+  Norm norm = Norm::kInstance;
+  int64_t norm_groups = 8;  // for norm: group
+  Activation activation = Activation::kLeakyRelu;
+  double negative_slope = 0.01;                                  // for leaky_relu
+  double dropout = 0.0;                                          // channel dropout after each convolution
+  OutputActivation output_activation = OutputActivation::kNone;  // regression head only
+  bool deep_supervision = false;         // segmentation: outputs at every decoder stage (nnU-Net)
+  Toggle channels_last = Toggle::kAuto;  // weights and activations in ChannelsLast3d; auto: on with CUDA
+};
+
+struct TrainingConfig {
+  Device device = Device::kAuto;
+  int64_t threads = 0;  // intra-op CPU threads; 0: cores - 1
+  int64_t epochs = 10;
+  int64_t steps_per_epoch = 0;  // 0: ceil(training cases / batch size)
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
+  double lr = 1e-3;
+  double min_lr = 0.0;  // floor of the cosine schedule
+  double weight_decay = 1e-4;
+  std::vector<double> betas = {0.9, 0.999};  // adam, adamw
+  double momentum = 0.99;                    // sgd
+  bool nesterov = true;                      // sgd
+  ScheduleKind lr_schedule = ScheduleKind::kCosine;
+  int64_t warmup_steps = 0;  // linear warm-up from 0
+  double poly_power = 0.9;
+  LossKind loss = LossKind::kAuto;   // auto: masked_l1 (regression with a loss mask), l1, or dice_ce
+  double grad_clip_norm = 0.0;       // 0: off
+  int64_t val_every = 1;             // validate every N epochs (and after the last)
+  bool val_full = true;              // sliding-window validation on whole val volumes
+  int64_t val_patch_batches = 0;     // nnU-Net pseudo-Dice on val patches every epoch; 0: off
+  double pseudo_dice_ema = 0.9;      // ema = w * ema + (1 - w) * pseudo_dice
+  bool deterministic = false;        // deterministic algorithms, no TF32
+  int64_t max_nonfinite_steps = 20;  // consecutive steps skipped for NaN/Inf before the run stops
+  // Training step (include/u3d/train_step.h, docs/performance.md)
+  Precision precision = Precision::kAuto;  // auto: bf16 on CUDA, fp32 on CPU; fp16 (CUDA only) adds loss scaling
+  Toggle cuda_graph = Toggle::kAuto;       // capture the whole step in a CUDA graph; auto: when it can
+  int64_t graph_warmup_steps = 3;          // eager steps on a side stream before the capture
+};
+
+struct CheckpointConfig {
+  int64_t every_epochs = 1;
+  int64_t keep_last = 2;             // newest periodic checkpoints kept (>= 2); best.pt is kept apart
+  Monitor monitor = Monitor::kAuto;  // what "best" means; auto: val_dose_score when scored, else the task metric
+  double every_minutes = 0.0;        // also checkpoint inside an epoch this often (wall clock); 0: off
+  SaveErrorPolicy on_error = SaveErrorPolicy::kStop;  // a checkpoint that cannot be written: stop | continue
+};
+
+struct PredictConfig {
+  std::string split = "val";   // split written by --predict-only
+  double overlap = 0.5;        // sliding-window overlap as a fraction of the patch
+  int64_t batch_size = 0;      // windows per forward pass; 0: data.batch_size
+  bool gaussian = true;        // Gaussian importance weighting of windows (sigma = patch / 8)
+  Tta tta = Tta::kNone;        // flips: average over all 8 mirrorings, batched into one pass
+  bool nifti = true;           // <split>/<case>.nii.gz for cases imported from NIfTI
+  bool probabilities = false;  // segmentation: softmax (K, D, H, W) into <split>.h5
+};
+
+struct LoggingConfig {
+  std::string level = "info";      // trace|debug|info|warn|error
+  double progress_seconds = 30.0;  // progress line inside an epoch at most this often; 0: off
+  bool step_log = false;           // <run>/steps.csv: every step's loss (debugging; reads the loss each step)
+};
+
+struct Config {
+  ExperimentConfig experiment;
+  DataConfig data;
+  AugmentConfig augment;
+  ModelConfig model;
+  TrainingConfig training;
+  CheckpointConfig checkpoint;
+  PredictConfig predict;
+  LoggingConfig logging;
+
+  // Not options: where the config came from, and where each key was set ("exp.yaml:12:3" or
+  // "--set data.batch_size=4"), so cross-field errors can point at the line.
+  std::string source;
+  std::map<std::string, std::string> origin;
+};
+
+// Defaults, then `path`, then `overrides` ("key.path=value", value in YAML syntax), then validate().
+Config load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides = {});
+// Same from YAML text (tests, checkpoints); `source` names it in messages.
+Config load_config_from_string(const std::string& yaml, const std::string& source,
+                               const std::vector<std::string>& overrides = {});
+// Applies one "key.path=value" override.
+void apply_override(Config& cfg, const std::string& assignment);
+// Cross-field checks that need no dataset; ConfigError on the first problem.
+void validate(const Config& cfg);
+
+// Complete YAML (every key) that load_config_from_string reads back into an equal Config.
+std::string to_yaml(const Config& cfg);
+// Two-column table of every key and its value, for the start-up banner.
+std::string describe(const Config& cfg);
+// The value of one key as printed in to_yaml ("[64, 64, 64]"); ConfigError for unknown keys.
+std::string get_value(const Config& cfg, const std::string& key);
+// Keys whose values differ: "key: a -> b".
+std::vector<std::string> diff(const Config& a, const Config& b);
+// Markdown reference of every key (docs/config.md).
+std::string reference_markdown();
+
+// Names of enum values as they appear in YAML.
+std::string to_string(Device v);
+std::string to_string(Norm v);
+std::string to_string(Activation v);
+std::string to_string(Architecture v);
+std::string to_string(OutputActivation v);
+std::string to_string(OptimizerKind v);
+std::string to_string(ScheduleKind v);
+std::string to_string(LossKind v);
+std::string to_string(Monitor v);
+std::string to_string(CachePlacement v);
+std::string to_string(Tta v);
+std::string to_string(SaveErrorPolicy v);
+std::string to_string(Precision v);
+std::string to_string(Toggle v);
+
+}  // namespace u3d

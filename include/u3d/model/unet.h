@@ -1,0 +1,90 @@
+// 3D networks. Every architecture derives from NetworkImpl so the trainer, checkpoints and the
+// predictor handle them alike.
+#pragma once
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "u3d/core/config.h"
+
+namespace u3d {
+
+class NetworkImpl : public torch::nn::Module {
+ public:
+  ~NetworkImpl() override = default;
+  // (N, C_in, D, H, W) -> (N, C_out, D, H, W): logits (segmentation) or the regression output.
+  virtual torch::Tensor forward(const torch::Tensor& x) = 0;
+  // Outputs at every supervised resolution, full resolution first: [(N, C_out, D, H, W),
+  // (N, C_out, D/2, H/2, W/2), ...]. Networks without deep supervision return {forward(x)}.
+  virtual std::vector<torch::Tensor> forward_deep(const torch::Tensor& x) { return {forward(x)}; }
+  // Every spatial size of an input must divide by this.
+  virtual int64_t size_divisor() const = 0;
+};
+using Network = std::shared_ptr<NetworkImpl>;
+
+// conv -> [dropout] -> [norm] -> activation, the unit every stage is made of.
+class ConvBlockImpl : public torch::nn::Module {
+ public:
+  ConvBlockImpl(int64_t in, int64_t out, int64_t stride, const ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  torch::nn::Conv3d conv_{nullptr};
+  torch::nn::Dropout3d dropout_{nullptr};
+  torch::nn::AnyModule norm_;
+  Activation activation_;
+  double negative_slope_;
+};
+TORCH_MODULE(ConvBlock);
+
+// Configurable U-Net: `levels` stages; stage l has min(base * 2^l, max) filters and
+// `convs_per_level` ConvBlocks, the first of stages l > 0 with stride 2 (strided-conv
+// down-sampling); the decoder up-samples with stride-2 transposed convolutions, concatenates the
+// skip connection and applies `convs_per_level` ConvBlocks; a 1x1x1 convolution is the head.
+// With model.deep_supervision every decoder stage but the last also gets a 1x1x1 head
+// (nnU-Net's 3d_fullres): forward_deep returns levels - 1 outputs, full resolution first, while
+// forward (prediction) still returns the full-resolution one alone.
+class UNet3dImpl : public NetworkImpl {
+ public:
+  UNet3dImpl(const ModelConfig& cfg, int64_t in_channels, int64_t out_channels);
+  torch::Tensor forward(const torch::Tensor& x) override;
+  std::vector<torch::Tensor> forward_deep(const torch::Tensor& x) override;
+  int64_t size_divisor() const override { return int64_t{1} << (levels_ - 1); }
+  const std::vector<int64_t>& filters() const { return filters_; }
+
+ private:
+  int64_t levels_;
+  std::vector<int64_t> filters_;
+  OutputActivation output_activation_;
+  std::vector<torch::nn::Sequential> encoder_;  // one per level
+  std::vector<torch::nn::ConvTranspose3d> up_;  // levels - 1, deepest first
+  std::vector<torch::nn::Sequential> decoder_;  // levels - 1, deepest first
+  torch::nn::Conv3d head_{nullptr};
+  std::vector<torch::nn::Conv3d> deep_heads_;  // deep supervision: levels 1 .. levels - 2, finest first
+
+  // Runs the network; with `deep`, also collects the deep-supervision outputs (finest first).
+  torch::Tensor run(const torch::Tensor& x, std::vector<torch::Tensor>* deep);
+};
+
+// The network `cfg` describes; weights initialised (Kaiming normal) from the current torch seed.
+Network build_network(const ModelConfig& cfg, int64_t in_channels, int64_t out_channels);
+// Number of parameters (trainable only by default).
+int64_t count_parameters(const torch::nn::Module& module, bool trainable_only = true);
+
+// FLOPs (2 x multiply-adds, the convention of FLOP counters and GPU peak figures) of every
+// convolution and transposed convolution that `run` executes on the calling thread, read from the
+// shapes of each aten::convolution call (a RecordFunction observer): a convolution costs
+// 2 * N * prod(output spatial) * weight.numel(), a transposed one 2 * N * prod(input spatial) *
+// weight.numel(). Norms, activations, pooling and the loss are left out (a few % of a U-Net).
+int64_t count_conv_flops(const std::function<void()>& run);
+// Forward FLOPs of `net` for one sample of `in_channels` x `patch`, counted as count_conv_flops
+// does from the network's own forward: run once in eval mode without gradients on one sample of
+// size_divisor() per axis on the network's device, then scaled by the voxel ratio (exact: every
+// convolution's cost is linear in the voxels when each axis divides by size_divisor()); the full
+// patch when it does not divide. A training step costs about 3x this per sample (forward, and a
+// backward of twice the forward: gradients of inputs and of weights).
+int64_t forward_flops(NetworkImpl& net, const Shape3& patch, int64_t in_channels);
+
+}  // namespace u3d

@@ -1,0 +1,108 @@
+// Streamed per-case outputs of `trainer --predict-only`. The blended network output of one case
+// arrives slab by slab along D (SlabSink, from the streaming sliding_window_predict) and is turned
+// into labels (segmentation, argmax) or values in target units (regression), scored against the
+// case's target, written into the predictions HDF5 file and, for cases imported from NIfTI, into a
+// NIfTI file with the input's header in the input's grid (import resampling undone). No stage holds
+// a whole volume of logits, so a 512x512x300 CT predicts in bounded host memory.
+#pragma once
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "u3d/data/cache.h"
+#include "u3d/data/preprocess.h"
+#include "u3d/io/dataset.h"
+#include "u3d/predict/predictor.h"
+
+namespace u3d {
+namespace h5 {
+class StagedFile;
+}
+
+// Trilinear resampling of a slab stream to `out_shape` (align_corners = false: the same values as
+// F.interpolate(mode = trilinear) of the whole volume). Each slab is first resampled in-plane; only
+// the input rows the next output rows need are kept. Output slabs go to `downstream` in order.
+class ResamplingSink : public SlabSink {
+ public:
+  ResamplingSink(const Shape3& in_shape, const Shape3& out_shape, SlabSink& downstream);
+  void consume(int64_t d0, const torch::Tensor& slab) override;
+  // IoError unless every output row was produced.
+  void finish() const;
+
+ private:
+  Shape3 in_, out_;
+  SlabSink& downstream_;
+  std::map<int64_t, torch::Tensor> rows_;  // input row -> (K, H_out, W_out)
+  int64_t next_out_ = 0;
+};
+
+struct CaseOutputOptions {
+  int64_t file = -1;           // hid_t of the open predictions file
+  std::string group;           // the case's group in it, e.g. "cases/case_001" (must exist)
+  std::string context;         // for messages: "<file>: case '<id>'"
+  bool probabilities = false;  // segmentation: also write <group>/probabilities (K, D, H, W) float32 softmax
+  // NIfTI output: written to `nifti_path` with `geometry`'s header, resampled to geometry.shape
+  // when that differs from the case's grid. Both set or neither.
+  std::optional<std::filesystem::path> nifti_path;
+  std::optional<SourceGeometry> geometry;
+  std::string description = "u3d prediction";  // NIfTI descrip
+  // Also keep the whole prediction in host memory and return it in CaseScore::prediction (small
+  // grids that another writer needs at once, e.g. the OpenKBP submission files).
+  bool keep_prediction = false;
+};
+
+struct CaseScore {
+  // Segmentation: mean Dice of the foreground classes present (dice_per_class); regression: MAE in
+  // target units inside the loss mask. NaN when the case has no target.
+  double value = std::numeric_limits<double>::quiet_NaN();
+  // The same score of the baseline: all background, or the training mean everywhere.
+  double baseline = std::numeric_limits<double>::quiet_NaN();
+  // With keep_prediction: (D, H, W) uint8 labels or float32 target units, on the CPU.
+  torch::Tensor prediction;
+};
+
+class CaseOutputSink : public SlabSink {
+ public:
+  // `c` is the case in the dataset's grid (its target scores the prediction); `train_mean` is the
+  // regression baseline value (target units).
+  CaseOutputSink(const CachedCase& c, const Preprocessor& pre, CaseOutputOptions options, double train_mean);
+  ~CaseOutputSink() override;
+  // slab: (K, d, H, W) network output (logits or regression output in training units).
+  void consume(int64_t d0, const torch::Tensor& slab) override;
+  // Writes what is buffered, commits the NIfTI file, and returns the case's scores.
+  CaseScore finish();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The predictions file of one split (docs/dataset-format.md, "Predictions"): root attributes
+// format="u3d-predictions", task, target name and units, source, checkpoint; /cases/<id>/prediction
+// (D, H, W) with the case's spacing and its loss mask (so an evaluation can apply it). Staged and
+// renamed into place by commit(); without commit() nothing is left behind.
+class PredictionWriter {
+ public:
+  PredictionWriter(const std::filesystem::path& path, const DatasetInfo& info, const std::string& source,
+                   const std::string& checkpoint);
+  ~PredictionWriter();
+  PredictionWriter(const PredictionWriter&) = delete;
+  PredictionWriter& operator=(const PredictionWriter&) = delete;
+  // Starts a case whose outputs are streamed (CaseOutputSink): its group, loss mask and spacing.
+  // Throws StopRequested when a stop signal arrived (predict-only installs the guard).
+  CaseOutputOptions begin(const CachedCase& c);
+  // Writes splits/<split> (the ids begun) and moves the file into place.
+  void commit(const std::string& split);
+
+ private:
+  std::unique_ptr<h5::StagedFile> file_;
+  std::vector<std::string> ids_;
+};
+
+}  // namespace u3d

@@ -1,0 +1,91 @@
+// Whole-step CUDA-graph capture and replay (training.cuda_graph), as PyTorch's "whole network
+// capture" recipe (torch.cuda.graph): the first `warmup` steps run eagerly on one persistent side
+// stream (cuDNN autotuning, the gradient tensors and the optimizer's workspaces are allocated outside
+// the graph), then the device is synchronised, the caching allocator's unused blocks are released
+// (emptyCache) and the next step is captured once on the same side stream into a private memory
+// pool; every later step replays the graph on the current stream. The learning rate and the GPU
+// sampler's cursor are device tensors the caller writes before the step (outside the graph). Outputs
+// (loss, found_inf) are static tensors, overwritten by each replay.
+//
+// Two ways to feed a captured step:
+//  - run(batch): each batch (made outside the graph) is copied into static input tensors first.
+//  - run_sampled(): the batch source (DeviceSampler::next_batch over a gpu cache: case choice,
+//    crop, mirroring, rotation, normalisation, intensity augmentation) is captured in the same
+//    graph, so one replay is one whole step with no host work.
+//
+// Capture runs in thread-local mode (cudaStreamCaptureModeThreadLocal): the sampler threads keep
+// synchronising with their staging copies while the loop thread captures.
+//
+// Capturability is decided before capturing (CPU, fault injection and batch-shape changes are known
+// conditions: TrainStep and run() fall back or refuse before any capture). A capture that fails
+// anyway is a TrainingError naming the failing operation and telling the user to set
+// training.cuda_graph: off; it is never silently turned into eager steps, because a failed capture
+// leaves CUDA state behind that PyTorch does not promise to clean (the allocator's capture pool and
+// the stream's capture). Before the error, the capture is ended and the graph's pool released, so
+// the error reaches the user and the process exits cleanly.
+#pragma once
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "u3d/data/batch.h"
+#include "u3d/train/train_step.h"
+
+namespace u3d {
+
+class CaptureGraph;
+
+class CudaGraphStep {
+ public:
+  // `step(batch, capturing)` is the eager step (TrainStep::compute).
+  using StepFn = std::function<StepOutputs(const Batch& batch, bool capturing)>;
+  // Makes the next batch on the device with device work only (no host read, no host-to-device
+  // copy): captured with the step by run_sampled().
+  using SourceFn = std::function<Batch()>;
+  CudaGraphStep(StepFn step, int64_t warmup_steps, bool required);
+  ~CudaGraphStep();
+
+  // One step on `batch`: warm-up, capture-then-replay, or replay. std::nullopt: the batch cannot be
+  // replayed (not on CUDA, or its shapes differ from the captured ones; logged once, and a
+  // TrainingError instead with training.cuda_graph: on); run this batch and every later one eagerly.
+  std::optional<StepOutputs> run(const Batch& batch);
+  // One step whose batch `source` makes: warm-up (source and step eagerly on the side stream),
+  // capture of source + step, or replay. Use either run() or run_sampled() for one CudaGraphStep.
+  StepOutputs run_sampled(const SourceFn& source);
+
+  bool captured() const { return captured_; }
+  bool failed() const { return !fallback_reason_.empty(); }
+  const std::string& fallback_reason() const { return fallback_reason_; }
+  // Warm-up steps run so far (the capture follows the last one).
+  int64_t warmup_done() const { return warm_done_; }
+
+ private:
+  std::optional<StepOutputs> give_up(const std::string& reason);
+  bool matches(const Batch& batch) const;
+  // Warm-up, capture or replay of `body` (the step, reading its inputs from static tensors or the
+  // source).
+  StepOutputs step_or_replay(const std::function<StepOutputs(bool capturing)>& body);
+  c10::cuda::CUDAStream side_stream();
+
+  StepFn step_;
+  int64_t warmup_steps_;
+  bool required_;
+  int64_t warm_done_ = 0;
+  bool captured_ = false;
+  std::string fallback_reason_;
+  Batch static_;                               // static inputs (run): each batch is copied into these
+  StepOutputs outputs_;                        // static outputs of the captured step
+  std::optional<c10::cuda::CUDAStream> side_;  // warm-up and capture stream, one for the run
+  std::unique_ptr<CaptureGraph> graph_;
+};
+
+// The first line of a capture failure's message, with the operation that broke it where PyTorch
+// names it; for the one-line TrainingError.
+std::string capture_failure_text(const std::exception& e);
+
+}  // namespace u3d

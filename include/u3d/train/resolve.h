@@ -1,0 +1,61 @@
+// Every setting of a training run that depends on the dataset or the device, checked and derived
+// in one place before anything loads or is written, so a config that cannot work fails in one line
+// within a second instead of after a slow cache load. The trainer and its collaborators (TrainData,
+// Validator, RunLog) read the resolved form; nothing downstream re-parses a spec.
+//
+//   const auto reader = open_dataset(cfg);                         // ConfigError naming data.path
+//   const ResolvedConfig rc = resolve(cfg, reader->info(), runtime.device);
+//
+// Checks that need the loaded voxels stay where the voxels are: the cache placement against free
+// memory (cache.h), foreground specs against each case (sampler.h), loss masks present (losses.h).
+#pragma once
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "u3d/core/config.h"
+#include "u3d/data/preprocess.h"
+#include "u3d/evaluate/dose_metrics.h"
+#include "u3d/evaluate/metrics.h"
+#include "u3d/io/dataset.h"
+
+namespace u3d {
+
+struct ResolvedConfig {
+  // The run's config with data.normalize's `dataset` entries replaced by the file's recorded specs
+  // (what config.yaml and checkpoints carry).
+  Config cfg;
+  DatasetInfo info;
+  // data.channels and data.normalize parsed once: the map from raw values to network inputs.
+  std::shared_ptr<const Preprocessor> pre;
+  std::vector<std::string> train_ids;  // data.train_split, never empty
+  std::vector<std::string> val_ids;    // data.val_split; empty: no validation
+  std::string cases_sha256;            // of train_ids: the sampler fingerprint checkpoints carry
+  int64_t steps_per_epoch = 0;         // training.steps_per_epoch, or ceil(train cases / batch_size)
+  // OpenKBP dose and DVH scores at validation (dose task, data.dvh_structures resolved); empty: none.
+  std::vector<DvhStructure> dvh_structures;
+  TaskMetric metric;                    // the task's val_mae | val_dice
+  Monitor monitor = Monitor::kValLoss;  // checkpoint.monitor with auto resolved
+  std::string monitor_name;             // its metrics.csv column, e.g. "val_dose_score"
+  bool monitor_higher_is_better = false;
+
+  Task task() const { return info.task; }
+  bool scores_dose() const { return !val_ids.empty() && !dvh_structures.empty(); }
+  bool validates() const { return !val_ids.empty(); }
+  // nnU-Net's pseudo-Dice on val patches every epoch (training.val_patch_batches > 0).
+  bool validates_patches() const { return validates() && cfg.training.val_patch_batches > 0; }
+  // Whole-volume validation after `epoch` (training.val_every, and after the last epoch).
+  bool full_validation_due(int64_t epoch) const;
+};
+
+// Opens data.path; ConfigError naming the key (and where it was set) when the file is missing.
+std::unique_ptr<DatasetReader> open_dataset(const Config& cfg);
+// The case ids of split `name` (config key `key`); ConfigError naming the key and the splits the
+// file has when it is absent, or when it is empty.
+const std::vector<std::string>& split_ids(const DatasetReader& reader, const std::string& key, const std::string& name);
+// Every dataset- and device-dependent check of a training run (ConfigError naming the key).
+ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const torch::Device& device);
+
+}  // namespace u3d

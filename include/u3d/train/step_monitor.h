@@ -1,0 +1,42 @@
+// Per-step bookkeeping kept on the device, so the training loop never reads a value back per step:
+// the unfinished epoch's sum of finite losses, how many steps were skipped for a non-finite loss or
+// gradient norm, and how many were skipped in a row. totals() is the only host read; the loop
+// calls it at progress lines, at the end of an epoch, before a checkpoint and every
+// training.max_nonfinite_steps steps (to stop a run that keeps producing NaN/Inf).
+#pragma once
+#include <torch/torch.h>
+
+#include "u3d/train/checkpoint.h"
+
+namespace u3d {
+
+class StepMonitor {
+ public:
+  explicit StepMonitor(const torch::Device& device);
+
+  // One step: `loss` () float on the device, `found_inf` () float32 0/1 (nonfinite_flag()).
+  // A skipped step's loss is left out of the sum.
+  void record(const torch::Tensor& loss, const torch::Tensor& found_inf);
+
+  struct Totals {
+    double loss_sum = 0;           // finite losses of the epoch
+    int64_t skipped = 0;           // skipped steps of the epoch
+    int64_t skipped_total = 0;     // skipped steps of the run
+    int64_t skipped_in_a_row = 0;  // ending at the last recorded step
+    int64_t longest_run = 0;       // longest run of consecutive skips since the last reset
+  };
+  Totals totals() const;  // host read (synchronises with the device)
+
+  // New epoch: zeroes the epoch sums; the in-a-row counter carries over (a run may span epochs).
+  void start_epoch();
+  void reset_longest_run();
+  // From / into the training state of a checkpoint (the epoch sums and counters).
+  void restore(const TrainState& state);
+  void store(TrainState& state) const;  // host read
+
+ private:
+  torch::Tensor loss_sum_;  // () float64
+  torch::Tensor counters_;  // (4,) int64: skipped (epoch), skipped (run), in a row, longest run
+};
+
+}  // namespace u3d

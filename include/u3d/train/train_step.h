@@ -1,0 +1,145 @@
+// One training step, as fast as the device allows and with no host read:
+//
+//   TrainStep step(cfg, device, *net, loss, optimizer, &monitor);   // after to_channels_last()
+//   optimizer.set_lr(schedule.at(i));                                 // device LR, outside any graph
+//   torch::Tensor loss = step.run(batch);                             // () float32 on the device
+//
+// What run() does (eager): restore point for buffers; zero_grad; forward under autocast
+// (training.precision: bf16/fp16 convolutions, AutocastGuard); the loss in float32 (the output is
+// cast back before the loss); backward (of loss x scale with fp16); fp16: unscale the gradients and
+// flag Inf/NaN (GradScaler); the global gradient norm; found_inf = non-finite loss, norm or
+// gradient; clipping (training.grad_clip_norm); the fused optimizer step, skipped on the device
+// when found_inf; fp16: scale update; buffers (batch-norm statistics) put back when skipped; the
+// StepMonitor's device sums. Nothing is read back to the host.
+//
+// training.cuda_graph: after training.graph_warmup_steps eager steps on a side stream, the whole
+// step above is captured once in a CUDA graph (CudaGraphStep, cuda_graph.h) and replayed for every
+// later batch, which is first copied into the graph's static input tensors. `auto` stays eager and
+// logs why on CPU, when batch shapes change, with test fault injection, or when the capture fails;
+// `on` makes each of these an error.
+//
+// model.channels_last: weights (to_channels_last(), before the optimizer is made, so its moments
+// share the layout) and each input batch in ChannelsLast3d, the layout cuDNN's fastest 3D kernels
+// use. at::instance_norm (and group norm) make their input contiguous, so with those norms every
+// block would convert the layout twice per pass: `auto` picks channels-last only for networks
+// whose norm keeps it (batch norm, none; the OpenKBP baseline), on CUDA, until GPU measurements
+// say otherwise (channels_last_choice() says why).
+//
+// The monitor's device sums are updated inside compute(), so a replayed graph updates them too; the
+// loss and found_inf that run() returns are the step's own tensors (a replayed graph's static
+// outputs): valid until the next run(), clone them to keep them longer.
+#pragma once
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "u3d/core/config.h"
+#include "u3d/data/batch.h"
+#include "u3d/model/unet.h"
+#include "u3d/train/amp.h"
+#include "u3d/train/losses.h"
+#include "u3d/train/optimizer.h"
+#include "u3d/train/step_monitor.h"
+
+namespace u3d {
+
+class CudaGraphStep;
+
+// What the step runs with, resolved for the device (for logs and the benchmark's JSON).
+struct StepFeatures {
+  Precision precision = Precision::kFp32;  // resolved: never kAuto
+  bool channels_last = false;
+  bool cuda_graph = false;         // requested and possible so far (a later fallback clears it)
+  std::string cuda_graph_note;     // why not, when not
+  bool sampling_in_graph = false;  // the GPU sampler is captured with the step (set_batch_source)
+  std::string channels_last_note;  // channels_last_reason()
+  bool fused_optimizer = true;     // ATen fused AdamW/Adam/SGD kernels (always, optimizer.h)
+  bool cudnn_benchmark = false;    // cuDNN autotuning (training.deterministic off, CUDA)
+  bool tf32 = false;               // TF32 matmuls/convolutions allowed for fp32 (CUDA)
+  std::string describe() const;    // "bf16, channels-last, CUDA graph, fused adamw, cuDNN autotune, TF32"
+};
+
+// model.channels_last for `device`: on/off as set; auto is on with CUDA for networks whose norm
+// keeps the layout (batch norm or none; the OpenKBP baseline), off with instance or group norm and
+// on CPU.
+bool resolve_channels_last(const ModelConfig& cfg, const torch::Device& device);
+// Why resolve_channels_last() decided as it did, for the log: "auto: off with instance norm
+// (at::instance_norm makes its input contiguous)".
+std::string channels_last_reason(const ModelConfig& cfg, const torch::Device& device);
+// Converts every 5-D parameter and buffer of `module` to ChannelsLast3d in place (set_data: the
+// tensors keep their identity, so an optimizer made before still holds them; make it after, so its
+// moments take the same layout).
+void to_channels_last(torch::nn::Module& module);
+
+// Puts every 5-D parameter and buffer of `module` in the run's layout: ChannelsLast3d when
+// `channels_last`, else contiguous (set_data, identities kept). After loading a checkpoint written
+// in the other layout (on the CPU, or with model.channels_last: off), call this and then
+// Optimizer::match_parameter_layout().
+void set_layout(torch::nn::Module& module, bool channels_last);
+// Test fault injection: writes `value` into the first element of `t` in place, whatever its
+// layout (index_put_; a channels-last tensor has no flat view).
+void plant_value(torch::Tensor& t, double value);
+
+// The tensors a step leaves behind: loss () float32 and found_inf () float32 0/1, on the device.
+struct StepOutputs {
+  torch::Tensor loss, found_inf;
+};
+
+class TrainStep {
+ public:
+  // `monitor` may be null (benchmark). `net`, `loss`, `optimizer` and `monitor` must outlive this.
+  // ConfigError for fp16 or cuda_graph: on without CUDA.
+  TrainStep(const Config& cfg, const torch::Device& device, NetworkImpl& net, const Loss& loss, Optimizer& optimizer,
+            StepMonitor* monitor);
+  ~TrainStep();
+
+  // One optimizer step on `batch` (on the device, the configured shapes). Returns the loss (a
+  // device scalar, valid until the next run(); found_inf() tells whether the step was skipped). No
+  // host read.
+  torch::Tensor run(const Batch& batch);
+  // With a batch source (set_batch_source): one optimizer step on the source's next batch; with a
+  // captured graph, sampling and step are one replay.
+  torch::Tensor run_sampled();
+  // Makes the step draw its batches from `source` (device work only: DeviceSampler::next_batch), so
+  // that a CUDA graph captures sampling and step together. Call before the first step; returns
+  // false (and keeps run(batch) as the way) when the step is not captured (CPU, cuda_graph off,
+  // fault injection).
+  bool set_batch_source(std::function<Batch()> source);
+  // The step itself on `batch`, eager (CudaGraphStep captures this). `capturing`: inside a CUDA
+  // graph capture (autocast cache off).
+  StepOutputs compute(const Batch& batch, bool capturing);
+
+  // () float32 on the device: 1 when the last step was skipped.
+  const torch::Tensor& found_inf() const { return last_found_inf_; }
+  const StepFeatures& features() const { return features_; }
+  // The fp16 loss scaler, or null.
+  GradScaler* scaler() { return scaler_.get(); }
+  // Test-only fault hook, called after backward with the parameters (to plant an Inf gradient);
+  // forces eager steps (a host callback cannot run inside a replayed graph).
+  void set_after_backward(std::function<void(const std::vector<torch::Tensor>& params)> hook);
+  // Whether the last run() replayed a captured graph.
+  bool replayed() const { return replayed_; }
+
+ private:
+  const Config& cfg_;
+  torch::Device device_;
+  NetworkImpl& net_;
+  const Loss& loss_;
+  Optimizer& optimizer_;
+  StepMonitor* monitor_;
+  StepFeatures features_;
+  std::optional<at::ScalarType> autocast_;
+  std::unique_ptr<GradScaler> scaler_;
+  std::vector<torch::Tensor> buffers_, saved_buffers_;  // restored when a step is skipped
+  std::vector<double> deep_weights_;                    // deep-supervision loss weights, finest output first
+  torch::Tensor last_found_inf_;
+  std::function<void(const std::vector<torch::Tensor>&)> after_backward_;
+  std::unique_ptr<CudaGraphStep> graph_;
+  std::function<Batch()> source_;
+  bool replayed_ = false;
+};
+
+}  // namespace u3d

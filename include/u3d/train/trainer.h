@@ -1,0 +1,118 @@
+// The training run: fit() reads like nnU-Net's run_training, the loop calling collaborators with
+// one job each:
+//
+//   resolve()         every dataset- and device-dependent setting checked before anything loads (resolve.h)
+//   TrainData         caches, sampler and batch loader; reads the data (train_data.h)
+//   TrainStep         one optimizer step, eager or a replayed CUDA graph (train_step.h)
+//   Validator         whole-volume and patch validation, the monitored value (validator.h)
+//   CheckpointKeeper  when and what to checkpoint, write failures (checkpoint_keeper.h)
+//   RunLog            console lines, metrics.csv, steps.csv (run_log.h)
+//
+//   Trainer trainer(cfg, TrainOptions{});
+//   trainer.fit();   // check_run_folder -> setup_runtime -> load_data (resolve, caches; then
+//                    // prepare_run: nothing is written before) -> build_model -> restore ->
+//                    // record_run -> per epoch: train_epoch, validate, metrics row, checkpoints
+//
+// Reliability (docs/reliability.md): SIGINT/SIGTERM/SIGHUP end the run after the current step
+// with a checkpoint (stop_signal() then names the signal; the process exits with 128 + signal);
+// checkpoint.every_minutes adds checkpoints inside long epochs; a step whose loss or gradient norm
+// is not finite is skipped on the device and counted, and training.max_nonfinite_steps skips in a
+// row stop the run (TrainingError); out of memory stops it with the settings to change.
+#pragma once
+#include <torch/torch.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "u3d/core/config.h"
+#include "u3d/core/faults.h"
+#include "u3d/core/run.h"
+#include "u3d/io/dataset.h"
+#include "u3d/model/unet.h"
+#include "u3d/train/checkpoint.h"
+#include "u3d/train/checkpoint_keeper.h"
+#include "u3d/train/losses.h"
+#include "u3d/train/optimizer.h"
+#include "u3d/train/resolve.h"
+#include "u3d/train/run_log.h"
+#include "u3d/train/schedule.h"
+#include "u3d/train/step_monitor.h"
+#include "u3d/train/train_data.h"
+#include "u3d/train/train_step.h"
+#include "u3d/train/validator.h"
+
+namespace u3d {
+
+struct TrainOptions {
+  // Unset: a fresh run (refused when the run folder already holds checkpoints).
+  // "" : continue from the newest checkpoint of the run; else the checkpoint at that path.
+  std::optional<std::string> resume;
+  // Keys (or "section.*") a resume may change besides the runtime keys (resume.h).
+  std::vector<std::string> allow_config_change;
+};
+
+class Trainer {
+ public:
+  Trainer(Config cfg, TrainOptions options);
+  ~Trainer();
+  // Runs every stage; returns the state after the last epoch.
+  TrainState fit();
+
+  // Stages, public so tests can drive them one by one.
+  void check_run_folder() const;  // read-only: refuses checkpoints of an earlier run without --resume
+  void prepare_run();             // run folder, checkpoints/, train.log (load_data calls it; repeatable)
+  void setup_runtime();
+  void load_data();
+  void build_model();
+  void restore();
+  void record_run();  // <run>/config.yaml, metrics.csv, the banner: only once every check passed
+  EpochStats train_epoch(int64_t epoch);
+  // One optimizer step on `batch` (on the device) through TrainStep (train_step.h): forward under
+  // autocast, loss, backward, gradient norm, skip flag, clipping, update, eager or as a replayed
+  // CUDA graph; nothing is read back. Returns the loss (device scalar).
+  torch::Tensor train_step(const Batch& batch);
+
+  // The stop signal that ended fit() early, or 0.
+  int stop_signal() const { return stop_signal_; }
+  const Optimizer& optimizer() const { return *optimizer_; }
+  const TrainState& state() const { return state_; }
+  const Config& config() const { return rc_.cfg; }  // resolved once load_data() ran
+  NetworkImpl& network() { return *net_; }
+  int64_t steps_per_epoch() const { return rc_.steps_per_epoch; }
+
+ private:
+  const Config& cfg() const { return rc_.cfg; }
+  ValStats validate(int64_t epoch);  // Validator::run; out of memory names the settings to change
+  void end_epoch(int64_t epoch);     // the training position moves to the epoch boundary
+  TrainState finish();               // after the loop: the stop's checkpoint, or the end of the run
+  CheckpointInfo checkpoint_info() const;
+  void save_inside_epoch(int64_t epoch);
+  // Stops the run (TrainingError) when training.max_nonfinite_steps steps in a row were skipped.
+  void check_nonfinite();
+  bool stopping();  // a stop signal arrived (records it)
+
+  TrainOptions options_;
+  ResolvedConfig rc_;  // the config alone until load_data() resolves it
+  RunPaths paths_;
+  CheckpointKeeper keeper_;
+  Runtime runtime_;
+  std::unique_ptr<DatasetReader> reader_;
+  std::unique_ptr<TrainData> data_;
+  Network net_;
+  std::unique_ptr<Loss> loss_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<LrSchedule> schedule_;
+  std::unique_ptr<StepMonitor> monitor_;
+  std::unique_ptr<TrainStep> step_;  // refers to net_, loss_, optimizer_, monitor_ (its destructor uses none)
+  std::unique_ptr<Validator> validator_;
+  std::unique_ptr<RunLog> log_;
+  TrainState state_;
+  torch::Tensor last_found_inf_;    // () float32: whether the last step was skipped
+  bool sampling_in_graph_ = false;  // data.cache: gpu with a captured step: sampler inside the graph
+  int stop_signal_ = 0;
+  TestFaults faults_;  // test-only fault injection (faults.h); empty in normal runs
+};
+
+}  // namespace u3d

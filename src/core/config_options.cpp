@@ -1,0 +1,401 @@
+// The option table and its value checks. To add a key: add the field to the struct in
+// include/u3d/core/config.h and one make_option(...) line to option_table() below.
+#include "config_options.h"
+
+#include <algorithm>
+
+#include "config_codec.h"
+#include "u3d/data/preprocess.h"
+
+namespace u3d::config_detail {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Value checks: return "" when fine, else what is allowed.
+template <class T>
+using Check = std::function<std::string(const T&)>;
+
+template <class T>
+Check<T> at_least(T lo) {
+  return [lo](const T& v) { return v >= lo ? "" : fmt::format("must be >= {}", lo); };
+}
+template <class T>
+Check<T> in_range(T lo, T hi) {
+  return [lo, hi](const T& v) { return (v >= lo && v <= hi) ? "" : fmt::format("must be in [{}, {}]", lo, hi); };
+}
+Check<double> positive() {
+  return [](const double& v) { return v > 0 ? "" : std::string("must be > 0"); };
+}
+Check<double> in_unit_open(double hi_excl) {
+  return
+      [hi_excl](const double& v) { return (v >= 0 && v < hi_excl) ? "" : fmt::format("must be in [0, {})", hi_excl); };
+}
+Check<std::string> file_name_safe() {
+  return [](const std::string& v) {
+    if (v.empty()) return std::string("must not be empty");
+    for (char c : v) {
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) {
+        return std::string("may hold only letters, digits, '_', '-' and '.'");
+      }
+    }
+    if (v == "." || v == "..") return std::string("must name a folder");
+    return std::string();
+  };
+}
+Check<std::string> one_of(std::vector<std::string> allowed) {
+  return [allowed](const std::string& v) {
+    if (std::find(allowed.begin(), allowed.end(), v) != allowed.end()) return std::string();
+    return fmt::format("expected one of {}", fmt::join(allowed, "|"));
+  };
+}
+Check<Shape3> shape_at_least(int64_t lo) {
+  return [lo](const Shape3& v) {
+    for (auto x : v) {
+      if (x < lo) return fmt::format("every size must be >= {}", lo);
+    }
+    return std::string();
+  };
+}
+Check<std::vector<double>> betas_check() {
+  return [](const std::vector<double>& v) {
+    if (v.size() != 2) return std::string("expected two numbers [beta1, beta2]");
+    for (double b : v) {
+      if (b < 0 || b >= 1) return std::string("each beta must be in [0, 1)");
+    }
+    return std::string();
+  };
+}
+
+// [lo, hi] with lo <= hi, both within [min, max].
+Check<std::vector<double>> range_check(double min, double max) {
+  return [min, max](const std::vector<double>& v) {
+    if (v.size() != 2 || v[0] > v[1]) return std::string("expected [low, high] with low <= high");
+    if (v[0] < min || v[1] > max) return fmt::format("both ends must be in [{}, {}]", min, max);
+    return std::string();
+  };
+}
+// Spatial axes 0 (D), 1 (H), 2 (W), each at most once; `count` of them, or any number when 0.
+Check<std::vector<int64_t>> axes_check(size_t count) {
+  return [count](const std::vector<int64_t>& v) {
+    if (count > 0 && v.size() != count) return fmt::format("expected {} distinct axes out of 0, 1, 2", count);
+    std::set<int64_t> seen;
+    for (int64_t a : v) {
+      if (a < 0 || a > 2 || !seen.insert(a).second) return std::string("axes are distinct values out of 0, 1, 2");
+    }
+    return std::string();
+  };
+}
+
+// One normalisation spec (preprocess.h), or "dataset" (the importer's choice, resolved at load).
+std::string check_norm_spec(const std::string& spec) {
+  return spec == "dataset" ? std::string() : channel_norm_problem(spec);
+}
+
+// data.foreground: auto | target | mask | channel:NAME | labels:L1,L2,...
+std::string check_foreground_spec(const std::string& spec) {
+  if (spec == "auto" || spec == "target" || spec == "mask") return "";
+  if (spec.rfind("channel:", 0) == 0 && spec.size() > 8) return "";
+  if (spec.rfind("labels:", 0) == 0 && spec.size() > 7) {
+    const auto labels = parse_int_list(spec.substr(7));
+    if (!labels || std::any_of(labels->begin(), labels->end(), [](int64_t v) { return v < 1; })) {
+      return fmt::format("'{}': labels must be integers >= 1", spec);
+    }
+    return "";
+  }
+  return fmt::format("'{}' is not one of auto|target|mask|channel:NAME|labels:L1,L2,...", spec);
+}
+
+template <class S, class T>
+Option make_option(std::string key, S Config::*section, T S::*field, std::string doc, Check<T> check = nullptr) {
+  Option o;
+  o.key = key;
+  o.type = Codec<T>::type();
+  o.doc = std::move(doc);
+  o.set = [key, section, field, check](Config& c, const YAML::Node& n, const std::string& where) {
+    T v = Codec<T>::parse(n, where, key);
+    if (check) {
+      const std::string problem = check(v);
+      if (!problem.empty()) fail(where, key, fmt::format("{} is not allowed; {}", Codec<T>::format(v), problem));
+    }
+    (c.*section).*field = std::move(v);
+    c.origin[key] = where;
+  };
+  o.get = [section, field](const Config& c) { return Codec<T>::format((c.*section).*field); };
+  return o;
+}
+
+}  // namespace
+
+const std::vector<Option>& option_table() {
+  using C = Config;
+  static const std::vector<Option> table = {
+      // experiment
+      make_option("experiment.name", &C::experiment, &ExperimentConfig::name,
+                  "Run name; the run folder is <output_dir>/<name>", file_name_safe()),
+      make_option("experiment.output_dir", &C::experiment, &ExperimentConfig::output_dir,
+                  "Folder that holds run folders"),
+      make_option("experiment.seed", &C::experiment, &ExperimentConfig::seed,
+                  "Seed of model initialisation, patch sampling and dropout", at_least<int64_t>(0)),
+      make_option("experiment.description", &C::experiment, &ExperimentConfig::description,
+                  "Free text kept with the run"),
+      // data
+      make_option("data.path", &C::data, &DataConfig::path,
+                  "Dataset file (HDF5, docs/dataset-format.md), relative to the working folder"),
+      make_option("data.train_split", &C::data, &DataConfig::train_split, "Split used for training"),
+      make_option("data.val_split", &C::data, &DataConfig::val_split,
+                  "Split used for validation; empty: no validation"),
+      make_option("data.channels", &C::data, &DataConfig::channels,
+                  "Input channels by name; empty: every channel in file order"),
+      make_option("data.normalize", &C::data, &DataConfig::normalize,
+                  "Per input channel (one entry: all): none | zscore (per case) | clip:LO:HI (clip, map to "
+                  "[0, 1]) | scale:S (divide by S) | minmax (per case, to [0, 1]) | ct:LO:HI:MEAN:STD (clip, "
+                  "then z-score with fixed statistics: nnU-Net's CT scheme) | dataset (what the dataset file "
+                  "records per channel, e.g. the importer's ct:... statistics; zscore if none)",
+                  Check<std::vector<std::string>>([](const std::vector<std::string>& v) {
+                    if (v.empty()) return std::string("needs at least one entry");
+                    for (const auto& s : v) {
+                      const auto p = check_norm_spec(s);
+                      if (!p.empty()) return p;
+                    }
+                    return std::string();
+                  })),
+      make_option("data.target_scale", &C::data, &DataConfig::target_scale,
+                  "Regression targets are divided by this for training and predictions multiplied back "
+                  "(e.g. 70 for dose in Gy)",
+                  positive()),
+      make_option("data.batch_size", &C::data, &DataConfig::batch_size, "Patches per training step",
+                  at_least<int64_t>(1)),
+      make_option("data.patch_size", &C::data, &DataConfig::patch_size,
+                  "Training patch (D, H, W) in voxels; must divide by 2^(model.levels - 1)", shape_at_least(1)),
+      make_option("data.foreground_fraction", &C::data, &DataConfig::foreground_fraction,
+                  "Share of training patches centred on a foreground voxel (nnU-Net uses 0.33)", in_range(0.0, 1.0)),
+      make_option("data.foreground", &C::data, &DataConfig::foreground,
+                  "What is foreground: auto (labels > 0, or target > 0 for regression) | target | mask | "
+                  "channel:NAME (input channel above its minimum) | labels:L1,L2,...",
+                  Check<std::string>(check_foreground_spec)),
+      make_option("data.preflight", &C::data, &DataConfig::preflight,
+                  "Check every train and validation case in full as it is loaded (as `trainer check-data`); "
+                  "an error stops the run before it starts"),
+      make_option("data.cache", &C::data, &DataConfig::cache,
+                  "Where the training split is kept: gpu (whole split in GPU memory, sampling on the GPU), pinned "
+                  "(page-locked RAM), memory; auto: gpu when it fits in data.gpu_cache_share of free GPU memory, "
+                  "else pinned (memory when training on CPU)"),
+      make_option("data.gpu_cache_share", &C::data, &DataConfig::gpu_cache_share,
+                  "Share of free GPU memory that data.cache: auto may give the cache", in_range(0.0, 1.0)),
+      make_option("data.cache_float16", &C::data, &DataConfig::cache_float16,
+                  "Keep non-integer image channels and regression targets as float16 (halves them; lossy). "
+                  "Integer channels (CT in HU, masks) are always kept exactly as int16/uint8"),
+      make_option("data.workers", &C::data, &DataConfig::workers,
+                  "Sampler threads filling the batch queue; 0: cores - 1 (at least 1); at most 4 per core",
+                  at_least<int64_t>(0)),
+      make_option("data.prefetch", &C::data, &DataConfig::prefetch,
+                  "Batches made ahead of the training loop (ready or in the making); at most this many threads "
+                  "work at once; 0: twice data.workers; at most 1024",
+                  at_least<int64_t>(0)),
+      make_option("data.pad_value", &C::data, &DataConfig::pad_value,
+                  "Image value (normalised units) where an affine-augmented patch reaches past the volume; "
+                  "targets, labels and masks are padded with 0"),
+      make_option("data.dvh_structures", &C::data, &DataConfig::dvh_structures,
+                  "Structure-mask channels scored with the OpenKBP DVH metrics during validation (dose tasks; "
+                  "adds val_dose_score and val_dvh_score to metrics.csv): [auto] = the OpenKBP names (Brainstem, "
+                  "..., PTV70) found among the channels; [] = none; or channel names (PTV* and target:NAME are "
+                  "targets, others and oar:NAME organs at risk)"),
+      // augment
+      make_option("augment.flip_prob", &C::augment, &AugmentConfig::flip_prob,
+                  "Probability of mirroring each axis of a training patch", in_range(0.0, 1.0)),
+      make_option("augment.flip_axes", &C::augment, &AugmentConfig::flip_axes,
+                  "Spatial axes that may be mirrored (0 D, 1 H, 2 W)", axes_check(0)),
+      make_option("augment.rot90_prob", &C::augment, &AugmentConfig::rot90_prob,
+                  "Probability of rotating a patch by 90, 180 or 270 degrees (equally likely) in rot90_plane",
+                  in_range(0.0, 1.0)),
+      make_option("augment.rot90_plane", &C::augment, &AugmentConfig::rot90_plane,
+                  "Two spatial axes spanning the rot90 plane; the patch must be square in them", axes_check(2)),
+      make_option("augment.affine_prob", &C::augment, &AugmentConfig::affine_prob,
+                  "Probability of a random rotation and scaling (trilinear for images and regression targets, "
+                  "nearest for labels and masks)",
+                  in_range(0.0, 1.0)),
+      make_option("augment.affine_rotation", &C::augment, &AugmentConfig::affine_rotation,
+                  "Largest rotation in degrees about the D, H and W axes (each drawn uniformly in [-a, a])",
+                  Check<std::vector<double>>([](const std::vector<double>& v) {
+                    if (v.size() != 3) return std::string("expected three angles [D, H, W] in degrees");
+                    for (double a : v) {
+                      if (a < 0 || a > 180) return std::string("each angle must be in [0, 180]");
+                    }
+                    return std::string();
+                  })),
+      make_option("augment.affine_scale", &C::augment, &AugmentConfig::affine_scale,
+                  "Range of the zoom factor [low, high] (isotropic; > 1 magnifies)", range_check(0.05, 20.0)),
+      make_option("augment.intensity_prob", &C::augment, &AugmentConfig::intensity_prob,
+                  "Probability of x * scale + shift on the intensity channels", in_range(0.0, 1.0)),
+      make_option("augment.intensity_scale", &C::augment, &AugmentConfig::intensity_scale,
+                  "Range of the multiplicative factor", range_check(0.0, 100.0)),
+      make_option("augment.intensity_shift", &C::augment, &AugmentConfig::intensity_shift,
+                  "Range of the additive shift (normalised units)", range_check(-1e6, 1e6)),
+      make_option("augment.gamma_prob", &C::augment, &AugmentConfig::gamma_prob,
+                  "Probability of a gamma curve: x mapped to [0, 1] over the patch's range, raised to gamma, "
+                  "mapped back",
+                  in_range(0.0, 1.0)),
+      make_option("augment.gamma_range", &C::augment, &AugmentConfig::gamma_range, "Range of gamma",
+                  range_check(0.01, 100.0)),
+      make_option("augment.noise_prob", &C::augment, &AugmentConfig::noise_prob,
+                  "Probability of additive Gaussian noise", in_range(0.0, 1.0)),
+      make_option("augment.noise_std", &C::augment, &AugmentConfig::noise_std,
+                  "Range of the noise standard deviation (normalised units)", range_check(0.0, 1e6)),
+      make_option("augment.intensity_channels", &C::augment, &AugmentConfig::intensity_channels,
+                  "Input channels that intensity, gamma and noise change (e.g. [ct]); empty: all"),
+      // model
+      make_option("model.architecture", &C::model, &ModelConfig::architecture,
+                  "Network family: unet (configurable) or openkbp_baseline (the OpenKBP challenge's network, "
+                  "f = base_filters; the other model keys do not apply)"),
+      make_option("model.levels", &C::model, &ModelConfig::levels, "Resolution stages of the U-Net",
+                  in_range<int64_t>(1, 8)),
+      make_option("model.base_filters", &C::model, &ModelConfig::base_filters,
+                  "Filters at full resolution (doubling per level)", at_least<int64_t>(1)),
+      make_option("model.max_filters", &C::model, &ModelConfig::max_filters, "Cap on filters per level",
+                  at_least<int64_t>(1)),
+      make_option("model.convs_per_level", &C::model, &ModelConfig::convs_per_level, "Convolutions per stage",
+                  in_range<int64_t>(1, 8)),
+      make_option("model.kernel_size", &C::model, &ModelConfig::kernel_size, "Convolution kernel (odd)",
+                  Check<int64_t>([](const int64_t& k) {
+                    return (k >= 1 && k % 2 == 1 && k <= 7) ? "" : std::string("must be 1, 3, 5 or 7");
+                  })),
+      make_option("model.norm", &C::model, &ModelConfig::norm, "Normalisation after each convolution"),
+      make_option("model.norm_groups", &C::model, &ModelConfig::norm_groups, "Groups for norm: group",
+                  at_least<int64_t>(1)),
+      make_option("model.activation", &C::model, &ModelConfig::activation, "Non-linearity"),
+      make_option("model.negative_slope", &C::model, &ModelConfig::negative_slope, "Slope for leaky_relu",
+                  in_range(0.0, 1.0)),
+      make_option("model.dropout", &C::model, &ModelConfig::dropout,
+                  "Channel dropout probability after each convolution", in_unit_open(1.0)),
+      make_option("model.output_activation", &C::model, &ModelConfig::output_activation,
+                  "Activation of a regression head (segmentation heads give logits)"),
+      make_option("model.deep_supervision", &C::model, &ModelConfig::deep_supervision,
+                  "Deep supervision (segmentation): a 1x1x1 head on every decoder stage, losses weighted 1, "
+                  "1/2, 1/4, ... from full resolution down, the lowest-resolution one off, normalised to sum 1, "
+                  "targets down-sampled by nearest neighbour (as nnU-Net)"),
+      // training
+      make_option("model.channels_last", &C::model, &ModelConfig::channels_last,
+                  "Weights and activations in channels-last 3D layout (NDHWC) for cuDNN; auto: on with CUDA for "
+                  "networks with batch norm or none (the OpenKBP baseline), off with instance or group norm (they "
+                  "make their input contiguous) and on CPU"),
+      make_option("training.device", &C::training, &TrainingConfig::device, "auto: CUDA when available, else CPU"),
+      make_option("training.threads", &C::training, &TrainingConfig::threads,
+                  "Intra-op CPU threads; 0: cores - 1; at most 4 per core", at_least<int64_t>(0)),
+      make_option("training.epochs", &C::training, &TrainingConfig::epochs, "Epochs to train", at_least<int64_t>(1)),
+      make_option("training.steps_per_epoch", &C::training, &TrainingConfig::steps_per_epoch,
+                  "Steps per epoch; 0: ceil(training cases / batch size)", at_least<int64_t>(0)),
+      make_option("training.optimizer", &C::training, &TrainingConfig::optimizer, "Optimizer"),
+      make_option("training.lr", &C::training, &TrainingConfig::lr, "Peak learning rate", positive()),
+      make_option("training.min_lr", &C::training, &TrainingConfig::min_lr, "Final learning rate of cosine",
+                  at_least(0.0)),
+      make_option("training.weight_decay", &C::training, &TrainingConfig::weight_decay, "Weight decay", at_least(0.0)),
+      make_option("training.betas", &C::training, &TrainingConfig::betas, "Adam betas [beta1, beta2]", betas_check()),
+      make_option("training.momentum", &C::training, &TrainingConfig::momentum, "SGD momentum", in_unit_open(1.0)),
+      make_option("training.nesterov", &C::training, &TrainingConfig::nesterov, "SGD Nesterov momentum"),
+      make_option("training.lr_schedule", &C::training, &TrainingConfig::lr_schedule,
+                  "Learning-rate decay after warm-up"),
+      make_option("training.warmup_steps", &C::training, &TrainingConfig::warmup_steps, "Linear warm-up steps",
+                  at_least<int64_t>(0)),
+      make_option("training.poly_power", &C::training, &TrainingConfig::poly_power, "Exponent of poly decay",
+                  positive()),
+      make_option("training.loss", &C::training, &TrainingConfig::loss,
+                  "auto: masked_l1 (regression with a loss mask), l1 (without), dice_ce (segmentation)"),
+      make_option("training.grad_clip_norm", &C::training, &TrainingConfig::grad_clip_norm,
+                  "Clip the global gradient norm; 0: off", at_least(0.0)),
+      make_option("training.val_every", &C::training, &TrainingConfig::val_every,
+                  "Validate every N epochs and after the last", at_least<int64_t>(1)),
+      make_option("training.val_full", &C::training, &TrainingConfig::val_full,
+                  "Sliding-window validation on the whole val volumes every val_every epochs (val_loss, val_dice "
+                  "or val_mae)"),
+      make_option("training.val_patch_batches", &C::training, &TrainingConfig::val_patch_batches,
+                  "Segmentation: batches of val patches (foreground-oversampled like training, no augmentation) "
+                  "for nnU-Net's pseudo-Dice every epoch; 0: off (nnU-Net: 50)",
+                  at_least<int64_t>(0)),
+      make_option("training.pseudo_dice_ema", &C::training, &TrainingConfig::pseudo_dice_ema,
+                  "Weight of the previous value in the pseudo-Dice EMA: ema = w * ema + (1 - w) * pseudo_dice "
+                  "(nnU-Net: 0.9)",
+                  in_unit_open(1.0)),
+      make_option("training.deterministic", &C::training, &TrainingConfig::deterministic,
+                  "Deterministic algorithms only (slower), no TF32; on CUDA sets CUBLAS_WORKSPACE_CONFIG=:4096:8 "
+                  "unless set, and computes the segmentation cross-entropy without nll_loss2d"),
+      make_option("training.max_nonfinite_steps", &C::training, &TrainingConfig::max_nonfinite_steps,
+                  "Steps in a row whose loss or gradient norm is NaN/Inf (each skipped, weights unchanged) before "
+                  "the run stops",
+                  at_least<int64_t>(1)),
+      make_option("training.precision", &C::training, &TrainingConfig::precision,
+                  "Autocast precision of forward and loss: auto (bf16 on CUDA, fp32 on CPU), fp32, bf16, or fp16 "
+                  "(CUDA only; dynamic loss scaling kept on the device). Weights and optimizer stay float32"),
+      make_option("training.cuda_graph", &C::training, &TrainingConfig::cuda_graph,
+                  "Capture the whole training step in a CUDA graph and replay it; auto: when the device is CUDA "
+                  "and batch shapes are fixed (else eager, logging why); on: an error where it cannot"),
+      make_option("training.graph_warmup_steps", &C::training, &TrainingConfig::graph_warmup_steps,
+                  "Eager steps on a side stream before the CUDA-graph capture (cuDNN autotuning, allocations)",
+                  at_least<int64_t>(1)),
+      // checkpoint
+      make_option("checkpoint.every_epochs", &C::checkpoint, &CheckpointConfig::every_epochs,
+                  "Write a checkpoint every N epochs (and after the last)", at_least<int64_t>(1)),
+      make_option("checkpoint.keep_last", &C::checkpoint, &CheckpointConfig::keep_last,
+                  "Newest periodic checkpoints to keep, at least 2 (best.pt is kept apart)", at_least<int64_t>(2)),
+      make_option("checkpoint.monitor", &C::checkpoint, &CheckpointConfig::monitor,
+                  "What 'best' means; auto: val_dose_score when dose metrics are scored (data.dvh_structures), "
+                  "pseudo_dice_ema when training.val_full is false, else the task metric; val_metric: the task "
+                  "metric (MAE for regression, Dice for segmentation); val_dose_score / val_dvh_score: the OpenKBP "
+                  "scores (lower is better); pseudo_dice, pseudo_dice_ema: nnU-Net's pseudo-Dice on val patches and "
+                  "its EMA"),
+      make_option("checkpoint.every_minutes", &C::checkpoint, &CheckpointConfig::every_minutes,
+                  "Also write a checkpoint inside an epoch (epoch_NNNN_step_SSSSSS.pt) when this many minutes of "
+                  "wall-clock time passed since the last one; 0: off",
+                  at_least(0.0)),
+      make_option("checkpoint.on_error", &C::checkpoint, &CheckpointConfig::on_error,
+                  "A checkpoint that cannot be written (disk full, read-only folder): stop (exit 1) or continue "
+                  "training and retry at the next checkpoint"),
+      // predict
+      make_option("predict.split", &C::predict, &PredictConfig::split, "Split written by --predict-only"),
+      make_option("predict.overlap", &C::predict, &PredictConfig::overlap,
+                  "Sliding-window overlap as a fraction of the patch", in_unit_open(1.0)),
+      make_option("predict.batch_size", &C::predict, &PredictConfig::batch_size,
+                  "Windows per forward pass; 0: data.batch_size", at_least<int64_t>(0)),
+      make_option("predict.gaussian", &C::predict, &PredictConfig::gaussian,
+                  "Gaussian importance weighting of windows (sigma = patch / 8)"),
+      make_option("predict.tta", &C::predict, &PredictConfig::tta,
+                  "Test-time augmentation: flips averages all 8 mirrorings, batched into one forward pass"),
+      make_option("predict.nifti", &C::predict, &PredictConfig::nifti,
+                  "Also write <split>/<case>.nii.gz (or .nii) for cases imported from NIfTI: the input's header "
+                  "and grid (resampling undone), streamed slab by slab"),
+      make_option("predict.probabilities", &C::predict, &PredictConfig::probabilities,
+                  "Segmentation: also write softmax probabilities (K, D, H, W) float32 into <split>.h5"),
+      // logging
+      make_option("logging.level", &C::logging, &LoggingConfig::level, "Console and train.log level",
+                  one_of({"trace", "debug", "info", "warn", "error"})),
+      make_option("logging.progress_seconds", &C::logging, &LoggingConfig::progress_seconds,
+                  "Progress line inside an epoch at most this often; 0: off", at_least(0.0)),
+      make_option("logging.step_log", &C::logging, &LoggingConfig::step_log,
+                  "Write every step's loss to <run>/steps.csv (debugging: reads the loss back each step)"),
+  };
+  return table;
+}
+
+const Option* find_option(const std::string& key) {
+  for (const auto& o : option_table()) {
+    if (o.key == key) return &o;
+  }
+  return nullptr;
+}
+
+std::string first_key_of(const std::string& section) {
+  for (const auto& o : option_table()) {
+    if (o.key.compare(0, section.size() + 1, section + ".") == 0) return o.key;
+  }
+  return section + ".KEY";
+}
+
+std::vector<std::string> section_names() {
+  std::vector<std::string> out;
+  for (const auto& o : option_table()) {
+    const auto s = o.key.substr(0, o.key.find('.'));
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace u3d::config_detail

@@ -1,0 +1,91 @@
+#include "compact_case.h"
+
+#include <chrono>
+#include <cmath>
+
+namespace u3d::cache_detail {
+
+Compact compact_kind(const torch::Tensor& x) {  // float32, contiguous
+  const float* p = x.data_ptr<float>();
+  const int64_t n = x.numel();
+  float lo = 0, hi = 0;
+  bool integral = true;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = p[i];
+    integral = integral && v == std::nearbyint(v);
+    lo = i == 0 ? v : std::min(lo, v);
+    hi = i == 0 ? v : std::max(hi, v);
+  }
+  if (!integral) return kCompactFloat;
+  if (lo >= 0 && hi <= 255) return kCompactUInt8;
+  if (lo >= -32768 && hi <= 32767) return kCompactInt16;
+  return kCompactFloat;
+}
+
+torch::ScalarType compact_dtype(int kind, bool float16) {
+  switch (kind) {
+    case kCompactUInt8:
+      return torch::kUInt8;
+    case kCompactInt16:
+      return torch::kInt16;
+    default:
+      return float16 ? torch::kHalf : torch::kFloat;
+  }
+}
+
+std::string dtype_name(torch::ScalarType t) {
+  switch (t) {
+    case torch::kUInt8:
+      return "uint8";
+    case torch::kInt16:
+      return "int16";
+    case torch::kHalf:
+      return "float16";
+    case torch::kFloat:
+      return "float32";
+    default:
+      return c10::toString(t);
+  }
+}
+
+CaseSource source_or_reader(const DatasetReader& reader, const CaseSource& read) {
+  if (read) return read;
+  return [&reader](const std::string& id) { return reader.read_case(id); };
+}
+
+CompactCase compact_case(const CaseSource& read, const std::string& id, const Preprocessor& pre, bool float16) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CaseData raw = read(id);
+  CompactCase c;
+  c.read_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  c.id = id;
+  torch::Tensor x = pre.select_channels(raw.image);  // (C, D, H, W) float32, clamped
+  raw.image = torch::Tensor();
+  const auto affines = pre.channel_affines(x);
+  c.shape = {x.size(1), x.size(2), x.size(3)};
+  for (int64_t ch = 0; ch < x.size(0); ++ch) {
+    const torch::Tensor v = x[ch].contiguous();
+    const int kind = compact_kind(v);
+    c.kinds.push_back(kind);
+    c.channels.push_back(v.to(compact_dtype(kind, float16)));
+    c.sub.push_back(affines[static_cast<size_t>(ch)].sub);
+    c.div.push_back(affines[static_cast<size_t>(ch)].div);
+  }
+  if (raw.target.defined()) {
+    c.target = raw.target;  // float32 target units, or uint8 labels
+    if (pre.task() == Task::kDose) {
+      if (raw.mask.defined()) {
+        const auto m = raw.mask.to(torch::kBool);
+        c.target_sum = raw.target.masked_select(m).sum(torch::kDouble).item<double>();
+        c.target_count = static_cast<double>(m.sum().item<int64_t>());
+      } else {
+        c.target_sum = raw.target.sum(torch::kDouble).item<double>();
+        c.target_count = static_cast<double>(raw.target.numel());
+      }
+    }
+  }
+  if (raw.mask.defined()) c.mask = raw.mask.to(torch::kUInt8);
+  return c;
+}
+
+}  // namespace u3d::cache_detail

@@ -1,0 +1,42 @@
+// Private to src/data: one case as the caches read it, each input channel in its smallest exact
+// storage (uint8, int16, else float32 or float16), before it is copied into a cache's arena.
+#pragma once
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "u3d/data/cache.h"
+#include "u3d/data/preprocess.h"
+#include "u3d/io/dataset.h"
+
+namespace u3d::cache_detail {
+
+// Smallest exact storage of a channel: 0 uint8, 1 int16, 2 floating point.
+enum Compact : int { kCompactUInt8 = 0, kCompactInt16 = 1, kCompactFloat = 2 };
+
+struct CompactCase {
+  std::string id;
+  Shape3 shape{};
+  std::vector<torch::Tensor> channels;  // per input channel: (D, H, W) in its own compact dtype
+  std::vector<int> kinds;               // Compact per channel
+  std::vector<float> sub, div;          // normalisation per channel
+  torch::Tensor target;                 // (D, H, W) float32 raw target, or uint8 labels; or undefined
+  torch::Tensor mask;                   // (D, H, W) uint8, or undefined
+  double target_sum = 0, target_count = 0;
+  double read_seconds = 0;  // HDF5 read and decompression
+};
+
+// The smallest exact kind for `x` ((D, H, W) float32, contiguous): whole numbers in [0, 255] or
+// [-32768, 32767] fit uint8 or int16.
+Compact compact_kind(const torch::Tensor& x);
+// The storage dtype of a Compact kind (floating point: float16 when `float16`).
+torch::ScalarType compact_dtype(int kind, bool float16);
+// "uint8", "int16", "float16", "float32" (cache descriptions).
+std::string dtype_name(torch::ScalarType t);
+// `read` when set, else the reader's plain read_case.
+CaseSource source_or_reader(const DatasetReader& reader, const CaseSource& read);
+// Reads case `id` through `read`, selects and clamps the channels (pre), stores each compactly.
+CompactCase compact_case(const CaseSource& read, const std::string& id, const Preprocessor& pre, bool float16);
+
+}  // namespace u3d::cache_detail

@@ -1,0 +1,260 @@
+// The two NIfTI layouts an import reads: nnU-Net raw datasets and plain folders.
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "import_layout.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/files.h"
+#include "u3d/core/text.h"
+#include "u3d/io/nifti.h"
+
+namespace u3d {
+namespace import_detail {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+std::vector<fs::path> nifti_files_in(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw DataError(fmt::format("{}: folder not found", dir.string()));
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.is_regular_file() && is_nifti_path(e.path()) && e.path().filename().string()[0] != '.')
+      out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A JSON key or value that is a whole integer (strictly: "1" but not "1a" or "").
+bool json_int(const std::string& s, int64_t& out) {
+  const auto v = parse_int(s);
+  if (v) out = *v;
+  return v.has_value();
+}
+
+}  // namespace
+
+Layout nnunet_layout(const fs::path& source) {
+  const fs::path json = source / "dataset.json";
+  std::error_code ec;
+  if (!fs::is_directory(source, ec)) throw DataError(fmt::format("{}: folder not found", source.string()));
+  if (!fs::exists(json, ec)) {
+    throw DataError(
+        fmt::format("{}: missing; an nnU-Net raw dataset holds dataset.json, imagesTr/ and labelsTr/", json.string()));
+  }
+  YAML::Node root;
+  try {
+    std::string text = read_file(json);
+    std::replace(text.begin(), text.end(), '\t', ' ');  // JSON allows tabs between tokens; YAML does not
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw DataError(fmt::format("{}: not valid JSON: {}", json.string(), e.what()));
+  }
+  if (!root.IsMap()) throw DataError(fmt::format("{}: expected a JSON object", json.string()));
+  Layout layout;
+  DatasetInfo& info = layout.info;
+  info.task = Task::kSegmentation;
+  info.target_name = "labels";
+  info.description = fmt::format("imported from nnU-Net raw dataset {}", fs::absolute(source).filename().string());
+
+  YAML::Node channels = root["channel_names"] ? root["channel_names"] : root["modality"];
+  if (!channels || !channels.IsMap() || channels.size() == 0) {
+    throw DataError(fmt::format("{}: 'channel_names' must map \"0\", \"1\", ... to channel names", json.string()));
+  }
+  std::map<int64_t, std::string> by_index;
+  for (const auto& kv : channels) {
+    int64_t i = 0;
+    if (!json_int(kv.first.Scalar(), i) || i < 0 || !kv.second.IsScalar()) {
+      throw DataError(fmt::format("{}: channel_names: '{}' is not a channel number", json.string(), kv.first.Scalar()));
+    }
+    by_index[i] = kv.second.Scalar();
+  }
+  for (const auto& [i, name] : by_index) {
+    if (i != static_cast<int64_t>(info.channel_names.size())) {
+      throw DataError(fmt::format("{}: channel_names must be numbered 0, 1, ... without gaps", json.string()));
+    }
+    info.channel_names.push_back(name);
+  }
+
+  const YAML::Node labels = root["labels"];
+  if (!labels || !labels.IsMap()) {
+    throw DataError(fmt::format("{}: 'labels' must map label names to values", json.string()));
+  }
+  std::map<int64_t, std::string> classes;
+  for (const auto& kv : labels) {
+    if (kv.second.IsSequence()) {
+      throw DataError(
+          fmt::format("{}: label '{}' is a region (a list of values); region-based training is not "
+                      "supported",
+                      json.string(), kv.first.Scalar()));
+    }
+    int64_t v = 0;
+    if (kv.second.IsScalar() && json_int(kv.second.Scalar(), v)) {
+      classes[v] = kv.first.Scalar();  // v2: "liver": 1
+    } else if (kv.second.IsScalar() && json_int(kv.first.Scalar(), v)) {
+      classes[v] = kv.second.Scalar();  // v1 (MSD): "1": "liver"
+    } else {
+      throw DataError(fmt::format("{}: labels: '{}' has no integer value", json.string(), kv.first.Scalar()));
+    }
+  }
+  for (const auto& [v, name] : classes) {
+    if (v != static_cast<int64_t>(info.class_names.size())) {
+      throw DataError(
+          fmt::format("{}: labels must be 0, 1, ..., K-1 without gaps (0 = background); found {}", json.string(), v));
+    }
+    info.class_names.push_back(name);
+    layout.declared.insert(v);
+  }
+  info.num_classes = static_cast<int64_t>(info.class_names.size());
+  if (info.num_classes < 2 || info.num_classes > 256) {
+    throw DataError(
+        fmt::format("{}: {} labels declared; need background and 1 to 255 classes", json.string(), info.num_classes));
+  }
+  const std::string ending = root["file_ending"] ? root["file_ending"].as<std::string>() : ".nii.gz";
+  if (ending != ".nii.gz" && ending != ".nii") {
+    throw DataError(
+        fmt::format("{}: file_ending '{}' is not NIfTI; this importer reads .nii.gz and .nii", json.string(), ending));
+  }
+  auto channel_files = [&](const fs::path& dir, const std::string& id) {
+    std::vector<fs::path> files;
+    for (size_t c = 0; c < info.channel_names.size(); ++c) {
+      const fs::path p = dir / fmt::format("{}_{:04d}{}", id, c, ending);
+      if (!fs::exists(p, ec)) {
+        throw DataError(fmt::format("{}: missing; case '{}' needs one file per channel ({} channels in dataset.json)",
+                                    p.string(), id, info.channel_names.size()));
+      }
+      files.push_back(p);
+    }
+    return files;
+  };
+  auto case_id = [&](const fs::path& file, const std::string& suffix) {
+    const std::string name = file.filename().string();
+    if (!ends_with(name, suffix)) return std::string();
+    std::string id = name.substr(0, name.size() - suffix.size());
+    if (!is_valid_case_id(id)) {
+      throw DataError(
+          fmt::format("{}: case id '{}' may hold only letters, digits, '_', '-' and '.'", file.string(), id));
+    }
+    return id;
+  };
+  for (const auto& f : nifti_files_in(source / "labelsTr")) {
+    const std::string id = case_id(f, ending);
+    if (id.empty()) continue;
+    layout.labelled.push_back({id, channel_files(source / "imagesTr", id), f});
+  }
+  if (layout.labelled.empty()) {
+    throw DataError(fmt::format("{}: no label files ending in {}", (source / "labelsTr").string(), ending));
+  }
+  if (root["numTraining"]) {
+    const auto declared = root["numTraining"].as<int64_t>(-1);
+    if (declared != static_cast<int64_t>(layout.labelled.size())) {
+      spdlog::warn("import: dataset.json says numTraining = {}, labelsTr holds {} cases", declared,
+                   layout.labelled.size());
+    }
+  }
+  if (fs::is_directory(source / "imagesTs", ec)) {
+    for (const auto& f : nifti_files_in(source / "imagesTs")) {
+      const std::string id = case_id(f, "_0000" + ending);
+      if (id.empty()) continue;
+      layout.unlabelled.push_back({id, channel_files(source / "imagesTs", id), std::nullopt});
+    }
+  }
+  return layout;
+}
+
+Layout nifti_folders_layout(const NiftiFolders& folders) {
+  Layout layout;
+  DatasetInfo& info = layout.info;
+  info.task = Task::kSegmentation;
+  info.target_name = "labels";
+  info.description = fmt::format("imported from NIfTI folder {}", fs::absolute(folders.images).string());
+  const auto& suffixes = folders.channel_suffixes;
+  const size_t channels = std::max<size_t>(1, suffixes.size());
+  if (!folders.channel_names.empty() && folders.channel_names.size() != channels) {
+    throw UsageError(fmt::format("--channel-names: {} names for {} channels", folders.channel_names.size(), channels));
+  }
+  for (size_t c = 0; c < channels; ++c) {
+    info.channel_names.push_back(!folders.channel_names.empty() ? folders.channel_names[c]
+                                 : channels == 1                ? std::string("image")
+                                                                : fmt::format("channel_{}", c));
+  }
+  if (!folders.class_names.empty()) {
+    if (folders.class_names.size() < 2 || folders.class_names.size() > 256) {
+      throw UsageError("--classes: give 2 to 256 names, background first");
+    }
+    info.class_names = folders.class_names;
+    info.num_classes = static_cast<int64_t>(info.class_names.size());
+    for (int64_t k = 0; k < info.num_classes; ++k) layout.declared.insert(k);
+  } else if (folders.labels.empty()) {
+    throw UsageError("--classes is required without --labels (the classes the model predicts, background first)");
+  } else {
+    info.num_classes = 2;  // provisional; found from the labels
+    info.class_names = {"background", "class_1"};
+  }
+  std::error_code ec;
+  for (const auto& f : nifti_files_in(folders.images)) {
+    const std::string name = f.filename().string();
+    const std::string ending = ends_with(name, ".nii.gz") ? ".nii.gz" : ".nii";
+    const std::string stem = name.substr(0, name.size() - ending.size());
+    CaseFiles cf;
+    if (suffixes.empty()) {
+      cf.id = stem;
+      cf.channels = {f};
+    } else {
+      if (!ends_with(stem, suffixes[0])) continue;  // another channel's file
+      cf.id = stem.substr(0, stem.size() - suffixes[0].size());
+      for (const auto& s : suffixes) {
+        const fs::path p = folders.images / (cf.id + s + ending);
+        if (!fs::exists(p, ec))
+          throw DataError(fmt::format("{}: missing channel file of case '{}'", p.string(), cf.id));
+        cf.channels.push_back(p);
+      }
+    }
+    if (!is_valid_case_id(cf.id)) {
+      throw DataError(
+          fmt::format("{}: case id '{}' may hold only letters, digits, '_', '-' and '.'", f.string(), cf.id));
+    }
+    if (!folders.labels.empty()) {
+      for (const char* e : {".nii.gz", ".nii"}) {
+        const fs::path p = folders.labels / (cf.id + e);
+        if (fs::exists(p, ec)) cf.label = p;
+      }
+      if (!cf.label) {
+        throw DataError(
+            fmt::format("{}: no label file for case '{}' (expected {}.nii.gz)", folders.labels.string(), cf.id, cf.id));
+      }
+      layout.labelled.push_back(std::move(cf));
+    } else {
+      layout.unlabelled.push_back(std::move(cf));
+    }
+  }
+  if (layout.labelled.empty() && layout.unlabelled.empty()) {
+    throw DataError(fmt::format("{}: no NIfTI images{}", folders.images.string(),
+                                suffixes.empty() ? std::string() : fmt::format(" ending in {}", suffixes[0])));
+  }
+  return layout;
+}
+
+}  // namespace import_detail
+
+std::string normalization_for_channel_name(const std::string& name) {
+  const std::string n = import_detail::lower(name);
+  if (n == "ct") return "ct";
+  if (n == "nonorm" || n == "none") return "none";
+  if (n == "rescale_to_0_1") return "minmax";
+  if (n == "rgb_to_0_1") return "scale:255";
+  return "zscore";
+}
+
+}  // namespace u3d

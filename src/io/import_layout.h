@@ -1,0 +1,38 @@
+// Private to src/io: the case files an importer found, before anything is read. The two NIfTI
+// layouts (nnU-Net raw, plain folders) become one Layout, which run_import (import.cpp) reads,
+// checks and writes as dataset format v1.
+#pragma once
+#include <filesystem>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "u3d/io/dataset.h"
+#include "u3d/io/import.h"
+
+namespace u3d::import_detail {
+
+namespace fs = std::filesystem;
+
+struct CaseFiles {
+  std::string id;
+  std::vector<fs::path> channels;  // one file per channel, in channel order
+  std::optional<fs::path> label;
+};
+
+struct Layout {
+  DatasetInfo info;                   // task, channel names, classes
+  std::vector<CaseFiles> labelled;    // -> train / val
+  std::vector<CaseFiles> unlabelled;  // -> test
+  std::set<int64_t> declared;         // label values allowed; empty: discover them
+};
+
+// An nnU-Net raw dataset folder (dataset.json, imagesTr/, labelsTr/, imagesTs/). DataError naming
+// the file for a missing or malformed part.
+Layout nnunet_layout(const fs::path& source);
+// Plain NIfTI folders (images, optional labels, channel suffixes). UsageError for contradicting
+// flags, DataError naming the file for a missing channel or label file.
+Layout nifti_folders_layout(const NiftiFolders& folders);
+
+}  // namespace u3d::import_detail

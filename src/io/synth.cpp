@@ -1,0 +1,211 @@
+#include "u3d/io/synth.h"
+
+#include <cmath>
+
+#include "u3d/core/errors.h"
+#include "u3d/core/files.h"
+#include "u3d/core/rng.h"
+#include "u3d/io/nifti.h"
+
+namespace u3d {
+namespace {
+
+using torch::Tensor;
+
+// Normalised coordinates in [-1, 1] along each axis, each (D, H, W).
+struct Grid {
+  Tensor z, y, x;
+};
+Grid make_grid(const Shape3& s) {
+  auto axis = [](int64_t n) { return torch::linspace(-1.0, 1.0, n, torch::kFloat); };
+  auto g = torch::meshgrid({axis(s[0]), axis(s[1]), axis(s[2])}, "ij");
+  return {g[0], g[1], g[2]};
+}
+
+struct Ellipsoid {
+  double cz, cy, cx, rz, ry, rx;
+};
+// Normalised radius: < 1 inside the ellipsoid.
+Tensor radius(const Grid& g, const Ellipsoid& e) {
+  return torch::sqrt(((g.z - e.cz) / e.rz).square() + ((g.y - e.cy) / e.ry).square() + ((g.x - e.cx) / e.rx).square());
+}
+
+torch::Generator noise_generator(Rng& rng) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(rng.next_u64());
+  return gen;
+}
+
+CaseData dose_case(const Shape3& size, Rng& rng) {
+  const Grid g = make_grid(size);
+  const Ellipsoid body{rng.uniform(-0.05, 0.05), rng.uniform(-0.05, 0.05), rng.uniform(-0.05, 0.05),
+                       rng.uniform(0.80, 0.92),  rng.uniform(0.65, 0.82),  rng.uniform(0.72, 0.90)};
+  const Tensor in_body = radius(g, body) < 1.0;
+  // Spinal cord: a tube along D near the back of the body, inside a vertebra.
+  const double cord_y = body.cy + 0.62 * body.ry;
+  const double cord_x = body.cx + rng.uniform(-0.04, 0.04);
+  const Tensor cord_r = torch::sqrt(((g.y - cord_y) / 0.07).square() + ((g.x - cord_x) / 0.07).square());
+  const Tensor cord = (cord_r < 1.0) & in_body;
+  const Tensor vertebra = (cord_r < 2.2) & ~cord & in_body;
+  const double pz = rng.uniform(0.15, 0.45);
+  const Ellipsoid parotid_l{pz, body.cy - 0.05, body.cx + 0.48 * body.rx, 0.2, 0.16, 0.14};
+  const Ellipsoid parotid_r{pz + rng.uniform(-0.05, 0.05), body.cy - 0.05, body.cx - 0.48 * body.rx, 0.2, 0.16, 0.14};
+  const Tensor par_l = (radius(g, parotid_l) < 1.0) & in_body;
+  const Tensor par_r = (radius(g, parotid_r) < 1.0) & in_body;
+  const Ellipsoid ptv_e{rng.uniform(-0.35, 0.2), rng.uniform(-0.35, 0.1), rng.uniform(-0.3, 0.3),
+                        rng.uniform(0.18, 0.32), rng.uniform(0.15, 0.28), rng.uniform(0.15, 0.3)};
+  const Tensor ptv_rho = radius(g, ptv_e);
+  const Tensor ptv = (ptv_rho < 1.0) & in_body;
+
+  // CT in HU: air -1000, soft tissue ~20, bone 700, organs slightly different, noise 15 HU.
+  auto gen = noise_generator(rng);
+  Tensor ct = torch::full(g.z.sizes(), -1000.0f);
+  ct = torch::where(in_body, torch::full_like(ct, 20.0f), ct);
+  ct = torch::where(vertebra, torch::full_like(ct, 700.0f), ct);
+  ct = torch::where(cord, torch::full_like(ct, 35.0f), ct);
+  ct = torch::where(par_l | par_r, torch::full_like(ct, -10.0f), ct);
+  ct = torch::where(ptv, torch::full_like(ct, 45.0f), ct);
+  ct = ct + torch::where(in_body, 15.0f * torch::randn(g.z.sizes(), gen), torch::zeros_like(ct));
+
+  // Dose (Gy): 70 in the PTV, exponential fall-off with (approximate) distance from it, spared in
+  // the organs at risk, capped in the cord, zero outside the body.
+  const double mean_r = (ptv_e.rz + ptv_e.ry + ptv_e.rx) / 3.0;
+  const Tensor dist = torch::clamp_min(ptv_rho - 1.0, 0.0) * mean_r;  // normalised units
+  Tensor dose = 70.0f * torch::exp(-dist / 0.22f);
+  dose = torch::where(par_l | par_r, dose * 0.6f, dose);
+  dose = torch::where(cord, torch::clamp_max(dose, 40.0f), dose);
+  dose = torch::where(ptv, torch::full_like(dose, 70.0f), dose);
+  dose = torch::where(in_body, dose, torch::zeros_like(dose));
+
+  CaseData c;
+  c.image = torch::stack({ct, cord.to(torch::kFloat), par_l.to(torch::kFloat), par_r.to(torch::kFloat),
+                          ptv.to(torch::kFloat)});  // (5, D, H, W)
+  c.target = dose.contiguous();                     // (D, H, W) Gy
+  c.mask = in_body.to(torch::kUInt8);               // (D, H, W) possible-dose mask
+  c.spacing = {2.5, 3.0, 3.0};
+  return c;
+}
+
+CaseData segmentation_case(const Shape3& size, Rng& rng) {
+  const Grid g = make_grid(size);
+  const Ellipsoid body{rng.uniform(-0.05, 0.05), rng.uniform(-0.05, 0.05), rng.uniform(-0.05, 0.05),
+                       rng.uniform(0.82, 0.95),  rng.uniform(0.70, 0.85),  rng.uniform(0.78, 0.92)};
+  const Ellipsoid liver{rng.uniform(-0.15, 0.15), rng.uniform(-0.2, 0.1), rng.uniform(-0.4, -0.2),
+                        rng.uniform(0.35, 0.5),   rng.uniform(0.3, 0.45), rng.uniform(0.3, 0.4)};
+  const Ellipsoid kidney{rng.uniform(-0.2, 0.2), rng.uniform(0.1, 0.35), rng.uniform(0.3, 0.45),
+                         rng.uniform(0.2, 0.28), rng.uniform(0.14, 0.2), rng.uniform(0.12, 0.18)};
+  const double tr = rng.uniform(0.3, 0.5);
+  const Ellipsoid tumour{liver.cz + rng.uniform(-0.4, 0.4) * liver.rz,
+                         liver.cy + rng.uniform(-0.4, 0.4) * liver.ry,
+                         liver.cx + rng.uniform(-0.4, 0.4) * liver.rx,
+                         tr * liver.rz,
+                         tr * liver.ry,
+                         tr * liver.rx};
+  const Tensor in_body = radius(g, body) < 1.0;
+  Tensor labels = torch::zeros(g.z.sizes(), torch::kUInt8);
+  const Tensor liver_m = (radius(g, liver) < 1.0) & in_body;
+  const Tensor kidney_m = (radius(g, kidney) < 1.0) & in_body & ~liver_m;
+  const Tensor tumour_m = (radius(g, tumour) < 1.0) & liver_m;
+  labels.masked_fill_(liver_m, 1);
+  labels.masked_fill_(kidney_m, 2);
+  labels.masked_fill_(tumour_m, 3);
+
+  // Intensities: outside -1, body 0, liver 1, kidney 1.8, tumour 0.45; smooth bias and noise.
+  auto gen = noise_generator(rng);
+  Tensor image = torch::full(g.z.sizes(), -1.0f);
+  image = torch::where(in_body, torch::zeros_like(image), image);
+  image = torch::where(liver_m, torch::full_like(image, 1.0f), image);
+  image = torch::where(kidney_m, torch::full_like(image, 1.8f), image);
+  image = torch::where(tumour_m, torch::full_like(image, 0.45f), image);
+  const double fz = rng.uniform(0.5, 1.5), fx = rng.uniform(0.5, 1.5);
+  image = image + 0.15f * torch::sin(fz * g.z + fx * g.x) + 0.25f * torch::randn(g.z.sizes(), gen);
+
+  CaseData c;
+  c.image = image.unsqueeze(0).contiguous();  // (1, D, H, W)
+  c.target = labels;                          // (D, H, W) uint8
+  c.spacing = {1.5, 1.0, 1.0};
+  return c;
+}
+
+}  // namespace
+
+DatasetInfo phantom_info(Task task) {
+  DatasetInfo info;
+  info.task = task;
+  if (task == Task::kDose) {
+    info.channel_names = {"ct", "spinal_cord", "parotid_l", "parotid_r", "ptv"};
+    info.target_name = "dose";
+    info.target_units = "Gy";
+    info.description = "u3d phantom: dose prediction";
+  } else {
+    info.channel_names = {"image"};
+    info.target_name = "labels";
+    info.num_classes = 4;
+    info.class_names = {"background", "liver", "kidney", "tumour"};
+    info.description = "u3d phantom: segmentation";
+  }
+  return info;
+}
+
+CaseData make_phantom_case(Task task, const Shape3& size, uint64_t seed, int64_t index) {
+  Rng rng(seed, static_cast<uint64_t>(index), task == Task::kDose ? 0xD05E : 0x5E6);
+  CaseData c = task == Task::kDose ? dose_case(size, rng) : segmentation_case(size, rng);
+  c.id = fmt::format("case_{:03d}", index);
+  return c;
+}
+
+void write_phantom_dataset(const PhantomOptions& o, const std::filesystem::path& out) {
+  if (o.cases < 2)
+    throw UsageError(fmt::format("synth: --cases {} is too few; need at least 2 (train and val)", o.cases));
+  for (auto s : o.size) {
+    if (s < 8) throw UsageError(fmt::format("synth: --size {} is too small; need at least 8 voxels per axis", s));
+  }
+  if (o.val_fraction < 0 || o.test_fraction < 0 || o.val_fraction + o.test_fraction >= 1) {
+    throw UsageError("synth: --val-fraction and --test-fraction must be >= 0 and sum to less than 1");
+  }
+  const int64_t n_val = std::max<int64_t>(1, std::llround(o.cases * o.val_fraction));
+  const int64_t n_test = std::llround(o.cases * o.test_fraction);
+  const int64_t n_train = o.cases - n_val - n_test;
+  if (n_train < 1) throw UsageError("synth: no cases left for training; lower --val-fraction or --test-fraction");
+  DatasetWriter writer(out, phantom_info(o.task));
+  std::vector<std::string> train, val, test;
+  for (int64_t i = 0; i < o.cases; ++i) {
+    CaseData c = make_phantom_case(o.task, o.size, o.seed, i);
+    (i < n_train ? train : (i < n_train + n_val ? val : test)).push_back(c.id);
+    writer.write_case(c);
+  }
+  writer.set_split("train", train);
+  writer.set_split("val", val);
+  if (!test.empty()) writer.set_split("test", test);
+  writer.commit();
+}
+
+void write_phantom_nnunet_raw(const PhantomOptions& o, const std::filesystem::path& dir) {
+  if (o.task != Task::kSegmentation) throw UsageError("synth: --format nnunet writes segmentation phantoms only");
+  if (o.cases < 2) throw UsageError(fmt::format("synth: --cases {} is too few; need at least 2", o.cases));
+  const int64_t n_test = std::llround(o.cases * o.test_fraction);
+  if (n_test >= o.cases) throw UsageError("synth: --test-fraction leaves no training cases");
+  for (const char* sub : {"imagesTr", "labelsTr", "imagesTs", "labelsTs"}) {
+    if (n_test == 0 && std::string(sub).back() == 's') continue;  // no test cases: no *Ts folders
+    ensure_writable_directory(dir / sub);
+  }
+  const DatasetInfo info = phantom_info(Task::kSegmentation);
+  std::string labels;
+  for (size_t k = 0; k < info.class_names.size(); ++k) {
+    labels += fmt::format("{}\"{}\": {}", k ? ", " : "", info.class_names[k], k);
+  }
+  write_file_atomic(
+      dir / "dataset.json",
+      fmt::format("{{\n  \"channel_names\": {{\"0\": \"phantom\"}},\n  \"labels\": {{{}}},\n"
+                  "  \"numTraining\": {},\n  \"file_ending\": \".nii.gz\",\n"
+                  "  \"description\": \"u3d segmentation phantoms (trainer synth --format nnunet)\"\n}}\n",
+                  labels, o.cases - n_test));
+  for (int64_t i = 0; i < o.cases; ++i) {
+    const CaseData c = make_phantom_case(Task::kSegmentation, o.size, o.seed, i);
+    const bool test = i >= o.cases - n_test;
+    const SourceGeometry g = plain_geometry(o.size, c.spacing);
+    write_nifti(dir / (test ? "imagesTs" : "imagesTr") / (c.id + "_0000.nii.gz"), c.image[0], g);
+    write_nifti(dir / (test ? "labelsTs" : "labelsTr") / (c.id + ".nii.gz"), c.target, g);
+  }
+}
+
+}  // namespace u3d
