@@ -15,6 +15,7 @@
 #include "u3d/core/errors.h"
 #include "u3d/core/logging.h"
 #include "u3d/core/parallel.h"
+#include "u3d/core/text.h"
 #include "u3d/core/version.h"
 
 namespace {
@@ -49,10 +50,9 @@ std::string version_text() {
 // --threads N: 0 (automatic) up to u3d::max_threads() (parallel.h), as the config keys that start threads.
 const CLI::Validator kThreadCount(
     [](std::string& text) -> std::string {
-      char* end = nullptr;
-      const long long n = std::strtoll(text.c_str(), &end, 10);
-      if (text.empty() || *end != '\0' || n < 0) return fmt::format("'{}': expected 0 or a positive integer", text);
-      if (n > u3d::max_threads()) {
+      const auto n = u3d::parse_int(text);  // strict: the whole text is the number
+      if (!n || *n < 0) return fmt::format("'{}': expected 0 or a positive integer", text);
+      if (*n > u3d::max_threads()) {
         return fmt::format("{} threads is more than this machine allows: at most {} ({} per core, {} cores)", text,
                            u3d::max_threads(), u3d::kMaxThreadsPerCore, u3d::core_count());
       }

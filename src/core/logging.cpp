@@ -10,6 +10,7 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/text.h"
 
 namespace u3d {
 namespace {
@@ -100,8 +101,8 @@ void MetricsCsv::resume(int64_t keep_through_epoch) {
     line = text.substr(pos, end - pos);
     pos = end + 1;
     if (static_cast<size_t>(std::count(line.begin(), line.end(), ',')) + 1 != columns_.size()) continue;
-    const int64_t epoch = std::strtoll(line.substr(0, line.find(',')).c_str(), nullptr, 10);
-    if (epoch <= keep_through_epoch) kept += line + "\n";
+    const auto epoch = parse_int(line.substr(0, line.find(',')));
+    if (epoch && *epoch <= keep_through_epoch) kept += line + "\n";
   }
   write_file_atomic(path_, kept);
 }

@@ -49,19 +49,17 @@ void check_machine_limits(const Config& cfg) {
 
 int64_t host_threads(const Config& cfg) {
   if (cfg.training.threads > 0) return cfg.training.threads;
-  const int64_t cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max<int64_t>(1, cores - 1);
+  return std::max<int64_t>(1, core_count() - 1);
 }
 
 int64_t loading_threads(const Config& cfg) {
   if (cfg.training.threads > 0) return cfg.training.threads;
-  return static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  return core_count();
 }
 
 int64_t data_workers(const Config& cfg) {
   if (cfg.data.workers > 0) return cfg.data.workers;
-  const int64_t cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max<int64_t>(1, cores - 1);
+  return std::max<int64_t>(1, core_count() - 1);
 }
 
 void use_one_intra_op_thread() {
@@ -86,16 +84,12 @@ Runtime init_runtime(const Config& cfg) {
   Runtime rt;
   const bool cuda = torch::cuda::is_available();
   switch (cfg.training.device) {
-    case Device::kCpu:
-      rt.device = torch::kCPU;
-      break;
+    case Device::kCpu: rt.device = torch::kCPU; break;
     case Device::kCuda:
       if (!cuda) throw ConfigError("training.device: cuda was asked for, but no CUDA device is available");
       rt.device = torch::Device(torch::kCUDA, 0);
       break;
-    case Device::kAuto:
-      rt.device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
-      break;
+    case Device::kAuto: rt.device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU); break;
   }
   rt.threads = host_threads(cfg);
   at::set_num_threads(static_cast<int>(rt.threads));

@@ -81,14 +81,10 @@ void StopSignals::throw_if_stopped(const std::string& output) {
 
 const char* StopSignals::name(int signal) {
   switch (signal) {
-    case SIGINT:
-      return "SIGINT";
-    case SIGTERM:
-      return "SIGTERM";
-    case SIGHUP:
-      return "SIGHUP";
-    default:
-      return "signal";
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return "signal";
   }
 }
 

@@ -50,12 +50,9 @@ torch::TensorOptions arena_options(torch::ScalarType dtype, CachePlacement place
 
 std::string placement_text(CachePlacement p) {
   switch (p) {
-    case CachePlacement::kGpu:
-      return "GPU memory";
-    case CachePlacement::kPinned:
-      return "page-locked RAM";
-    default:
-      return "RAM";
+    case CachePlacement::kGpu: return "GPU memory";
+    case CachePlacement::kPinned: return "page-locked RAM";
+    default: return "RAM";
   }
 }
 
@@ -129,15 +126,28 @@ Shape3 TensorCache::min_shape() const {
   return s;
 }
 
+StackedCache TensorCache::stack_shared() {
+  StackedCache s = StackedCache::from_cases(cases_, CacheOptions{}, /*keep_float32=*/true);
+  const CacheField& image = s.image_fields().front();
+  for (int64_t i = 0; i < size(); ++i) {
+    CachedCase& c = cases_[static_cast<size_t>(i)];
+    c.image = s.view(image, i);  // (C, D, H, W) float32
+    if (c.target.defined()) {
+      const torch::Tensor t = s.view(*s.target(), i);  // (1, D, H, W)
+      c.target = c.target.dim() == 3 ? t[0] : t;
+    }
+    if (c.mask.defined() && s.mask()) c.mask = s.view(*s.mask(), i);
+  }
+  return s;
+}
+
 // ---------------------------------------------------------------------------------------------
 // StackedCache
 
 std::string CacheField::name() const {
   switch (kind) {
-    case FieldKind::kTarget:
-      return "target";
-    case FieldKind::kMask:
-      return "mask";
+    case FieldKind::kTarget: return "target";
+    case FieldKind::kMask: return "mask";
     default:
       return channels.size() == 1 ? fmt::format("image[channel {}]", channels[0])
                                   : fmt::format("image[{} channels]", channels.size());
@@ -356,7 +366,8 @@ StackedCache StackedCache::load(const DatasetReader& reader, const std::vector<s
   return s;
 }
 
-StackedCache StackedCache::from_cases(const std::vector<CachedCase>& in, const CacheOptions& options) {
+StackedCache StackedCache::from_cases(const std::vector<CachedCase>& in, const CacheOptions& options,
+                                      bool keep_float32) {
   if (in.empty()) throw ConfigError("data: the training split holds no cases");
   std::vector<CompactCase> cases;
   bool segmentation = false;
@@ -368,9 +379,9 @@ StackedCache StackedCache::from_cases(const std::vector<CachedCase>& in, const C
     l.shape = {image.size(1), image.size(2), image.size(3)};
     for (int64_t ch = 0; ch < image.size(0); ++ch) {
       const torch::Tensor v = image[ch].contiguous();
-      const int kind = compact_kind(v);
+      const int kind = keep_float32 ? kCompactFloat : compact_kind(v);
       l.kinds.push_back(kind);
-      l.channels.push_back(v.to(compact_dtype(kind, options.float16)));
+      l.channels.push_back(v.to(compact_dtype(kind, options.float16 && !keep_float32)));
       l.sub.push_back(0.0f);
       l.div.push_back(1.0f);
     }
@@ -389,8 +400,8 @@ StackedCache StackedCache::from_cases(const std::vector<CachedCase>& in, const C
   }
   CachePlacement placement = options.placement == CachePlacement::kAuto ? CachePlacement::kMemory : options.placement;
   if (placement == CachePlacement::kPinned && !torch::cuda::is_available()) placement = CachePlacement::kMemory;
-  StackedCache s = StackedCacheBuilder::build(cases, segmentation, 1.0, placement, options.device, options.float16,
-                                              options.threads, -1);
+  StackedCache s = StackedCacheBuilder::build(cases, segmentation, 1.0, placement, options.device,
+                                              options.float16 && !keep_float32, options.threads, -1);
   s.target_mean_ = count > 0 ? sum / count : 0.0;
   return s;
 }

@@ -24,27 +24,19 @@ Compact compact_kind(const torch::Tensor& x) {  // float32, contiguous
 
 torch::ScalarType compact_dtype(int kind, bool float16) {
   switch (kind) {
-    case kCompactUInt8:
-      return torch::kUInt8;
-    case kCompactInt16:
-      return torch::kInt16;
-    default:
-      return float16 ? torch::kHalf : torch::kFloat;
+    case kCompactUInt8: return torch::kUInt8;
+    case kCompactInt16: return torch::kInt16;
+    default: return float16 ? torch::kHalf : torch::kFloat;
   }
 }
 
 std::string dtype_name(torch::ScalarType t) {
   switch (t) {
-    case torch::kUInt8:
-      return "uint8";
-    case torch::kInt16:
-      return "int16";
-    case torch::kHalf:
-      return "float16";
-    case torch::kFloat:
-      return "float32";
-    default:
-      return c10::toString(t);
+    case torch::kUInt8: return "uint8";
+    case torch::kInt16: return "int16";
+    case torch::kHalf: return "float16";
+    case torch::kFloat: return "float32";
+    default: return c10::toString(t);
   }
 }
 

@@ -13,18 +13,10 @@ namespace u3d {
 template <typename F>
 void dispatch_dtype(torch::ScalarType t, F&& f) {
   switch (t) {
-    case torch::kUInt8:
-      f(uint8_t{});
-      break;
-    case torch::kInt16:
-      f(int16_t{});
-      break;
-    case torch::kHalf:
-      f(c10::Half{});
-      break;
-    case torch::kFloat:
-      f(float{});
-      break;
+    case torch::kUInt8: f(uint8_t{}); break;
+    case torch::kInt16: f(int16_t{}); break;
+    case torch::kHalf: f(c10::Half{}); break;
+    case torch::kFloat: f(float{}); break;
     default:
       throw std::invalid_argument(
           fmt::format("dtype {} is not a cache dtype (uint8, int16, float16, float32)", c10::toString(t)));

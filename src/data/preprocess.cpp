@@ -151,8 +151,7 @@ std::vector<Preprocessor::ChannelAffine> Preprocessor::channel_affines(const tor
     const ChannelNorm& n = norms_[c];
     ChannelAffine& a = out[c];
     switch (n.kind) {
-      case ChannelNorm::Kind::kNone:
-        break;
+      case ChannelNorm::Kind::kNone: break;
       case ChannelNorm::Kind::kZScore: {
         const torch::Tensor ch = selected[static_cast<int64_t>(c)];
         a.sub = ch.mean().item<float>();
@@ -166,9 +165,7 @@ std::vector<Preprocessor::ChannelAffine> Preprocessor::channel_affines(const tor
         a.sub = static_cast<float>(n.a);
         a.div = static_cast<float>(n.b - n.a);
         break;
-      case ChannelNorm::Kind::kScale:
-        a.div = static_cast<float>(n.a);
-        break;
+      case ChannelNorm::Kind::kScale: a.div = static_cast<float>(n.a); break;
       case ChannelNorm::Kind::kMinMax: {  // per case: (x - min) / (max - min)
         const torch::Tensor ch = selected[static_cast<int64_t>(c)];
         a.sub = ch.min().item<float>();

@@ -78,42 +78,26 @@ Handle vlen_utf8_type() {
 
 hid_t native_type(torch::ScalarType t) {
   switch (t) {
-    case torch::kFloat:
-      return H5T_NATIVE_FLOAT;
-    case torch::kDouble:
-      return H5T_NATIVE_DOUBLE;
-    case torch::kUInt8:
-      return H5T_NATIVE_UINT8;
-    case torch::kInt8:
-      return H5T_NATIVE_INT8;
-    case torch::kInt16:
-      return H5T_NATIVE_INT16;
-    case torch::kInt32:
-      return H5T_NATIVE_INT32;
-    case torch::kInt64:
-      return H5T_NATIVE_INT64;
-    default:
-      throw IoError(fmt::format("HDF5: unsupported tensor dtype {}", c10::toString(t)));
+    case torch::kFloat: return H5T_NATIVE_FLOAT;
+    case torch::kDouble: return H5T_NATIVE_DOUBLE;
+    case torch::kUInt8: return H5T_NATIVE_UINT8;
+    case torch::kInt8: return H5T_NATIVE_INT8;
+    case torch::kInt16: return H5T_NATIVE_INT16;
+    case torch::kInt32: return H5T_NATIVE_INT32;
+    case torch::kInt64: return H5T_NATIVE_INT64;
+    default: throw IoError(fmt::format("HDF5: unsupported tensor dtype {}", c10::toString(t)));
   }
 }
 hid_t file_type(torch::ScalarType t) {
   switch (t) {
-    case torch::kFloat:
-      return H5T_IEEE_F32LE;
-    case torch::kDouble:
-      return H5T_IEEE_F64LE;
-    case torch::kUInt8:
-      return H5T_STD_U8LE;
-    case torch::kInt8:
-      return H5T_STD_I8LE;
-    case torch::kInt16:
-      return H5T_STD_I16LE;
-    case torch::kInt32:
-      return H5T_STD_I32LE;
-    case torch::kInt64:
-      return H5T_STD_I64LE;
-    default:
-      throw IoError(fmt::format("HDF5: unsupported tensor dtype {}", c10::toString(t)));
+    case torch::kFloat: return H5T_IEEE_F32LE;
+    case torch::kDouble: return H5T_IEEE_F64LE;
+    case torch::kUInt8: return H5T_STD_U8LE;
+    case torch::kInt8: return H5T_STD_I8LE;
+    case torch::kInt16: return H5T_STD_I16LE;
+    case torch::kInt32: return H5T_STD_I32LE;
+    case torch::kInt64: return H5T_STD_I64LE;
+    default: throw IoError(fmt::format("HDF5: unsupported tensor dtype {}", c10::toString(t)));
   }
 }
 
@@ -346,14 +330,10 @@ torch::ScalarType stored_dtype(hid_t dataset, const std::string& context) {
   if (cls == H5T_INTEGER) {
     const bool is_signed = H5Tget_sign(type.get()) == H5T_SGN_2;
     switch (size) {
-      case 1:
-        return is_signed ? torch::kInt8 : torch::kUInt8;
-      case 2:
-        return is_signed ? torch::kInt16 : torch::kInt32;
-      case 4:
-        return is_signed ? torch::kInt32 : torch::kInt64;
-      default:
-        return torch::kInt64;
+      case 1: return is_signed ? torch::kInt8 : torch::kUInt8;
+      case 2: return is_signed ? torch::kInt16 : torch::kInt32;
+      case 4: return is_signed ? torch::kInt32 : torch::kInt64;
+      default: return torch::kInt64;
     }
   }
   throw DataError(fmt::format("{}: expected a numeric dataset", context));

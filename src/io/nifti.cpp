@@ -100,16 +100,11 @@ SourceGeometry geometry_of(const nifti_image& nim, const std::filesystem::path& 
 
 int datatype_for(torch::ScalarType t) {
   switch (t) {
-    case torch::kUInt8:
-      return DT_UINT8;
-    case torch::kInt16:
-      return DT_INT16;
-    case torch::kInt32:
-      return DT_INT32;
-    case torch::kFloat:
-      return DT_FLOAT32;
-    default:
-      throw IoError(fmt::format("NIfTI: cannot write voxels of type {}", c10::toString(t)));
+    case torch::kUInt8: return DT_UINT8;
+    case torch::kInt16: return DT_INT16;
+    case torch::kInt32: return DT_INT32;
+    case torch::kFloat: return DT_FLOAT32;
+    default: throw IoError(fmt::format("NIfTI: cannot write voxels of type {}", c10::toString(t)));
   }
 }
 
@@ -169,33 +164,15 @@ NiftiVolume read_nifti(const std::filesystem::path& path) {
     return out;
   };
   switch (nim->datatype) {
-    case DT_UINT8:
-      v.data = adopt(torch::kUInt8);
-      break;
-    case DT_INT8:
-      v.data = adopt(torch::kInt8);
-      break;
-    case DT_INT16:
-      v.data = adopt(torch::kInt16);
-      break;
-    case DT_INT32:
-      v.data = adopt(torch::kInt32);
-      break;
-    case DT_INT64:
-      v.data = adopt(torch::kInt64);
-      break;
-    case DT_FLOAT32:
-      v.data = adopt(torch::kFloat);
-      break;
-    case DT_FLOAT64:
-      v.data = adopt(torch::kDouble);
-      break;
-    case DT_UINT16:
-      v.data = widen(static_cast<const uint16_t*>(nim->data), torch::kInt32);
-      break;
-    case DT_UINT32:
-      v.data = widen(static_cast<const uint32_t*>(nim->data), torch::kInt64);
-      break;
+    case DT_UINT8: v.data = adopt(torch::kUInt8); break;
+    case DT_INT8: v.data = adopt(torch::kInt8); break;
+    case DT_INT16: v.data = adopt(torch::kInt16); break;
+    case DT_INT32: v.data = adopt(torch::kInt32); break;
+    case DT_INT64: v.data = adopt(torch::kInt64); break;
+    case DT_FLOAT32: v.data = adopt(torch::kFloat); break;
+    case DT_FLOAT64: v.data = adopt(torch::kDouble); break;
+    case DT_UINT16: v.data = widen(static_cast<const uint16_t*>(nim->data), torch::kInt32); break;
+    case DT_UINT32: v.data = widen(static_cast<const uint32_t*>(nim->data), torch::kInt64); break;
     case DT_UINT64: {
       const auto* src = static_cast<const uint64_t*>(nim->data);
       for (int64_t i = 0; i < n; ++i) {

@@ -10,8 +10,7 @@ namespace {
 
 torch::nn::AnyModule make_norm(Norm norm, int64_t channels, int64_t groups) {
   switch (norm) {
-    case Norm::kBatch:
-      return torch::nn::AnyModule(torch::nn::BatchNorm3d(channels));
+    case Norm::kBatch: return torch::nn::AnyModule(torch::nn::BatchNorm3d(channels));
     case Norm::kInstance:
       return torch::nn::AnyModule(torch::nn::InstanceNorm3d(
           torch::nn::InstanceNorm3dOptions(channels).affine(true).track_running_stats(false)));
@@ -21,8 +20,7 @@ torch::nn::AnyModule make_norm(Norm norm, int64_t channels, int64_t groups) {
       while (channels % g != 0) --g;
       return torch::nn::AnyModule(torch::nn::GroupNorm(torch::nn::GroupNormOptions(g, channels)));
     }
-    case Norm::kNone:
-      break;
+    case Norm::kNone: break;
   }
   return {};
 }
@@ -58,14 +56,10 @@ torch::Tensor ConvBlockImpl::forward(const torch::Tensor& x) {
   if (dropout_) y = dropout_(y);
   if (!norm_.is_empty()) y = norm_.forward(y);
   switch (activation_) {
-    case Activation::kRelu:
-      return torch::relu(y);
-    case Activation::kLeakyRelu:
-      return torch::leaky_relu(y, negative_slope_);
-    case Activation::kGelu:
-      return torch::gelu(y);
-    case Activation::kElu:
-      return torch::elu(y);
+    case Activation::kRelu: return torch::relu(y);
+    case Activation::kLeakyRelu: return torch::leaky_relu(y, negative_slope_);
+    case Activation::kGelu: return torch::gelu(y);
+    case Activation::kElu: return torch::elu(y);
   }
   return y;
 }
@@ -132,22 +126,17 @@ torch::Tensor UNet3dImpl::run(const torch::Tensor& x, std::vector<torch::Tensor>
   }
   y = head_(y);
   switch (output_activation_) {
-    case OutputActivation::kRelu:
-      return torch::relu(y);
-    case OutputActivation::kSigmoid:
-      return torch::sigmoid(y);
-    case OutputActivation::kNone:
-      break;
+    case OutputActivation::kRelu: return torch::relu(y);
+    case OutputActivation::kSigmoid: return torch::sigmoid(y);
+    case OutputActivation::kNone: break;
   }
   return y;
 }
 
 Network build_network(const ModelConfig& cfg, int64_t in_channels, int64_t out_channels) {
   switch (cfg.architecture) {
-    case Architecture::kUNet:
-      return std::make_shared<UNet3dImpl>(cfg, in_channels, out_channels);
-    case Architecture::kOpenKbpBaseline:
-      return std::make_shared<OpenKbpBaselineImpl>(cfg, in_channels, out_channels);
+    case Architecture::kUNet: return std::make_shared<UNet3dImpl>(cfg, in_channels, out_channels);
+    case Architecture::kOpenKbpBaseline: return std::make_shared<OpenKbpBaselineImpl>(cfg, in_channels, out_channels);
   }
   throw ConfigError("model.architecture: unknown architecture");
 }

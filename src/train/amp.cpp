@@ -8,8 +8,7 @@ namespace u3d {
 
 Precision resolve_precision(const TrainingConfig& cfg, const torch::Device& device) {
   switch (cfg.precision) {
-    case Precision::kAuto:
-      return device.is_cuda() ? Precision::kBf16 : Precision::kFp32;
+    case Precision::kAuto: return device.is_cuda() ? Precision::kBf16 : Precision::kFp32;
     case Precision::kFp16:
       if (!device.is_cuda()) {
         throw ConfigError(
@@ -18,19 +17,15 @@ Precision resolve_precision(const TrainingConfig& cfg, const torch::Device& devi
                         device.str()));
       }
       return Precision::kFp16;
-    default:
-      return cfg.precision;
+    default: return cfg.precision;
   }
 }
 
 std::optional<at::ScalarType> autocast_dtype(Precision precision) {
   switch (precision) {
-    case Precision::kBf16:
-      return at::kBFloat16;
-    case Precision::kFp16:
-      return at::kHalf;
-    default:
-      return std::nullopt;
+    case Precision::kBf16: return at::kBFloat16;
+    case Precision::kFp16: return at::kHalf;
+    default: return std::nullopt;
   }
 }
 

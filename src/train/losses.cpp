@@ -108,20 +108,13 @@ torch::Tensor deep_supervision_loss(const Loss& loss, const std::vector<torch::T
 torch::Tensor Loss::operator()(const torch::Tensor& output, const torch::Tensor& target,
                                const torch::Tensor& mask) const {
   switch (kind_) {
-    case LossKind::kL1:
-      return u3d::l1_loss(output, target);
-    case LossKind::kMaskedL1:
-      return u3d::masked_l1_loss(output, target, mask);
-    case LossKind::kMse:
-      return u3d::mse_loss(output, target);
-    case LossKind::kMaskedMse:
-      return u3d::masked_mse_loss(output, target, mask);
-    case LossKind::kDiceCe:
-      return u3d::dice_ce_loss(output, target);
-    case LossKind::kCe:
-      return u3d::cross_entropy_loss(output, target);
-    case LossKind::kAuto:
-      break;
+    case LossKind::kL1: return u3d::l1_loss(output, target);
+    case LossKind::kMaskedL1: return u3d::masked_l1_loss(output, target, mask);
+    case LossKind::kMse: return u3d::mse_loss(output, target);
+    case LossKind::kMaskedMse: return u3d::masked_mse_loss(output, target, mask);
+    case LossKind::kDiceCe: return u3d::dice_ce_loss(output, target);
+    case LossKind::kCe: return u3d::cross_entropy_loss(output, target);
+    case LossKind::kAuto: break;
   }
   throw ConfigError("training.loss: auto must be resolved before use");
 }

@@ -87,21 +87,11 @@ ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const tor
       training.steps_per_epoch > 0 ? training.steps_per_epoch : (cases + data.batch_size - 1) / data.batch_size;
   rc.monitor = resolve_monitor(rc.cfg, rc.scores_dose());
   switch (rc.monitor) {
-    case Monitor::kValLoss:
-      rc.monitor_name = "val_loss";
-      break;
-    case Monitor::kValDoseScore:
-      rc.monitor_name = "val_dose_score";
-      break;
-    case Monitor::kValDvhScore:
-      rc.monitor_name = "val_dvh_score";
-      break;
-    case Monitor::kPseudoDice:
-      rc.monitor_name = "val_pseudo_dice", rc.monitor_higher_is_better = true;
-      break;
-    case Monitor::kPseudoDiceEma:
-      rc.monitor_name = "val_pseudo_dice_ema", rc.monitor_higher_is_better = true;
-      break;
+    case Monitor::kValLoss: rc.monitor_name = "val_loss"; break;
+    case Monitor::kValDoseScore: rc.monitor_name = "val_dose_score"; break;
+    case Monitor::kValDvhScore: rc.monitor_name = "val_dvh_score"; break;
+    case Monitor::kPseudoDice: rc.monitor_name = "val_pseudo_dice", rc.monitor_higher_is_better = true; break;
+    case Monitor::kPseudoDiceEma: rc.monitor_name = "val_pseudo_dice_ema", rc.monitor_higher_is_better = true; break;
     case Monitor::kValMetric:
     case Monitor::kAuto:
       rc.monitor_name = rc.metric.name, rc.monitor_higher_is_better = rc.metric.higher_is_better;

@@ -18,12 +18,9 @@ double LrSchedule::at(int64_t step) const {
   const int64_t span = std::max<int64_t>(1, total_ - warmup_);
   const double t = std::clamp(static_cast<double>(step - warmup_) / static_cast<double>(span), 0.0, 1.0);
   switch (kind_) {
-    case ScheduleKind::kConstant:
-      return lr_;
-    case ScheduleKind::kCosine:
-      return min_lr_ + 0.5 * (lr_ - min_lr_) * (1.0 + std::cos(M_PI * t));
-    case ScheduleKind::kPoly:
-      return lr_ * std::pow(1.0 - t, power_);
+    case ScheduleKind::kConstant: return lr_;
+    case ScheduleKind::kCosine: return min_lr_ + 0.5 * (lr_ - min_lr_) * (1.0 + std::cos(M_PI * t));
+    case ScheduleKind::kPoly: return lr_ * std::pow(1.0 - t, power_);
   }
   return lr_;
 }

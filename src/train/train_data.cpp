@@ -81,7 +81,8 @@ void TrainData::load(const ResolvedConfig& rc, const DatasetReader& reader, cons
     SamplerOptions vo = so;
     vo.seed = so.seed ^ 0x7A1D0000ull;  // its own stream, independent of the training patches
     vo.apply_augmentation = false;
-    val_sampler_ = std::make_unique<PatchSampler>(*val_cache_, vo);
+    val_stack_ = std::make_unique<StackedCache>(val_cache_->stack_shared());  // views, not a copy
+    val_sampler_ = std::make_unique<PatchSampler>(*val_stack_, vo);
   }
   LoaderOptions lo;
   lo.device = runtime.device;

@@ -30,12 +30,9 @@ Norm network_norm(const ModelConfig& cfg) {
 
 bool resolve_channels_last(const ModelConfig& cfg, const torch::Device& device) {
   switch (cfg.channels_last) {
-    case Toggle::kOn:
-      return true;
-    case Toggle::kOff:
-      return false;
-    case Toggle::kAuto:
-      break;
+    case Toggle::kOn: return true;
+    case Toggle::kOff: return false;
+    case Toggle::kAuto: break;
   }
   const Norm norm = network_norm(cfg);
   return device.is_cuda() && (norm == Norm::kBatch || norm == Norm::kNone);
@@ -45,14 +42,10 @@ std::string channels_last_reason(const ModelConfig& cfg, const torch::Device& de
   if (cfg.channels_last != Toggle::kAuto) return fmt::format("model.channels_last: {}", to_string(cfg.channels_last));
   if (!device.is_cuda()) return "auto: off on CPU";
   switch (network_norm(cfg)) {
-    case Norm::kInstance:
-      return "auto: off with instance norm (at::instance_norm makes its input contiguous)";
-    case Norm::kGroup:
-      return "auto: off with group norm (it makes its input contiguous)";
-    case Norm::kBatch:
-      return "auto: on with batch norm (cuDNN keeps NDHWC)";
-    case Norm::kNone:
-      return "auto: on without norm";
+    case Norm::kInstance: return "auto: off with instance norm (at::instance_norm makes its input contiguous)";
+    case Norm::kGroup: return "auto: off with group norm (it makes its input contiguous)";
+    case Norm::kBatch: return "auto: on with batch norm (cuDNN keeps NDHWC)";
+    case Norm::kNone: return "auto: on without norm";
   }
   return "auto";
 }

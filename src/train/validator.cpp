@@ -145,19 +145,13 @@ void Validator::patches(int64_t epoch, ValStats& stats, TrainState& state) {
 
 double Validator::monitored(const ValStats& val) const {
   switch (rc_.monitor) {
-    case Monitor::kValLoss:
-      return val.loss;
-    case Monitor::kValDoseScore:
-      return val.dose_score;
-    case Monitor::kValDvhScore:
-      return val.dvh_score;
-    case Monitor::kPseudoDice:
-      return val.pseudo_dice;
-    case Monitor::kPseudoDiceEma:
-      return val.pseudo_dice_ema;
+    case Monitor::kValLoss: return val.loss;
+    case Monitor::kValDoseScore: return val.dose_score;
+    case Monitor::kValDvhScore: return val.dvh_score;
+    case Monitor::kPseudoDice: return val.pseudo_dice;
+    case Monitor::kPseudoDiceEma: return val.pseudo_dice_ema;
     case Monitor::kValMetric:
-    case Monitor::kAuto:
-      break;
+    case Monitor::kAuto: break;
   }
   return val.metric;
 }

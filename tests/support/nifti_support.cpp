@@ -29,20 +29,11 @@ void write_test_nifti(const fs::path& path, const TestNifti& v) {
   const torch::Tensor t = v.data.contiguous();
   int datatype = 0;
   switch (t.scalar_type()) {
-    case torch::kUInt8:
-      datatype = DT_UINT8;
-      break;
-    case torch::kInt16:
-      datatype = DT_INT16;
-      break;
-    case torch::kInt32:
-      datatype = DT_INT32;
-      break;
-    case torch::kFloat:
-      datatype = DT_FLOAT32;
-      break;
-    default:
-      throw std::runtime_error("write_test_nifti: unsupported dtype");
+    case torch::kUInt8: datatype = DT_UINT8; break;
+    case torch::kInt16: datatype = DT_INT16; break;
+    case torch::kInt32: datatype = DT_INT32; break;
+    case torch::kFloat: datatype = DT_FLOAT32; break;
+    default: throw std::runtime_error("write_test_nifti: unsupported dtype");
   }
   // With nt > 1, data (nt * D, H, W) holds nt volumes of D rows.
   const int64_t dims[8] = {v.nt > 1 ? 4 : 3, t.size(2), t.size(1), t.size(0) / v.nt, v.nt, 1, 1, 1};

@@ -127,6 +127,55 @@ TEST(StackedCache, UniformCasesAreStackedAndMixedSizesLiveInOneArena) {
   EXPECT_EQ(b.image.sizes(), (torch::IntArrayRef{3, 2, 4, 4, 4}));
 }
 
+TEST(TensorCache, StackSharedHoldsTheSplitOnceAndSamplesLikeACopy) {
+  torch::manual_seed(7);
+  std::vector<CachedCase> cases;
+  for (int64_t i = 0; i < 3; ++i) {
+    CachedCase c;
+    c.id = "v" + std::to_string(i);
+    c.image = torch::rand({2, 6 + i, 5, 6});
+    c.image[1] = (c.image[1] > 0.5).to(torch::kFloat);  // a 0/1 channel: a copy would store it as uint8
+    c.target = torch::randint(0, 3, {6 + i, 5, 6}).to(torch::kUInt8);
+    c.mask = torch::ones({1, 6 + i, 5, 6}, torch::kUInt8);
+    cases.push_back(c);
+  }
+  const StackedCache copy = StackedCache::from_cases(cases);
+  EXPECT_EQ(copy.image_fields().size(), 2u);  // compact: float32 and uint8 fields
+
+  std::vector<CachedCase> clones;
+  for (const auto& c : cases)
+    clones.push_back({c.id, c.image.clone(), c.target.clone(), c.mask.clone(), {}, c.spacing});
+  TensorCache val(std::move(clones));
+  const StackedCache stacked = val.stack_shared();
+  ASSERT_EQ(stacked.image_fields().size(), 1u);  // one float32 field, so each image is one view
+  ASSERT_TRUE(stacked.target() && stacked.mask());
+  for (int64_t i = 0; i < 3; ++i) {
+    const CachedCase& c = val[i];
+    const auto& original = cases[static_cast<size_t>(i)];
+    EXPECT_TRUE(torch::equal(c.image, original.image));
+    EXPECT_TRUE(torch::equal(c.target, original.target));
+    EXPECT_TRUE(torch::equal(c.mask, original.mask));
+    // Views into the stacked arenas, not copies: the split is held once.
+    EXPECT_EQ(c.image.data_ptr(), stacked.view(stacked.image_fields()[0], i).data_ptr());
+    EXPECT_EQ(c.target.data_ptr(), stacked.view(*stacked.target(), i).data_ptr());
+    EXPECT_EQ(c.mask.data_ptr(), stacked.view(*stacked.mask(), i).data_ptr());
+  }
+  EXPECT_EQ(val.bytes(), stacked.bytes());
+
+  // Validation patches drawn from the shared cache equal those of a separate copy.
+  SamplerOptions o;
+  o.patch = {4, 4, 4};
+  o.batch_size = 3;
+  o.apply_augmentation = false;
+  const PatchSampler from_copy(copy, o), from_shared(stacked, o);
+  for (int64_t step = 0; step < 3; ++step) {
+    const Batch a = from_copy.batch(0, step), b = from_shared.batch(0, step);
+    EXPECT_TRUE(torch::equal(a.image, b.image)) << "step " << step;
+    EXPECT_TRUE(torch::equal(a.target, b.target)) << "step " << step;
+    EXPECT_TRUE(torch::equal(a.mask, b.mask)) << "step " << step;
+  }
+}
+
 TEST(StackedCache, PlacementsWithoutCuda) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "checks the CPU-only fallbacks";
   EXPECT_EQ(resolve_placement(CachePlacement::kAuto, 0.5, torch::kCPU, 1 << 20), CachePlacement::kMemory);

@@ -1,6 +1,7 @@
 // Tensor caches: a split decoded once at start-up, so a training step never touches the file system.
 //
-// TensorCache    per-case normalised float32 tensors; what validation and prediction read.
+// TensorCache    per-case normalised float32 tensors; what validation and prediction read
+//                (stack_shared(): the same memory, also as a StackedCache for validation patches).
 // StackedCache   the training split pre-stacked per field in compact dtypes, in RAM, page-locked RAM
 //                or GPU memory (data.cache); what the patch samplers (sampler.h) crop from.
 //
@@ -44,6 +45,8 @@ struct CachedCase {
 // trainer passes CheckedReader::read (preflight.h), so each case is read and checked once.
 using CaseSource = std::function<CaseData(const std::string& id)>;
 
+class StackedCache;
+
 class TensorCache {
  public:
   TensorCache() = default;
@@ -61,6 +64,12 @@ class TensorCache {
   // Mean of the raw target inside the loss masks (regression): the "predict the mean" baseline.
   double target_mean() const;
   Shape3 min_shape() const;  // smallest (D, H, W) over the cases
+
+  // The cases stacked for patch sampling (nnU-Net's validation patches), held once: the returned
+  // cache holds every image as float32 in one field (identity normalisation), the targets and
+  // masks as they are, on the CPU; each case's image, target and mask here become views into it.
+  // The cases' values do not change. raw_target stays per case.
+  StackedCache stack_shared();
 
  private:
   std::vector<CachedCase> cases_;
@@ -102,7 +111,9 @@ class StackedCache {
                            const CacheOptions& options);
   // From evaluation-form cases whose images are already normalised (tests, in-memory data):
   // identity normalisation, targets already divided by their scale.
-  static StackedCache from_cases(const std::vector<CachedCase>& cases, const CacheOptions& options = {});
+  // keep_float32: every image channel in one float32 field instead of its compact dtype.
+  static StackedCache from_cases(const std::vector<CachedCase>& cases, const CacheOptions& options = {},
+                                 bool keep_float32 = false);
 
   int64_t size() const { return static_cast<int64_t>(ids_.size()); }
   const std::string& id(int64_t i) const { return ids_[static_cast<size_t>(i)]; }

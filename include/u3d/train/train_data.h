@@ -1,7 +1,8 @@
 // The training run's data, loaded once at start-up, before the run folder is touched: the training
 // split as a StackedCache with its patch sampler and batch loader (loader.h: batches ready on the
 // device, made ahead of the loop), and the validation split as a TensorCache with, for nnU-Net's
-// pseudo-Dice, a patch sampler over the same cases (no augmentation, its own random stream).
+// pseudo-Dice, a patch sampler over the same cases (no augmentation, its own random stream) that
+// crops from the same memory (TensorCache::stack_shared: the split is held once).
 //
 //   const TrainData data(rc, reader, runtime);   // resolve.h: rc checked before anything loads
 //   Batch b = data.loader().next(epoch, step);
@@ -43,6 +44,7 @@ class TrainData {
   std::shared_ptr<const Preprocessor> pre_;
   std::unique_ptr<StackedCache> train_cache_;
   std::unique_ptr<TensorCache> val_cache_;
+  std::unique_ptr<StackedCache> val_stack_;  // val_cache_'s memory, stacked for val_sampler_
   std::unique_ptr<PatchSampler> sampler_;
   std::unique_ptr<PatchSampler> val_sampler_;
   std::unique_ptr<BatchLoader> loader_;  // after the samplers: destroyed (threads joined) first
