@@ -12,8 +12,9 @@ layout the PyTorch variants then use, so both time the same work. The PyTorch ne
 config's model.architecture:
 - openkbp_baseline: the trainer side is run with training.loss=l1 (PyTorch's step is an unmasked
   MAE); --filters must be the config's base filter count.
-- unet: the model.* and training.* keys of the config (its flat `model:` and `training:` sections)
-  and of every --set become pytorch_step.py --arch unet's options; a segmentation dataset must be
+- unet, resenc_unet: the model.* and training.* keys as the trainer resolved them (its JSON's
+  "resolved" member: presets applied; activation checkpointing and accumulate_steps included)
+  become pytorch_step.py --arch unet|resenc's options; a segmentation dataset must be
   given (data.path: `trainer synth --task segmentation` will do; only its header is read) so that
   the trainer's loss is Dice + CE with the dataset's classes.
 The two networks must have the same parameter count (checked: exit 1 otherwise; FLOPs per step are
@@ -77,6 +78,7 @@ UNET_DEFAULTS = {  # include/u3d/core/config.h ModelConfig / TrainingConfig defa
     "model.negative_slope": "0.01", "model.dropout": "0", "model.deep_supervision": "false",
     "training.optimizer": "adamw", "training.lr": "1e-3", "training.momentum": "0.99", "training.nesterov": "true",
     "training.weight_decay": "1e-4", "training.grad_clip_norm": "0", "training.loss": "auto",
+    "model.blocks_per_level": "[]", "model.activation_checkpointing": "off", "training.accumulate_steps": "1",
 }
 
 
@@ -104,7 +106,9 @@ def unet_args(keys):
             "--negative-slope", k["model.negative_slope"], "--dropout", k["model.dropout"],
             "--deep-supervision", boolean(k["model.deep_supervision"]), "--lr", k["training.lr"],
             "--momentum", k["training.momentum"], "--nesterov", boolean(k["training.nesterov"]),
-            "--weight-decay", k["training.weight_decay"], "--grad-clip-norm", k["training.grad_clip_norm"]]
+            "--weight-decay", k["training.weight_decay"], "--grad-clip-norm", k["training.grad_clip_norm"],
+            "--blocks-per-level", k["model.blocks_per_level"].strip("[]").replace(" ", ""),
+            "--checkpointing", k["model.activation_checkpointing"], "--accumulate", k["training.accumulate_steps"]]
 
 
 def main():
@@ -129,6 +133,8 @@ def main():
     if len(ours) != 1:
         sys.exit("trainer --benchmark printed no JSON line")
     ours = ours[0]
+    keys.update(ours.get("resolved", {}))  # the trainer's resolved keys (model.preset applied) win
+    arch = ours.get("architecture", arch)
     patch = ours["patch"]
     if len(set(patch)) != 1:
         sys.exit(f"pytorch_step.py takes cubic patches; the config's patch is {patch}")
@@ -137,8 +143,9 @@ def main():
            "--batch", str(ours["batch"]), "--size", str(patch[0]), "--steps", str(args.steps), "--warmup",
            str(args.warmup), "--precision", ours["precision"], "--variants", args.variants,
            "--in-channels", str(ours["in_channels"])]
-    if arch == "unet":
-        cmd += ["--arch", "unet", "--out-channels", str(ours["out_channels"])] + unet_args(keys)
+    if arch in ("unet", "resenc_unet"):
+        cmd += ["--arch", "unet" if arch == "unet" else "resenc", "--out-channels", str(ours["out_channels"])]
+        cmd += unet_args(keys)
     if not ours["channels_last"]:
         cmd.append("--no-channels-last")
     theirs = json_lines(run(cmd))

@@ -30,6 +30,7 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 
 class OpenKbpBaseline(nn.Module):
@@ -128,6 +129,7 @@ class UNet(nn.Module):
             self.up.append(nn.ConvTranspose3d(f[l + 1], f[l], 2, stride=2))
             self.decoder.append(nn.Sequential(*[
                 ConvBlock(2 * f[l] if c == 0 else f[l], f[l], 1, a) for c in range(a.convs_per_level)]))
+        self.checkpointing = getattr(a, "checkpointing", "off")
         self.head = nn.Conv3d(f[0], out_channels, 1)
         self.deep_heads = nn.ModuleList(
             [nn.Conv3d(f[l], out_channels, 1) for l in range(1, a.levels - 1)] if a.deep_supervision else [])
@@ -139,12 +141,13 @@ class UNet(nn.Module):
 
     def run(self, x, deep):
         skips = []
+        ckpt = getattr(self, "checkpointing", "off")
         for stage in self.encoder:
-            x = stage(x)
+            x = staged(stage, x, ckpt != "off" and self.training)
             skips.append(x)
         for i, (up, stage) in enumerate(zip(self.up, self.decoder)):
             l = self.levels - 2 - i
-            x = stage(torch.cat([up(x), skips[l]], dim=1))
+            x = staged(stage, torch.cat([up(x), skips[l]], dim=1), ckpt == "all" and self.training)
             if deep is not None and 1 <= l <= len(self.deep_heads):
                 deep.append(self.deep_heads[l - 1](x))
         return self.head(x)
@@ -158,6 +161,113 @@ class UNet(nn.Module):
         deep = []  # coarsest first while decoding
         full = self.run(x, deep)
         return [full] + deep[::-1]
+
+
+def conv_norm_act(cin, cout, k, stride, bias, slope):
+    """nnU-Net's ConvDropoutNormReLU: conv ('same' padding) -> InstanceNorm3d (eps 1e-5, affine) ->
+    LeakyReLU, or without the activation when slope is None."""
+    layers = [nn.Conv3d(cin, cout, k, stride=stride, padding=k // 2, bias=bias),
+              nn.InstanceNorm3d(cout, eps=1e-5, affine=True)]
+    if slope is not None:
+        layers.append(nn.LeakyReLU(slope))
+    return nn.Sequential(*layers)
+
+
+class ResidualBlockD(nn.Module):
+    """nnU-Net's residual basic block 'D': act(conv2(conv1(x)) + skip(x)); conv1 conv-norm-act with the
+    stride, conv2 conv-norm; skip: average pooling (kernel = stride) when strided, then a 1x1x1
+    convolution without bias and a norm when the width changes."""
+
+    def __init__(self, cin, cout, stride, a):
+        super().__init__()
+        k, s = a.kernel_size, a.negative_slope
+        self.conv1 = conv_norm_act(cin, cout, k, stride, True, s)
+        self.conv2 = conv_norm_act(cout, cout, k, 1, True, None)
+        skip = []
+        if stride != 1:
+            skip.append(nn.AvgPool3d(stride, stride))
+        if cin != cout:
+            skip.append(conv_norm_act(cin, cout, 1, 1, False, None))
+        self.skip = nn.Sequential(*skip)
+        self.slope = s
+
+    def forward(self, x):
+        return F.leaky_relu(self.conv2(self.conv1(x)) + self.skip(x), self.slope)
+
+
+class ResEncUNet(nn.Module):
+    """nnU-Net's ResidualEncoderUNet (package dynamic_network_architectures), built from the
+    configuration nnU-Net publishes in its ResEnc plans (nnUNetResEncUNet{M,L,XL}Plans.json:
+    n_stages = --levels, features_per_stage min(32 * 2^s, 320), kernel 3, strides 1, 2, 2, ...,
+    n_blocks_per_stage 1, 3, 4, 6, 6, 6, n_conv_per_stage_decoder 1, conv_bias true, InstanceNorm3d
+    eps 1e-5 affine, LeakyReLU 0.01): a stem conv-norm-act, per stage residual blocks (the first
+    strided), then per decoder stage a transposed convolution (kernel = stride, bias), the
+    concatenation with the skip, n_conv conv-norm-act blocks and a 1x1x1 segmentation layer (bias);
+    nnU-Net builds a segmentation layer for every decoder stage whether or not deep supervision is
+    on, so compare its count with the trainer's deep_supervision: true. No code of nnU-Net's is used;
+    the init follows its InitWeights_He(1e-2) and init_last_bn_before_add_to_0."""
+
+    def __init__(self, in_channels, out_channels, a):
+        super().__init__()
+        n = a.levels
+        f = [min(a.base_filters << s, a.max_filters) for s in range(n)]
+        blocks = [int(b) for b in a.blocks_per_level.split(",")] if a.blocks_per_level else \
+            [1, 3, 4, 6, 6, 6, 6, 6][:n]
+        self.stem = conv_norm_act(in_channels, f[0], a.kernel_size, 1, True, a.negative_slope)
+        self.stages = nn.ModuleList()
+        prev = f[0]
+        for s in range(n):
+            stride = 1 if s == 0 else 2
+            self.stages.append(nn.Sequential(*[
+                ResidualBlockD(prev if b == 0 else f[s], f[s], stride if b == 0 else 1, a) for b in range(blocks[s])]))
+            prev = f[s]
+        self.transpconvs = nn.ModuleList()
+        self.dec = nn.ModuleList()
+        self.seg_layers = nn.ModuleList()
+        for s in range(1, n):  # from the bottleneck up
+            below, skip = f[-s], f[-(s + 1)]
+            self.transpconvs.append(nn.ConvTranspose3d(below, skip, 2, stride=2, bias=True))
+            self.dec.append(nn.Sequential(*[
+                conv_norm_act(2 * skip if c == 0 else skip, skip, a.kernel_size, 1, True, a.negative_slope)
+                for c in range(a.convs_per_level)]))
+            self.seg_layers.append(nn.Conv3d(skip, out_channels, 1, bias=True))
+        self.checkpointing = getattr(a, "checkpointing", "off")
+        for m in self.modules():
+            if isinstance(m, (nn.Conv3d, nn.ConvTranspose3d)):
+                nn.init.kaiming_normal_(m.weight, a=1e-2)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+        for m in self.modules():
+            if isinstance(m, ResidualBlockD):
+                nn.init.zeros_(m.conv2[1].weight)
+                nn.init.zeros_(m.conv2[1].bias)
+
+    def run(self, x, deep):
+        skips = []
+        x = self.stem(x)
+        for stage in self.stages:
+            x = staged(stage, x, self.checkpointing != "off" and self.training)
+            skips.append(x)
+        outs = []
+        for i, (up, stage) in enumerate(zip(self.transpconvs, self.dec)):
+            x = staged(stage, torch.cat([up(x), skips[-(i + 2)]], dim=1), self.checkpointing == "all" and self.training)
+            if deep is not None or i == len(self.dec) - 1:
+                outs.append(self.seg_layers[i](x))
+        return outs[::-1]  # full resolution first
+
+    def forward(self, x):
+        return self.run(x, None)[0]
+
+    def forward_deep(self, x):
+        return self.run(x, [])
+
+
+def staged(stage, x, checkpoint):
+    """stage(x), through torch.utils.checkpoint (non-reentrant) when asked: the trainer's
+    model.activation_checkpointing."""
+    if checkpoint:
+        return torch.utils.checkpoint.checkpoint(stage, x, use_reentrant=False)
+    return stage(x)
 
 
 def soft_dice_loss(logits, labels, smooth=1e-5):
@@ -205,6 +315,8 @@ def deep_supervision_loss(outs, labels, weights):
 def build(args):
     if args.arch == "openkbp":
         return OpenKbpBaseline(args.in_channels or 11, args.filters)
+    if args.arch == "resenc":
+        return ResEncUNet(args.in_channels or 1, args.out_channels, args)
     return UNet(args.in_channels or 1, args.out_channels, args)
 
 
@@ -265,15 +377,20 @@ def run(variant, args):
         def step():
             nonlocal weights
             opt.zero_grad(set_to_none=True)
-            with torch.autocast(dev.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                outs = model.forward_deep(x) if args.deep_supervision else [model(x)]
-            outs = [o.float() for o in outs]  # the loss in float32, outside autocast
-            if args.deep_supervision:
-                weights = weights or deep_supervision_weights(len(outs))
-                loss = deep_supervision_loss(outs, labels, weights)
-            else:
-                loss = dice_ce_loss(outs[0], labels)
-            loss.backward()
+            total = 0.0
+            for _ in range(args.accumulate):  # training.accumulate_steps: the same batch each time
+                with torch.autocast(dev.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                    outs = model.forward_deep(x) if args.deep_supervision else [model(x)]
+                outs = [o.float() for o in outs]  # the loss in float32, outside autocast
+                if args.deep_supervision:
+                    weights = weights or deep_supervision_weights(len(outs))
+                    loss = deep_supervision_loss(outs, labels, weights)
+                else:
+                    loss = dice_ce_loss(outs[0], labels)
+                loss = loss / args.accumulate if args.accumulate > 1 else loss
+                loss.backward()
+                total = total + loss.detach()
+            loss = total
             if args.grad_clip_norm > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip_norm, foreach=True)
             opt.step()
@@ -295,16 +412,18 @@ def run(variant, args):
     times.sort()
     med = statistics.median(times)
     q = lambda p: times[min(len(times) - 1, int(p * len(times)))]
-    flops_step = 3 * flops_fwd  # forward + backward (2x forward)
+    flops_step = 3 * flops_fwd * args.accumulate  # forward + backward (2x forward); recomputation not counted
     return {
         "benchmark": "step", "tool": f"pytorch-{variant}", "torch": torch.__version__, "device": str(dev),
         "gpu": torch.cuda.get_device_name(0) if dev.type == "cuda" else None,
         "precision": args.precision, "channels_last": args.channels_last, "batch": args.batch,
-        "patch": [args.size] * 3, "architecture": "unet" if args.arch == "unet" else "openkbp_baseline",
+        "patch": [args.size] * 3,
+        "architecture": {"unet": "unet", "resenc": "resenc_unet", "openkbp": "openkbp_baseline"}[args.arch],
+        "accumulate_steps": args.accumulate, "activation_checkpointing": args.checkpointing,
         "filters": args.filters if args.arch == "openkbp" else args.base_filters, "in_channels": cin,
         "out_channels": 1 if args.arch == "openkbp" else args.out_channels, "steps": args.steps,
         "step_ms_median": med, "step_ms_p10": q(0.1), "step_ms_p90": q(0.9),
-        "samples_per_s": args.batch * 1e3 / med,
+        "samples_per_s": args.batch * args.accumulate * 1e3 / med,
         "peak_gpu_mem_bytes": torch.cuda.max_memory_reserved() if dev.type == "cuda" else None,
         "peak_gpu_reserved_bytes": torch.cuda.max_memory_reserved() if dev.type == "cuda" else None,
         "peak_gpu_allocated_bytes": torch.cuda.max_memory_allocated() if dev.type == "cuda" else None,
@@ -324,8 +443,9 @@ def main():
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="bf16")
     p.add_argument("--no-channels-last", dest="channels_last", action="store_false")
     p.add_argument("--variants", default="eager,compile")
-    p.add_argument("--arch", choices=["openkbp", "unet"], default="openkbp",
-                   help="openkbp: the OpenKBP baseline (--filters); unet: model.architecture unet (below)")
+    p.add_argument("--arch", choices=["openkbp", "unet", "resenc"], default="openkbp",
+                   help="openkbp: the OpenKBP baseline (--filters); unet: model.architecture unet (below); "
+                        "resenc: nnU-Net's residual-encoder U-Net (model.architecture resenc_unet)")
     p.add_argument("--in-channels", type=int, default=0, help="0: 11 (openkbp) or 1 (unet)")
     g = p.add_argument_group("--arch unet: the model.* and training.* keys (defaults: "
                              "configs/segmentation_nnunet_like.yaml)")
@@ -344,6 +464,11 @@ def main():
     g.add_argument("--nesterov", type=int, choices=[0, 1], default=1)
     g.add_argument("--weight-decay", type=float, default=3e-5)
     g.add_argument("--grad-clip-norm", type=float, default=12.0)
+    g.add_argument("--blocks-per-level", default="", help="resenc: residual blocks per level, e.g. 1,3,4,6,6,6 "
+                   "(default: nnU-Net's)")
+    g.add_argument("--checkpointing", choices=["off", "encoder", "all"], default="off",
+                   help="model.activation_checkpointing: torch.utils.checkpoint on the encoder (and decoder) stages")
+    g.add_argument("--accumulate", type=int, default=1, help="training.accumulate_steps: micro-batches per step")
     p.add_argument("--params-only", action="store_true",
                    help="print {\"benchmark\": \"params\", \"parameters\": N, ...} for the network and stop")
     args = p.parse_args()

@@ -36,6 +36,35 @@ std::string quoted(const std::string& s) {
   return out + "\"";
 }
 
+// The model and training keys as resolved (presets applied), as JSON members "key": "value", so
+// scripts/bench/compare.py builds the same network in PyTorch.
+std::string resolved_keys(const Config& cfg) {
+  static const char* const kKeys[] = {"model.architecture",
+                                      "model.levels",
+                                      "model.base_filters",
+                                      "model.max_filters",
+                                      "model.convs_per_level",
+                                      "model.blocks_per_level",
+                                      "model.kernel_size",
+                                      "model.norm",
+                                      "model.activation",
+                                      "model.negative_slope",
+                                      "model.dropout",
+                                      "model.deep_supervision",
+                                      "model.activation_checkpointing",
+                                      "training.optimizer",
+                                      "training.lr",
+                                      "training.momentum",
+                                      "training.nesterov",
+                                      "training.weight_decay",
+                                      "training.grad_clip_norm",
+                                      "training.loss",
+                                      "training.accumulate_steps"};
+  std::vector<std::string> members;
+  for (const char* key : kKeys) members.push_back(fmt::format("{}: {}", quoted(key), quoted(get_value(cfg, key))));
+  return fmt::format("{}", fmt::join(members, ", "));
+}
+
 void sync(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize();
 }
@@ -70,7 +99,8 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
   Network net = build_network(cfg.model, r.in_channels, r.out_channels);
   net->to(rt.device);
   r.forward_flops_per_sample = forward_flops(*net, p, r.in_channels);
-  r.flops_per_step = 3 * r.forward_flops_per_sample * n;
+  const int64_t micro = cfg.training.accumulate_steps;            // micro-batches per optimizer step
+  r.flops_per_step = 3 * r.forward_flops_per_sample * n * micro;  // model FLOPs: recomputation not counted
   if (resolve_channels_last(cfg.model, rt.device)) to_channels_last(*net);
   net->train();
   r.parameters = count_parameters(*net);
@@ -93,13 +123,14 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
 
   r.warmup = options.warmup;
   if (step.features().cuda_graph) r.warmup = std::max(r.warmup, cfg.training.graph_warmup_steps + 1);
-  for (int64_t i = 0; i < r.warmup; ++i) step.run(batch);
+  const MicroBatches micro_batches = [&batch](int64_t) { return batch; };  // the same batch for each micro-step
+  for (int64_t i = 0; i < r.warmup; ++i) step.run(micro_batches);
   sync(rt.device);
   if (rt.device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(rt.device.index());
   using Clock = std::chrono::steady_clock;
   for (int64_t i = 0; i < options.steps; ++i) {
     const auto t0 = Clock::now();
-    step.run(batch);
+    step.run(micro_batches);
     sync(rt.device);
     r.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
@@ -116,7 +147,7 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
   r.median_ms = percentile(r.step_ms, 50.0);  // stats.h: numpy's linear convention
   r.p10_ms = percentile(r.step_ms, 10.0);
   r.p90_ms = percentile(r.step_ms, 90.0);
-  r.samples_per_second = r.median_ms > 0 ? 1e3 * static_cast<double>(n) / r.median_ms : 0;
+  r.samples_per_second = r.median_ms > 0 ? 1e3 * static_cast<double>(n * micro) / r.median_ms : 0;
   r.tflops = r.median_ms > 0 ? static_cast<double>(r.flops_per_step) / (r.median_ms * 1e-3) / 1e12 : 0;
   if (rt.device.is_cuda()) {  // reserved: with a CUDA graph the activations live in its private pool
     const GpuMemoryPeaks peaks = gpu_memory_peaks(rt.device);
@@ -138,17 +169,20 @@ int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& option
               r.gpu_name.empty() ? "" : (" (" + r.gpu_name + ")").c_str());
   std::printf("  model          %lld parameters, %lld -> %lld channels\n", static_cast<long long>(r.parameters),
               static_cast<long long>(r.in_channels), static_cast<long long>(r.out_channels));
-  std::printf("  batch          %lld x [%lld, %lld, %lld], synthetic data\n", static_cast<long long>(n),
-              static_cast<long long>(p[0]), static_cast<long long>(p[1]), static_cast<long long>(p[2]));
+  const int64_t micro = cfg.training.accumulate_steps;
+  std::printf("  batch          %lld x [%lld, %lld, %lld], synthetic data%s\n", static_cast<long long>(n),
+              static_cast<long long>(p[0]), static_cast<long long>(p[1]), static_cast<long long>(p[2]),
+              micro > 1 ? fmt::format(", {} micro-batches per optimizer step", micro).c_str() : "");
   std::printf("  features       %s%s\n", r.features.c_str(),
               r.cuda_graph_note.empty() ? "" : (" (CUDA graph: " + r.cuda_graph_note + ")").c_str());
   std::printf("  steps          %lld timed after %lld warm-up\n", static_cast<long long>(r.steps),
               static_cast<long long>(r.warmup));
   std::printf("  step time      median %.3f ms, p10 %.3f ms, p90 %.3f ms\n", r.median_ms, r.p10_ms, r.p90_ms);
   std::printf("  throughput     %.2f samples/s\n", r.samples_per_second);
-  std::printf("  FLOPs/step     %.4g (forward %.4g per sample, x3 for training, x%lld samples)\n",
+  std::printf("  FLOPs/step     %.4g (forward %.4g per sample, x3 for training, x%lld samples%s)\n",
               static_cast<double>(r.flops_per_step), static_cast<double>(r.forward_flops_per_sample),
-              static_cast<long long>(n));
+              static_cast<long long>(n * micro),
+              cfg.model.activation_checkpointing == Checkpointing::kOff ? "" : "; the recomputation not counted");
   std::printf("  achieved       %.4f TFLOP/s\n", r.tflops);
   std::printf("  peak memory    %s\n",
               r.peak_gpu_bytes >= 0
@@ -161,22 +195,24 @@ int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& option
   const std::string json = fmt::format(
       "{{\"benchmark\": \"step\", \"tool\": \"trainer\", \"version\": {}, \"commit\": {}, \"torch\": {}, "
       "\"device\": {}, \"gpu\": {}, \"architecture\": {}, \"parameters\": {}, \"in_channels\": {}, "
-      "\"out_channels\": {}, \"batch\": {}, \"patch\": [{}, {}, {}], \"data\": \"synthetic\", \"steps\": {}, "
+      "\"out_channels\": {}, \"batch\": {}, \"accumulate_steps\": {}, \"activation_checkpointing\": {}, "
+      "\"patch\": [{}, {}, {}], \"data\": \"synthetic\", \"steps\": {}, "
       "\"warmup\": {}, \"precision\": {}, \"channels_last\": {}, \"cuda_graph\": {}, \"cuda_graph_note\": {}, "
       "\"fused_optimizer\": {}, \"cudnn_benchmark\": {}, \"tf32\": {}, \"deterministic\": {}, "
       "\"step_ms_median\": {:.4f}, \"step_ms_p10\": {:.4f}, \"step_ms_p90\": {:.4f}, \"samples_per_s\": {:.4f}, "
       "\"peak_gpu_mem_bytes\": {}, \"peak_gpu_reserved_bytes\": {}, \"peak_gpu_allocated_bytes\": {}, "
       "\"peak_host_rss_bytes\": {}, \"forward_flops_per_sample\": {}, "
-      "\"flops_per_step\": {}, \"tflops\": {:.6f}, \"data_wait_share\": 0, \"skipped_steps\": {}}}\n",
+      "\"flops_per_step\": {}, \"tflops\": {:.6f}, \"data_wait_share\": 0, \"skipped_steps\": {}, "
+      "\"resolved\": {{{}}}}}\n",
       quoted(std::string(version())), quoted(std::string(git_commit())), quoted(TORCH_VERSION), quoted(r.device),
       r.gpu_name.empty() ? "null" : quoted(r.gpu_name), quoted(to_string(cfg.model.architecture)), r.parameters,
-      r.in_channels, r.out_channels, n, p[0], p[1], p[2], r.steps, r.warmup, quoted(r.precision), r.channels_last,
-      r.cuda_graph, quoted(r.cuda_graph_note), r.fused_optimizer, r.cudnn_benchmark, r.tf32, cfg.training.deterministic,
-      r.median_ms, r.p10_ms, r.p90_ms, r.samples_per_second,
-      r.peak_gpu_bytes >= 0 ? std::to_string(r.peak_gpu_bytes) : std::string("null"),
+      r.in_channels, r.out_channels, n, micro, quoted(to_string(cfg.model.activation_checkpointing)), p[0], p[1], p[2],
+      r.steps, r.warmup, quoted(r.precision), r.channels_last, r.cuda_graph, quoted(r.cuda_graph_note),
+      r.fused_optimizer, r.cudnn_benchmark, r.tf32, cfg.training.deterministic, r.median_ms, r.p10_ms, r.p90_ms,
+      r.samples_per_second, r.peak_gpu_bytes >= 0 ? std::to_string(r.peak_gpu_bytes) : std::string("null"),
       r.peak_gpu_reserved_bytes >= 0 ? std::to_string(r.peak_gpu_reserved_bytes) : std::string("null"),
       r.peak_gpu_allocated_bytes >= 0 ? std::to_string(r.peak_gpu_allocated_bytes) : std::string("null"),
-      r.peak_host_bytes, r.forward_flops_per_sample, r.flops_per_step, r.tflops, r.skipped_steps);
+      r.peak_host_bytes, r.forward_flops_per_sample, r.flops_per_step, r.tflops, r.skipped_steps, resolved_keys(cfg));
   std::fputs(json.c_str(), stdout);
   std::fflush(stdout);
   return kExitOk;

@@ -120,12 +120,44 @@ std::string origin_of(const Config& cfg, const std::string& key) {
   return cfg.source.empty() ? std::string("config") : cfg.source + " (default)";
 }
 
+// model.preset: nnU-Net's ResEnc choices for every model key the config leaves unset. Levels from
+// the patch: down-sampling while every axis divides by 2 and keeps >= 4 voxels (nnU-Net's minimum
+// edge of a feature map), at most 8 levels.
+void apply_model_preset(Config& cfg) {
+  if (cfg.model.preset == ModelPreset::kNone) return;
+  int64_t levels = 1;
+  while (levels < 8) {
+    bool fits = true;
+    for (const int64_t n : cfg.data.patch_size) fits = fits && n % pow2(levels) == 0 && n / pow2(levels) >= 4;
+    if (!fits) break;
+    ++levels;
+  }
+  const std::vector<std::pair<std::string, std::string>> values = {
+      {"model.architecture", "resenc_unet"},
+      {"model.levels", std::to_string(levels)},
+      {"model.base_filters", "32"},
+      {"model.max_filters", "320"},
+      {"model.kernel_size", "3"},
+      {"model.norm", "instance"},
+      {"model.activation", "leaky_relu"},
+      {"model.negative_slope", "0.01"},
+      {"model.convs_per_level", "1"},
+      {"model.blocks_per_level", "[1, 3, 4, 6, 6, 6, 6, 6]"},
+  };
+  const std::string where = "model.preset: " + to_string(cfg.model.preset);
+  for (const auto& [key, value] : values) {
+    if (!cfg.origin.count(key)) find_option(key)->set(cfg, YAML::Load(value), where);
+  }
+}
+
 }  // namespace
 
 std::string to_string(Device v) { return enum_name(v); }
 std::string to_string(Norm v) { return enum_name(v); }
 std::string to_string(Activation v) { return enum_name(v); }
 std::string to_string(Architecture v) { return enum_name(v); }
+std::string to_string(ModelPreset v) { return enum_name(v); }
+std::string to_string(Checkpointing v) { return enum_name(v); }
 std::string to_string(OutputActivation v) { return enum_name(v); }
 std::string to_string(OptimizerKind v) { return enum_name(v); }
 std::string to_string(ScheduleKind v) { return enum_name(v); }
@@ -172,6 +204,7 @@ Config load_config_from_string(const std::string& yaml, const std::string& sourc
   cfg.source = source;
   apply_yaml(cfg, parse_yaml(yaml, source), source);
   for (const auto& o : overrides) apply_override(cfg, o);
+  apply_model_preset(cfg);
   validate(cfg);
   return cfg;
 }
@@ -215,6 +248,17 @@ void validate(const Config& cfg) {
                         origin_of(cfg, "data.patch_size"), Codec<Shape3>::format(cfg.data.patch_size)));
       }
     }
+  }
+  if (m.architecture == Architecture::kResEncUNet && !m.blocks_per_level.empty() &&
+      static_cast<int64_t>(m.blocks_per_level.size()) < m.levels) {
+    throw ConfigError(fmt::format("{}: model.blocks_per_level: {} entries for model.levels = {}; give one per level",
+                                  origin_of(cfg, "model.blocks_per_level"), m.blocks_per_level.size(), m.levels));
+  }
+  if (m.architecture == Architecture::kOpenKbpBaseline && m.activation_checkpointing != Checkpointing::kOff) {
+    throw ConfigError(
+        fmt::format("{}: model.activation_checkpointing: {} applies to unet and resenc_unet, not to "
+                    "openkbp_baseline; set it to off",
+                    origin_of(cfg, "model.activation_checkpointing"), to_string(m.activation_checkpointing)));
   }
   for (int axis = 0; axis < 3; ++axis) {
     if (cfg.data.patch_size[axis] % divisor != 0) {

@@ -37,7 +37,12 @@ U3D_ENUM_NAMES(Norm, {Norm::kBatch, "batch"}, {Norm::kInstance, "instance"}, {No
                {Norm::kNone, "none"})
 U3D_ENUM_NAMES(Activation, {Activation::kRelu, "relu"}, {Activation::kLeakyRelu, "leaky_relu"},
                {Activation::kGelu, "gelu"}, {Activation::kElu, "elu"})
-U3D_ENUM_NAMES(Architecture, {Architecture::kUNet, "unet"}, {Architecture::kOpenKbpBaseline, "openkbp_baseline"})
+U3D_ENUM_NAMES(Architecture, {Architecture::kUNet, "unet"}, {Architecture::kResEncUNet, "resenc_unet"},
+               {Architecture::kOpenKbpBaseline, "openkbp_baseline"})
+U3D_ENUM_NAMES(ModelPreset, {ModelPreset::kNone, "none"}, {ModelPreset::kResEncM, "resenc_m"},
+               {ModelPreset::kResEncL, "resenc_l"}, {ModelPreset::kResEncXL, "resenc_xl"})
+U3D_ENUM_NAMES(Checkpointing, {Checkpointing::kOff, "off"}, {Checkpointing::kEncoder, "encoder"},
+               {Checkpointing::kAll, "all"})
 U3D_ENUM_NAMES(OutputActivation, {OutputActivation::kNone, "none"}, {OutputActivation::kRelu, "relu"},
                {OutputActivation::kSigmoid, "sigmoid"})
 U3D_ENUM_NAMES(OptimizerKind, {OptimizerKind::kAdam, "adam"}, {OptimizerKind::kAdamW, "adamw"},

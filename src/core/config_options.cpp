@@ -244,17 +244,34 @@ const std::vector<Option>& option_table() {
       make_option("augment.intensity_channels", &C::augment, &AugmentConfig::intensity_channels,
                   "Input channels that intensity, gamma and noise change (e.g. [ct]); empty: all"),
       // model
+      make_option("model.preset", &C::model, &ModelConfig::preset,
+                  "nnU-Net's residual-encoder U-Net presets (resenc_m, resenc_l, resenc_xl) for every model key the "
+                  "config leaves unset: architecture resenc_unet, base_filters 32, max_filters 320, kernel 3, "
+                  "instance norm, leaky_relu 0.01, blocks_per_level 1,3,4,6,6,6,..., one decoder convolution per "
+                  "stage, levels from the patch (down-sampling while every axis keeps >= 4 voxels, at most 8). The "
+                  "three share one network, as in nnU-Net; they differ in the GPU memory its planner fills with "
+                  "patch and batch (M 8 GB, L 24 GB, XL 40 GB; docs/performance.md)"),
       make_option("model.architecture", &C::model, &ModelConfig::architecture,
-                  "Network family: unet (configurable) or openkbp_baseline (the OpenKBP challenge's network, "
-                  "f = base_filters; the other model keys do not apply)"),
+                  "Network family: unet (plain convolution stages), resenc_unet (nnU-Net's residual-encoder U-Net: "
+                  "a stem convolution, residual blocks in the encoder, plain decoder) or openkbp_baseline (the "
+                  "OpenKBP challenge's network, f = base_filters; the other model keys do not apply)"),
       make_option("model.levels", &C::model, &ModelConfig::levels, "Resolution stages of the U-Net",
                   in_range<int64_t>(1, 8)),
       make_option("model.base_filters", &C::model, &ModelConfig::base_filters,
                   "Filters at full resolution (doubling per level)", at_least<int64_t>(1)),
       make_option("model.max_filters", &C::model, &ModelConfig::max_filters, "Cap on filters per level",
                   at_least<int64_t>(1)),
-      make_option("model.convs_per_level", &C::model, &ModelConfig::convs_per_level, "Convolutions per stage",
-                  in_range<int64_t>(1, 8)),
+      make_option("model.convs_per_level", &C::model, &ModelConfig::convs_per_level,
+                  "Convolutions per stage (resenc_unet: per decoder stage)", in_range<int64_t>(1, 8)),
+      make_option("model.blocks_per_level", &C::model, &ModelConfig::blocks_per_level,
+                  "resenc_unet: residual blocks per encoder level (at least model.levels entries, each >= 1); "
+                  "empty: nnU-Net's 1, 3, 4, 6, 6, 6, 6, 6",
+                  Check<std::vector<int64_t>>([](const std::vector<int64_t>& v) {
+                    for (auto b : v) {
+                      if (b < 1 || b > 64) return std::string("each entry must be in [1, 64]");
+                    }
+                    return std::string();
+                  })),
       make_option("model.kernel_size", &C::model, &ModelConfig::kernel_size, "Convolution kernel (odd)",
                   Check<int64_t>([](const int64_t& k) {
                     return (k >= 1 && k % 2 == 1 && k <= 7) ? "" : std::string("must be 1, 3, 5 or 7");
@@ -273,6 +290,11 @@ const std::vector<Option>& option_table() {
                   "Deep supervision (segmentation): a 1x1x1 head on every decoder stage, losses weighted 1, "
                   "1/2, 1/4, ... from full resolution down, the lowest-resolution one off, normalised to sum 1, "
                   "targets down-sampled by nearest neighbour (as nnU-Net)"),
+      make_option("model.activation_checkpointing", &C::model, &ModelConfig::activation_checkpointing,
+                  "Trade compute for memory: keep only each block's input in the forward pass and recompute the "
+                  "block in the backward pass (one more forward: about a third more compute); encoder: the blocks "
+                  "of the encoder; all: of encoder and decoder. Gradients equal the plain run's; unet and "
+                  "resenc_unet only"),
       // training
       make_option("model.channels_last", &C::model, &ModelConfig::channels_last,
                   "Weights and activations in channels-last 3D layout (NDHWC) for cuDNN; auto: on with CUDA for "
@@ -283,7 +305,8 @@ const std::vector<Option>& option_table() {
                   "Intra-op CPU threads; 0: cores - 1; at most 4 per core", at_least<int64_t>(0)),
       make_option("training.epochs", &C::training, &TrainingConfig::epochs, "Epochs to train", at_least<int64_t>(1)),
       make_option("training.steps_per_epoch", &C::training, &TrainingConfig::steps_per_epoch,
-                  "Steps per epoch; 0: ceil(training cases / batch size)", at_least<int64_t>(0)),
+                  "Optimizer steps per epoch; 0: ceil(training cases / (batch size x accumulate_steps))",
+                  at_least<int64_t>(0)),
       make_option("training.optimizer", &C::training, &TrainingConfig::optimizer, "Optimizer"),
       make_option("training.lr", &C::training, &TrainingConfig::lr, "Peak learning rate", positive()),
       make_option("training.min_lr", &C::training, &TrainingConfig::min_lr, "Final learning rate of cosine",
@@ -331,6 +354,11 @@ const std::vector<Option>& option_table() {
       make_option("training.graph_warmup_steps", &C::training, &TrainingConfig::graph_warmup_steps,
                   "Eager steps on a side stream before the CUDA-graph capture (cuDNN autotuning, allocations)",
                   at_least<int64_t>(1)),
+      make_option("training.accumulate_steps", &C::training, &TrainingConfig::accumulate_steps,
+                  "Gradient accumulation: micro-batches of data.batch_size per optimizer step, each loss divided by "
+                  "this, so the optimizer sees batch_size x accumulate_steps samples; steps_per_epoch, the LR "
+                  "schedule, checkpoints and skipped steps count optimizer steps",
+                  in_range<int64_t>(1, 1024)),
       // checkpoint
       make_option("checkpoint.every_epochs", &C::checkpoint, &CheckpointConfig::every_epochs,
                   "Write a checkpoint every N epochs (and after the last)", at_least<int64_t>(1)),

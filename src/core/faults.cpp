@@ -38,12 +38,15 @@ TestFaults TestFaults::parse(const std::string& text) {
       f.slow_val_ms = lo;
     } else if (kind == "checkpoint_delay") {
       f.checkpoint_delay_ms = lo;
-    } else if (kind == "nan_batch" || kind == "inf_grad" || kind == "nan_val") {
-      auto& set = kind == "nan_batch" ? f.nan_batch : kind == "inf_grad" ? f.inf_grad : f.nan_val;
+    } else if (kind == "nan_batch" || kind == "inf_grad" || kind == "nan_val" || kind == "stop_micro") {
+      auto& set = kind == "nan_batch"  ? f.nan_batch
+                  : kind == "inf_grad" ? f.inf_grad
+                  : kind == "nan_val"  ? f.nan_val
+                                       : f.stop_micro;
       for (int64_t v = lo; v <= hi; ++v) set.insert(v);
     } else {
       throw UsageError(
-          fmt::format("U3D_TEST_FAULTS: unknown fault '{}' (nan_batch, inf_grad, nan_val, slow_val, "
+          fmt::format("U3D_TEST_FAULTS: unknown fault '{}' (nan_batch, inf_grad, nan_val, stop_micro, slow_val, "
                       "checkpoint_delay, sampler_case)",
                       kind));
     }

@@ -3,6 +3,7 @@
 #include <ATen/record_function.h>
 
 #include "u3d/core/errors.h"
+#include "u3d/model/checkpointing.h"
 #include "u3d/model/openkbp_baseline.h"
 
 namespace u3d {
@@ -38,14 +39,31 @@ void init_weights(torch::nn::Module& module, double negative_slope) {
   }
 }
 
+torch::Tensor activate(const torch::Tensor& y, Activation activation, double negative_slope) {
+  switch (activation) {
+    case Activation::kRelu: return torch::relu(y);
+    case Activation::kLeakyRelu: return torch::leaky_relu(y, negative_slope);
+    case Activation::kGelu: return torch::gelu(y);
+    case Activation::kElu: return torch::elu(y);
+  }
+  return y;
+}
+
+// nnU-Net's residual encoder: blocks per level, 1, 3, 4, 6, 6, 6, ... when model.blocks_per_level is empty.
+int64_t blocks_at(const ModelConfig& cfg, int64_t level) {
+  static constexpr int64_t kNnUNet[] = {1, 3, 4, 6, 6, 6, 6, 6};
+  if (!cfg.blocks_per_level.empty()) return cfg.blocks_per_level[static_cast<size_t>(level)];
+  return kNnUNet[std::min<int64_t>(level, 7)];
+}
+
 }  // namespace
 
-ConvBlockImpl::ConvBlockImpl(int64_t in, int64_t out, int64_t stride, const ModelConfig& cfg)
-    : activation_(cfg.activation), negative_slope_(cfg.negative_slope) {
-  const int64_t k = cfg.kernel_size;
+ConvBlockImpl::ConvBlockImpl(int64_t in, int64_t out, int64_t stride, const ModelConfig& cfg, ConvBlockShape shape)
+    : activation_(cfg.activation), negative_slope_(cfg.negative_slope), activate_(shape.activate) {
+  const int64_t k = shape.kernel > 0 ? shape.kernel : cfg.kernel_size;
+  const bool bias = shape.bias.value_or(cfg.norm == Norm::kNone);
   conv_ = register_module(
-      "conv", torch::nn::Conv3d(
-                  torch::nn::Conv3dOptions(in, out, k).stride(stride).padding(k / 2).bias(cfg.norm == Norm::kNone)));
+      "conv", torch::nn::Conv3d(torch::nn::Conv3dOptions(in, out, k).stride(stride).padding(k / 2).bias(bias)));
   if (cfg.dropout > 0) dropout_ = register_module("dropout", torch::nn::Dropout3d(cfg.dropout));
   norm_ = make_norm(cfg.norm, out, cfg.norm_groups);
   if (!norm_.is_empty()) register_module("norm", norm_.ptr());
@@ -55,24 +73,56 @@ torch::Tensor ConvBlockImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = conv_(x);
   if (dropout_) y = dropout_(y);
   if (!norm_.is_empty()) y = norm_.forward(y);
-  switch (activation_) {
-    case Activation::kRelu: return torch::relu(y);
-    case Activation::kLeakyRelu: return torch::leaky_relu(y, negative_slope_);
-    case Activation::kGelu: return torch::gelu(y);
-    case Activation::kElu: return torch::elu(y);
+  return activate_ ? activate(y, activation_, negative_slope_) : y;
+}
+
+ResidualBlockImpl::ResidualBlockImpl(int64_t in, int64_t out, int64_t stride, const ModelConfig& cfg)
+    : activation_(cfg.activation), negative_slope_(cfg.negative_slope) {
+  conv1_ = register_module("conv1", ConvBlock(in, out, stride, cfg, ConvBlockShape{/*kernel=*/0, /*bias=*/true}));
+  conv2_ = register_module(
+      "conv2", ConvBlock(out, out, /*stride=*/1, cfg, ConvBlockShape{/*kernel=*/0, /*bias=*/true, /*activate=*/false}));
+  if (stride > 1)
+    pool_ = register_module("pool", torch::nn::AvgPool3d(torch::nn::AvgPool3dOptions(stride).stride(stride)));
+  if (in != out) {
+    project_ = register_module("project", ConvBlock(in, out, /*stride=*/1, cfg,
+                                                    ConvBlockShape{/*kernel=*/1, /*bias=*/false, /*activate=*/false}));
   }
-  return y;
+  if (auto* norm = conv2_->norm()) {  // nnU-Net's init_last_bn_before_add_to_0 (init_weights leaves norms alone)
+    torch::NoGradGuard no_grad;
+    for (auto& p : norm->parameters()) p.zero_();
+  }
+}
+
+torch::Tensor ResidualBlockImpl::forward(const torch::Tensor& x) {
+  torch::Tensor skip = pool_ ? pool_(x) : x;
+  if (project_) skip = project_(skip);
+  return activate(conv2_(conv1_(x)) + skip, activation_, negative_slope_);
 }
 
 UNet3dImpl::UNet3dImpl(const ModelConfig& cfg, int64_t in_channels, int64_t out_channels)
-    : levels_(cfg.levels), output_activation_(cfg.output_activation) {
+    : levels_(cfg.levels),
+      output_activation_(cfg.output_activation),
+      checkpointing_(cfg.activation_checkpointing),
+      dropout_(cfg.dropout > 0) {
+  const bool residual = cfg.architecture == Architecture::kResEncUNet;
+  const std::optional<bool> bias = residual ? std::optional<bool>(true) : std::nullopt;  // nnU-Net's conv_bias
   for (int64_t l = 0; l < levels_; ++l) filters_.push_back(std::min(cfg.base_filters << l, cfg.max_filters));
   int64_t prev = in_channels;
   for (int64_t l = 0; l < levels_; ++l) {
     torch::nn::Sequential stage;
-    for (int64_t c = 0; c < cfg.convs_per_level; ++c) {
-      const int64_t stride = (l > 0 && c == 0) ? 2 : 1;
-      stage->push_back(ConvBlock(c == 0 ? prev : filters_[l], filters_[l], stride, cfg));
+    if (residual) {
+      if (l == 0) {  // the stem
+        stage->push_back(ConvBlock(prev, filters_[0], /*stride=*/1, cfg, ConvBlockShape{/*kernel=*/0, /*bias=*/true}));
+        prev = filters_[0];
+      }
+      for (int64_t b = 0; b < blocks_at(cfg, l); ++b) {
+        stage->push_back(ResidualBlock(b == 0 ? prev : filters_[l], filters_[l], (l > 0 && b == 0) ? 2 : 1, cfg));
+      }
+    } else {
+      for (int64_t c = 0; c < cfg.convs_per_level; ++c) {
+        const int64_t stride = (l > 0 && c == 0) ? 2 : 1;
+        stage->push_back(ConvBlock(c == 0 ? prev : filters_[l], filters_[l], stride, cfg));
+      }
     }
     encoder_.push_back(register_module(fmt::format("encoder{}", l), stage));
     prev = filters_[l];
@@ -83,7 +133,8 @@ UNet3dImpl::UNet3dImpl(const ModelConfig& cfg, int64_t in_channels, int64_t out_
         torch::nn::ConvTranspose3d(torch::nn::ConvTranspose3dOptions(filters_[l + 1], filters_[l], 2).stride(2))));
     torch::nn::Sequential stage;
     for (int64_t c = 0; c < cfg.convs_per_level; ++c) {
-      stage->push_back(ConvBlock(c == 0 ? 2 * filters_[l] : filters_[l], filters_[l], /*stride=*/1, cfg));
+      stage->push_back(ConvBlock(c == 0 ? 2 * filters_[l] : filters_[l], filters_[l], /*stride=*/1, cfg,
+                                 ConvBlockShape{/*kernel=*/0, bias}));
     }
     decoder_.push_back(register_module(fmt::format("decoder{}", l), stage));
   }
@@ -108,18 +159,31 @@ std::vector<torch::Tensor> UNet3dImpl::forward_deep(const torch::Tensor& x) {
   return out;
 }
 
+torch::Tensor UNet3dImpl::run_stage(torch::nn::Sequential& stage, const torch::Tensor& x, bool checkpoint) {
+  if (!checkpoint || !is_training() || !torch::GradMode::is_enabled()) return stage->forward(x);
+  torch::Tensor y = x;
+  for (torch::nn::AnyModule& unit : *stage) {  // block by block: one block's activations at a time
+    y = run_checkpointed(
+        unit.ptr(), [unit](const torch::Tensor& t) mutable { return unit.forward<torch::Tensor>(t); }, y,
+        /*preserve_rng=*/dropout_);
+  }
+  return y;
+}
+
 torch::Tensor UNet3dImpl::run(const torch::Tensor& x, std::vector<torch::Tensor>* deep) {
+  const bool checkpoint_encoder = checkpointing_ != Checkpointing::kOff;
+  const bool checkpoint_decoder = checkpointing_ == Checkpointing::kAll;
   std::vector<torch::Tensor> skips;  // (N, f_l, D / 2^l, H / 2^l, W / 2^l)
   torch::Tensor y = x;
   for (int64_t l = 0; l < levels_; ++l) {
-    y = encoder_[static_cast<size_t>(l)]->forward(y);
+    y = run_stage(encoder_[static_cast<size_t>(l)], y, checkpoint_encoder);
     skips.push_back(y);
   }
   for (size_t i = 0; i < up_.size(); ++i) {
     const int64_t l = levels_ - 2 - static_cast<int64_t>(i);
     y = up_[i](y);
     y = torch::cat({y, skips[static_cast<size_t>(l)]}, /*dim=*/1);
-    y = decoder_[i]->forward(y);
+    y = run_stage(decoder_[i], y, checkpoint_decoder);
     if (deep && l >= 1 && static_cast<size_t>(l) <= deep_heads_.size()) {
       deep->push_back(deep_heads_[static_cast<size_t>(l - 1)](y));  // (N, K, D / 2^l, H / 2^l, W / 2^l)
     }
@@ -135,7 +199,8 @@ torch::Tensor UNet3dImpl::run(const torch::Tensor& x, std::vector<torch::Tensor>
 
 Network build_network(const ModelConfig& cfg, int64_t in_channels, int64_t out_channels) {
   switch (cfg.architecture) {
-    case Architecture::kUNet: return std::make_shared<UNet3dImpl>(cfg, in_channels, out_channels);
+    case Architecture::kUNet:
+    case Architecture::kResEncUNet: return std::make_shared<UNet3dImpl>(cfg, in_channels, out_channels);
     case Architecture::kOpenKbpBaseline: return std::make_shared<OpenKbpBaselineImpl>(cfg, in_channels, out_channels);
   }
   throw ConfigError("model.architecture: unknown architecture");

@@ -77,14 +77,16 @@ std::string capture_failure_text(const std::exception& e) {
   return what.size() > 300 ? what.substr(0, 300) + "..." : what;
 }
 
-CudaGraphStep::CudaGraphStep(StepFn step, int64_t warmup_steps, bool required)
-    : step_(std::move(step)), warmup_steps_(std::max<int64_t>(1, warmup_steps)), required_(required) {}
+CudaGraphStep::CudaGraphStep(StepFn step, int64_t warmup_steps, int64_t micro_steps, bool required)
+    : step_(std::move(step)),
+      warmup_steps_(std::max<int64_t>(1, warmup_steps)),
+      micro_steps_(std::max<int64_t>(1, micro_steps)),
+      required_(required) {}
 
 CudaGraphStep::~CudaGraphStep() = default;
 
-bool CudaGraphStep::matches(const Batch& b) const {
-  return same_layout(b.image, static_.image) && same_layout(b.target, static_.target) &&
-         same_layout(b.mask, static_.mask);
+bool CudaGraphStep::matches(const Batch& b, const Batch& fixed) const {
+  return same_layout(b.image, fixed.image) && same_layout(b.target, fixed.target) && same_layout(b.mask, fixed.mask);
 }
 
 std::optional<StepOutputs> CudaGraphStep::give_up(const std::string& reason) {
@@ -104,26 +106,37 @@ c10::cuda::CUDAStream CudaGraphStep::side_stream() {
   return *side_;
 }
 
-std::optional<StepOutputs> CudaGraphStep::run(const Batch& batch) {
+std::optional<StepOutputs> CudaGraphStep::run(const MicroBatches& micro) {
   if (failed()) return std::nullopt;
-  if (!batch.image.is_cuda()) return give_up("the batch is not on a CUDA device");
-  if (!static_.image.defined()) {
-    static_.image = clone_like(batch.image);
-    static_.target = clone_like(batch.target);
-    static_.mask = clone_like(batch.mask);
-  } else if (!matches(batch)) {
-    return give_up(fmt::format("the batch shape changed from ({}) to ({}); a graph replays fixed shapes",
-                               shape_of(static_), shape_of(batch)));
-  } else {
-    static_.image.copy_(batch.image, /*non_blocking=*/true);
-    static_.target.copy_(batch.target, /*non_blocking=*/true);
-    if (static_.mask.defined()) static_.mask.copy_(batch.mask, /*non_blocking=*/true);
+  const bool first = static_.empty();
+  for (int64_t m = 0; m < micro_steps_; ++m) {
+    const Batch batch = micro(m);
+    if (!batch.image.is_cuda()) return give_up("the batch is not on a CUDA device");
+    if (first) {
+      Batch fixed;
+      fixed.image = clone_like(batch.image);
+      fixed.target = clone_like(batch.target);
+      fixed.mask = clone_like(batch.mask);
+      static_.push_back(std::move(fixed));
+      continue;
+    }
+    Batch& fixed = static_[static_cast<size_t>(m)];
+    if (!matches(batch, fixed)) {
+      return give_up(fmt::format("the batch shape changed from ({}) to ({}); a graph replays fixed shapes",
+                                 shape_of(fixed), shape_of(batch)));
+    }
+    fixed.image.copy_(batch.image, /*non_blocking=*/true);
+    fixed.target.copy_(batch.target, /*non_blocking=*/true);
+    if (fixed.mask.defined()) fixed.mask.copy_(batch.mask, /*non_blocking=*/true);
   }
-  return step_or_replay([this](bool capturing) { return step_(static_, capturing); });
+  return step_or_replay([this](bool capturing) {
+    return step_([this](int64_t m) { return static_[static_cast<size_t>(m)]; }, capturing);
+  });
 }
 
 StepOutputs CudaGraphStep::run_sampled(const SourceFn& source) {
-  return step_or_replay([this, &source](bool capturing) { return step_(source(), capturing); });
+  return step_or_replay(
+      [this, &source](bool capturing) { return step_([&source](int64_t) { return source(); }, capturing); });
 }
 
 StepOutputs CudaGraphStep::step_or_replay(const std::function<StepOutputs(bool capturing)>& body) {

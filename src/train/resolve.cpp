@@ -83,8 +83,8 @@ ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const tor
   resolve_precision(training, device);                   // fp16 needs CUDA
   rc.cases_sha256 = case_ids_sha256(rc.train_ids);
   const auto cases = static_cast<int64_t>(rc.train_ids.size());
-  rc.steps_per_epoch =
-      training.steps_per_epoch > 0 ? training.steps_per_epoch : (cases + data.batch_size - 1) / data.batch_size;
+  const int64_t per_step = data.batch_size * training.accumulate_steps;  // samples per optimizer step
+  rc.steps_per_epoch = training.steps_per_epoch > 0 ? training.steps_per_epoch : (cases + per_step - 1) / per_step;
   rc.monitor = resolve_monitor(rc.cfg, rc.scores_dose());
   switch (rc.monitor) {
     case Monitor::kValLoss: rc.monitor_name = "val_loss"; break;

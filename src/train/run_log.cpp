@@ -41,8 +41,17 @@ void RunLog::begin(const std::optional<TrainState>& resumed) {
 void RunLog::banner(const Runtime& runtime, int64_t parameters, const std::string& loss) const {
   spdlog::info("trainer {} ({}), LibTorch {}, device {}, {} threads", version(), git_commit(), TORCH_VERSION,
                runtime.device.str(), runtime.threads);
-  spdlog::info("model: {} with {} trainable parameters; loss {}; {} steps per epoch",
-               to_string(rc_.cfg.model.architecture), parameters, loss, rc_.steps_per_epoch);
+  const auto& cfg = rc_.cfg;
+  const int64_t micro = cfg.training.accumulate_steps;
+  spdlog::info("model: {} with {} trainable parameters{}; loss {}; {} steps per epoch of {} samples{}",
+               to_string(cfg.model.architecture), parameters,
+               cfg.model.activation_checkpointing == Checkpointing::kOff
+                   ? ""
+                   : fmt::format(", activation checkpointing ({})", to_string(cfg.model.activation_checkpointing)),
+               loss, rc_.steps_per_epoch, cfg.data.batch_size * micro,
+               micro > 1
+                   ? fmt::format(" ({} micro-batches of {} accumulated per optimizer step)", micro, cfg.data.batch_size)
+                   : "");
   spdlog::info("resolved config (also in {}):\n{}", paths_.config.string(), describe(rc_.cfg));
 }
 

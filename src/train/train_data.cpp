@@ -88,7 +88,7 @@ void TrainData::load(const ResolvedConfig& rc, const DatasetReader& reader, cons
   lo.device = runtime.device;
   lo.workers = data_workers(cfg);
   lo.prefetch = cfg.data.prefetch;
-  lo.steps_per_epoch = rc.steps_per_epoch;
+  lo.steps_per_epoch = rc.steps_per_epoch * cfg.training.accumulate_steps;  // the loader counts micro-batches
   lo.epochs = cfg.training.epochs;
   if (lo.prefetch > 0 && lo.prefetch < lo.workers) {
     spdlog::warn("data.prefetch: {} is below data.workers = {}; only {} sampler threads can work at once", lo.prefetch,

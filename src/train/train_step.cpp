@@ -13,6 +13,10 @@ std::string StepFeatures::describe() const {
   std::vector<std::string> parts{precision_name(precision)};
   parts.push_back(channels_last ? "channels-last" : "contiguous");
   parts.push_back(cuda_graph ? "CUDA graph" : "eager");
+  if (accumulate_steps > 1) parts.push_back(fmt::format("{} micro-batches per step", accumulate_steps));
+  if (activation_checkpointing != Checkpointing::kOff) {
+    parts.push_back(fmt::format("activation checkpointing ({})", to_string(activation_checkpointing)));
+  }
   if (fused_optimizer) parts.push_back("fused optimizer");
   if (cudnn_benchmark) parts.push_back("cuDNN autotune");
   if (tf32) parts.push_back("TF32");
@@ -81,6 +85,8 @@ TrainStep::TrainStep(const Config& cfg, const torch::Device& device, NetworkImpl
                      Optimizer& optimizer, StepMonitor* monitor)
     : cfg_(cfg), device_(device), net_(net), loss_(loss), optimizer_(optimizer), monitor_(monitor) {
   features_.precision = resolve_precision(cfg.training, device);
+  features_.accumulate_steps = accumulate_ = cfg.training.accumulate_steps;
+  features_.activation_checkpointing = cfg.model.activation_checkpointing;
   features_.channels_last = resolve_channels_last(cfg.model, device);
   features_.channels_last_note = channels_last_reason(cfg.model, device);
   auto& ctx = at::globalContext();
@@ -99,15 +105,27 @@ TrainStep::TrainStep(const Config& cfg, const torch::Device& device, NetworkImpl
                     "or off",
                     device.str()));
   }
+  // Checkpointed stages with dropout read and set the generators' state on the host to redraw the
+  // forward's masks (model/checkpointing.h): not inside a graph.
+  const bool host_rng = cfg.model.activation_checkpointing != Checkpointing::kOff && cfg.model.dropout > 0;
+  if (graph == Toggle::kOn && host_rng) {
+    throw ConfigError(
+        "training.cuda_graph: on cannot capture model.activation_checkpointing with model.dropout > 0 (the "
+        "recomputation restores the random-number state on the host); set training.cuda_graph: auto or off, or "
+        "model.dropout: 0");
+  }
   if (graph == Toggle::kOff) {
     features_.cuda_graph_note = "off (training.cuda_graph)";
   } else if (!device.is_cuda()) {
     features_.cuda_graph_note = "not on CPU";
+  } else if (host_rng) {
+    features_.cuda_graph_note = "off: activation checkpointing with dropout restores the RNG state on the host";
   } else {
     features_.cuda_graph = true;
-    graph_ = std::make_unique<CudaGraphStep>([this](const Batch& b, bool capturing) { return compute(b, capturing); },
-                                             cfg.training.graph_warmup_steps,
-                                             /*required=*/graph == Toggle::kOn);
+    graph_ = std::make_unique<CudaGraphStep>(
+        [this](const MicroBatches& micro, bool capturing) { return compute(micro, capturing); },
+        cfg.training.graph_warmup_steps, accumulate_,
+        /*required=*/graph == Toggle::kOn);
   }
   spdlog::info("training step: {} (layout {}{})", features_.describe(), features_.channels_last_note,
                features_.cuda_graph_note.empty() ? "" : fmt::format("; CUDA graph {}", features_.cuda_graph_note));
@@ -130,9 +148,7 @@ void TrainStep::set_after_backward(std::function<void(const std::vector<torch::T
   }
 }
 
-StepOutputs TrainStep::compute(const Batch& batch, bool capturing) {
-  if (!buffers_.empty()) torch::_foreach_copy_(saved_buffers_, buffers_);
-  optimizer_.zero_grad();
+torch::Tensor TrainStep::accumulate(const Batch& batch, bool capturing) {
   const torch::Tensor image =
       features_.channels_last ? batch.image.contiguous(at::MemoryFormat::ChannelsLast3d) : batch.image;
   // model.deep_supervision: one output per decoder stage, finest first (segmentation).
@@ -157,11 +173,20 @@ StepOutputs TrainStep::compute(const Batch& batch, bool capturing) {
   } else {
     loss = loss_(outs[0], batch.target, batch.mask);
   }
+  if (accumulate_ > 1) loss = loss / static_cast<double>(accumulate_);
   if (scaler_) {
     (loss * scaler_->scale()).backward();
   } else {
     loss.backward();
   }
+  return loss.detach();
+}
+
+StepOutputs TrainStep::compute(const MicroBatches& micro, bool capturing) {
+  if (!buffers_.empty()) torch::_foreach_copy_(saved_buffers_, buffers_);
+  optimizer_.zero_grad();
+  torch::Tensor loss = accumulate(micro(0), capturing);
+  for (int64_t m = 1; m < accumulate_; ++m) loss = loss + accumulate(micro(m), capturing);
   if (after_backward_) after_backward_(optimizer_.params());
   torch::Tensor found_inf;
   if (scaler_) found_inf = scaler_->unscale_(optimizer_.params());  // Inf/NaN in any gradient
@@ -175,9 +200,8 @@ StepOutputs TrainStep::compute(const Batch& batch, bool capturing) {
     const torch::Tensor skip = found_inf > 0;
     for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].copy_(torch::where(skip, saved_buffers_[i], buffers_[i]));
   }
-  const torch::Tensor detached = loss.detach();
-  if (monitor_) monitor_->record(detached, found_inf);  // in place: captured with the step
-  return {detached, found_inf};
+  if (monitor_) monitor_->record(loss, found_inf);  // in place: captured with the step
+  return {loss, found_inf};
 }
 
 bool TrainStep::set_batch_source(std::function<Batch()> source) {
@@ -197,11 +221,18 @@ torch::Tensor TrainStep::run_sampled() {
 }
 
 torch::Tensor TrainStep::run(const Batch& batch) {
+  if (accumulate_ != 1) {
+    throw std::logic_error("TrainStep::run(batch) with training.accumulate_steps > 1; use run(micro)");
+  }
+  return run([&batch](int64_t) { return batch; });
+}
+
+torch::Tensor TrainStep::run(const MicroBatches& micro) {
   std::optional<StepOutputs> out;
   replayed_ = false;
   if (source_) throw std::logic_error("TrainStep::run(batch) after set_batch_source(); use run_sampled()");
   if (graph_) {
-    out = graph_->run(batch);
+    out = graph_->run(micro);
     if (out) {
       replayed_ = graph_->captured();
     } else {
@@ -210,7 +241,7 @@ torch::Tensor TrainStep::run(const Batch& batch) {
       graph_.reset();
     }
   }
-  if (!out) out = compute(batch, /*capturing=*/false);
+  if (!out) out = compute(micro, /*capturing=*/false);
   last_found_inf_ = out->found_inf;
   return out->loss;
 }

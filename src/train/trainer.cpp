@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <limits>
 #include <utility>
 
@@ -194,8 +195,9 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
   const auto t0 = Clock::now();
   log_->start_epoch();
   const int64_t first_step = state_.step_in_epoch;  // > 0 when resumed inside the epoch
-  const int64_t steps = rc_.steps_per_epoch, batch_size = cfg().data.batch_size;
-  int64_t samples = 0;  // drawn by this process (for samples/s)
+  const int64_t steps = rc_.steps_per_epoch, micro_steps = cfg().training.accumulate_steps;
+  const int64_t batch_size = cfg().data.batch_size * micro_steps;  // samples per optimizer step
+  int64_t samples = 0;                                             // drawn by this process (for samples/s)
   // The epoch's time in the processes before a resume (its row reports the whole epoch, also when
   // a stop came after its last step, during validation).
   const double carried_seconds = state_.epoch_seconds, carried_data_seconds = state_.epoch_data_seconds;
@@ -206,18 +208,29 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
       optimizer_->set_lr(lr);
       torch::Tensor loss;
       if (sampling_in_graph_) {  // GPU sampler and step in one graph replay: no batch to wait for
-        loader.device_sampler()->seek(epoch, step, steps);
+        loader.device_sampler()->seek(epoch, step * micro_steps, steps * micro_steps);
         loss = step_->run_sampled();
         last_found_inf_ = step_->found_inf();
       } else {
-        const double waited = loader.wait_seconds();
-        Batch batch = loader.next(epoch, step);  // ready on the device; blocks only while none is ready
-        stats.data_seconds += loader.wait_seconds() - waited;
-        if (faults_.nan_batch.count(state_.global_step + 1)) {
-          batch.image = batch.image.clone();
-          plant_value(batch.image, std::numeric_limits<float>::quiet_NaN());
-        }
-        loss = train_step(batch);
+        // Micro-batch m of this optimizer step is the loader's batch step * micro_steps + m, drawn
+        // when the step asks for it and kept until the step ends (a graph fallback asks again).
+        std::vector<Batch> drawn;
+        loss = train_step([&](int64_t m) {
+          while (static_cast<int64_t>(drawn.size()) <= m) {
+            const int64_t k = static_cast<int64_t>(drawn.size());
+            const double waited = loader.wait_seconds();
+            Batch batch = loader.next(epoch, step * micro_steps + k);  // ready on the device; blocks only while none is
+            stats.data_seconds += loader.wait_seconds() - waited;
+            if (k == 0 && faults_.nan_batch.count(state_.global_step + 1)) {
+              batch.image = batch.image.clone();
+              plant_value(batch.image, std::numeric_limits<float>::quiet_NaN());
+            }
+            ++micro_batches_;
+            if (faults_.stop_micro.count(micro_batches_)) std::raise(SIGTERM);  // test: a stop mid-accumulation
+            drawn.push_back(std::move(batch));
+          }
+          return drawn[static_cast<size_t>(m)];
+        });
       }
       ++state_.global_step;
       state_.step_in_epoch = step + 1;
@@ -262,7 +275,13 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
 }
 
 torch::Tensor Trainer::train_step(const Batch& batch) {
-  const torch::Tensor loss = step_->run(batch);  // train_step.h: eager or a replayed CUDA graph
+  const torch::Tensor loss = step_->run(batch);
+  last_found_inf_ = step_->found_inf();
+  return loss;
+}
+
+torch::Tensor Trainer::train_step(const MicroBatches& micro) {
+  const torch::Tensor loss = step_->run(micro);  // train_step.h: eager or a replayed CUDA graph
   last_found_inf_ = step_->found_inf();
   return loss;
 }
@@ -317,7 +336,7 @@ CheckpointInfo Trainer::checkpoint_info() const {
   info.sampler.seed = cfg().experiment.seed;
   info.sampler.batch_size = cfg().data.batch_size;
   info.sampler.epoch = state_.epoch + 1;
-  info.sampler.next_sample = state_.step_in_epoch * cfg().data.batch_size;
+  info.sampler.next_sample = state_.step_in_epoch * cfg().data.batch_size * cfg().training.accumulate_steps;
   info.sampler.cases = data_->train_cache().size();
   info.sampler.cases_sha256 = rc_.cases_sha256;
   info.config_yaml = to_yaml(cfg());

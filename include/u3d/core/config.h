@@ -22,7 +22,9 @@ using Shape3 = std::array<int64_t, 3>;  // (D, H, W) in voxels
 enum class Device { kAuto, kCpu, kCuda };
 enum class Norm { kBatch, kInstance, kGroup, kNone };
 enum class Activation { kRelu, kLeakyRelu, kGelu, kElu };
-enum class Architecture { kUNet, kOpenKbpBaseline };
+enum class Architecture { kUNet, kResEncUNet, kOpenKbpBaseline };
+enum class ModelPreset { kNone, kResEncM, kResEncL, kResEncXL };
+enum class Checkpointing { kOff, kEncoder, kAll };
 enum class OutputActivation { kNone, kRelu, kSigmoid };
 enum class OptimizerKind { kAdam, kAdamW, kSgd };
 enum class ScheduleKind { kConstant, kCosine, kPoly };
@@ -88,11 +90,16 @@ struct AugmentConfig {
 };
 
 struct ModelConfig {
+  // resenc_m|l|xl: nnU-Net's residual-encoder U-Net (include/u3d/model/unet.h) for every model key
+  // the config does not set; applied by load_config before validate().
+  ModelPreset preset = ModelPreset::kNone;
   Architecture architecture = Architecture::kUNet;
-  int64_t levels = 4;         // resolution stages; patch dims must divide by 2^(levels-1)
-  int64_t base_filters = 16;  // filters at full resolution, doubling per level
-  int64_t max_filters = 320;  // cap on filters per level
-  int64_t convs_per_level = 2;
+  int64_t levels = 4;           // resolution stages; patch dims must divide by 2^(levels-1)
+  int64_t base_filters = 16;    // filters at full resolution, doubling per level
+  int64_t max_filters = 320;    // cap on filters per level
+  int64_t convs_per_level = 2;  // unet: per encoder and decoder stage; resenc_unet: per decoder stage
+  // resenc_unet: residual blocks per encoder level; empty: nnU-Net's 1, 3, 4, 6, 6, 6, 6, 6
+  std::vector<int64_t> blocks_per_level;
   int64_t kernel_size = 3;
   Norm norm = Norm::kInstance;
   int64_t norm_groups = 8;  // for norm: group
@@ -102,6 +109,8 @@ struct ModelConfig {
   OutputActivation output_activation = OutputActivation::kNone;  // regression head only
   bool deep_supervision = false;         // segmentation: outputs at every decoder stage (nnU-Net)
   Toggle channels_last = Toggle::kAuto;  // weights and activations in ChannelsLast3d; auto: on with CUDA
+  // Keep each block's input only and recompute the block in the backward pass (model/checkpointing.h)
+  Checkpointing activation_checkpointing = Checkpointing::kOff;
 };
 
 struct TrainingConfig {
@@ -131,6 +140,9 @@ struct TrainingConfig {
   Precision precision = Precision::kAuto;  // auto: bf16 on CUDA, fp32 on CPU; fp16 (CUDA only) adds loss scaling
   Toggle cuda_graph = Toggle::kAuto;       // capture the whole step in a CUDA graph; auto: when it can
   int64_t graph_warmup_steps = 3;          // eager steps on a side stream before the capture
+  // Micro-batches of data.batch_size per optimizer step (gradient accumulation): the optimizer sees
+  // batch_size x accumulate_steps samples per step; steps, schedule and checkpoints count optimizer steps.
+  int64_t accumulate_steps = 1;
 };
 
 struct CheckpointConfig {
@@ -199,6 +211,8 @@ std::string to_string(Device v);
 std::string to_string(Norm v);
 std::string to_string(Activation v);
 std::string to_string(Architecture v);
+std::string to_string(ModelPreset v);
+std::string to_string(Checkpointing v);
 std::string to_string(OutputActivation v);
 std::string to_string(OptimizerKind v);
 std::string to_string(ScheduleKind v);

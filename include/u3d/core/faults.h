@@ -5,6 +5,9 @@
 //   nan_batch@5            a NaN voxel in the batch of step 5 (steps count from 1, as metrics.csv's)
 //   inf_grad@7-9           an Inf in a gradient in steps 7 to 9 (forces eager steps)
 //   nan_val@2              a NaN validation result in epoch 2
+//   stop_micro@3           the process sends itself SIGTERM when it draws its 3rd micro-batch
+//                          (training.accumulate_steps; counted from 1 over the process): a stop
+//                          signal in the middle of an accumulated step
 //   slow_val@MS            MS ms before each validation case (to signal a run inside validation)
 //   checkpoint_delay@MS    MS ms after each 64 KiB of a checkpoint write and between its protocol
 //                          steps (to kill a process inside a write)
@@ -27,13 +30,14 @@ inline constexpr bool kFaultInjection = false;
 
 struct TestFaults {
   std::set<int64_t> nan_batch, inf_grad, nan_val;  // global steps (from 1) / epochs
+  std::set<int64_t> stop_micro;                    // micro-batches drawn by the process (from 1)
   int64_t slow_val_ms = 0;
   int64_t checkpoint_delay_ms = 0;
   std::string sampler_case;
 
   bool any() const {
-    return kFaultInjection && (!nan_batch.empty() || !inf_grad.empty() || !nan_val.empty() || slow_val_ms > 0 ||
-                               checkpoint_delay_ms > 0 || !sampler_case.empty());
+    return kFaultInjection && (!nan_batch.empty() || !inf_grad.empty() || !nan_val.empty() || !stop_micro.empty() ||
+                               slow_val_ms > 0 || checkpoint_delay_ms > 0 || !sampler_case.empty());
   }
   // The set U3D_TEST_FAULTS describes now (empty when unset or compiled out); logs a warning once
   // per process when it is active.

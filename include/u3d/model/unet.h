@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "u3d/core/config.h"
@@ -24,11 +25,22 @@ class NetworkImpl : public torch::nn::Module {
 };
 using Network = std::shared_ptr<NetworkImpl>;
 
+// How a ConvBlock differs from the model's defaults (kernel model.kernel_size, a bias only without
+// a norm, the activation at the end).
+struct ConvBlockShape {
+  int64_t kernel = 0;        // 0: model.kernel_size
+  std::optional<bool> bias;  // unset: only when model.norm is none
+  bool activate = true;      // false: conv -> [dropout] -> [norm] (before a residual sum)
+};
+
 // conv -> [dropout] -> [norm] -> activation, the unit every stage is made of.
+// (N, in, D, H, W) -> (N, out, D / stride, H / stride, W / stride)
 class ConvBlockImpl : public torch::nn::Module {
  public:
-  ConvBlockImpl(int64_t in, int64_t out, int64_t stride, const ModelConfig& cfg);
+  ConvBlockImpl(int64_t in, int64_t out, int64_t stride, const ModelConfig& cfg, ConvBlockShape shape = {});
   torch::Tensor forward(const torch::Tensor& x);
+  // The norm's affine weight and bias (zeroed for nnU-Net's residual-block init), or null.
+  torch::nn::Module* norm() { return norm_.is_empty() ? nullptr : norm_.ptr().get(); }
 
  private:
   torch::nn::Conv3d conv_{nullptr};
@@ -36,8 +48,30 @@ class ConvBlockImpl : public torch::nn::Module {
   torch::nn::AnyModule norm_;
   Activation activation_;
   double negative_slope_;
+  bool activate_;
 };
 TORCH_MODULE(ConvBlock);
+
+// nnU-Net's residual basic block (BasicBlockD of dynamic_network_architectures), the unit of the
+// residual encoder: activation(conv2(conv1(x)) + skip(x)), where conv1 is conv -> norm ->
+// activation (with the stride), conv2 is conv -> norm, and skip is the identity, average pooling
+// by the stride when there is one, and a 1x1x1 convolution (no bias) -> norm when in != out. Convolutions
+// carry a bias (nnU-Net's conv_bias); conv2's norm starts at weight 0, bias 0, so each block starts
+// as its skip path (nnU-Net's init_last_bn_before_add_to_0).
+// (N, in, D, H, W) -> (N, out, D / stride, H / stride, W / stride)
+class ResidualBlockImpl : public torch::nn::Module {
+ public:
+  ResidualBlockImpl(int64_t in, int64_t out, int64_t stride, const ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  ConvBlock conv1_{nullptr}, conv2_{nullptr};
+  torch::nn::AvgPool3d pool_{nullptr};  // stride > 1
+  ConvBlock project_{nullptr};          // in != out
+  Activation activation_;
+  double negative_slope_;
+};
+TORCH_MODULE(ResidualBlock);
 
 // Configurable U-Net: `levels` stages; stage l has min(base * 2^l, max) filters and
 // `convs_per_level` ConvBlocks, the first of stages l > 0 with stride 2 (strided-conv
@@ -46,6 +80,17 @@ TORCH_MODULE(ConvBlock);
 // With model.deep_supervision every decoder stage but the last also gets a 1x1x1 head
 // (nnU-Net's 3d_fullres): forward_deep returns levels - 1 outputs, full resolution first, while
 // forward (prediction) still returns the full-resolution one alone.
+//
+// model.architecture resenc_unet (nnU-Net's ResidualEncoderUNet): the encoder is a stem ConvBlock
+// (in -> base filters) and, per level l, blocks_per_level[l] ResidualBlocks, the first of levels
+// l > 0 with stride 2; the decoder is the one above with convs_per_level ConvBlocks per stage
+// (nnU-Net: 1); every convolution has a bias. Parameter names: encoder<l>.<i>..., up<l>,
+// decoder<l>.<i>..., head, deep_head<l>.
+//
+// model.activation_checkpointing (model/checkpointing.h): in training with autograd on, the blocks
+// of each encoder stage (encoder, all) and of each decoder stage (all) run checkpointed one by one
+// (ConvBlocks; the stem and ResidualBlocks): only each block's input is kept for the backward pass,
+// which recomputes one block at a time. Up-convolutions, heads and the concatenations run plainly.
 class UNet3dImpl : public NetworkImpl {
  public:
   UNet3dImpl(const ModelConfig& cfg, int64_t in_channels, int64_t out_channels);
@@ -58,6 +103,8 @@ class UNet3dImpl : public NetworkImpl {
   int64_t levels_;
   std::vector<int64_t> filters_;
   OutputActivation output_activation_;
+  Checkpointing checkpointing_;
+  bool dropout_;                                // the recomputation must draw the forward's dropout masks
   std::vector<torch::nn::Sequential> encoder_;  // one per level
   std::vector<torch::nn::ConvTranspose3d> up_;  // levels - 1, deepest first
   std::vector<torch::nn::Sequential> decoder_;  // levels - 1, deepest first
@@ -66,6 +113,8 @@ class UNet3dImpl : public NetworkImpl {
 
   // Runs the network; with `deep`, also collects the deep-supervision outputs (finest first).
   torch::Tensor run(const torch::Tensor& x, std::vector<torch::Tensor>* deep);
+  // stage->forward(x), block by block checkpointed when `checkpoint` and training with autograd on.
+  torch::Tensor run_stage(torch::nn::Sequential& stage, const torch::Tensor& x, bool checkpoint);
 };
 
 // The network `cfg` describes; weights initialised (Kaiming normal) from the current torch seed.

@@ -8,7 +8,8 @@
 // (loss, found_inf) are static tensors, overwritten by each replay.
 //
 // Two ways to feed a captured step:
-//  - run(batch): each batch (made outside the graph) is copied into static input tensors first.
+//  - run(micro): each batch (made outside the graph) is copied into static input tensors first,
+//    one set per micro-batch (training.accumulate_steps).
 //  - run_sampled(): the batch source (DeviceSampler::next_batch over a gpu cache: case choice,
 //    crop, mirroring, rotation, normalisation, intensity augmentation) is captured in the same
 //    graph, so one replay is one whole step with no host work.
@@ -42,20 +43,23 @@ class CaptureGraph;
 
 class CudaGraphStep {
  public:
-  // `step(batch, capturing)` is the eager step (TrainStep::compute).
-  using StepFn = std::function<StepOutputs(const Batch& batch, bool capturing)>;
+  // `step(micro, capturing)` is the eager step (TrainStep::compute).
+  using StepFn = std::function<StepOutputs(const MicroBatches& micro, bool capturing)>;
   // Makes the next batch on the device with device work only (no host read, no host-to-device
   // copy): captured with the step by run_sampled().
   using SourceFn = std::function<Batch()>;
-  CudaGraphStep(StepFn step, int64_t warmup_steps, bool required);
+  // `micro_steps`: micro-batches per step (training.accumulate_steps).
+  CudaGraphStep(StepFn step, int64_t warmup_steps, int64_t micro_steps, bool required);
   ~CudaGraphStep();
 
-  // One step on `batch`: warm-up, capture-then-replay, or replay. std::nullopt: the batch cannot be
-  // replayed (not on CUDA, or its shapes differ from the captured ones; logged once, and a
-  // TrainingError instead with training.cuda_graph: on); run this batch and every later one eagerly.
-  std::optional<StepOutputs> run(const Batch& batch);
-  // One step whose batch `source` makes: warm-up (source and step eagerly on the side stream),
-  // capture of source + step, or replay. Use either run() or run_sampled() for one CudaGraphStep.
+  // One step on the micro-batches `micro` gives (each copied into its static inputs as it comes):
+  // warm-up, capture-then-replay, or replay. std::nullopt: a batch cannot be replayed (not on CUDA,
+  // or its shapes differ from the captured ones; logged once, and a TrainingError instead with
+  // training.cuda_graph: on); run this step and every later one eagerly.
+  std::optional<StepOutputs> run(const MicroBatches& micro);
+  // One step whose micro-batches `source` makes (called micro_steps times): warm-up (source and
+  // step eagerly on the side stream), capture of source + step, or replay. Use either run() or
+  // run_sampled() for one CudaGraphStep.
   StepOutputs run_sampled(const SourceFn& source);
 
   bool captured() const { return captured_; }
@@ -66,7 +70,7 @@ class CudaGraphStep {
 
  private:
   std::optional<StepOutputs> give_up(const std::string& reason);
-  bool matches(const Batch& batch) const;
+  bool matches(const Batch& batch, const Batch& fixed) const;
   // Warm-up, capture or replay of `body` (the step, reading its inputs from static tensors or the
   // source).
   StepOutputs step_or_replay(const std::function<StepOutputs(bool capturing)>& body);
@@ -74,11 +78,12 @@ class CudaGraphStep {
 
   StepFn step_;
   int64_t warmup_steps_;
+  int64_t micro_steps_;
   bool required_;
   int64_t warm_done_ = 0;
   bool captured_ = false;
   std::string fallback_reason_;
-  Batch static_;                               // static inputs (run): each batch is copied into these
+  std::vector<Batch> static_;                  // static inputs per micro-batch (run): each batch is copied into these
   StepOutputs outputs_;                        // static outputs of the captured step
   std::optional<c10::cuda::CUDAStream> side_;  // warm-up and capture stream, one for the run
   std::unique_ptr<CaptureGraph> graph_;

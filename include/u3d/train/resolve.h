@@ -33,7 +33,8 @@ struct ResolvedConfig {
   std::vector<std::string> train_ids;  // data.train_split, never empty
   std::vector<std::string> val_ids;    // data.val_split; empty: no validation
   std::string cases_sha256;            // of train_ids: the sampler fingerprint checkpoints carry
-  int64_t steps_per_epoch = 0;         // training.steps_per_epoch, or ceil(train cases / batch_size)
+  int64_t steps_per_epoch =
+      0;  // optimizer steps: training.steps_per_epoch, or ceil(train cases / (batch_size x accumulate_steps))
   // OpenKBP dose and DVH scores at validation (dose task, data.dvh_structures resolved); empty: none.
   std::vector<DvhStructure> dvh_structures;
   TaskMetric metric;                    // the task's val_mae | val_dice

@@ -25,6 +25,17 @@
 // whose norm keeps it (batch norm, none; the OpenKBP baseline), on CUDA, until GPU measurements
 // say otherwise (channels_last_choice() says why).
 //
+// training.accumulate_steps = N (gradient accumulation): one optimizer step runs N micro-batches
+// (zero_grad once; per micro-batch forward, loss / N, backward, the gradients summing in place),
+// then the rest of the step above once, on the summed gradients: one unscale, one Inf/NaN decision
+// (over every micro-batch's loss and the gradients), one clip, one update. run(micro) asks for the
+// micro-batches in order, each once, only as the step reaches it, so the loader can keep making the
+// next while the device computes this one. With a CUDA graph, the whole N-micro-batch step is one
+// graph (static inputs for each micro-batch, or the GPU sampler called N times inside it).
+// Batch norm sees each micro-batch alone (running statistics update N times per step); losses that
+// average over the batch (masked losses, Dice over the batch) average per micro-batch, then over
+// the N micro-batches. With N = 1 the step is exactly the one above.
+//
 // The monitor's device sums are updated inside compute(), so a replayed graph updates them too; the
 // loss and found_inf that run() returns are the step's own tensors (a replayed graph's static
 // outputs): valid until the next run(), clone them to keep them longer.
@@ -48,9 +59,14 @@ namespace u3d {
 
 class CudaGraphStep;
 
+// Micro-batch `m` (0 .. accumulate_steps - 1) of the current optimizer step, on the device.
+using MicroBatches = std::function<Batch(int64_t m)>;
+
 // What the step runs with, resolved for the device (for logs and the benchmark's JSON).
 struct StepFeatures {
   Precision precision = Precision::kFp32;  // resolved: never kAuto
+  int64_t accumulate_steps = 1;            // micro-batches per optimizer step
+  Checkpointing activation_checkpointing = Checkpointing::kOff;
   bool channels_last = false;
   bool cuda_graph = false;         // requested and possible so far (a later fallback clears it)
   std::string cuda_graph_note;     // why not, when not
@@ -96,21 +112,25 @@ class TrainStep {
             StepMonitor* monitor);
   ~TrainStep();
 
-  // One optimizer step on `batch` (on the device, the configured shapes). Returns the loss (a
-  // device scalar, valid until the next run(); found_inf() tells whether the step was skipped). No
-  // host read.
+  // One optimizer step on `batch` (on the device, the configured shapes); training.accumulate_steps
+  // must be 1. Returns the loss (a device scalar, valid until the next run(); found_inf() tells
+  // whether the step was skipped). No host read.
   torch::Tensor run(const Batch& batch);
-  // With a batch source (set_batch_source): one optimizer step on the source's next batch; with a
-  // captured graph, sampling and step are one replay.
+  // One optimizer step over accumulate_steps micro-batches, asked of `micro` in order, each once
+  // (a captured graph that falls back to eager steps asks again: keep them until the step ends).
+  // Returns the mean of the micro-batches' losses.
+  torch::Tensor run(const MicroBatches& micro);
+  // With a batch source (set_batch_source): one optimizer step on the source's next
+  // accumulate_steps batches; with a captured graph, sampling and step are one replay.
   torch::Tensor run_sampled();
   // Makes the step draw its batches from `source` (device work only: DeviceSampler::next_batch), so
   // that a CUDA graph captures sampling and step together. Call before the first step; returns
   // false (and keeps run(batch) as the way) when the step is not captured (CPU, cuda_graph off,
   // fault injection).
   bool set_batch_source(std::function<Batch()> source);
-  // The step itself on `batch`, eager (CudaGraphStep captures this). `capturing`: inside a CUDA
-  // graph capture (autocast cache off).
-  StepOutputs compute(const Batch& batch, bool capturing);
+  // The step itself on accumulate_steps micro-batches, eager (CudaGraphStep captures this).
+  // `capturing`: inside a CUDA graph capture (autocast cache off).
+  StepOutputs compute(const MicroBatches& micro, bool capturing);
 
   // () float32 on the device: 1 when the last step was skipped.
   const torch::Tensor& found_inf() const { return last_found_inf_; }
@@ -135,6 +155,10 @@ class TrainStep {
   std::unique_ptr<GradScaler> scaler_;
   std::vector<torch::Tensor> buffers_, saved_buffers_;  // restored when a step is skipped
   std::vector<double> deep_weights_;                    // deep-supervision loss weights, finest output first
+  int64_t accumulate_ = 1;                              // training.accumulate_steps
+
+  // Forward and backward of one micro-batch; returns its loss / accumulate_steps, detached.
+  torch::Tensor accumulate(const Batch& batch, bool capturing);
   torch::Tensor last_found_inf_;
   std::function<void(const std::vector<torch::Tensor>&)> after_backward_;
   std::unique_ptr<CudaGraphStep> graph_;

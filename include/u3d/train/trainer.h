@@ -69,10 +69,13 @@ class Trainer {
   void restore();
   void record_run();  // <run>/config.yaml, metrics.csv, the banner: only once every check passed
   EpochStats train_epoch(int64_t epoch);
-  // One optimizer step on `batch` (on the device) through TrainStep (train_step.h): forward under
-  // autocast, loss, backward, gradient norm, skip flag, clipping, update, eager or as a replayed
-  // CUDA graph; nothing is read back. Returns the loss (device scalar).
-  torch::Tensor train_step(const Batch& batch);
+  // One optimizer step on training.accumulate_steps micro-batches (on the device) through TrainStep
+  // (train_step.h): forward under autocast, loss, backward per micro-batch; gradient norm, skip
+  // flag, clipping, update once; eager or as a replayed CUDA graph; nothing is read back. Returns
+  // the loss (device scalar). A stop signal is acted on between optimizer steps only, so a
+  // checkpoint never holds a partly accumulated gradient.
+  torch::Tensor train_step(const MicroBatches& micro);
+  torch::Tensor train_step(const Batch& batch);  // training.accumulate_steps 1
 
   // The stop signal that ended fit() early, or 0.
   int stop_signal() const { return stop_signal_; }
@@ -111,6 +114,7 @@ class Trainer {
   TrainState state_;
   torch::Tensor last_found_inf_;    // () float32: whether the last step was skipped
   bool sampling_in_graph_ = false;  // data.cache: gpu with a captured step: sampler inside the graph
+  int64_t micro_batches_ = 0;       // drawn by this process (test fault stop_micro@N)
   int stop_signal_ = 0;
   TestFaults faults_;  // test-only fault injection (faults.h); empty in normal runs
 };
