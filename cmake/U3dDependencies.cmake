@@ -34,3 +34,9 @@ add_library(u3d_nifti INTERFACE)
 target_include_directories(u3d_nifti SYSTEM INTERFACE ${U3D_NIFTI_INCLUDE_DIR})
 target_link_libraries(u3d_nifti INTERFACE ${U3D_NIFTI2_LIBRARY} ${U3D_ZNZ_LIBRARY} ZLIB::ZLIB m)
 target_compile_definitions(u3d_nifti INTERFACE HAVE_ZLIB)
+
+# Plots (src/train/progress_plot.cpp): Cairo draws progress.png/.svg (libcairo2-dev, fonts from
+# fonts-dejavu-core); the tests decode the PNGs with libpng (libpng-dev).
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(U3D_CAIRO REQUIRED IMPORTED_TARGET cairo)
+pkg_check_modules(U3D_PNG REQUIRED IMPORTED_TARGET libpng)

@@ -10,7 +10,7 @@
 #                             the C++ runtime, nor LibTorch/CUDA (found with ldd, not listed by hand)
 #   share/unet3d-trainer/     bundle.env (what it was built for), tests.tsv (label, executable,
 #                             test of every ctest test), manifest.txt (files, SHA-256)
-#   configs/ scripts/gpu-check.sh scripts/bench/ docs/ README.md LICENSE
+#   configs/ scripts/gpu-check.sh scripts/bench/ scripts/python/ docs/ README.md LICENSE
 # Checks before packing: RUNPATH of every executable, no build-machine path in any file (source
 # and build folders, the LibTorch prefix), glibc symbol versions needed (<= 2.35, Ubuntu 22.04).
 #
@@ -76,7 +76,7 @@ U3D_BUNDLE_BUILT_ON="$(. /etc/os-release && echo "$PRETTY_NAME"), $(uname -m)"
 ENV
 cp -r configs docs README.md LICENSE "$S/"
 cp scripts/gpu-check.sh "$S/scripts/"
-cp -r scripts/bench "$S/scripts/"
+cp -r scripts/bench scripts/python "$S/scripts/"
 find "$S/scripts" -name __pycache__ -prune -exec rm -rf {} +
 
 # Tests: label, executable and GoogleTest name of every ctest test (gtest_discover_tests).
@@ -100,7 +100,9 @@ done
 # box's PyTorch needs the system's own, and a process has one) and LibTorch/CUDA (the box's).
 nv_paths="$(find "$TORCH_ROOT/.." -maxdepth 4 -type d -path '*/nvidia/*/lib' 2>/dev/null | tr '\n' ':')"
 # LibTorch and CUDA by name too: a system CUDA (e.g. /usr/local/lib/libcudart.so.13) may shadow the wheel's.
-skip_re='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libutil\.so|libanl\.so|libmvec\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libnvidia|libtorch|libc10|libcaffe2|libshm|libgomp|libcudart|libcublas|libcudnn|libcufft|libcufile|libcurand|libcusolver|libcusparse|libnccl|libnvrtc|libnvJitLink|libnvToolsExt|libnvshmem|libcupti|libnvperf)'
+# libexpat (fontconfig's XML parser, for the plots' text): Debian 12's needs glibc 2.36, and every
+# box with a Python (so every PyTorch box) has its own libexpat.so.1.
+skip_re='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libutil\.so|libanl\.so|libmvec\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libnvidia|libtorch|libc10|libcaffe2|libshm|libgomp|libcudart|libcublas|libcudnn|libcufft|libcufile|libcurand|libcusolver|libcusparse|libnccl|libnvrtc|libnvJitLink|libnvToolsExt|libnvshmem|libcupti|libnvperf|libexpat)'
 elfs=()
 while IFS= read -r f; do elfs+=("$f"); done < <(find "$S/libexec" -type f -perm -u+x ! -name u3d-run)
 for f in "${elfs[@]}"; do

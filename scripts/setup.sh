@@ -23,7 +23,8 @@ TORCH_VERSION=2.11.0
 VENV="${U3D_TORCH_VENV:-$HOME/.cache/unet3d-trainer/torch-$TORCH_VERSION}"
 PREFIX="${U3D_PREFIX:-$HOME/.cache/unet3d-trainer/prefix}"
 PACKAGES=(cmake ninja-build g++ ccache pkg-config python3 python3-venv
-          libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev libhdf5-dev libssl-dev libnifti2-dev libgtest-dev libgmock-dev)
+          libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev libhdf5-dev libssl-dev libnifti2-dev libgtest-dev libgmock-dev
+          libcairo2-dev libpng-dev fonts-dejavu-core)
 
 log() { echo "[setup] $*" >&2; }
 die() { echo "[setup] error: $1" >&2; exit "${2:-1}"; }
@@ -49,7 +50,7 @@ if [ "$MODE" = download ]; then
   . /etc/os-release
   echo "$PRETTY_NAME $(dpkg --print-architecture)" > "$DIR/debs/RELEASE"
   log "done: copy $DIR to the offline machine (same release: $PRETTY_NAME) and run scripts/setup.sh --offline DIR"
-  log "LibTorch there: U3D_TORCH_PYTHON=python3 (an installed torch $TORCH_VERSION), or wheels: pip download torch==$TORCH_VERSION -d $DIR/wheels"
+  log "LibTorch there: U3D_TORCH_PYTHON=python3 (an installed torch $TORCH_VERSION), or wheels: pip download torch==$TORCH_VERSION tensorboard==2.21.0 safetensors==0.8.0 onnx==1.23.2 onnxscript==0.7.2 -d $DIR/wheels"
   exit 0
 fi
 
@@ -105,5 +106,15 @@ if ! { [ -x "$VENV/bin/python" ] && torch_ok "$VENV/bin/python"; }; then
   [ "$MODE" = offline ] || "$VENV/bin/python" -m pip install -q --upgrade pip
   "$VENV/bin/python" -m pip install -q --no-cache-dir "${pip_src[@]}" "torch==$TORCH_VERSION"
   torch_ok "$VENV/bin/python" || die "torch $TORCH_VERSION did not install into $VENV"
+fi
+# What the tests read the run's views and exports with (tests/integration/watch_and_export_test.sh,
+# scripts/python/): TensorBoard's reader, safetensors, ONNX and its exporter's onnxscript.
+PY_PACKAGES=(tensorboard==2.21.0 safetensors==0.8.0 onnx==1.23.2 onnxscript==0.7.2)
+if ! "$VENV/bin/python" -c "import tensorboard, safetensors, onnx, onnxscript" 2>/dev/null; then
+  pip_src=()
+  if [ "$MODE" = offline ]; then pip_src=(--no-index --find-links "$DIR/wheels"); fi
+  log "installing ${PY_PACKAGES[*]} into $VENV"
+  "$VENV/bin/python" -m pip install -q --no-cache-dir "${pip_src[@]}" "${PY_PACKAGES[@]}" ||
+    die "pip install ${PY_PACKAGES[*]} into $VENV failed"
 fi
 "$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null

@@ -208,6 +208,24 @@ int main(int argc, char** argv) {
       ->check(kThreadCount)
       ->capture_default_str();
 
+  u3d::ExportCommand export_cmd;
+  auto* export_app = app.add_subcommand(
+      "export", "Write a run's checkpoint as model.safetensors, model.pt, model.ts (and model.onnx) for PyTorch");
+  export_app->add_option("run_dir", export_cmd.run_dir, "Run folder (<output_dir>/<name>)")->required();
+  export_app->add_option("--checkpoint", export_cmd.checkpoint, "best, last or a checkpoint path")
+      ->capture_default_str();
+  export_app
+      ->add_option("--format", export_cmd.formats,
+                   "Comma-separated: safetensors, pt, torchscript, onnx (onnx runs scripts/python/export_onnx.py "
+                   "with U3D_PYTHON or python3)")
+      ->delimiter(',')
+      ->capture_default_str();
+  export_app->add_option("--out", export_cmd.out, "Output folder (default <run>/export)");
+  u3d::PlotCommand plot;
+  auto* plot_app = app.add_subcommand("plot", "Draw <run>/progress.png and .svg from metrics.csv");
+  plot_app->add_option("run_dir", plot.run_dir, "Run folder")->required();
+  plot_app->add_option("--out", plot.out, "PNG file (default <run>/progress.png; the .svg beside it)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -223,6 +241,8 @@ int main(int argc, char** argv) {
     if (*import_nnunet_app) return u3d::import_nnunet_command(import_nnunet);
     if (*import_nifti_app) return u3d::import_nifti_command(import_nifti);
     if (*evaluate_segmentation_app) return u3d::evaluate_segmentation_command(evaluate_segmentation);
+    if (*export_app) return u3d::export_command(export_cmd);
+    if (*plot_app) return u3d::plot_command(plot);
     if (resume->count() > 0) run.resume = resume_path;
     if (benchmark->count() > 0) run.benchmark = benchmark_kind;
     run.steps_given = steps_opt->count() > 0 || warmup_opt->count() > 0;
@@ -233,10 +253,12 @@ int main(int argc, char** argv) {
     }
     return u3d::run_command(run);
   } catch (const u3d::Error& e) {
+    u3d::set_status_line("");
     spdlog::error("{}", u3d::error_line(e));
     u3d::flush_logs();
     return e.exit_code();
   } catch (const c10::Error& e) {
+    u3d::set_status_line("");
     spdlog::error("LibTorch: {}", u3d::error_line(e));
     u3d::flush_logs();
     return u3d::kExitRuntime;
@@ -245,6 +267,7 @@ int main(int argc, char** argv) {
     u3d::flush_logs();
     return u3d::kExitRuntime;
   } catch (const std::exception& e) {
+    u3d::set_status_line("");
     spdlog::error("{}", u3d::error_line(e));
     u3d::flush_logs();
     return u3d::kExitRuntime;

@@ -58,6 +58,8 @@ U3D_ENUM_NAMES(Monitor, {Monitor::kAuto, "auto"}, {Monitor::kValLoss, "val_loss"
 U3D_ENUM_NAMES(CachePlacement, {CachePlacement::kAuto, "auto"}, {CachePlacement::kGpu, "gpu"},
                {CachePlacement::kPinned, "pinned"}, {CachePlacement::kMemory, "memory"})
 U3D_ENUM_NAMES(Tta, {Tta::kNone, "none"}, {Tta::kFlips, "flips"})
+U3D_ENUM_NAMES(ProgressMode, {ProgressMode::kAuto, "auto"}, {ProgressMode::kBar, "bar"},
+               {ProgressMode::kLines, "lines"}, {ProgressMode::kOff, "off"})
 U3D_ENUM_NAMES(SaveErrorPolicy, {SaveErrorPolicy::kStop, "stop"}, {SaveErrorPolicy::kContinue, "continue"})
 U3D_ENUM_NAMES(Precision, {Precision::kAuto, "auto"}, {Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"},
                {Precision::kFp16, "fp16"})

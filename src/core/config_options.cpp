@@ -395,10 +395,28 @@ const std::vector<Option>& option_table() {
       // logging
       make_option("logging.level", &C::logging, &LoggingConfig::level, "Console and train.log level",
                   one_of({"trace", "debug", "info", "warn", "error"})),
+      make_option("logging.progress", &C::logging, &LoggingConfig::progress,
+                  "Progress inside an epoch: bar (one status line redrawn a few times a second: step, %, it/s, ETA "
+                  "of the epoch and the run, loss, lr, data wait, GPU memory; log lines print above it), lines (a "
+                  "plain line every logging.progress_seconds, no escape codes), off, or auto (bar when stderr is a "
+                  "terminal, else lines)"),
       make_option("logging.progress_seconds", &C::logging, &LoggingConfig::progress_seconds,
-                  "Progress line inside an epoch at most this often; 0: off", at_least(0.0)),
+                  "Lines mode: a progress line inside an epoch at most this often; 0: none. Bar mode: redrawn "
+                  "every 0.25 s, or this often when shorter",
+                  at_least(0.0)),
       make_option("logging.step_log", &C::logging, &LoggingConfig::step_log,
                   "Write every step's loss to <run>/steps.csv (debugging: reads the loss back each step)"),
+      make_option("logging.plot", &C::logging, &LoggingConfig::plot,
+                  "Redraw <run>/progress.png and progress.svg after every epoch (losses and the validation metric, "
+                  "epoch time and data wait, learning rate); `trainer plot RUN_DIR` draws them from metrics.csv"),
+      make_option("logging.tensorboard", &C::logging, &LoggingConfig::tensorboard,
+                  "Write TensorBoard event files into <run>/tensorboard/: every metrics.csv column per epoch, the "
+                  "train loss and lr every logging.tensorboard_steps, the progress plot and mid-slices of one "
+                  "validation case"),
+      make_option("logging.tensorboard_steps", &C::logging, &LoggingConfig::tensorboard_steps,
+                  "With logging.tensorboard: the train loss and lr every this many steps (one host read of the "
+                  "loss each time); 0: per epoch only",
+                  at_least<int64_t>(0)),
   };
   return table;
 }

@@ -5,7 +5,13 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <spdlog/sinks/base_sink.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 #include "u3d/core/errors.h"
@@ -21,10 +27,49 @@ constexpr const char* kPattern = "[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v";
 constexpr size_t kEarlyLines = 4096;
 using EarlySink = spdlog::sinks::ringbuffer_sink_mt;
 
+// The console sink: stderr with colours, and the status line kept below the log lines.
+class ConsoleSink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  ConsoleSink() : inner_(std::make_unique<spdlog::sinks::stderr_color_sink_st>()) {}
+  void set_status(const std::string& text) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (text.empty() && status_.empty()) return;
+    status_ = text;
+    std::fputs("\r\033[K", stderr);
+    std::fputs(status_.c_str(), stderr);
+    std::fflush(stderr);
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    if (!status_.empty()) std::fputs("\r\033[K", stderr);
+    inner_->log(msg);
+    if (!status_.empty()) {
+      inner_->flush();
+      std::fputs(status_.c_str(), stderr);
+      std::fflush(stderr);
+    }
+  }
+  void flush_() override { inner_->flush(); }
+  void set_pattern_(const std::string& pattern) override { inner_->set_pattern(pattern); }
+  void set_formatter_(std::unique_ptr<spdlog::formatter> formatter) override {
+    inner_->set_formatter(std::move(formatter));
+  }
+
+ private:
+  std::unique_ptr<spdlog::sinks::stderr_color_sink_st> inner_;
+  std::string status_;
+};
+
+std::shared_ptr<ConsoleSink>& console_sink() {
+  static std::shared_ptr<ConsoleSink> sink = std::make_shared<ConsoleSink>();
+  return sink;
+}
+
 std::shared_ptr<spdlog::logger> main_logger() {
   auto logger = spdlog::get("u3d");
   if (!logger) {
-    auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+    auto console = console_sink();
     console->set_pattern(kPattern);
     logger = std::make_shared<spdlog::logger>(
         "u3d", spdlog::sinks_init_list{console, std::make_shared<EarlySink>(kEarlyLines)});
@@ -60,6 +105,19 @@ void add_log_file(const std::filesystem::path& log_file) {
   } catch (const spdlog::spdlog_ex& e) {
     throw IoError(fmt::format("{}: cannot open log file: {}", log_file.string(), e.what()));
   }
+}
+
+void set_status_line(const std::string& text) { console_sink()->set_status(text); }
+
+bool console_is_terminal() {
+  const char* term = std::getenv("TERM");
+  return isatty(STDERR_FILENO) == 1 && !(term != nullptr && std::string(term) == "dumb");
+}
+
+int console_columns() {
+  winsize size{};
+  if (ioctl(STDERR_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  return 80;
 }
 
 void flush_logs() {

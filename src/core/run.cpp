@@ -130,6 +130,17 @@ GpuMemoryPeaks gpu_memory_peaks(const torch::Device& device) {
   return peaks;
 }
 
+int64_t gpu_memory_in_use(const torch::Device& device, int64_t* total) {
+  if (total) *total = 0;
+  if (!device.is_cuda()) return -1;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0);
+  if (total) {
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) *total = static_cast<int64_t>(total_bytes);
+  }
+  return stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
+}
+
 bool is_out_of_memory(const std::exception& e) {
   if (dynamic_cast<const c10::OutOfMemoryError*>(&e) || dynamic_cast<const std::bad_alloc*>(&e)) return true;
   if (const auto* c10e = dynamic_cast<const c10::Error*>(&e)) {

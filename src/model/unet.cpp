@@ -49,14 +49,14 @@ torch::Tensor activate(const torch::Tensor& y, Activation activation, double neg
   return y;
 }
 
+}  // namespace
+
 // nnU-Net's residual encoder: blocks per level, 1, 3, 4, 6, 6, 6, ... when model.blocks_per_level is empty.
-int64_t blocks_at(const ModelConfig& cfg, int64_t level) {
+int64_t residual_blocks(const ModelConfig& cfg, int64_t level) {
   static constexpr int64_t kNnUNet[] = {1, 3, 4, 6, 6, 6, 6, 6};
   if (!cfg.blocks_per_level.empty()) return cfg.blocks_per_level[static_cast<size_t>(level)];
   return kNnUNet[std::min<int64_t>(level, 7)];
 }
-
-}  // namespace
 
 ConvBlockImpl::ConvBlockImpl(int64_t in, int64_t out, int64_t stride, const ModelConfig& cfg, ConvBlockShape shape)
     : activation_(cfg.activation), negative_slope_(cfg.negative_slope), activate_(shape.activate) {
@@ -115,7 +115,7 @@ UNet3dImpl::UNet3dImpl(const ModelConfig& cfg, int64_t in_channels, int64_t out_
         stage->push_back(ConvBlock(prev, filters_[0], /*stride=*/1, cfg, ConvBlockShape{/*kernel=*/0, /*bias=*/true}));
         prev = filters_[0];
       }
-      for (int64_t b = 0; b < blocks_at(cfg, l); ++b) {
+      for (int64_t b = 0; b < residual_blocks(cfg, l); ++b) {
         stage->push_back(ResidualBlock(b == 0 ? prev : filters_[l], filters_[l], (l > 0 && b == 0) ? 2 : 1, cfg));
       }
     } else {

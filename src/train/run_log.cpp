@@ -5,16 +5,74 @@
 #include <algorithm>
 #include <cmath>
 
+#include "u3d/core/errors.h"
+#include "u3d/core/text.h"
+
 #include "u3d/core/version.h"
+#include "u3d/train/progress_plot.h"
+#include "u3d/train/tensorboard.h"
 
 namespace u3d {
 namespace {
 
 std::string fmt_metric(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : ""; }
 
+// A (H, W) float slice as an 8-bit gray PNG, scaled from [lo, hi] (its own range when lo == hi).
+std::string slice_png(const torch::Tensor& slice, double lo, double hi) {
+  torch::Tensor s = slice.to(torch::kFloat).nan_to_num(0.0);
+  if (!(hi > lo)) {
+    lo = s.min().item<double>();
+    hi = s.max().item<double>();
+  }
+  const double range = hi > lo ? hi - lo : 1.0;
+  const torch::Tensor gray = ((s - lo) / range * 255.0).clamp(0, 255).round().to(torch::kUInt8).contiguous();
+  return encode_png(gray.data_ptr<uint8_t>(), static_cast<int>(gray.size(0)), static_cast<int>(gray.size(1)),
+                    /*channels=*/1);
+}
+
 }  // namespace
 
+std::string clock_text(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "--";
+  const auto s = static_cast<int64_t>(std::llround(seconds));
+  if (s < 3600) return fmt::format("{}:{:02d}", s / 60, s % 60);
+  return fmt::format("{}:{:02d}:{:02d}", s / 3600, (s / 60) % 60, s % 60);
+}
+
+std::string progress_bar_line(const Progress& p, int64_t epochs, int64_t steps, int columns) {
+  const double done = steps > 0 ? std::clamp(static_cast<double>(p.step) / static_cast<double>(steps), 0.0, 1.0) : 0;
+  constexpr int kBarWidth = 20;
+  const int filled = static_cast<int>(done * kBarWidth);
+  const std::string bar = std::string(static_cast<size_t>(filled), '#') + std::string(kBarWidth - filled, '-');
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const std::string gpu = p.gpu_bytes < 0 ? ""
+                          : p.gpu_total > 0
+                              ? fmt::format(" | GPU {:.1f}/{:.1f} GiB", static_cast<double>(p.gpu_bytes) / kGiB,
+                                            static_cast<double>(p.gpu_total) / kGiB)
+                              : fmt::format(" | GPU {:.1f} GiB", static_cast<double>(p.gpu_bytes) / kGiB);
+  const std::string skipped = p.skipped > 0 ? fmt::format(" | {} skipped", p.skipped) : "";
+  // Narrow terminals lose the drawn bar first, then the lr and the data-wait share, then GPU memory.
+  std::string line;
+  for (int detail = 3; detail >= 0; --detail) {
+    line = fmt::format("epoch {}/{}{} {:3.0f}% {}/{} | {:.2f} it/s | ETA {} run {} | loss {:.5f}{}{}{}{}", p.epoch,
+                       epochs, detail == 3 ? " [" + bar + "]" : "", 100.0 * done, p.step, steps, p.steps_per_second,
+                       clock_text(p.seconds_left), clock_text(p.run_seconds_left), p.loss,
+                       detail >= 2 ? fmt::format(" | lr {:.2e}", p.lr) : "",
+                       detail >= 2 ? fmt::format(" | data {:.0f}%", 100.0 * p.data_share) : "", detail >= 1 ? gpu : "",
+                       skipped);
+    if (columns <= 1 || static_cast<int>(line.size()) < columns) return line;
+  }
+  line.resize(static_cast<size_t>(columns - 1));  // the last column stays free: no wrap
+  return line;
+}
+
 RunLog::RunLog(const ResolvedConfig& rc, const RunPaths& paths) : rc_(rc), paths_(paths) {
+  switch (rc.cfg.logging.progress) {
+    case ProgressMode::kAuto: (console_is_terminal() ? bar_ : lines_) = true; break;
+    case ProgressMode::kBar: bar_ = true; break;
+    case ProgressMode::kLines: lines_ = true; break;
+    case ProgressMode::kOff: break;
+  }
   std::vector<std::string> columns = {
       "epoch", "step",          "lr",           "train_loss", "val_loss",           rc.metric.name,
       "best",  "epoch_seconds", "data_seconds", "data_share", "samples_per_second", "skipped_steps"};
@@ -28,7 +86,13 @@ RunLog::RunLog(const ResolvedConfig& rc, const RunPaths& paths) : rc_(rc), paths
   }
 }
 
+RunLog::~RunLog() = default;
+
 void RunLog::begin(const std::optional<TrainState>& resumed) {
+  if (rc_.cfg.logging.tensorboard) {
+    tb_ = std::make_unique<TensorBoardWriter>(paths_.root / "tensorboard");  // IoError naming the folder
+    tb_->session_start(resumed ? resumed->global_step + 1 : 0);
+  }
   if (resumed) {
     csv_->resume(resumed->epoch);
     if (step_csv_) step_csv_->resume(resumed->global_step);
@@ -56,22 +120,42 @@ void RunLog::banner(const Runtime& runtime, int64_t parameters, const std::strin
 }
 
 bool RunLog::progress_due() const {
-  const double every = rc_.cfg.logging.progress_seconds;
+  constexpr double kRedrawSeconds = 0.25;
+  const double seconds = rc_.cfg.logging.progress_seconds;
+  const double every = bar_     ? (seconds > 0 ? std::min(seconds, kRedrawSeconds) : kRedrawSeconds)
+                       : lines_ ? seconds
+                                : 0.0;
   return every > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - last_progress_).count() >= every;
 }
 
 void RunLog::progress(const Progress& p) {
   last_progress_ = std::chrono::steady_clock::now();
+  if (bar_) {
+    set_status_line(progress_bar_line(p, rc_.cfg.training.epochs, rc_.steps_per_epoch, console_columns()));
+    return;
+  }
   spdlog::info(
       "epoch {}/{} step {}/{} loss {:.5f} lr {:.3g} {:.1f} samples/s, data wait {:.0f}%, epoch ends in {:.0f} "
-      "s{}",
+      "s, run in {}{}",
       p.epoch, rc_.cfg.training.epochs, p.step, rc_.steps_per_epoch, p.loss, p.lr, p.samples_per_second,
-      100.0 * p.data_share, p.seconds_left,
+      100.0 * p.data_share, p.seconds_left, clock_text(p.run_seconds_left),
       p.skipped > 0 ? fmt::format(", {} steps skipped (NaN/Inf)", p.skipped) : "");
+}
+
+void RunLog::clear_progress() const {
+  if (bar_) set_status_line("");
 }
 
 void RunLog::step(int64_t global_step, int64_t epoch, int64_t step_in_epoch, double lr, const torch::Tensor& loss,
                   const torch::Tensor& found_inf) {
+  const int64_t every = rc_.cfg.logging.tensorboard_steps;
+  if (tb_ && every > 0 && global_step % every == 0) {
+    try {
+      tb_->add_scalars(global_step, {{"step/train_loss", loss.item<double>()}, {"step/lr", lr}});
+    } catch (const std::exception& e) {
+      view_failed("TensorBoard", e);
+    }
+  }
   if (!step_csv_) return;
   const float value = loss.item<float>();  // debugging aid: one host read per step
   const bool skipped = found_inf.item<float>() > 0;
@@ -88,22 +172,27 @@ void RunLog::epoch(int64_t epoch, int64_t global_step, const EpochStats& train, 
   const double sps = train.seconds > 0 ? static_cast<double>(train.samples) / train.seconds : 0;
   const double data_share = train.seconds > 0 ? train.data_seconds / train.seconds : 0.0;
   auto value = [&](double ValStats::*field) { return val ? fmt_metric((*val).*field) : std::string(); };
-  csv_->append({{"epoch", std::to_string(epoch)},
-                {"step", std::to_string(global_step)},
-                {"lr", fmt::format("{:.6g}", lr)},
-                {"train_loss", fmt_metric(train.train_loss)},
-                {"val_loss", value(&ValStats::loss)},
-                {rc_.metric.name, value(&ValStats::metric)},
-                {"val_dose_score", value(&ValStats::dose_score)},
-                {"val_dvh_score", value(&ValStats::dvh_score)},
-                {"val_pseudo_dice", value(&ValStats::pseudo_dice)},
-                {"val_pseudo_dice_ema", value(&ValStats::pseudo_dice_ema)},
-                {"best", improved ? "1" : "0"},
-                {"epoch_seconds", fmt::format("{:.3f}", train.seconds)},
-                {"data_seconds", fmt::format("{:.3f}", train.data_seconds)},
-                {"data_share", fmt::format("{:.4f}", data_share)},
-                {"samples_per_second", fmt::format("{:.3f}", sps)},
-                {"skipped_steps", std::to_string(train.skipped)}});
+  const std::map<std::string, std::string> row = {
+      {"epoch", std::to_string(epoch)},
+      {"step", std::to_string(global_step)},
+      {"lr", fmt::format("{:.6g}", lr)},
+      {"train_loss", fmt_metric(train.train_loss)},
+      {"val_loss", value(&ValStats::loss)},
+      {rc_.metric.name, value(&ValStats::metric)},
+      {"val_dose_score", value(&ValStats::dose_score)},
+      {"val_dvh_score", value(&ValStats::dvh_score)},
+      {"val_pseudo_dice", value(&ValStats::pseudo_dice)},
+      {"val_pseudo_dice_ema", value(&ValStats::pseudo_dice_ema)},
+      {"best", improved ? "1" : "0"},
+      {"epoch_seconds", fmt::format("{:.3f}", train.seconds)},
+      {"data_seconds", fmt::format("{:.3f}", train.data_seconds)},
+      {"data_share", fmt::format("{:.4f}", data_share)},
+      {"samples_per_second", fmt::format("{:.3f}", sps)},
+      {"skipped_steps", std::to_string(train.skipped)},
+  };
+  csv_->append(row);
+  epoch_views(global_step, row, val);
+  clear_progress();
   const std::string timing = fmt::format("{:.1f} s, {:.1f} samples/s, data wait {:.1f} s ({:.0f}%)", train.seconds, sps,
                                          train.data_seconds, 100.0 * data_share);
   if (val) {
@@ -123,7 +212,64 @@ void RunLog::epoch(int64_t epoch, int64_t global_step, const EpochStats& train, 
   flush_logs();
 }
 
+void RunLog::view_failed(const std::string& what, const std::exception& e) {
+  if (view_warned_) return;
+  view_warned_ = true;  // once: a full disk must not flood the log
+  spdlog::warn("{} not written (training goes on; reported once): {}", what, error_line(e));
+}
+
+void RunLog::epoch_views(int64_t global_step, const std::map<std::string, std::string>& row,
+                         const std::optional<ValStats>& val) {
+  const auto& logging = rc_.cfg.logging;
+  std::optional<MetricsTable> table;
+  if (logging.plot || tb_) {
+    try {
+      table = read_metrics_csv(paths_.metrics);
+      if (logging.plot) {
+        write_progress_plot(*table, PlotFiles{paths_.root / "progress.png", paths_.root / "progress.svg"},
+                            rc_.cfg.experiment.name);
+      }
+    } catch (const std::exception& e) {
+      view_failed("progress.png", e);
+    }
+  }
+  if (!tb_) return;
+  try {
+    std::vector<std::pair<std::string, double>> scalars;
+    for (const auto& column : csv_->columns()) {
+      if (column == "step") continue;
+      const auto it = row.find(column);
+      const auto v = it == row.end() ? std::nullopt : parse_double(it->second);
+      if (v) scalars.emplace_back("epoch/" + column, *v);
+    }
+    tb_->add_scalars(global_step, scalars);
+    if (table) {
+      constexpr int kTensorBoardPlotSide = 900;
+      tb_->add_image("progress", global_step,
+                     render_progress_png(*table, rc_.cfg.experiment.name, kTensorBoardPlotSide, kTensorBoardPlotSide),
+                     kTensorBoardPlotSide, kTensorBoardPlotSide, /*channels=*/3);
+    }
+    if (val && val->preview_input.defined()) {
+      const auto& t = val->preview_target;
+      const bool labels = rc_.task() == Task::kSegmentation;
+      // Target and prediction on one scale: the label range, or the target's range.
+      const double lo = labels ? 0.0 : t.min().item<double>();
+      const double hi =
+          labels ? static_cast<double>(std::max<int64_t>(1, rc_.info.num_classes - 1)) : t.max().item<double>();
+      const int h = static_cast<int>(t.size(0)), w = static_cast<int>(t.size(1));
+      const std::string prefix = "val/" + val->preview_case + "/";
+      tb_->add_image(prefix + "input", global_step, slice_png(val->preview_input, 0, 0), h, w, 1);
+      tb_->add_image(prefix + "target", global_step, slice_png(t, lo, hi), h, w, 1);
+      tb_->add_image(prefix + "prediction", global_step, slice_png(val->preview_prediction, lo, hi), h, w, 1);
+    }
+    tb_->flush();
+  } catch (const std::exception& e) {
+    view_failed("TensorBoard", e);
+  }
+}
+
 void RunLog::done(const TrainState& state) const {
+  clear_progress();
   spdlog::info("done: {} epochs, {} steps; best {} {} at epoch {}; run folder {}", state.epoch, state.global_step,
                rc_.monitor_name, fmt_metric(state.best_metric), state.best_epoch, paths_.root.string());
   flush_logs();

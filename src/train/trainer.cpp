@@ -71,6 +71,7 @@ TrainState Trainer::fit() {
 }
 
 TrainState Trainer::finish() {
+  log_->clear_progress();
   if (stop_signal_) {
     keeper_.on_stop(state_, stop_signal_);
   } else {
@@ -244,10 +245,20 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
         const auto totals = monitor_->totals();  // the only host read between checks
         const int64_t counted = state_.step_in_epoch - totals.skipped;
         const double elapsed = seconds_since(t0);
-        log_->progress({epoch, step + 1, counted > 0 ? totals.loss_sum / static_cast<double>(counted) : std::nan(""),
-                        lr, static_cast<double>(samples) / elapsed, stats.data_seconds / elapsed,
-                        elapsed / static_cast<double>(step + 1 - first_step) * static_cast<double>(steps - step - 1),
-                        totals.skipped});
+        const double per_step = elapsed / static_cast<double>(step + 1 - first_step);
+        Progress p;
+        p.epoch = epoch;
+        p.step = step + 1;
+        p.loss = counted > 0 ? totals.loss_sum / static_cast<double>(counted) : std::nan("");
+        p.lr = lr;
+        p.samples_per_second = static_cast<double>(samples) / elapsed;
+        p.steps_per_second = 1.0 / per_step;
+        p.data_share = stats.data_seconds / elapsed;
+        p.seconds_left = per_step * static_cast<double>(steps - step - 1);
+        p.run_seconds_left = p.seconds_left + per_step * static_cast<double>(steps * (cfg().training.epochs - epoch));
+        p.skipped = totals.skipped;
+        p.gpu_bytes = gpu_memory_in_use(runtime_.device, &p.gpu_total);
+        log_->progress(p);
       }
       if (stopping()) {
         save_inside_epoch(epoch);

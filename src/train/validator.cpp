@@ -55,6 +55,7 @@ ValStats Validator::full_volumes(int64_t epoch, const std::function<bool()>& sto
                           /*channels_last=*/channels_last_};
   std::vector<double> losses, metrics;
   std::vector<PatientDoseMetrics> dose_metrics;
+  ValStats preview;  // its preview_* fields
   for (const auto& c : data_.val_cache()->cases()) {
     if (stopping()) {
       ValStats interrupted;
@@ -76,6 +77,14 @@ ValStats Validator::full_volumes(int64_t epoch, const std::function<bool()>& sto
           dose_eval_->evaluate(c.id, pred_on_device, c.raw_target.to(device_), dose_mask.to(device_)));
     }
     const torch::Tensor pred = pred_on_device.cpu();
+    if (cfg.logging.tensorboard && preview.preview_case.empty()) {
+      const int64_t mid = pred.size(0) / 2;
+      preview.preview_case = c.id;
+      preview.preview_input = c.image[0][mid].to(torch::kCPU, torch::kFloat);
+      preview.preview_target =
+          (pre.task() == Task::kSegmentation ? c.target : c.raw_target)[mid].to(torch::kCPU, torch::kFloat);
+      preview.preview_prediction = pred[mid].to(torch::kFloat);
+    }
     if (pre.task() == Task::kSegmentation) {
       metrics.push_back(nan_mean(dice_per_class(pred, c.target, rc_.info.num_classes)));
     } else {
@@ -83,7 +92,9 @@ ValStats Validator::full_volumes(int64_t epoch, const std::function<bool()>& sto
     }
   }
   if (faults_.nan_val.count(epoch)) return ValStats{};  // test fault: every value NaN
-  ValStats stats{nan_mean(losses), nan_mean(metrics)};
+  ValStats stats = preview;
+  stats.loss = nan_mean(losses);
+  stats.metric = nan_mean(metrics);
   if (dose_eval_) {
     const DoseScores scores = dose_scores(dose_metrics);
     stats.dose_score = scores.dose_score;

@@ -21,8 +21,8 @@ class Accumulation : public ::testing::Test {
   void SetUp() override { test::make_phantom(dir / "p.h5", Task::kDose, 8, 16); }
   std::vector<std::string> args(const std::string& name, std::vector<std::string> extra) {
     test::write_text(dir / (name + ".yaml"), test::tiny_config("p.h5", name));
-    std::vector<std::string> a = {"--config", name + ".yaml", "--set", "training.steps_per_epoch=3",
-                                  "--set", "training.loss=l1"};
+    std::vector<std::string> a = {"--config", name + ".yaml",    "--set", "training.steps_per_epoch=3",
+                                  "--set",    "training.loss=l1"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }

@@ -70,7 +70,7 @@ TEST(ResEncUNet, PresetsFillOnlyTheKeysTheConfigLeavesUnset) {
   const Config l = load_config_from_string(
       "data: {path: d.h5, patch_size: [128, 128, 128]}\nmodel: {preset: resenc_l, base_filters: 24}\n", "exp.yaml");
   EXPECT_EQ(l.model.architecture, Architecture::kResEncUNet);
-  EXPECT_EQ(l.model.levels, 6);  // 128 -> 4 voxels at the bottleneck
+  EXPECT_EQ(l.model.levels, 6);         // 128 -> 4 voxels at the bottleneck
   EXPECT_EQ(l.model.base_filters, 24);  // set by the config: kept
   EXPECT_EQ(l.model.max_filters, 320);
   EXPECT_EQ(l.model.convs_per_level, 1);
@@ -79,12 +79,12 @@ TEST(ResEncUNet, PresetsFillOnlyTheKeysTheConfigLeavesUnset) {
   // The written config loads back to the same values (a resume compares them).
   EXPECT_TRUE(diff(load_config_from_string(to_yaml(l), "saved"), l).empty());
   // nnU-Net's configuration built in PyTorch (scripts/bench/pytorch_step.py --arch resenc --params-only
-  // --size 128 --levels 6 --convs-per-level 1 --in-channels 1 --out-channels 4) has 102,351,380 parameters; the preset's
-  // network with deep supervision (nnU-Net always builds a head per decoder stage) has the same.
-  ModelConfig preset = load_config_from_string(
-                           "data: {path: d.h5, patch_size: 128}\nmodel: {preset: resenc_l, deep_supervision: true}\n",
-                           "exp.yaml")
-                           .model;
+  // --size 128 --levels 6 --convs-per-level 1 --in-channels 1 --out-channels 4) has 102,351,380 parameters; the
+  // preset's network with deep supervision (nnU-Net always builds a head per decoder stage) has the same.
+  ModelConfig preset =
+      load_config_from_string(
+          "data: {path: d.h5, patch_size: 128}\nmodel: {preset: resenc_l, deep_supervision: true}\n", "exp.yaml")
+          .model;
   EXPECT_EQ(count_parameters(*build_network(preset, 1, 4)), 102351380);
   // The shipped recipe loads as the preset says.
   const Config recipe = load_config(test::source_dir() / "configs" / "segmentation_resenc.yaml");
@@ -98,9 +98,10 @@ TEST(ResEncUNet, PresetsFillOnlyTheKeysTheConfigLeavesUnset) {
   EXPECT_EQ(m.model.levels, 5);
   // A list too short for the levels is one line naming the key.
   try {
-    load_config_from_string("data: {path: d.h5, patch_size: 32}\nmodel: {architecture: resenc_unet, levels: 3, "
-                            "blocks_per_level: [1, 2]}\n",
-                            "exp.yaml");
+    load_config_from_string(
+        "data: {path: d.h5, patch_size: 32}\nmodel: {architecture: resenc_unet, levels: 3, "
+        "blocks_per_level: [1, 2]}\n",
+        "exp.yaml");
     FAIL() << "expected a ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("model.blocks_per_level: 2 entries for model.levels = 3"), std::string::npos)
@@ -205,9 +206,9 @@ TEST(ActivationCheckpointing, KeepsOnlyEachBlocksInputForBackward) {
                                      torch::nn::Conv3d(torch::nn::Conv3dOptions(4, 4, 3).padding(1)));
   const auto x = torch::randn({1, 2, 8, 8, 8});
   const auto plain = stage->forward(x);
-  const auto ckpt =
-      run_checkpointed(stage.ptr(), [stage](const torch::Tensor& t) mutable { return stage->forward(t); }, x,
-                       /*preserve_rng=*/false);
+  const auto ckpt = run_checkpointed(
+      stage.ptr(), [stage](const torch::Tensor& t) mutable { return stage->forward(t); }, x,
+      /*preserve_rng=*/false);
   EXPECT_TRUE(torch::equal(plain, ckpt));
   ASSERT_TRUE(ckpt.grad_fn());
   EXPECT_NE(ckpt.grad_fn()->name().find("CheckpointFunction"), std::string::npos) << ckpt.grad_fn()->name();

@@ -117,4 +117,24 @@ struct EvaluateSegmentationCommand {
 };
 int evaluate_segmentation_command(const EvaluateSegmentationCommand& cmd);
 
+// `trainer export RUN_DIR` (src/app/export_command.cpp, model/model_export.h): the checkpoint
+// (best, last or a path) as model.safetensors, model.pt, model.ts and, through
+// scripts/python/export_onnx.py, model.onnx in --out (default <run>/export/). Files of formats not
+// asked for are removed, so the folder holds one export.
+struct ExportCommand {
+  std::string run_dir;
+  std::string checkpoint = "best";
+  std::vector<std::string> formats = {"safetensors", "pt", "torchscript"};
+  std::string out;
+};
+int export_command(const ExportCommand& cmd);
+
+// `trainer plot RUN_DIR [--out FILE.png]`: progress.png and progress.svg from <run>/metrics.csv
+// (train/progress_plot.h), also for a run still going or written by an older version.
+struct PlotCommand {
+  std::string run_dir;
+  std::string out;  // default <run>/progress.png; the .svg beside it
+};
+int plot_command(const PlotCommand& cmd);
+
 }  // namespace u3d

@@ -35,6 +35,8 @@ enum class Tta { kNone, kFlips };
 enum class SaveErrorPolicy { kStop, kContinue };
 enum class Precision { kAuto, kFp32, kBf16, kFp16 };
 enum class Toggle { kAuto, kOn, kOff };
+// logging.progress: auto = bar on a terminal, lines otherwise
+enum class ProgressMode { kAuto, kBar, kLines, kOff };
 
 struct ExperimentConfig {
   std::string name = "experiment";  // run folder name: <output_dir>/<name>
@@ -164,9 +166,13 @@ struct PredictConfig {
 };
 
 struct LoggingConfig {
-  std::string level = "info";      // trace|debug|info|warn|error
-  double progress_seconds = 30.0;  // progress line inside an epoch at most this often; 0: off
+  std::string level = "info";                   // trace|debug|info|warn|error
+  ProgressMode progress = ProgressMode::kAuto;  // a redrawn status line on a terminal, else plain lines
+  double progress_seconds = 30.0;  // lines mode: a progress line inside an epoch at most this often; 0: none
   bool step_log = false;           // <run>/steps.csv: every step's loss (debugging; reads the loss each step)
+  bool plot = true;                // <run>/progress.png and .svg after every epoch (train/progress_plot.h)
+  bool tensorboard = false;        // <run>/tensorboard/events.out.tfevents.* (train/tensorboard.h)
+  int64_t tensorboard_steps = 50;  // with tensorboard: train loss and lr every this many steps; 0: per epoch only
 };
 
 struct Config {
@@ -223,5 +229,6 @@ std::string to_string(Tta v);
 std::string to_string(SaveErrorPolicy v);
 std::string to_string(Precision v);
 std::string to_string(Toggle v);
+std::string to_string(ProgressMode v);
 
 }  // namespace u3d

@@ -14,6 +14,15 @@ void add_log_file(const std::filesystem::path& log_file);
 // Flushes all sinks (before exit, after each epoch).
 void flush_logs();
 
+// A status line under the console's log lines (the progress bar, train/progress_display.h): a log
+// line clears it, prints, and draws it again below, so the two never collide. Only for a terminal
+// (it uses a carriage return and the erase-line escape); "" removes it. train.log never sees it.
+void set_status_line(const std::string& text);
+// Whether stderr (the console log) is a terminal that understands escape codes (isatty, TERM not
+// "dumb"), and its width in columns (80 when unknown).
+bool console_is_terminal();
+int console_columns();
+
 // <run>/metrics.csv: one row per epoch, fixed columns chosen when the run starts.
 //
 // Rows are appended and flushed as they are written. Opening an existing file for a resumed run

@@ -60,6 +60,9 @@ struct GpuMemoryPeaks {
   int64_t allocated = -1, reserved = -1;
 };
 GpuMemoryPeaks gpu_memory_peaks(const torch::Device& device);
+// GPU memory the caching allocator holds now (reserved, as nvidia-smi sees this process), and the
+// device's total in `total` (0 when unknown); -1 on the CPU.
+int64_t gpu_memory_in_use(const torch::Device& device, int64_t* total = nullptr);
 // One line for an out-of-memory failure during `stage` ("training step", "validation"): device,
 // batch size, patch size, precision, peak memory, and the settings that lower memory use.
 // Whether `e` reports an allocation failure: c10::OutOfMemoryError (CUDA), the CPU allocator's

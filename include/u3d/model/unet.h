@@ -117,6 +117,10 @@ class UNet3dImpl : public NetworkImpl {
   torch::Tensor run_stage(torch::nn::Sequential& stage, const torch::Tensor& x, bool checkpoint);
 };
 
+// Residual blocks of encoder level `level` (resenc_unet): model.blocks_per_level, or nnU-Net's
+// 1, 3, 4, 6, 6, 6, 6, 6 when it is empty.
+int64_t residual_blocks(const ModelConfig& cfg, int64_t level);
+
 // The network `cfg` describes; weights initialised (Kaiming normal) from the current torch seed.
 Network build_network(const ModelConfig& cfg, int64_t in_channels, int64_t out_channels);
 // Number of parameters (trainable only by default).

@@ -35,6 +35,10 @@ struct ValStats {
   double dvh_score = std::numeric_limits<double>::quiet_NaN();
   double pseudo_dice = std::numeric_limits<double>::quiet_NaN();      // val patches, this epoch
   double pseudo_dice_ema = std::numeric_limits<double>::quiet_NaN();  // its running EMA
+  // With logging.tensorboard: the middle slice along D of the first val case, (H, W) float32 on the
+  // CPU: its first input channel, its target (labels or target units) and the prediction.
+  std::string preview_case;
+  torch::Tensor preview_input, preview_target, preview_prediction;
 };
 
 class Validator {

@@ -1,0 +1,213 @@
+// `trainer export RUN_DIR`: a run's checkpoint as model files other programs load
+// (model/model_export.h), and `trainer plot RUN_DIR`: progress.png from metrics.csv.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include "u3d/app/commands.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/files.h"
+#include "u3d/core/version.h"
+#include "u3d/io/dataset.h"
+#include "u3d/model/model_export.h"
+#include "u3d/model/unet.h"
+#include "u3d/train/checkpoint.h"
+#include "u3d/train/progress_plot.h"
+
+namespace fs = std::filesystem;
+
+namespace u3d {
+namespace {
+
+const std::vector<std::string> kFormats = {"safetensors", "pt", "torchscript", "onnx"};
+
+std::string file_of(const std::string& format) {
+  if (format == "safetensors") return "model.safetensors";
+  if (format == "pt") return "model.pt";
+  if (format == "torchscript") return "model.ts";
+  return "model.onnx";
+}
+
+// What the dataset of the run tells about the inputs and outputs; a warning and empty values when
+// the file is no longer there.
+struct DataFacts {
+  std::vector<std::string> channels, labels;
+  std::string spacing = "null";
+};
+
+DataFacts data_facts(const Config& trained) {
+  DataFacts facts;
+  try {
+    const DatasetReader reader(trained.data.path);
+    const auto& info = reader.info();
+    facts.channels = trained.data.channels.empty() ? info.channel_names : trained.data.channels;
+    facts.labels = info.class_names;
+    const auto& train = reader.split(trained.data.train_split);
+    if (!train.empty()) {
+      const auto s = reader.read_case(train.front()).spacing;
+      facts.spacing = fmt::format("[{}, {}, {}]", s[0], s[1], s[2]);
+    }
+  } catch (const std::exception& e) {
+    spdlog::warn("export: the run's dataset {} cannot be read ({}); channel names, labels and spacing are left out",
+                 trained.data.path, error_line(e));
+    facts.channels = trained.data.channels;
+  }
+  return facts;
+}
+
+std::string json_list(const std::vector<std::string>& items) {
+  std::vector<std::string> quoted;
+  for (const auto& i : items) quoted.push_back(json_string(i));
+  return fmt::format("[{}]", fmt::join(quoted, ", "));
+}
+
+ModelMeta model_meta(const Config& trained, const CheckpointInfo& info, const fs::path& checkpoint,
+                     NetworkImpl& net) {
+  const DataFacts facts = data_facts(trained);
+  // The model section as JSON, blocks_per_level resolved (nnU-Net's defaults when empty).
+  const YAML::Node model = YAML::Load(to_yaml(trained))["model"];
+  std::map<std::string, std::string> model_json;
+  for (const auto& kv : model) {
+    model_json[kv.first.as<std::string>()] = yaml_value_json(get_value(trained, "model." + kv.first.as<std::string>()));
+  }
+  std::vector<int64_t> blocks;
+  for (int64_t l = 0; l < trained.model.levels; ++l) blocks.push_back(residual_blocks(trained.model, l));
+  model_json["blocks_per_level"] = fmt::format("[{}]", fmt::join(blocks, ", "));
+  std::vector<std::string> model_items;
+  for (const auto& [k, v] : model_json) model_items.push_back(json_string(k) + ": " + v);
+  const auto& p = trained.data.patch_size;
+  return {{"format", "u3d-model"},
+          {"format_version", "1"},
+          {"task", info.task},
+          {"architecture", to_string(trained.model.architecture)},
+          {"in_channels", std::to_string(info.in_channels)},
+          {"out_channels", std::to_string(info.out_channels)},
+          {"model", fmt::format("{{{}}}", fmt::join(model_items, ", "))},
+          {"config", info.config_yaml},
+          {"channels", json_list(facts.channels)},
+          {"labels", json_list(facts.labels)},
+          {"normalize", json_list(trained.data.normalize)},
+          {"target_scale", fmt::format("{}", trained.data.target_scale)},
+          {"patch_size", fmt::format("[{}, {}, {}]", p[0], p[1], p[2])},
+          {"spacing", facts.spacing},
+          {"size_divisor", std::to_string(net.size_divisor())},
+          {"version", info.version},
+          {"commit", info.commit},
+          {"checkpoint", checkpoint.filename().string()},
+          {"epoch", std::to_string(info.state.epoch)}};
+}
+
+// The Python that writes model.onnx: U3D_PYTHON, else python3; the script from U3D_PYTHON_SCRIPTS,
+// beside the program (bundle: libexec/trainer -> scripts/python/) or in the source tree it was
+// built from (build/<preset>/trainer -> scripts/python/).
+fs::path onnx_script() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  std::vector<fs::path> candidates;
+  if (const char* dir = std::getenv("U3D_PYTHON_SCRIPTS")) candidates.push_back(fs::path(dir) / "export_onnx.py");
+  if (!ec) {
+    candidates.push_back(exe.parent_path().parent_path() / "scripts/python/export_onnx.py");
+    candidates.push_back(exe.parent_path().parent_path().parent_path() / "scripts/python/export_onnx.py");
+  }
+  for (const auto& c : candidates) {
+    if (fs::exists(c, ec)) return c;
+  }
+  throw IoError("export onnx: scripts/python/export_onnx.py not found beside the program; set U3D_PYTHON_SCRIPTS to "
+                "the folder that holds it");
+}
+
+void write_onnx(const fs::path& model_pt, const fs::path& out) {
+  const char* python = std::getenv("U3D_PYTHON");
+  const std::string command =
+      fmt::format("'{}' '{}' '{}' --out '{}'", python ? python : "python3", onnx_script().string(), model_pt.string(),
+                  out.string());
+  spdlog::info("export: {}", command);
+  const int status = std::system(command.c_str());
+  if (status != 0) {
+    std::error_code ec;
+    fs::remove(out, ec);
+    throw IoError(fmt::format("export onnx: {} failed (exit {}); it needs a Python with torch, onnx and onnxscript "
+                              "(set U3D_PYTHON)",
+                              command, WIFEXITED(status) ? WEXITSTATUS(status) : status));
+  }
+}
+
+}  // namespace
+
+int export_command(const ExportCommand& cmd) {
+  std::set<std::string> formats;
+  for (const auto& f : cmd.formats) {
+    if (std::find(kFormats.begin(), kFormats.end(), f) == kFormats.end()) {
+      throw UsageError(fmt::format("--format {}: expected a list of {}", f, fmt::join(kFormats, ",")));
+    }
+    formats.insert(f);
+  }
+  const fs::path run(cmd.run_dir);
+  std::error_code ec;
+  if (!fs::is_directory(run / "checkpoints", ec)) {
+    throw UsageError(fmt::format("{}: not a run folder (no checkpoints/ in it)", run.string()));
+  }
+  const CheckpointStore store(run / "checkpoints", /*keep_last=*/2);
+  const fs::path checkpoint = store.resolve(cmd.checkpoint);  // CheckpointError naming it
+  const CheckpointInfo info = read_checkpoint_info(checkpoint);
+  const Config trained = load_config_from_string(info.config_yaml, checkpoint.string() + " (config)");
+  Network net = build_network(trained.model, info.in_channels, info.out_channels);
+  load_checkpoint(checkpoint, *net, nullptr, torch::kCPU, /*restore_rng=*/false);
+  net->eval();
+  const ModelMeta meta = model_meta(trained, info, checkpoint, *net);
+  const fs::path out = cmd.out.empty() ? run / "export" : fs::path(cmd.out);
+  ensure_writable_directory(out);
+  remove_stale_temporaries(out);
+
+  const NamedTensors tensors = export_tensors(*net);
+  // model.pt is written first: the ONNX script builds the network from it.
+  const bool onnx = formats.count("onnx") > 0;
+  if (formats.count("pt") || onnx) {
+    write_file_atomic(out / "model.pt", state_dict_pt_bytes(tensors, info.config_yaml, meta));
+  }
+  if (formats.count("safetensors")) write_file_atomic(out / "model.safetensors", safetensors_bytes(tensors, meta));
+  if (formats.count("torchscript")) {
+    const int64_t side = std::min<int64_t>(2 * net->size_divisor(), 64);
+    write_file_atomic(out / "model.ts",
+                      torchscript_bytes(*net, {1, info.in_channels, side, side, side}, json_object(meta)));
+  }
+  if (onnx) {
+    const fs::path staged = out / fmt::format(".model.onnx.tmp.{}", static_cast<long>(::getpid()));
+    write_onnx(out / "model.pt", staged);
+    fs::rename(staged, out / "model.onnx");
+  }
+  // One export per folder: files of formats not asked for now came from another checkpoint.
+  for (const auto& f : kFormats) {
+    if (formats.count(f) == 0 && !(f == "pt" && onnx)) fs::remove(out / file_of(f), ec);
+  }
+  for (const auto& f : kFormats) {
+    if (fs::exists(out / file_of(f), ec)) spdlog::info("export: {}", (out / file_of(f)).string());
+  }
+  spdlog::info("export: {} (epoch {}) of {}, {} tensors; load in Python with scripts/python/u3d_model.py",
+               checkpoint.filename().string(), info.state.epoch, run.string(), tensors.size());
+  return kExitOk;
+}
+
+int plot_command(const PlotCommand& cmd) {
+  const fs::path run(cmd.run_dir);
+  const fs::path metrics = run / "metrics.csv";
+  fs::path png = cmd.out.empty() ? run / "progress.png" : fs::path(cmd.out);
+  if (png.extension() != ".png") throw UsageError(fmt::format("--out {}: expected a .png file", png.string()));
+  fs::path svg = png;
+  svg.replace_extension(".svg");
+  const MetricsTable table = read_metrics_csv(metrics);  // IoError naming the file
+  write_progress_plot(table, PlotFiles{png, svg}, run.filename().string());
+  spdlog::info("plot: {} and {} ({} epochs)", png.string(), svg.string(), table.rows());
+  return kExitOk;
+}
+
+}  // namespace u3d
