@@ -70,8 +70,7 @@ std::string json_list(const std::vector<std::string>& items) {
   return fmt::format("[{}]", fmt::join(quoted, ", "));
 }
 
-ModelMeta model_meta(const Config& trained, const CheckpointInfo& info, const fs::path& checkpoint,
-                     NetworkImpl& net) {
+ModelMeta model_meta(const Config& trained, const CheckpointInfo& info, const fs::path& checkpoint, NetworkImpl& net) {
   const DataFacts facts = data_facts(trained);
   // The model section as JSON, blocks_per_level resolved (nnU-Net's defaults when empty).
   const YAML::Node model = YAML::Load(to_yaml(trained))["model"];
@@ -121,23 +120,24 @@ fs::path onnx_script() {
   for (const auto& c : candidates) {
     if (fs::exists(c, ec)) return c;
   }
-  throw IoError("export onnx: scripts/python/export_onnx.py not found beside the program; set U3D_PYTHON_SCRIPTS to "
-                "the folder that holds it");
+  throw IoError(
+      "export onnx: scripts/python/export_onnx.py not found beside the program; set U3D_PYTHON_SCRIPTS to "
+      "the folder that holds it");
 }
 
 void write_onnx(const fs::path& model_pt, const fs::path& out) {
   const char* python = std::getenv("U3D_PYTHON");
-  const std::string command =
-      fmt::format("'{}' '{}' '{}' --out '{}'", python ? python : "python3", onnx_script().string(), model_pt.string(),
-                  out.string());
+  const std::string command = fmt::format("'{}' '{}' '{}' --out '{}'", python ? python : "python3",
+                                          onnx_script().string(), model_pt.string(), out.string());
   spdlog::info("export: {}", command);
   const int status = std::system(command.c_str());
   if (status != 0) {
     std::error_code ec;
     fs::remove(out, ec);
-    throw IoError(fmt::format("export onnx: {} failed (exit {}); it needs a Python with torch, onnx and onnxscript "
-                              "(set U3D_PYTHON)",
-                              command, WIFEXITED(status) ? WEXITSTATUS(status) : status));
+    throw IoError(
+        fmt::format("export onnx: {} failed (exit {}); it needs a Python with torch, onnx and onnxscript "
+                    "(set U3D_PYTHON)",
+                    command, WIFEXITED(status) ? WEXITSTATUS(status) : status));
   }
 }
 

@@ -52,9 +52,7 @@ torch::jit::Module submodule_for(torch::jit::Module root, const std::string& nam
   return current;
 }
 
-void append(std::string* out, const void* data, size_t size) {
-  out->append(static_cast<const char*>(data), size);
-}
+void append(std::string* out, const void* data, size_t size) { out->append(static_cast<const char*>(data), size); }
 
 }  // namespace
 
@@ -147,7 +145,8 @@ std::string state_dict_pt_bytes(const NamedTensors& tensors, const std::string& 
   return out;
 }
 
-std::string torchscript_bytes(NetworkImpl& net, const std::vector<int64_t>& example_shape, const std::string& meta_json) {
+std::string torchscript_bytes(NetworkImpl& net, const std::vector<int64_t>& example_shape,
+                              const std::string& meta_json) {
   net.eval();
   torch::NoGradGuard no_grad;
   torch::jit::Module module("__torch__.u3d.Model");
@@ -176,10 +175,7 @@ std::string torchscript_bytes(NetworkImpl& net, const std::vector<int64_t>& exam
   }
   const auto input = torch::zeros(example_shape);
   auto traced = torch::jit::tracer::trace(
-      {input},
-      [&](torch::jit::Stack in) -> torch::jit::Stack {
-        return {net.forward(in[0].toTensor())};
-      },
+      {input}, [&](torch::jit::Stack in) -> torch::jit::Stack { return {net.forward(in[0].toTensor())}; },
       [](const torch::autograd::Variable&) { return std::string(); }, /*strict=*/true, /*force_outplace=*/false,
       &module);
   auto* forward = module._ivalue()->compilation_unit()->create_function(

@@ -45,8 +45,7 @@ TEST(ModelExport, SafetensorsHoldsEveryTensorAtItsOffsetWithTheMetadata) {
   const uint64_t n = header_length(bytes);
   ASSERT_EQ(n % 8, 0u);  // the data starts 8-byte aligned
   const std::string header = bytes.substr(8, n);
-  EXPECT_NE(header.find(R"("__metadata__": {"note": "a \"quoted\"\nline", "task": "segmentation"})"),
-            std::string::npos)
+  EXPECT_NE(header.find(R"("__metadata__": {"note": "a \"quoted\"\nline", "task": "segmentation"})"), std::string::npos)
       << header.substr(0, 200);
   // Batch norm brings running statistics (float32) and num_batches_tracked (int64).
   EXPECT_NE(header.find(R"("encoder0.0.norm.running_mean": {"dtype": "F32")"), std::string::npos);
@@ -54,9 +53,9 @@ TEST(ModelExport, SafetensorsHoldsEveryTensorAtItsOffsetWithTheMetadata) {
   size_t offset = 0;
   for (const auto& [name, t] : tensors) {
     const size_t size = static_cast<size_t>(t.numel()) * t.element_size();
-    const std::string entry = fmt::format("\"{}\": {{\"dtype\": \"{}\", \"shape\": [{}], \"data_offsets\": [{}, {}]}}",
-                                          name, safetensors_dtype(t.scalar_type()), fmt::join(t.sizes(), ", "),
-                                          offset, offset + size);
+    const std::string entry =
+        fmt::format("\"{}\": {{\"dtype\": \"{}\", \"shape\": [{}], \"data_offsets\": [{}, {}]}}", name,
+                    safetensors_dtype(t.scalar_type()), fmt::join(t.sizes(), ", "), offset, offset + size);
     ASSERT_NE(header.find(entry), std::string::npos) << entry;
     EXPECT_EQ(std::memcmp(bytes.data() + 8 + n + offset, t.data_ptr(), size), 0) << name;
     offset += size;

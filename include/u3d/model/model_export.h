@@ -43,7 +43,8 @@ std::string safetensors_bytes(const NamedTensors& tensors, const ModelMeta& meta
 std::string state_dict_pt_bytes(const NamedTensors& tensors, const std::string& config_yaml, const ModelMeta& meta);
 // The bytes of model.ts: `net` (eval mode, on the CPU) traced on a zero input `example_shape`
 // (N, C_in, D, H, W), with `meta_json` as extra file "meta.json".
-std::string torchscript_bytes(NetworkImpl& net, const std::vector<int64_t>& example_shape, const std::string& meta_json);
+std::string torchscript_bytes(NetworkImpl& net, const std::vector<int64_t>& example_shape,
+                              const std::string& meta_json);
 
 // JSON text of a string, and of a string map (keys sorted).
 std::string json_string(const std::string& text);
