@@ -359,6 +359,17 @@ const std::vector<Option>& option_table() {
                   "this, so the optimizer sees batch_size x accumulate_steps samples; steps_per_epoch, the LR "
                   "schedule, checkpoints and skipped steps count optimizer steps",
                   in_range<int64_t>(1, 1024)),
+      make_option("training.max_minutes", &C::training, &TrainingConfig::max_minutes,
+                  "Time budget of the whole run in minutes (every process since the first start, start-up and "
+                  "validation included): the run stops cleanly, with a checkpoint, after the epoch whose successor "
+                  "would overrun it (estimated from the last epoch's wall time), and says so; --resume continues "
+                  "while budget is left. 0: none",
+                  at_least(0.0)),
+      make_option("training.early_stop_patience", &C::training, &TrainingConfig::early_stop_patience,
+                  "Stop, with a checkpoint, once the monitored value (checkpoint.monitor) has not improved for this "
+                  "many epochs; counted from the best epoch, so it survives --resume. Needs a validation split. 0: "
+                  "never",
+                  at_least<int64_t>(0)),
       // checkpoint
       make_option("checkpoint.every_epochs", &C::checkpoint, &CheckpointConfig::every_epochs,
                   "Write a checkpoint every N epochs (and after the last)", at_least<int64_t>(1)),

@@ -72,6 +72,7 @@ void visit_fields(Io& io, Info& info) {
   io("state.pseudo_dice_ema", s.pseudo_dice_ema, kOptional);
   io("state.epoch_seconds", s.epoch_seconds, kOptional);
   io("state.epoch_data_seconds", s.epoch_data_seconds, kOptional);
+  io("state.run_seconds", s.run_seconds, kOptional);
 }
 
 void write_info(torch::serialize::OutputArchive& ar, const CheckpointInfo& info) {

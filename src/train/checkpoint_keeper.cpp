@@ -12,8 +12,8 @@ CheckpointKeeper::CheckpointKeeper(const Config& cfg, const RunPaths& paths)
       store_(paths.checkpoints, cfg.checkpoint.keep_last),
       cadence_(cfg.checkpoint.every_epochs, cfg.checkpoint.every_minutes, cfg.training.epochs) {}
 
-void CheckpointKeeper::at_epoch_end(int64_t epoch, int64_t global_step, bool improved) {
-  if (cadence_.due_at_epoch_end(epoch)) commit(store_.periodic_path(epoch), global_step, /*periodic=*/true);
+void CheckpointKeeper::at_epoch_end(int64_t epoch, int64_t global_step, bool improved, bool last) {
+  if (last || cadence_.due_at_epoch_end(epoch)) commit(store_.periodic_path(epoch), global_step, /*periodic=*/true);
   if (improved) commit(store_.best_path(), global_step, /*periodic=*/false);
 }
 

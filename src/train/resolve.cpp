@@ -65,6 +65,12 @@ ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const tor
   if (task == Task::kDose) rc.dvh_structures = resolve_dvh_structures(data.dvh_structures, rc.info.channel_names);
   rc.train_ids = split_ids(reader, "data.train_split", data.train_split);
   if (!data.val_split.empty()) rc.val_ids = split_ids(reader, "data.val_split", data.val_split);
+  if (training.early_stop_patience > 0 && !rc.validates()) {
+    throw ConfigError(
+        fmt::format("{}: training.early_stop_patience needs a validation split (data.val_split is "
+                    "empty): it counts epochs without an improvement of the validation metric",
+                    origin(rc.cfg, "training.early_stop_patience")));
+  }
   const Monitor asked = rc.cfg.checkpoint.monitor;
   if (rc.validates() && rc.dvh_structures.empty() &&
       (asked == Monitor::kValDoseScore || asked == Monitor::kValDvhScore)) {

@@ -35,6 +35,8 @@ const std::vector<std::string>& runtime_config_keys() {
                                                 "training.threads",
                                                 "training.deterministic",
                                                 "training.max_nonfinite_steps",
+                                                "training.max_minutes",
+                                                "training.early_stop_patience",
                                                 "training.cuda_graph",
                                                 "training.graph_warmup_steps",
                                                 "model.channels_last",

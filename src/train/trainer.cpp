@@ -40,6 +40,7 @@ Trainer::~Trainer() = default;
 
 TrainState Trainer::fit() {
   StopSignals signals;  // SIGINT/SIGTERM/SIGHUP: finish the step, checkpoint, exit 128 + signal
+  const auto started = Clock::now();
   check_run_folder();
   setup_runtime();
   load_data();  // calls prepare_run() once every check has passed and the data is loaded
@@ -50,7 +51,15 @@ TrainState Trainer::fit() {
   build_model();
   if (options_.resume) restore();
   record_run();
+  const double carried_run_seconds = state_.run_seconds;  // the processes before a resume
+  if (options_.resume && state_.step_in_epoch == 0) {
+    if (const std::string rule = stopping_rule(state_.epoch, /*next_epoch_seconds=*/0.0); !rule.empty()) {
+      spdlog::info("nothing to train: {}", rule);
+      return finish();
+    }
+  }
   for (int64_t epoch = state_.epoch + 1; epoch <= cfg().training.epochs && !stopping(); ++epoch) {
+    const auto epoch_started = Clock::now();
     const EpochStats stats = train_epoch(epoch);
     if (stop_signal_) break;  // train_epoch wrote the checkpoint
     std::optional<ValStats> val;
@@ -65,7 +74,13 @@ TrainState Trainer::fit() {
     // newest checkpoint, which the resume drops and writes again (never a missing row).
     log_->epoch(epoch, state_.global_step, stats, val, improved,
                 schedule_->at(std::max<int64_t>(0, state_.global_step - 1)));
-    keeper_.at_epoch_end(epoch, state_.global_step, improved);
+    state_.run_seconds = carried_run_seconds + seconds_since(started);
+    const std::string rule = stopping_rule(epoch, /*next_epoch_seconds=*/seconds_since(epoch_started));
+    keeper_.at_epoch_end(epoch, state_.global_step, improved, /*last=*/!rule.empty());
+    if (!rule.empty()) {
+      spdlog::info("stopping after epoch {} of {}: {}", epoch, cfg().training.epochs, rule);
+      break;
+    }
   }
   return finish();
 }
@@ -80,6 +95,25 @@ TrainState Trainer::finish() {
   }
   flush_logs();
   return state_;
+}
+
+std::string Trainer::stopping_rule(int64_t epoch, double next_epoch_seconds) const {
+  const TrainingConfig& t = cfg().training;
+  if (epoch >= t.epochs) return "";
+  if (t.early_stop_patience > 0 && epoch - state_.best_epoch >= t.early_stop_patience) {
+    return fmt::format(
+        "early stop: {} has not improved for {} epochs (training.early_stop_patience {}; best {} at epoch {})",
+        rc_.monitor_name, epoch - state_.best_epoch, t.early_stop_patience,
+        std::isfinite(state_.best_metric) ? fmt::format("{:.6g}", state_.best_metric) : "none yet", state_.best_epoch);
+  }
+  const double budget = t.max_minutes * 60.0;
+  if (budget > 0 && state_.run_seconds + next_epoch_seconds > budget) {
+    return fmt::format(
+        "time budget: {:.3g} of training.max_minutes {:g} min used and an epoch takes {:.3g} min; raise "
+        "training.max_minutes and --resume to go on",
+        state_.run_seconds / 60.0, t.max_minutes, next_epoch_seconds / 60.0);
+  }
+  return "";
 }
 
 bool Trainer::stopping() {

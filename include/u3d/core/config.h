@@ -145,6 +145,11 @@ struct TrainingConfig {
   // Micro-batches of data.batch_size per optimizer step (gradient accumulation): the optimizer sees
   // batch_size x accumulate_steps samples per step; steps, schedule and checkpoints count optimizer steps.
   int64_t accumulate_steps = 1;
+  // Stopping rules (train/trainer.h): a wall-clock budget of the whole run, in minutes (every
+  // process, start-up and validation included; 0: none), and epochs without an improvement of the
+  // monitored value before the run stops (0: never). Both stop after an epoch, with a checkpoint.
+  double max_minutes = 0.0;
+  int64_t early_stop_patience = 0;
 };
 
 struct CheckpointConfig {

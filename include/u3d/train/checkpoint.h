@@ -64,6 +64,9 @@ struct TrainState {
   // spent waiting for batches: its metrics row reports the whole epoch.
   double epoch_seconds = 0;
   double epoch_data_seconds = 0;
+  // Wall-clock seconds of the run at its last epoch end (every process, start-up and validation
+  // included): what training.max_minutes counts.
+  double run_seconds = 0;
 };
 
 // Where the patch sampler stands: its streams are a pure function of (seed, epoch, sample index),

@@ -51,8 +51,9 @@ class CheckpointKeeper {
   // A resumed run: the checkpoint it continues from is the newest one written at `global_step`.
   void resumed_at(int64_t global_step) { saved_global_step_ = global_step; }
 
-  // After epoch `epoch` (ending at `global_step`): the periodic checkpoint when due, best.pt when improved.
-  void at_epoch_end(int64_t epoch, int64_t global_step, bool improved);
+  // After epoch `epoch` (ending at `global_step`): the periodic checkpoint when due or when `last`
+  // (a stopping rule ends the run there), best.pt when improved.
+  void at_epoch_end(int64_t epoch, int64_t global_step, bool improved, bool last = false);
   // Whether the wall-clock cadence (checkpoint.every_minutes) asks for a checkpoint now.
   bool due_inside_epoch() const { return cadence_.due_inside_epoch(); }
   // A checkpoint inside epoch `epoch` after `step_in_epoch` steps.

@@ -13,6 +13,11 @@
 //                    // prepare_run: nothing is written before) -> build_model -> restore ->
 //                    // record_run -> per epoch: train_epoch, validate, metrics row, checkpoints
 //
+// Stopping rules (stopping_rule): training.early_stop_patience epochs without an improvement of
+// the monitored value, or a training.max_minutes budget the next epoch would overrun, end the run
+// after an epoch, with its checkpoint; the count and the clock (TrainState::run_seconds) survive
+// --resume, and a resume with nothing left to do says why and exits 0.
+//
 // Reliability (docs/reliability.md): SIGINT/SIGTERM/SIGHUP end the run after the current step
 // with a checkpoint (stop_signal() then names the signal; the process exits with 128 + signal);
 // checkpoint.every_minutes adds checkpoints inside long epochs; a step whose loss or gradient norm
@@ -76,6 +81,11 @@ class Trainer {
   // checkpoint never holds a partly accumulated gradient.
   torch::Tensor train_step(const MicroBatches& micro);
   torch::Tensor train_step(const Batch& batch);  // training.accumulate_steps 1
+
+  // Why the run stops after `epoch` although epochs are left: training.early_stop_patience epochs
+  // since the best one, or training.max_minutes that the next epoch (taking `next_epoch_seconds`)
+  // would overrun; "" to go on.
+  std::string stopping_rule(int64_t epoch, double next_epoch_seconds) const;
 
   // The stop signal that ended fit() early, or 0.
   int stop_signal() const { return stop_signal_; }
