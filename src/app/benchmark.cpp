@@ -56,15 +56,6 @@ DataBenchmarkRow measure(F&& next, double seconds, int64_t batch_size, bool cuda
   return row;
 }
 
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out;
-}
-
 std::string augment_summary(const AugmentConfig& a) {
   std::vector<std::string> on;
   if (a.flip_prob > 0) on.push_back("flips");
@@ -186,9 +177,9 @@ int data_benchmark_command(const Config& cfg, const DataBenchmarkOptions& option
   if (!cuda) table += "pinned, gpu: not measured (no CUDA device)\n";
   std::fputs(table.c_str(), stdout);
   const std::string json = fmt::format(
-      "{{\"benchmark\": \"data\", \"dataset\": \"{}\", \"device\": \"{}\", \"batch_size\": {}, \"patch\": [{}, {}, "
+      "{{\"benchmark\": \"data\", \"dataset\": {}, \"device\": \"{}\", \"batch_size\": {}, \"patch\": [{}, {}, "
       "{}], \"augment\": \"{}\", \"results\": [{}], \"not_measured\": [{}]}}\n",
-      json_escape(cfg.data.path), rt.device.str(), cfg.data.batch_size, p[0], p[1], p[2], augment_summary(cfg.augment),
+      json_string(cfg.data.path), rt.device.str(), cfg.data.batch_size, p[0], p[1], p[2], augment_summary(cfg.augment),
       fmt::join(json_rows, ", "), cuda ? "" : "\"pinned\", \"gpu\"");
   std::fputs(json.c_str(), stdout);
   std::fflush(stdout);

@@ -73,16 +73,10 @@ std::string json_list(const std::vector<std::string>& items) {
 ModelMeta model_meta(const Config& trained, const CheckpointInfo& info, const fs::path& checkpoint, NetworkImpl& net) {
   const DataFacts facts = data_facts(trained);
   // The model section as JSON, blocks_per_level resolved (nnU-Net's defaults when empty).
-  const YAML::Node model = YAML::Load(to_yaml(trained))["model"];
-  std::map<std::string, std::string> model_json;
-  for (const auto& kv : model) {
-    model_json[kv.first.as<std::string>()] = yaml_value_json(get_value(trained, "model." + kv.first.as<std::string>()));
-  }
+  YAML::Node model = YAML::Load(to_yaml(trained))["model"];
   std::vector<int64_t> blocks;
   for (int64_t l = 0; l < trained.model.levels; ++l) blocks.push_back(residual_blocks(trained.model, l));
-  model_json["blocks_per_level"] = fmt::format("[{}]", fmt::join(blocks, ", "));
-  std::vector<std::string> model_items;
-  for (const auto& [k, v] : model_json) model_items.push_back(json_string(k) + ": " + v);
+  model["blocks_per_level"] = blocks;
   const auto& p = trained.data.patch_size;
   return {{"format", "u3d-model"},
           {"format_version", "1"},
@@ -90,7 +84,7 @@ ModelMeta model_meta(const Config& trained, const CheckpointInfo& info, const fs
           {"architecture", to_string(trained.model.architecture)},
           {"in_channels", std::to_string(info.in_channels)},
           {"out_channels", std::to_string(info.out_channels)},
-          {"model", fmt::format("{{{}}}", fmt::join(model_items, ", "))},
+          {"model", yaml_value_json(YAML::Dump(model))},
           {"config", info.config_yaml},
           {"channels", json_list(facts.channels)},
           {"labels", json_list(facts.labels)},

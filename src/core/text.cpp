@@ -1,5 +1,7 @@
 #include "u3d/core/text.h"
 
+#include <fmt/format.h>
+
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -58,6 +60,26 @@ std::optional<std::vector<int64_t>> parse_int_list(std::string_view text, std::s
 
 std::optional<std::vector<double>> parse_double_list(std::string_view text, std::string_view separators) {
   return parse_list<double>(text, separators, parse_double);
+}
+
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (const unsigned char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          out += fmt::format("\\u{:04x}", c);
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
 }
 
 }  // namespace u3d

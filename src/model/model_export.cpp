@@ -186,26 +186,6 @@ std::string torchscript_bytes(NetworkImpl& net, const std::vector<int64_t>& exam
   return out.str();
 }
 
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (const unsigned char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          out += fmt::format("\\u{:04x}", c);
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
-
 std::string json_object(const std::map<std::string, std::string>& values) {
   std::vector<std::string> items;
   for (const auto& [k, v] : values) items.push_back(json_string(k) + ": " + json_string(v));

@@ -21,5 +21,7 @@ std::optional<double> parse_double(std::string_view text);
 // Every item of split(text, separators) parsed; nullopt when any item is not a number.
 std::optional<std::vector<int64_t>> parse_int_list(std::string_view text, std::string_view separators = ",");
 std::optional<std::vector<double>> parse_double_list(std::string_view text, std::string_view separators = ",");
+// `text` as a JSON string literal, quotes included (", \ and control characters escaped).
+std::string json_string(const std::string& text);
 
 }  // namespace u3d

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "u3d/core/text.h"
 #include "u3d/model/unet.h"
 
 namespace u3d {
@@ -46,8 +47,7 @@ std::string state_dict_pt_bytes(const NamedTensors& tensors, const std::string& 
 std::string torchscript_bytes(NetworkImpl& net, const std::vector<int64_t>& example_shape,
                               const std::string& meta_json);
 
-// JSON text of a string, and of a string map (keys sorted).
-std::string json_string(const std::string& text);
+// JSON text of a string map (keys sorted); strings: json_string (core/text.h).
 std::string json_object(const std::map<std::string, std::string>& values);
 // A YAML flow value as printed by get_value ("[64, 64, 64]", "instance", "0.01", "true") as JSON:
 // numbers and booleans bare, lists as arrays, anything else a JSON string.

@@ -79,7 +79,6 @@ class RunLog {
   // logging.tensorboard, every logging.tensorboard_steps the loss and lr (one host read).
   void step(int64_t global_step, int64_t epoch, int64_t step_in_epoch, double lr, const torch::Tensor& loss,
             const torch::Tensor& found_inf);
-  bool logs_steps() const { return step_csv_ != nullptr || tb_ != nullptr; }
   // The metrics row and the epoch summary line of `epoch`, which ended at `global_step`; `lr` is
   // its last step's learning rate.
   void epoch(int64_t epoch, int64_t global_step, const EpochStats& train, const std::optional<ValStats>& val,
