@@ -93,6 +93,15 @@ int main(int argc, char** argv) {
   app.add_option("--set", run.overrides, "Override a config key: --set training.epochs=3 (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--fold", run.fold,
+                 "Cross-validation fold (data.folds): K, or all (train every fold in turn; with --predict-only: "
+                 "the ensemble of every fold)");
+  app.add_option("--ensemble", run.ensemble,
+                 "With --predict-only: run folders whose models are averaged, e.g. fold_0,fold_1 (under "
+                 "<output_dir>/<name>) or paths")
+      ->delimiter(',')
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--allow-config-change", run.allow_config_change,
                  "With --resume: config keys that may differ from the checkpoint's (KEY[,KEY...], or section.*)")
       ->expected(1)
@@ -192,6 +201,12 @@ int main(int argc, char** argv) {
   evaluate_segmentation_app->add_option("--threads", evaluate_segmentation.threads, "Threads; 0: every core")
       ->check(kThreadCount);
   evaluate_segmentation_app->add_flag("--force", evaluate_segmentation.force, "Replace an existing CSV");
+  u3d::EvaluateCvCommand evaluate_cv;
+  auto* evaluate_cv_app = evaluate_app->add_subcommand(
+      "cv", "Cross-validation summary: per-fold and pooled metrics of each fold's held-out predictions");
+  evaluate_cv_app->add_option("experiment", evaluate_cv.experiment, "<output_dir>/<name>, the folder of fold_K")
+      ->required();
+  evaluate_cv_app->add_option("--out", evaluate_cv.out, "CSV file; default <experiment>/cv_summary.csv");
   u3d::EvaluateOpenKbpCommand evaluate_openkbp;
   auto* evaluate_openkbp_app = evaluate_app->add_subcommand("openkbp", "OpenKBP dose score and DVH score");
   evaluate_openkbp_app->add_option("--reference", evaluate_openkbp.reference, "Folder of pt_* folders with dose.csv")
@@ -221,6 +236,21 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str();
   export_app->add_option("--out", export_cmd.out, "Output folder (default <run>/export)");
+  u3d::PlanCommand plan;
+  auto* plan_app = app.add_subcommand(
+      "plan", "Plan an experiment for a dataset: fingerprint, spacing, network, patch and batch for the GPU memory");
+  plan_app->add_option("data", plan.data, "Dataset file (HDF5, format v1)")->required();
+  plan_app->add_option("--gpu-memory", plan.gpu_memory_gib, "GPU memory budget in GiB (memory model); default 80")
+      ->check(CLI::PositiveNumber);
+  plan_app->add_option("--device", plan.device, "cpu (memory model) or cuda (measure candidates on the GPU)")
+      ->capture_default_str();
+  plan_app->add_option("--task", plan.task, "auto | segmentation | dose")->capture_default_str();
+  plan_app->add_option("--out", plan.out, "YAML config to write; default <data stem>_plan.yaml");
+  plan_app->add_option("--name", plan.name, "experiment.name; default the data file's stem");
+  plan_app->add_option("--threads", plan.threads, "Fingerprint threads; 0: every core")
+      ->check(kThreadCount)
+      ->capture_default_str();
+  plan_app->add_flag("--force", plan.force, "Replace existing outputs");
   u3d::PlotCommand plot;
   auto* plot_app = app.add_subcommand("plot", "Draw <run>/progress.png and .svg from metrics.csv");
   plot_app->add_option("run_dir", plot.run_dir, "Run folder")->required();
@@ -240,9 +270,11 @@ int main(int argc, char** argv) {
     if (*evaluate_openkbp_app) return u3d::evaluate_openkbp_command(evaluate_openkbp);
     if (*import_nnunet_app) return u3d::import_nnunet_command(import_nnunet);
     if (*import_nifti_app) return u3d::import_nifti_command(import_nifti);
+    if (*evaluate_cv_app) return u3d::evaluate_cv_command(evaluate_cv);
     if (*evaluate_segmentation_app) return u3d::evaluate_segmentation_command(evaluate_segmentation);
     if (*export_app) return u3d::export_command(export_cmd);
     if (*plot_app) return u3d::plot_command(plot);
+    if (*plan_app) return u3d::plan_command(plan);
     if (resume->count() > 0) run.resume = resume_path;
     if (benchmark->count() > 0) run.benchmark = benchmark_kind;
     run.steps_given = steps_opt->count() > 0 || warmup_opt->count() > 0;

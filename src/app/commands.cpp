@@ -16,9 +16,12 @@
 #include "u3d/core/signals.h"
 #include "u3d/core/text.h"
 #include "u3d/data/cache.h"
+#include "u3d/data/folds.h"
 #include "u3d/data/preflight.h"
+#include "u3d/evaluate/cross_validation.h"
 #include "u3d/io/synth.h"
 #include "u3d/predict/predictor.h"
+#include "u3d/train/resolve.h"
 #include "u3d/train/trainer.h"
 
 namespace u3d {
@@ -32,6 +35,37 @@ Shape3 parse_size(const std::string& text) {
   if (v.size() == 1) return {v[0], v[0], v[0]};
   if (v.size() == 3) return {v[0], v[1], v[2]};
   throw UsageError(fmt::format("synth: --size '{}': expected S or D,H,W", text));
+}
+
+bool has_checkpoints(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return false;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".pt") return true;
+  }
+  return false;
+}
+
+// Trains one run folder; with cross-validation, then predicts the fold's held-out cases with its
+// best checkpoint into <run>/predictions/val.h5 and val_metrics.csv (what `trainer evaluate cv`
+// pools). Exit code 0, or 128 + signal when a stop signal ended training early.
+int train_run(Config cfg, const std::optional<std::string>& resume, const std::vector<std::string>& allow_change) {
+  const RunLock lock(RunPaths(cfg).root);  // one process at a time in a run folder; held until return
+  Config resolved;
+  {  // the trainer's caches and model are freed before the fold's prediction
+    Trainer trainer(std::move(cfg), TrainOptions{resume, allow_change});
+    trainer.fit();
+    if (trainer.stop_signal()) return 128 + trainer.stop_signal();
+    resolved = trainer.config();
+  }
+  if (fold_number(resolved)) {
+    Config val = resolved;
+    val.predict.split = "val";  // the fold's held-out cases
+    const StopSignals signals;
+    spdlog::info("cross-validation: predicting fold {}'s held-out cases with its best checkpoint", val.experiment.fold);
+    run_prediction(val, "best");
+  }
+  return kExitOk;
 }
 
 }  // namespace
@@ -60,7 +94,14 @@ int run_command(const RunCommand& cmd) {
         fmt::format("--benchmark '{}': expected data, step, or no value for the training step", *cmd.benchmark));
   }
   if (cmd.steps_given && !step_benchmark) throw UsageError("--steps and --warmup go with --benchmark (step)");
-  Config cfg = load_config(cmd.config, cmd.overrides);
+  if (!cmd.ensemble.empty() && !cmd.predict_only) throw UsageError("--ensemble goes with --predict-only");
+  if (!cmd.ensemble.empty() && !cmd.fold.empty()) {
+    throw UsageError(
+        "--ensemble and --fold cannot be combined (--predict-only --fold all is the ensemble of every fold)");
+  }
+  std::vector<std::string> overrides = cmd.overrides;
+  if (!cmd.fold.empty()) overrides.push_back("experiment.fold=" + cmd.fold);
+  Config cfg = load_config(cmd.config, overrides);
   check_machine_limits(cfg);
   init_console_logging(cfg.logging.level);
   if (step_benchmark) return step_benchmark_command(cfg, StepBenchmarkOptions{cmd.steps, cmd.warmup});
@@ -70,16 +111,42 @@ int run_command(const RunCommand& cmd) {
     o.seconds = cmd.benchmark_seconds;
     return data_benchmark_command(cfg, o);
   }
-  // One process at a time in a run folder (training, resume, predict-only); held until return.
-  const RunLock lock(RunPaths(cfg).root);
+  if (cfg.data.folds > 0 && cfg.experiment.fold.empty() && cmd.ensemble.empty()) {
+    throw ConfigError(fmt::format("{}: data.folds: {} needs experiment.fold: 0..{} or all (or `trainer --fold K|all`)",
+                                  cfg.origin.count("data.folds") ? cfg.origin.at("data.folds") : cmd.config,
+                                  cfg.data.folds, cfg.data.folds - 1));
+  }
+  const bool all_folds = cfg.experiment.fold == "all";
+  if (cmd.predict_only && (all_folds || !cmd.ensemble.empty())) {
+    std::vector<std::string> members = cmd.ensemble;
+    for (int64_t k = 0; all_folds && k < cfg.data.folds; ++k) members.push_back("fold_" + std::to_string(k));
+    const RunLock lock(std::filesystem::path(cfg.experiment.output_dir) / cfg.experiment.name / "ensemble");
+    const StopSignals signals;
+    run_ensemble_prediction(cfg, members, cmd.checkpoint);
+    return kExitOk;
+  }
   if (cmd.predict_only) {
-    const StopSignals signals;  // a stop between cases removes the staged outputs (StoppedError)
+    const RunLock lock(RunPaths(cfg).root);  // one process at a time in a run folder
+    const StopSignals signals;               // a stop between cases removes the staged outputs (StoppedError)
     run_prediction(cfg, cmd.checkpoint);
     return kExitOk;
   }
-  Trainer trainer(std::move(cfg), TrainOptions{cmd.resume, cmd.allow_config_change});
-  trainer.fit();
-  return trainer.stop_signal() ? 128 + trainer.stop_signal() : kExitOk;
+  if (cfg.data.folds > 0) load_or_save_folds(*open_dataset(cfg), cfg);  // folds.json, once per experiment
+  if (!all_folds) return train_run(cfg, cmd.resume, cmd.allow_config_change);
+  if (cmd.resume && !cmd.resume->empty()) {
+    throw UsageError("--fold all resumes each fold from its newest checkpoint; --resume CHECKPOINT names one run");
+  }
+  for (int64_t k = 0; k < cfg.data.folds; ++k) {
+    const Config fold_cfg = config_for_fold(cfg, k);
+    std::optional<std::string> resume = cmd.resume;
+    if (resume && !has_checkpoints(RunPaths(fold_cfg).checkpoints)) resume.reset();  // not started yet: from scratch
+    spdlog::info("cross-validation: fold {} of {}{}", k, cfg.data.folds, resume ? " (resumed)" : "");
+    const int code = train_run(fold_cfg, resume, cmd.allow_config_change);
+    if (code != kExitOk) return code;
+  }
+  spdlog::info("cross-validation: {} folds done; `trainer evaluate cv {}` summarises them", cfg.data.folds,
+               (std::filesystem::path(cfg.experiment.output_dir) / cfg.experiment.name).string());
+  return kExitOk;
 }
 
 int check_data_command(const CheckDataCommand& cmd) {
@@ -150,6 +217,17 @@ int synth_command(const SynthCommand& cmd) {
   spdlog::info("synth: wrote {} ({} {} cases of {}x{}x{}, seed {}) in {:.1f} s", cmd.out, o.cases, cmd.task, o.size[0],
                o.size[1], o.size[2], o.seed,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return kExitOk;
+}
+
+int evaluate_cv_command(const EvaluateCvCommand& cmd) {
+  const CvSummary s = summarize_cross_validation(cmd.experiment);
+  const auto out =
+      cmd.out.empty() ? std::filesystem::path(cmd.experiment) / "cv_summary.csv" : std::filesystem::path(cmd.out);
+  write_file_atomic(out, cv_summary_csv(s));
+  std::fputs(cv_summary_table(s).c_str(), stdout);
+  std::fflush(stdout);
+  spdlog::info("evaluate cv: {} fold(s), pooled {} {:.4f}; wrote {}", s.folds.size(), s.metric, s.pooled, out.string());
   return kExitOk;
 }
 

@@ -13,11 +13,13 @@
 #include "u3d/core/files.h"
 #include "u3d/core/run.h"
 #include "u3d/data/cache.h"
+#include "u3d/data/folds.h"
 #include "u3d/data/preflight.h"
 #include "u3d/evaluate/metrics.h"
 #include "u3d/io/dataset.h"
 #include "u3d/io/openkbp.h"
 #include "u3d/model/unet.h"
+#include "u3d/predict/ensemble.h"
 #include "u3d/predict/openkbp_submission.h"
 #include "u3d/predict/prediction_output.h"
 #include "u3d/predict/predictor.h"
@@ -43,16 +45,41 @@ void remove_previous_outputs(const std::filesystem::path& dir, const std::string
   if (openkbp_data) std::filesystem::remove_all(dir / "openkbp", ec);
 }
 
-}  // namespace
+// One trained model of a prediction: its checkpoint and the config it was trained with.
+struct Member {
+  std::filesystem::path checkpoint;
+  CheckpointInfo info;
+  Config trained;
+};
 
-void run_prediction(const Config& cfg, const std::string& checkpoint) {
-  const RunPaths paths(cfg);
-  const CheckpointStore store(paths.checkpoints, cfg.checkpoint.keep_last);
-  const auto ckpt_path = store.resolve(checkpoint);
-  const CheckpointInfo info = read_checkpoint_info(ckpt_path);
+Member read_member(const std::filesystem::path& checkpoints, int64_t keep_last, const std::string& checkpoint) {
+  const CheckpointStore store(checkpoints, keep_last);
+  Member m;
+  m.checkpoint = store.resolve(checkpoint);
+  m.info = read_checkpoint_info(m.checkpoint);
+  m.trained = load_config_from_string(m.info.config_yaml, m.checkpoint.string() + " (config)");
+  return m;
+}
+
+// The cases of predict.split; with cross-validation (experiment.fold K), predict.split "val" (or
+// data.val_split) means fold K's held-out cases (data/folds.h).
+std::vector<std::string> cases_to_predict(const Config& cfg, const DatasetReader& reader) {
+  const auto fold = fold_number(cfg);
+  if (fold && (cfg.predict.split == "val" || cfg.predict.split == cfg.data.val_split)) {
+    return load_folds(reader, cfg)[static_cast<size_t>(*fold)].val;
+  }
+  return split_ids(reader, "predict.split", cfg.predict.split);
+}
+
+// Predicts cfg.predict.split with the members (one: a single model; more: their EnsembleNetwork)
+// into `out_dir`.
+void predict_split(const Config& cfg, const std::vector<Member>& members, const std::filesystem::path& out_dir) {
+  const Member& first = members.front();
+  const auto& ckpt_path = first.checkpoint;
+  const CheckpointInfo& info = first.info;
   // The network and its preprocessing come from the checkpoint's config; data.path and predict.*
   // from the config given now.
-  const Config trained = load_config_from_string(info.config_yaml, ckpt_path.string() + " (config)");
+  const Config& trained = first.trained;
   const auto differences = diff(trained, cfg);
   const bool from_dataset =
       std::find(cfg.data.normalize.begin(), cfg.data.normalize.end(), "dataset") != cfg.data.normalize.end();
@@ -61,6 +88,18 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
     if (d.rfind("model.", 0) == 0 || d.rfind("data.normalize", 0) == 0 || d.rfind("data.channels", 0) == 0 ||
         d.rfind("data.target_scale", 0) == 0) {
       spdlog::warn("predict: {} differs from the checkpoint; using the checkpoint's value", d);
+    }
+  }
+  for (const auto& m : members) {  // one preprocessing and one window for every member
+    const auto& a = trained.data;
+    const auto& b = m.trained.data;
+    if (m.info.in_channels != info.in_channels || m.info.out_channels != info.out_channels ||
+        a.patch_size != b.patch_size || a.channels != b.channels || a.normalize != b.normalize ||
+        a.target_scale != b.target_scale) {
+      throw ConfigError(fmt::format(
+          "ensemble: {} was trained with other inputs than {} (channels, data.normalize, data.target_scale or "
+          "data.patch_size differ); an ensemble averages models of one preprocessing",
+          m.checkpoint.string(), ckpt_path.string()));
     }
   }
   const Runtime rt = init_runtime(cfg);
@@ -72,16 +111,31 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
                                   ckpt_path.string(), info.in_channels, info.out_channels, cfg.data.path,
                                   pre.in_channels(), pre.out_channels()));
   }
-  Network net = build_network(trained.model, info.in_channels, info.out_channels);
-  net->to(rt.device);
-  load_checkpoint(ckpt_path, *net, nullptr, rt.device, /*restore_rng=*/false);
   const bool channels_last = resolve_channels_last(trained.model, rt.device);
-  set_layout(*net, channels_last);
-  spdlog::info("predict: checkpoint {} (epoch {}, step {})", ckpt_path.string(), info.state.epoch,
-               info.state.global_step);
+  std::vector<Network> nets;
+  std::vector<std::string> checkpoints;
+  double train_mean = 0.0;  // the regression baseline: the members' mean training target
+  for (const auto& m : members) {
+    Network net = build_network(m.trained.model, m.info.in_channels, m.info.out_channels);
+    net->to(rt.device);
+    load_checkpoint(m.checkpoint, *net, nullptr, rt.device, /*restore_rng=*/false);
+    set_layout(*net, channels_last);
+    spdlog::info("predict: checkpoint {} (epoch {}, step {})", m.checkpoint.string(), m.info.state.epoch,
+                 m.info.state.global_step);
+    nets.push_back(net);
+    checkpoints.push_back(m.checkpoint.string());
+    train_mean += m.info.state.train_target_mean / static_cast<double>(members.size());
+  }
+  Network net = nets.front();
+  if (members.size() > 1) {
+    net = EnsembleNetwork(nets, pre.task()).ptr();
+    spdlog::info("predict: ensemble of {} models ({})", nets.size(),
+                 pre.task() == Task::kSegmentation ? "mean softmax probabilities" : "mean output");
+  }
+  const std::string checkpoint_list = fmt::format("{}", fmt::join(checkpoints, ","));
 
   // Preflight: a case with an error is skipped with a per-case report; the others are predicted.
-  const auto& ids_of_split = split_ids(reader, "predict.split", cfg.predict.split);
+  const auto ids_of_split = cases_to_predict(cfg, reader);
   const DataReport report = check_dataset(cfg.data.path, ids_of_split, rt.threads);
   log_report(report, "predict preflight");
   if (report.file_unusable()) throw DataError(report.describe(report.problems.front()));
@@ -90,10 +144,10 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
   for (const auto& id : ids_of_split) {
     if (!bad.count(id)) ids.push_back(id);
   }
-  ensure_writable_directory(paths.predictions);
+  ensure_writable_directory(out_dir);
   // One set of outputs per split: nothing of an earlier prediction (another checkpoint, other
   // skipped cases) stays beside the new files.
-  remove_previous_outputs(paths.predictions, cfg.predict.split, openkbp::is_openkbp_dataset(reader.info()));
+  remove_previous_outputs(out_dir, cfg.predict.split, openkbp::is_openkbp_dataset(reader.info()));
   std::vector<std::string> outputs;  // file names of this set, for <split>_outputs.txt
   if (!bad.empty()) {
     std::string skipped = "case,field,problem\n";
@@ -103,7 +157,7 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
       std::replace(message.begin(), message.end(), ',', ';');
       skipped += fmt::format("{},{},{}\n", p.case_id, p.field, message);
     }
-    const auto skipped_path = paths.predictions / (cfg.predict.split + "_skipped.csv");
+    const auto skipped_path = out_dir / (cfg.predict.split + "_skipped.csv");
     write_file_atomic(skipped_path, skipped);
     outputs.push_back(skipped_path.filename().string());
     spdlog::warn("predict: skipping {} of {} case(s) with errors: {} (listed in {}); predicting the others", bad.size(),
@@ -123,12 +177,12 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
   spdlog::info("predict: forward passes in {}, {}", sw.autocast ? c10::toString(*sw.autocast) : "float32",
                channels_last ? "channels-last" : "contiguous");
 
-  const auto out_path = paths.predictions / (cfg.predict.split + ".h5");
-  PredictionWriter writer(out_path, reader.info(), cfg.data.path, ckpt_path.string());
+  const auto out_path = out_dir / (cfg.predict.split + ".h5");
+  PredictionWriter writer(out_path, reader.info(), cfg.data.path, checkpoint_list);
   // OpenKBP data: also the challenge's submission files, <run>/predictions/openkbp/<id>.csv.
   std::unique_ptr<openkbp::SubmissionWriter> submission;
   if (openkbp::is_openkbp_dataset(reader.info())) {
-    submission = std::make_unique<openkbp::SubmissionWriter>(paths.predictions / "openkbp");
+    submission = std::make_unique<openkbp::SubmissionWriter>(out_dir / "openkbp");
   }
   const bool seg = pre.task() == Task::kSegmentation;
   const std::string metric = seg ? "dice" : "mae";
@@ -145,12 +199,12 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
     if (cfg.predict.nifti) {
       auto source = reader.read_source(id);
       if (source && source->format == "nifti") {
-        oo.nifti_path = paths.predictions / cfg.predict.split / (id + source->file_ending);
+        oo.nifti_path = out_dir / cfg.predict.split / (id + source->file_ending);
         oo.geometry = std::move(source);
         ++nifti_files;
       }
     }
-    CaseOutputSink sink(c, pre, std::move(oo), info.state.train_target_mean);
+    CaseOutputSink sink(c, pre, std::move(oo), train_mean);
     sliding_window_predict(*net, c.image, sw, rt.device, sink);
     const CaseScore score = sink.finish();
     if (submission) submission->write(c.id, score.prediction, c.mask);
@@ -167,17 +221,17 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
   if (nifti_files > 0) outputs.push_back(cfg.predict.split + "/");
   if (nifti_files > 0) {
     spdlog::info("predict: wrote {} NIfTI files with the inputs' geometry into {}", nifti_files,
-                 (paths.predictions / cfg.predict.split).string());
+                 (out_dir / cfg.predict.split).string());
   }
   if (submission && submission->files() > 0) {
     submission->commit();
     outputs.push_back("openkbp/");
     spdlog::info("predict: wrote {} OpenKBP submission files (prediction x possible-dose mask) to {}",
-                 submission->files(), (paths.predictions / "openkbp").string());
+                 submission->files(), (out_dir / "openkbp").string());
   }
   if (!values.empty()) {
     csv += fmt::format("mean,{:.6g},{:.6g}\n", nan_mean(values), nan_mean(baselines));
-    const auto csv_path = paths.predictions / (cfg.predict.split + "_metrics.csv");
+    const auto csv_path = out_dir / (cfg.predict.split + "_metrics.csv");
     write_file_atomic(csv_path, csv);
     outputs.push_back(csv_path.filename().string());
     const std::string units = seg ? "" : (" " + reader.info().target_units);
@@ -185,11 +239,35 @@ void run_prediction(const Config& cfg, const std::string& checkpoint) {
                  nan_mean(values), units, seg ? "all background" : "predict the training mean", nan_mean(baselines),
                  units);
   }
-  const auto manifest = paths.predictions / (cfg.predict.split + "_outputs.txt");
-  write_file_atomic(manifest, fmt::format("checkpoint: {}\nepoch: {}\nglobal_step: {}\nfiles: {}\n", ckpt_path.string(),
+  const auto manifest = out_dir / (cfg.predict.split + "_outputs.txt");
+  write_file_atomic(manifest, fmt::format("checkpoint: {}\nepoch: {}\nglobal_step: {}\nfiles: {}\n", checkpoint_list,
                                           info.state.epoch, info.state.global_step, fmt::join(outputs, " ")));
-  spdlog::info("predict: outputs of checkpoint {} (epoch {}): {} (listed in {})", ckpt_path.string(), info.state.epoch,
+  spdlog::info("predict: outputs of checkpoint {} (epoch {}): {} (listed in {})", checkpoint_list, info.state.epoch,
                fmt::join(outputs, ", "), manifest.string());
+}
+
+}  // namespace
+
+void run_prediction(const Config& cfg, const std::string& checkpoint) {
+  const RunPaths paths(cfg);
+  predict_split(cfg, {read_member(paths.checkpoints, cfg.checkpoint.keep_last, checkpoint)}, paths.predictions);
+}
+
+std::filesystem::path run_ensemble_prediction(const Config& cfg, const std::vector<std::string>& members,
+                                              const std::string& checkpoint) {
+  const auto experiment = std::filesystem::path(cfg.experiment.output_dir) / cfg.experiment.name;
+  std::vector<Member> models;
+  for (const auto& name : members) {
+    auto dir = std::filesystem::path(name);
+    if (dir.is_relative() && !std::filesystem::exists(dir / "checkpoints")) dir = experiment / name;
+    if (!std::filesystem::is_directory(dir / "checkpoints")) {
+      throw ConfigError(fmt::format("--ensemble: {}: not a run folder (no checkpoints/ in {})", name, dir.string()));
+    }
+    models.push_back(read_member(dir / "checkpoints", cfg.checkpoint.keep_last, checkpoint));
+  }
+  const auto out_dir = experiment / "ensemble" / "predictions";
+  predict_split(cfg, models, out_dir);
+  return out_dir;
 }
 
 }  // namespace u3d

@@ -316,10 +316,24 @@ void validate(const Config& cfg) {
                     "training.val_patch_batches > 0 or data.val_split: \"\"",
                     origin_of(cfg, "training.val_full")));
   }
+  const auto& fold = cfg.experiment.fold;
+  if (cfg.data.folds == 0 && !fold.empty()) {
+    throw ConfigError(fmt::format("{}: experiment.fold: {} needs data.folds >= 2 (the number of folds)",
+                                  origin_of(cfg, "experiment.fold"), fold));
+  }
+  if (const auto k = fold_number(cfg); k && *k >= cfg.data.folds) {
+    throw ConfigError(fmt::format("{}: experiment.fold: {} is not a fold of data.folds = {}; expected 0..{} or all",
+                                  origin_of(cfg, "experiment.fold"), *k, cfg.data.folds, cfg.data.folds - 1));
+  }
   if (cfg.training.min_lr > cfg.training.lr) {
     throw ConfigError(fmt::format("{}: training.min_lr: {} is above training.lr = {}",
                                   origin_of(cfg, "training.min_lr"), cfg.training.min_lr, cfg.training.lr));
   }
+}
+
+std::optional<int64_t> fold_number(const Config& cfg) {
+  if (cfg.experiment.fold.empty() || cfg.experiment.fold == "all") return std::nullopt;
+  return parse_int(cfg.experiment.fold);
 }
 
 std::string to_yaml(const Config& cfg) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "config_codec.h"
+#include "u3d/core/text.h"
 #include "u3d/data/preprocess.h"
 
 namespace u3d::config_detail {
@@ -138,12 +139,26 @@ const std::vector<Option>& option_table() {
                   "Seed of model initialisation, patch sampling and dropout", at_least<int64_t>(0)),
       make_option("experiment.description", &C::experiment, &ExperimentConfig::description,
                   "Free text kept with the run"),
+      make_option("experiment.fold", &C::experiment, &ExperimentConfig::fold,
+                  "Cross-validation fold (with data.folds): \"\" (none), 0 .. data.folds - 1 (run folder "
+                  "<output_dir>/<name>/fold_K), or all (every fold in turn; also `trainer --fold K|all`)",
+                  Check<std::string>([](const std::string& v) {
+                    if (v.empty() || v == "all") return std::string();
+                    const auto n = parse_int(v);
+                    return n && *n >= 0 ? std::string() : std::string("expected \"\", a fold number or all");
+                  })),
       // data
       make_option("data.path", &C::data, &DataConfig::path,
                   "Dataset file (HDF5, docs/dataset-format.md), relative to the working folder"),
       make_option("data.train_split", &C::data, &DataConfig::train_split, "Split used for training"),
       make_option("data.val_split", &C::data, &DataConfig::val_split,
                   "Split used for validation; empty: no validation"),
+      make_option("data.folds", &C::data, &DataConfig::folds,
+                  "k-fold cross-validation over the cases of train_split and val_split (data/folds.h): the "
+                  "folds are made once from experiment.seed and kept in <output_dir>/<name>/folds.json; 0: off",
+                  Check<int64_t>([](const int64_t& v) {
+                    return v == 0 || v >= 2 ? std::string() : std::string("must be 0 (off) or >= 2");
+                  })),
       make_option("data.channels", &C::data, &DataConfig::channels,
                   "Input channels by name; empty: every channel in file order"),
       make_option("data.normalize", &C::data, &DataConfig::normalize,

@@ -16,6 +16,7 @@ namespace u3d {
 
 RunPaths::RunPaths(const Config& cfg) {
   root = std::filesystem::path(cfg.experiment.output_dir) / cfg.experiment.name;
+  if (const auto fold = fold_number(cfg)) root /= "fold_" + std::to_string(*fold);
   checkpoints = root / "checkpoints";
   predictions = root / "predictions";
   config = root / "config.yaml";

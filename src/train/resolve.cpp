@@ -1,6 +1,7 @@
 #include "u3d/train/resolve.h"
 
 #include "u3d/core/errors.h"
+#include "u3d/data/folds.h"
 #include "u3d/data/sampler.h"
 #include "u3d/train/amp.h"
 #include "u3d/train/losses.h"
@@ -63,8 +64,19 @@ ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const tor
   check_batch_memory(data.batch_size, data.patch_size, rc.pre->in_channels());
   rc.metric = task_metric(task);
   if (task == Task::kDose) rc.dvh_structures = resolve_dvh_structures(data.dvh_structures, rc.info.channel_names);
-  rc.train_ids = split_ids(reader, "data.train_split", data.train_split);
-  if (!data.val_split.empty()) rc.val_ids = split_ids(reader, "data.val_split", data.val_split);
+  if (const auto fold = fold_number(rc.cfg)) {  // cross-validation: the fold's cases (data/folds.h)
+    auto folds = load_folds(reader, rc.cfg);
+    rc.train_ids = std::move(folds[static_cast<size_t>(*fold)].train);
+    rc.val_ids = std::move(folds[static_cast<size_t>(*fold)].val);
+  } else if (data.folds > 0) {
+    throw ConfigError(
+        fmt::format("experiment.fold: {}: one fold at a time here (`trainer --fold all` runs them in "
+                    "turn)",
+                    rc.cfg.experiment.fold));
+  } else {
+    rc.train_ids = split_ids(reader, "data.train_split", data.train_split);
+    if (!data.val_split.empty()) rc.val_ids = split_ids(reader, "data.val_split", data.val_split);
+  }
   if (training.early_stop_patience > 0 && !rc.validates()) {
     throw ConfigError(
         fmt::format("{}: training.early_stop_patience needs a validation split (data.val_split is "

@@ -52,6 +52,13 @@ TrainState Trainer::fit() {
   if (options_.resume) restore();
   record_run();
   const double carried_run_seconds = state_.run_seconds;  // the processes before a resume
+  if (options_.resume && state_.step_in_epoch == 0 && state_.epoch >= cfg().training.epochs) {
+    spdlog::info(
+        "nothing to train: all {} epochs are done (to train on: --set training.epochs=N --allow-config-change "
+        "training.epochs)",
+        cfg().training.epochs);
+    return finish();
+  }
   if (options_.resume && state_.step_in_epoch == 0) {
     if (const std::string rule = stopping_rule(state_.epoch, /*next_epoch_seconds=*/0.0); !rule.empty()) {
       spdlog::info("nothing to train: {}", rule);

@@ -2,6 +2,7 @@
 // lets u3d::Error propagate (main maps it to a one-line message and its exit code).
 #pragma once
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +19,12 @@ struct RunCommand {
   std::string checkpoint = "best";               // --checkpoint best|last|PATH (with --predict-only)
   bool checkpoint_given = false;                 // --checkpoint was passed
   std::vector<std::string> allow_config_change;  // --allow-config-change KEY[,KEY...] (with --resume)
+  // --fold K|all: experiment.fold (cross-validation, data/folds.h); all trains every fold in turn,
+  // or with --predict-only predicts with the ensemble of every fold.
+  std::string fold;
+  // --ensemble RUN[,RUN...] (with --predict-only): run folders (fold_0, ... under <output_dir>/<name>,
+  // or paths) whose models are averaged (predict/ensemble.h) into <output_dir>/<name>/ensemble/predictions/.
+  std::vector<std::string> ensemble;
   // --benchmark [KIND]: "data" runs the batch pipeline alone; "" (no value) or "step" times the
   // training step (benchmark.h).
   std::optional<std::string> benchmark;
@@ -33,7 +40,12 @@ int run_command(const RunCommand& cmd);
 // the chosen checkpoint
 // ("best", "last" or a path) into <run>/predictions/<split>.h5 and, when the cases have targets,
 // writes <split>_metrics.csv (per case, with the "predict the mean" baseline) and logs the means.
+// With cross-validation (experiment.fold K) the split "val" is fold K's held-out cases.
 void run_prediction(const Config& cfg, const std::string& checkpoint);
+// The same with the ensemble of the run folders `members` (each its `checkpoint`: best, last or a
+// path), into <output_dir>/<name>/ensemble/predictions/ (returned).
+std::filesystem::path run_ensemble_prediction(const Config& cfg, const std::vector<std::string>& members,
+                                              const std::string& checkpoint);
 
 struct CheckDataCommand {
   std::string file;     // dataset (HDF5, format v1)
@@ -128,6 +140,30 @@ struct ExportCommand {
   std::string out;
 };
 int export_command(const ExportCommand& cmd);
+
+// `trainer evaluate cv EXPERIMENT_DIR [--out FILE.csv]` (evaluate/cross_validation.h): per-fold and
+// pooled validation metrics of a cross-validation from each fold_K/predictions/val_metrics.csv.
+struct EvaluateCvCommand {
+  std::string experiment;  // <output_dir>/<name>, the folder of fold_0 .. fold_K-1
+  std::string out;         // default <experiment>/cv_summary.csv
+};
+int evaluate_cv_command(const EvaluateCvCommand& cmd);
+
+// `trainer plan DATA.h5 [--gpu-memory GiB | --device cuda] [--task auto] [--out exp.yaml]`
+// (src/app/plan_command.cpp, plan/planner.h): the dataset's fingerprint (printed; kept beside the
+// file as <data>.fingerprint.json) and a commented YAML experiment; a low-resolution one beside it
+// (<out stem>_lowres.yaml) when the patch covers less than 1/8 of the median volume.
+struct PlanCommand {
+  std::string data;
+  double gpu_memory_gib = 0;   // 0: --device cuda measures the device, else 80 GiB assumed
+  std::string device = "cpu";  // cpu: the memory model; cuda: candidates measured on the GPU
+  std::string task = "auto";   // auto | segmentation | dose
+  std::string out;             // default <data stem>_plan.yaml
+  std::string name;            // experiment.name; default the data file's stem
+  int64_t threads = 0;         // fingerprint threads; 0: every core
+  bool force = false;          // replace existing outputs
+};
+int plan_command(const PlanCommand& cmd);
 
 // `trainer plot RUN_DIR [--out FILE.png]`: progress.png and progress.svg from <run>/metrics.csv
 // (train/progress_plot.h), also for a run still going or written by an older version.

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,12 +44,17 @@ struct ExperimentConfig {
   std::string output_dir = "runs";
   int64_t seed = 42;  // model init, sampler streams, dropout
   std::string description;
+  // Cross-validation (data/folds.h): "" (none), a fold number 0 .. data.folds - 1 (the run folder
+  // becomes <output_dir>/<name>/fold_K), or "all" (`trainer --fold all`: every fold in turn).
+  std::string fold;
 };
 
 struct DataConfig {
   std::string path;  // dataset file (format v1, docs/dataset-format.md); relative to the working folder
   std::string train_split = "train";
   std::string val_split = "val";
+  // k-fold cross-validation over train_split + val_split (data/folds.h); 0: off, else >= 2
+  int64_t folds = 0;
   std::vector<std::string> channels;  // input channels by name; empty: all channels in file order
   std::vector<std::string> normalize = {
       "zscore"};              // per channel (one entry applies to all): none|zscore|clip:LO:HI|scale:S
@@ -195,6 +201,9 @@ struct Config {
   std::string source;
   std::map<std::string, std::string> origin;
 };
+
+// experiment.fold as a number; std::nullopt when it is "" or "all".
+std::optional<int64_t> fold_number(const Config& cfg);
 
 // Defaults, then `path`, then `overrides` ("key.path=value", value in YAML syntax), then validate().
 Config load_config(const std::filesystem::path& path, const std::vector<std::string>& overrides = {});

@@ -6,6 +6,9 @@
 //     metrics.csv        one row per epoch
 //     checkpoints/       epoch_NNNN.pt (newest checkpoint.keep_last), best.pt
 //     predictions/       <split>.h5 and <split>_metrics.csv from --predict-only
+//
+// With cross-validation (data.folds, experiment.fold K) the run folder is
+// <output_dir>/<name>/fold_K, beside <name>/folds.json (data/folds.h) and <name>/ensemble/.
 #pragma once
 #include <torch/torch.h>
 

@@ -30,8 +30,8 @@ struct ResolvedConfig {
   DatasetInfo info;
   // data.channels and data.normalize parsed once: the map from raw values to network inputs.
   std::shared_ptr<const Preprocessor> pre;
-  std::vector<std::string> train_ids;  // data.train_split, never empty
-  std::vector<std::string> val_ids;    // data.val_split; empty: no validation
+  std::vector<std::string> train_ids;  // data.train_split (or the fold's training cases), never empty
+  std::vector<std::string> val_ids;    // data.val_split (or the fold's cases); empty: no validation
   std::string cases_sha256;            // of train_ids: the sampler fingerprint checkpoints carry
   int64_t steps_per_epoch =
       0;  // optimizer steps: training.steps_per_epoch, or ceil(train cases / (batch_size x accumulate_steps))

@@ -1,0 +1,95 @@
+// A dataset's fingerprint (nnU-Net's "dataset fingerprint"): what the planner (plan/planner.h)
+// needs to know about a dataset file, gathered in one pass over its cases and kept beside it.
+//
+//   DatasetReader reader("data/liver.h5");
+//   DatasetFingerprint fp = load_or_compute_fingerprint("data/liver.h5", reader, /*threads=*/0);
+//   std::cout << fingerprint_table(fp);
+//
+// Shapes are (D, H, W) voxels, spacings (D, H, W) in mm, intensities in the raw units stored in
+// the file (e.g. HU). Intensity statistics are taken over FOREGROUND voxels (segmentation: label
+// > 0; dose: loss mask > 0 or target > 0; a case with neither: every voxel): per case the
+// foreground voxels themselves when there are at most kSamplesPerCase, else kSamplesPerCase drawn
+// with replacement by a fixed-seed generator (as nnU-Net); the same voxels for every channel; then
+// mean, standard deviation (population) and the 0.5 / 99.5 percentiles (numpy's linear convention,
+// core/stats.h) over the pooled samples of all cases.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "u3d/core/config.h"
+#include "u3d/io/dataset.h"
+
+namespace u3d {
+
+inline constexpr int64_t kSamplesPerCase = 10000;
+inline constexpr int64_t kFingerprintVersion = 1;  // bumped when the fields or their meaning change
+
+struct CaseFingerprint {
+  std::string id;
+  Shape3 shape{};                   // (D, H, W) voxels
+  std::array<double, 3> spacing{};  // (D, H, W) mm
+};
+
+struct ChannelFingerprint {
+  std::string name;
+  double mean = 0, std = 0;     // over the foreground sample
+  double p00_5 = 0, p99_5 = 0;  // 0.5 and 99.5 percentiles of the foreground sample
+  double min = 0, max = 0;      // over every voxel of every case
+  bool binary = false;          // every voxel is 0 or 1 (a structure mask)
+  int64_t samples = 0;          // pooled sample size
+};
+
+struct DatasetFingerprint {
+  Task task = Task::kSegmentation;
+  std::vector<std::string> channel_names;
+  std::vector<CaseFingerprint> cases;  // in the order of the ids given
+  std::vector<ChannelFingerprint> channels;
+  std::map<std::string, int64_t> splits;  // split name -> cases
+
+  // Segmentation.
+  int64_t num_classes = 0;
+  std::vector<std::string> class_names;
+  std::vector<double> class_frequency;    // per class (background included): share of all labelled voxels
+  int64_t smallest_structure_voxels = 0;  // smallest non-zero per-case voxel count of any class > 0; 0: none
+  // Dose (regression).
+  double target_min = 0, target_max = 0;  // over every voxel of cases with a target
+  double mask_share = 1.0;                // loss-mask voxels / all voxels (a case without a mask: all); 1: no mask
+
+  Shape3 median_shape{};                   // per-axis median over the cases
+  std::array<double, 3> median_spacing{};  // per-axis median over the cases, mm
+  int64_t total_voxels = 0;                // sum over the cases
+
+  // Staleness key: the dataset file's size in bytes and modification time (ns since the epoch).
+  int64_t source_size = -1;
+  int64_t source_mtime_ns = 0;
+  int64_t version = kFingerprintVersion;
+};
+
+// Reads the cases `ids` of `reader` on up to `threads` threads (0: every core), one case per thread
+// at a time. The key (source_size, source_mtime_ns) is left unset. DataError naming the case for a
+// label outside [0, num_classes) or a case without a target in a segmentation dataset.
+DatasetFingerprint compute_fingerprint(const DatasetReader& reader, const std::vector<std::string>& ids,
+                                       int64_t threads);
+
+// JSON text of every field (u3d::json_string for strings, shortest round-trip numbers), and back
+// (yaml-cpp). fingerprint_from_json: DataError naming `source` for text that is not a fingerprint.
+std::string to_json(const DatasetFingerprint& fp);
+DatasetFingerprint fingerprint_from_json(const std::string& json, const std::string& source);
+
+// <dataset>.fingerprint.json
+std::filesystem::path fingerprint_path(const std::filesystem::path& dataset);
+// The stored fingerprint when its version and key match `dataset`'s size and modification time;
+// otherwise computed over every case of `reader` and stored with write_file_atomic (a folder that
+// cannot be written only logs a warning). `computed`, when given, says whether it was computed.
+DatasetFingerprint load_or_compute_fingerprint(const std::filesystem::path& dataset, const DatasetReader& reader,
+                                               int64_t threads, bool* computed = nullptr);
+
+// A plain-text table: cases, median shape and shape range, spacing range, per channel statistics,
+// classes and their frequencies or the target range and mask share.
+std::string fingerprint_table(const DatasetFingerprint& fp);
+
+}  // namespace u3d

@@ -1,0 +1,90 @@
+// nnU-Net-like self-configuration: from a dataset fingerprint (plan/fingerprint.h) and a GPU
+// memory budget, the experiment `trainer plan` writes (a commented YAML config that load_config
+// reads as is).
+//
+//   Plan plan = make_plan(fp, options);                 // estimate only (plan/memory_model.h)
+//   write_file_atomic("exp.yaml", plan_yaml(plan, fp, "data/liver.h5", "liver_fullres"));
+//
+// Choices (each recorded with its reason in Plan::reasons, key -> one line):
+//   - target spacing: the median spacing (mm, (D, H, W)); when its largest / smallest axis > 3
+//     (anisotropic), the low-resolution axis takes the 10th percentile of the cases' spacings on
+//     that axis (at least the largest other axis), as nnU-Net;
+//   - median shape resampled to that spacing (voxels);
+//   - patch: from the median shape's aspect ratio, the largest axis shrunk by 2^(levels - 1) at a
+//     time until the step (batch 2) fits margin x budget; never larger than the median shape rounded
+//     up to 2^(levels - 1), nor than the smallest case rounded down to it (the sampler refuses a
+//     patch larger than any case);
+//   - levels: down-sampling (stride 2 on every axis) while every patch axis keeps >= 4 voxels at
+//     the bottleneck, at most 6; filters 32 -> 320;
+//   - batch: as many as fit (at least 2), capped so batch x patch voxels <= 5% of the dataset's
+//     voxels (but >= 2);
+//   - normalisation per channel: CT-like channels (named ct, any case, or whose 0.5 percentile is
+//     below -500) "ct:P0.5:P99.5:MEAN:STD" from the foreground statistics; 0/1 mask channels "none";
+//     others "zscore";
+//   - a low-resolution plan (nnU-Net's 3d_lowres) when the patch covers less than 1/8 of the median
+//     shape: the spacing grows by 1.25x per round (isotropically, per axis where anisotropic) until
+//     the median shape is at most 4x the patch's voxels.
+// Memory is counted for bf16 activations (training.precision auto on CUDA) and the recipe's
+// optimizer (sgd: 1 state per parameter; adamw: 2), dice_ce's loss tensors for segmentation.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "u3d/core/config.h"
+#include "u3d/plan/fingerprint.h"
+
+namespace u3d {
+
+struct PlanOptions {
+  std::filesystem::path dataset;
+  std::string task = "auto";  // auto (the dataset's) | segmentation | dose
+  double gpu_memory_gib = 0;  // 0: the CUDA device's memory (make_plan_measured) or 80 GiB assumed
+  bool measure_on_cuda = false;
+  double margin = 0.85;  // share of the budget one training step may take
+  int64_t threads = 0;   // fingerprint threads; 0: every core
+};
+
+struct Plan {
+  std::string configuration = "3d_fullres";  // or "3d_lowres"
+  Task task = Task::kSegmentation;
+  std::array<double, 3> target_spacing{};  // mm, (D, H, W)
+  Shape3 median_shape{};                   // voxels at target_spacing
+  bool anisotropic = false;
+  int64_t lowres_axis = -1;  // the anisotropic axis, else -1
+  Shape3 patch{};
+  int64_t batch = 2;
+  int64_t levels = 4;
+  int64_t base_filters = 32, max_filters = 320;
+  int64_t in_channels = 1, out_channels = 1;
+  std::vector<std::string> normalize;  // data.normalize, one per channel
+  int64_t step_bytes = 0;              // estimated (or measured) peak of one step
+  bool measured = false;               // step_bytes from measure_step_bytes_cuda
+  int64_t budget_bytes = 0;
+  bool budget_assumed = false;  // 80 GiB assumed (no --gpu-memory, no device)
+  double margin = 0.85;
+  bool resample_needed = false;                // the cases are not all at target_spacing: re-import with --spacing
+  std::map<std::string, std::string> reasons;  // config key (or "spacing", "lowres") -> why
+  bool lowres = false;                         // this is the low-resolution plan
+  std::shared_ptr<const Plan> lowres_plan;     // the 3d_lowres plan of a full-resolution plan, or null
+};
+
+// The plan from the memory model alone. ConfigError for an unknown task, a task the dataset does
+// not hold, or a budget that not even the smallest patch fits.
+Plan make_plan(const DatasetFingerprint& fp, const PlanOptions& options);
+// The same, each candidate measured with measure_step_bytes_cuda instead of estimated (the
+// estimate still orders the search). CudaError without a CUDA device.
+Plan make_plan_measured(const DatasetFingerprint& fp, const PlanOptions& options);
+
+// The commented YAML experiment: a header (how it was made, fingerprint_table()), then every chosen
+// value with a `# reason` comment. Only keys of docs/config.md; training.device auto; data.val_split
+// "val" when the dataset has that split, else "" (no validation). A low-resolution plan's YAML says
+// which `trainer import ... --spacing` makes its dataset, and points data.path at it.
+std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std::string& data_path,
+                      const std::string& experiment_name);
+
+}  // namespace u3d

@@ -1,0 +1,89 @@
+// `trainer plan DATA.h5`: fingerprint the dataset (plan/fingerprint.h), plan the experiment
+// (plan/planner.h) and write it as a commented YAML config (and a low-resolution one when the
+// planned patch covers little of the volumes).
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "u3d/app/commands.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/files.h"
+#include "u3d/core/text.h"
+#include "u3d/io/dataset.h"
+#include "u3d/plan/planner.h"
+
+namespace u3d {
+namespace {
+
+void refuse_existing(const std::filesystem::path& path, bool force) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !force) {
+    throw UsageError(fmt::format("plan: {} exists; pass --force to replace it", path.string()));
+  }
+}
+
+std::string shape_text(const Shape3& s) { return fmt::format("{}x{}x{}", s[0], s[1], s[2]); }
+
+}  // namespace
+
+int plan_command(const PlanCommand& cmd) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(cmd.data, ec)) {
+    throw UsageError(
+        fmt::format("plan: {}: no such dataset file (make one with `trainer import` or `trainer synth`)", cmd.data));
+  }
+  if (cmd.device != "cpu" && cmd.device != "cuda") {
+    throw UsageError(fmt::format("plan: --device '{}': expected cpu (memory model) or cuda (measured)", cmd.device));
+  }
+  if (cmd.device == "cuda" && cmd.gpu_memory_gib > 0) {
+    throw UsageError("plan: --gpu-memory and --device cuda exclude each other (cuda measures the device's memory)");
+  }
+  const std::filesystem::path data(cmd.data);
+  const auto out =
+      cmd.out.empty() ? std::filesystem::path(data.stem().string() + "_plan.yaml") : std::filesystem::path(cmd.out);
+  const auto lowres_out = out.parent_path() / (out.stem().string() + "_lowres" + out.extension().string());
+  refuse_existing(out, cmd.force);
+  const auto t0 = std::chrono::steady_clock::now();
+  const DatasetReader reader(data);
+  bool computed = false;
+  const DatasetFingerprint fp = load_or_compute_fingerprint(data, reader, cmd.threads, &computed);
+  spdlog::info("plan: fingerprint of {} {} in {:.1f} s", data.string(),
+               computed ? "computed" : "read from " + fingerprint_path(data).string(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  std::fputs(fingerprint_table(fp).c_str(), stdout);
+  std::fflush(stdout);
+
+  PlanOptions o;
+  o.dataset = data;
+  o.task = cmd.task;
+  o.gpu_memory_gib = cmd.gpu_memory_gib;
+  o.measure_on_cuda = cmd.device == "cuda";
+  o.threads = cmd.threads;
+  const Plan plan = o.measure_on_cuda ? make_plan_measured(fp, o) : make_plan(fp, o);
+  if (plan.lowres_plan) refuse_existing(lowres_out, cmd.force);
+  const std::string name = cmd.name.empty() ? data.stem().string() : cmd.name;
+  write_file_atomic(out, plan_yaml(plan, fp, cmd.data, name));
+  spdlog::info("plan: {} patch {} batch {}, {} levels, {} step peak {} of {} ({}); wrote {}", plan.configuration,
+               shape_text(plan.patch), plan.batch, plan.levels, plan.measured ? "measured" : "estimated",
+               human_bytes(static_cast<double>(plan.step_bytes)), human_bytes(static_cast<double>(plan.budget_bytes)),
+               plan.budget_assumed ? "assumed: pass --gpu-memory or --device cuda" : "budget", out.string());
+  if (plan.lowres_plan) {
+    const Plan& low = *plan.lowres_plan;
+    write_file_atomic(lowres_out, plan_yaml(low, fp, cmd.data, name + "_lowres"));
+    spdlog::info(
+        "plan: the patch covers less than 1/8 of the median volume: also {} (3d_lowres, patch {} at "
+        "{:.3g}x{:.3g}x{:.3g} mm; its header says how to import that dataset)",
+        lowres_out.string(), shape_text(low.patch), low.target_spacing[0], low.target_spacing[1],
+        low.target_spacing[2]);
+  }
+  if (plan.resample_needed) {
+    spdlog::warn(
+        "plan: the cases are not all at the planned spacing; the YAML's header gives the `trainer import "
+        "... --spacing` that resamples them");
+  }
+  return kExitOk;
+}
+
+}  // namespace u3d

@@ -1,0 +1,144 @@
+#include "u3d/data/folds.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <set>
+
+#include "u3d/core/errors.h"
+#include "u3d/core/files.h"
+#include "u3d/core/rng.h"
+#include "u3d/core/text.h"
+#include "u3d/io/dataset.h"
+
+namespace u3d {
+namespace {
+
+std::string json_list(const std::vector<std::string>& ids) {
+  std::vector<std::string> quoted;
+  quoted.reserve(ids.size());
+  for (const auto& id : ids) quoted.push_back(json_string(id));
+  return "[" + fmt::format("{}", fmt::join(quoted, ", ")) + "]";
+}
+
+std::vector<std::string> string_list(const YAML::Node& node, const std::string& where) {
+  if (!node || !node.IsSequence()) throw DataError(fmt::format("{}: expected a list of case ids", where));
+  std::vector<std::string> out;
+  for (const auto& n : node) out.push_back(n.as<std::string>());
+  return out;
+}
+
+}  // namespace
+
+std::vector<FoldSplit> make_folds(std::vector<std::string> ids, int64_t k, uint64_t seed) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  if (k < 2 || static_cast<int64_t>(ids.size()) < k) {
+    throw ConfigError(fmt::format("data.folds: {} folds need at least {} cases; the pool has {}", k,
+                                  std::max<int64_t>(k, 2), ids.size()));
+  }
+  Rng rng(seed, /*a=*/0xF01D5ull);
+  for (size_t i = ids.size(); i > 1; --i) {  // Fisher-Yates
+    std::swap(ids[i - 1], ids[static_cast<size_t>(rng.uniform_int(static_cast<int64_t>(i)))]);
+  }
+  std::vector<FoldSplit> folds(static_cast<size_t>(k));
+  for (size_t i = 0; i < ids.size(); ++i) folds[i % folds.size()].val.push_back(ids[i]);
+  for (size_t f = 0; f < folds.size(); ++f) {
+    std::sort(folds[f].val.begin(), folds[f].val.end());
+    for (size_t g = 0; g < folds.size(); ++g) {
+      if (g == f) continue;
+      for (size_t i = g; i < ids.size(); i += folds.size()) folds[f].train.push_back(ids[i]);
+    }
+    std::sort(folds[f].train.begin(), folds[f].train.end());
+  }
+  return folds;
+}
+
+std::string folds_json(const std::vector<FoldSplit>& folds) {
+  std::string out = "[\n";
+  for (size_t f = 0; f < folds.size(); ++f) {
+    out += fmt::format("  {{\"train\": {},\n   \"val\": {}}}{}\n", json_list(folds[f].train), json_list(folds[f].val),
+                       f + 1 < folds.size() ? "," : "");
+  }
+  return out + "]\n";
+}
+
+std::vector<FoldSplit> folds_from_json(const std::string& text, const std::string& where) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw DataError(fmt::format("{}: not a folds file: {}", where, e.msg));
+  }
+  if (!root.IsSequence() || root.size() < 2) {
+    throw DataError(
+        fmt::format("{}: expected a list of at least 2 folds ({{\"train\": [...], \"val\": [...]}})", where));
+  }
+  std::vector<FoldSplit> folds;
+  try {
+    for (size_t f = 0; f < root.size(); ++f) {
+      const auto at = fmt::format("{}: fold {}", where, f);
+      folds.push_back({string_list(root[f]["train"], at + " train"), string_list(root[f]["val"], at + " val")});
+    }
+  } catch (const YAML::Exception& e) {
+    throw DataError(fmt::format("{}: {}", where, e.msg));
+  }
+  return folds;
+}
+
+std::filesystem::path folds_file(const Config& cfg) {
+  return std::filesystem::path(cfg.experiment.output_dir) / cfg.experiment.name / "folds.json";
+}
+
+std::vector<std::string> fold_pool(const DatasetReader& reader, const Config& cfg) {
+  std::vector<std::string> ids = reader.split(cfg.data.train_split);  // DataError naming the splits
+  if (!cfg.data.val_split.empty() && reader.has_split(cfg.data.val_split)) {
+    const auto& val = reader.split(cfg.data.val_split);
+    ids.insert(ids.end(), val.begin(), val.end());
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+std::vector<FoldSplit> load_folds(const DatasetReader& reader, const Config& cfg) {
+  const auto pool = fold_pool(reader, cfg);
+  const auto file = folds_file(cfg);
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec))
+    return make_folds(pool, cfg.data.folds, static_cast<uint64_t>(cfg.experiment.seed));
+  auto folds = folds_from_json(read_file(file), file.string());
+  std::set<std::string> listed;
+  for (const auto& f : folds) listed.insert(f.val.begin(), f.val.end());
+  const std::set<std::string> wanted(pool.begin(), pool.end());
+  if (static_cast<int64_t>(folds.size()) != cfg.data.folds || listed != wanted) {
+    throw ConfigError(fmt::format(
+        "{}: holds {} folds of {} cases, but data.folds = {} and {} gives {} cases (splits '{}' + '{}'); the folds of "
+        "a cross-validation never change under its runs: restore the data and data.folds, or move the "
+        "experiment's folder away to start a new one",
+        file.string(), folds.size(), listed.size(), cfg.data.folds, cfg.data.path, pool.size(), cfg.data.train_split,
+        cfg.data.val_split));
+  }
+  return folds;
+}
+
+std::vector<FoldSplit> load_or_save_folds(const DatasetReader& reader, const Config& cfg) {
+  auto folds = load_folds(reader, cfg);
+  const auto file = folds_file(cfg);
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) {
+    ensure_writable_directory(file.parent_path());
+    write_file_atomic(file, folds_json(folds));
+  }
+  return folds;
+}
+
+Config config_for_fold(const Config& cfg, int64_t k) {
+  Config out = cfg;
+  out.experiment.fold = std::to_string(k);
+  return out;
+}
+
+}  // namespace u3d

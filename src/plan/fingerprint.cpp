@@ -1,0 +1,389 @@
+#include "u3d/plan/fingerprint.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "u3d/core/errors.h"
+#include "u3d/core/files.h"
+#include "u3d/core/parallel.h"
+#include "u3d/core/rng.h"
+#include "u3d/core/run.h"
+#include "u3d/core/stats.h"
+#include "u3d/core/text.h"
+
+namespace u3d {
+namespace {
+
+constexpr uint64_t kSampleSeed = 1234;  // the fixed seed of the foreground samples
+
+// What one case contributes.
+struct CaseSummary {
+  CaseFingerprint info;
+  std::vector<std::vector<float>> samples;  // per channel
+  std::vector<double> min, max;             // per channel, every voxel
+  std::vector<bool> binary;                 // per channel
+  std::vector<int64_t> class_voxels;        // segmentation: per class
+  bool has_target = false, has_mask = false;
+  double target_min = 0, target_max = 0;
+  int64_t mask_voxels = 0, voxels = 0;
+};
+
+CaseSummary summarise_case(const DatasetReader& reader, const std::string& id, int64_t index) {
+  const DatasetInfo& info = reader.info();
+  const CaseData c = reader.read_case(id);
+  CaseSummary s;
+  s.info.id = id;
+  for (int a = 0; a < 3; ++a) s.info.shape[a] = c.image.size(a + 1);
+  s.info.spacing = c.spacing;
+  s.voxels = s.info.shape[0] * s.info.shape[1] * s.info.shape[2];
+  const int64_t channels = c.image.size(0);
+  const torch::Tensor image = c.image.reshape({channels, -1});  // (C, V) float32
+
+  torch::Tensor fg;  // (V) bool
+  if (info.task == Task::kSegmentation) {
+    if (!c.target.defined()) throw DataError(fmt::format("{}: case '{}' has no labels", reader.path().string(), id));
+    const torch::Tensor labels = c.target.reshape({-1}).to(torch::kLong);
+    const int64_t top = labels.max().item<int64_t>();
+    if (labels.min().item<int64_t>() < 0 || top >= info.num_classes) {
+      throw DataError(fmt::format("{}: case '{}': labels reach {}, outside [0, {}) (num_classes {})",
+                                  reader.path().string(), id, top, info.num_classes, info.num_classes));
+    }
+    const torch::Tensor counts = torch::bincount(labels, {}, info.num_classes);
+    s.class_voxels.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel());
+    fg = labels > 0;
+  } else {
+    if (c.target.defined()) {
+      s.has_target = true;
+      s.target_min = c.target.min().item<double>();
+      s.target_max = c.target.max().item<double>();
+      fg = c.target.reshape({-1}) > 0;
+    }
+    s.mask_voxels = s.voxels;
+    if (c.mask.defined()) {
+      s.has_mask = true;
+      const torch::Tensor m = c.mask.reshape({-1}) > 0;
+      s.mask_voxels = m.sum().item<int64_t>();
+      fg = fg.defined() ? (fg | m) : m;
+    }
+  }
+  torch::Tensor idx;  // (S) int64 voxel indices of the sample
+  const int64_t n_fg = fg.defined() ? fg.sum().item<int64_t>() : 0;
+  if (n_fg == 0) {
+    if (s.voxels <= kSamplesPerCase) idx = torch::arange(s.voxels);  // no foreground: every voxel
+  } else if (n_fg <= kSamplesPerCase) {
+    idx = fg.nonzero().flatten();
+  }
+  if (!idx.defined()) {  // more candidates than samples: draw with replacement
+    const torch::Tensor candidates = n_fg > 0 ? fg.nonzero().flatten() : torch::arange(s.voxels);
+    const auto cand = candidates.accessor<int64_t, 1>();
+    Rng rng(kSampleSeed, static_cast<uint64_t>(index));
+    std::vector<int64_t> picks(static_cast<size_t>(kSamplesPerCase));
+    for (auto& p : picks) p = cand[rng.uniform_int(candidates.size(0))];
+    idx = torch::tensor(picks, torch::kLong);
+  }
+  for (int64_t k = 0; k < channels; ++k) {
+    const torch::Tensor ch = image[k];
+    const torch::Tensor v = ch.index_select(0, idx).to(torch::kFloat).contiguous();
+    s.samples.emplace_back(v.data_ptr<float>(), v.data_ptr<float>() + v.numel());
+    s.min.push_back(ch.min().item<double>());
+    s.max.push_back(ch.max().item<double>());
+    s.binary.push_back(((ch == 0) | (ch == 1)).all().item<bool>());
+  }
+  return s;
+}
+
+double median(std::vector<double> v) { return percentile(std::move(v), 50.0); }
+
+}  // namespace
+
+DatasetFingerprint compute_fingerprint(const DatasetReader& reader, const std::vector<std::string>& ids,
+                                       int64_t threads) {
+  const DatasetInfo& info = reader.info();
+  if (ids.empty()) throw DataError(fmt::format("{}: no cases to fingerprint", reader.path().string()));
+  std::vector<CaseSummary> summaries(ids.size());
+  parallel_for(static_cast<int64_t>(ids.size()), resolve_threads(threads), [&](int64_t i) {
+    use_one_intra_op_thread();
+    summaries[static_cast<size_t>(i)] = summarise_case(reader, ids[static_cast<size_t>(i)], i);
+  });
+
+  DatasetFingerprint fp;
+  fp.task = info.task;
+  fp.channel_names = info.channel_names;
+  for (const auto& [name, split_ids] : info.splits) fp.splits[name] = static_cast<int64_t>(split_ids.size());
+  const size_t channels = summaries.front().samples.size();
+  std::vector<std::vector<double>> pooled(channels);
+  fp.channels.resize(channels);
+  for (size_t k = 0; k < channels; ++k) {
+    auto& ch = fp.channels[k];
+    ch.name = k < info.channel_names.size() ? info.channel_names[k] : fmt::format("channel{}", k);
+    ch.min = std::numeric_limits<double>::infinity();
+    ch.max = -std::numeric_limits<double>::infinity();
+    ch.binary = true;
+  }
+  int64_t mask_voxels = 0;
+  bool any_mask = false, any_target = false;
+  std::vector<int64_t> class_voxels(static_cast<size_t>(std::max<int64_t>(0, info.num_classes)), 0);
+  fp.smallest_structure_voxels = 0;
+  fp.target_min = std::numeric_limits<double>::infinity();
+  fp.target_max = -std::numeric_limits<double>::infinity();
+  for (const CaseSummary& s : summaries) {
+    fp.cases.push_back(s.info);
+    fp.total_voxels += s.voxels;
+    for (size_t k = 0; k < channels; ++k) {
+      pooled[k].insert(pooled[k].end(), s.samples[k].begin(), s.samples[k].end());
+      auto& ch = fp.channels[k];
+      ch.min = std::min(ch.min, s.min[k]);
+      ch.max = std::max(ch.max, s.max[k]);
+      ch.binary = ch.binary && s.binary[k];
+    }
+    for (size_t c = 0; c < s.class_voxels.size(); ++c) {
+      class_voxels[c] += s.class_voxels[c];
+      if (c > 0 && s.class_voxels[c] > 0 &&
+          (fp.smallest_structure_voxels == 0 || s.class_voxels[c] < fp.smallest_structure_voxels)) {
+        fp.smallest_structure_voxels = s.class_voxels[c];
+      }
+    }
+    mask_voxels += s.mask_voxels;
+    any_mask = any_mask || s.has_mask;
+    if (s.has_target) {
+      any_target = true;
+      fp.target_min = std::min(fp.target_min, s.target_min);
+      fp.target_max = std::max(fp.target_max, s.target_max);
+    }
+  }
+  for (size_t k = 0; k < channels; ++k) {
+    auto& ch = fp.channels[k];
+    const auto& v = pooled[k];
+    ch.samples = static_cast<int64_t>(v.size());
+    double sum = 0, sq = 0;
+    for (double x : v) sum += x;
+    ch.mean = v.empty() ? 0.0 : sum / static_cast<double>(v.size());
+    for (double x : v) sq += (x - ch.mean) * (x - ch.mean);
+    ch.std = v.empty() ? 0.0 : std::sqrt(sq / static_cast<double>(v.size()));
+    ch.p00_5 = v.empty() ? 0.0 : percentile(v, 0.5);
+    ch.p99_5 = v.empty() ? 0.0 : percentile(v, 99.5);
+  }
+  if (info.task == Task::kSegmentation) {
+    fp.num_classes = info.num_classes;
+    fp.class_names = info.class_names;
+    for (int64_t n : class_voxels) {
+      fp.class_frequency.push_back(fp.total_voxels > 0 ? static_cast<double>(n) / static_cast<double>(fp.total_voxels)
+                                                       : 0.0);
+    }
+  }
+  if (!any_target) fp.target_min = fp.target_max = 0;
+  fp.mask_share =
+      any_mask && fp.total_voxels > 0 ? static_cast<double>(mask_voxels) / static_cast<double>(fp.total_voxels) : 1.0;
+  for (int a = 0; a < 3; ++a) {
+    std::vector<double> shape, spacing;
+    for (const auto& c : fp.cases) {
+      shape.push_back(static_cast<double>(c.shape[a]));
+      spacing.push_back(c.spacing[a]);
+    }
+    fp.median_shape[a] = std::llround(median(shape));
+    fp.median_spacing[a] = median(spacing);
+  }
+  return fp;
+}
+
+namespace {
+
+template <class T>
+std::string json_list(const std::vector<T>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ", ";
+    if constexpr (std::is_same_v<T, std::string>) {
+      out += json_string(v[i]);
+    } else {
+      out += fmt::format("{}", v[i]);
+    }
+  }
+  return out + "]";
+}
+template <class T, size_t N>
+std::string json_list(const std::array<T, N>& v) {
+  return json_list(std::vector<T>(v.begin(), v.end()));
+}
+
+template <class T>
+std::vector<T> read_list(const YAML::Node& n) {
+  std::vector<T> out;
+  for (const auto& item : n) out.push_back(item.as<T>());
+  return out;
+}
+template <class T>
+std::array<T, 3> read_triple(const YAML::Node& n, const std::string& what) {
+  const auto v = read_list<T>(n);
+  if (v.size() != 3) throw DataError(fmt::format("{}: expected 3 values", what));
+  return {v[0], v[1], v[2]};
+}
+
+}  // namespace
+
+std::string to_json(const DatasetFingerprint& fp) {
+  std::ostringstream out;
+  out << "{\n";
+  out << fmt::format("  \"version\": {},\n  \"source_size\": {},\n  \"source_mtime_ns\": {},\n", fp.version,
+                     fp.source_size, fp.source_mtime_ns);
+  out << fmt::format("  \"task\": {},\n  \"channel_names\": {},\n", json_string(to_string(fp.task)),
+                     json_list(fp.channel_names));
+  out << "  \"splits\": {";
+  size_t i = 0;
+  for (const auto& [name, n] : fp.splits) out << (i++ ? ", " : "") << json_string(name) << ": " << n;
+  out << "},\n  \"cases\": [";
+  for (size_t c = 0; c < fp.cases.size(); ++c) {
+    const auto& cs = fp.cases[c];
+    out << (c ? ",\n    " : "\n    ")
+        << fmt::format("{{\"id\": {}, \"shape\": {}, \"spacing\": {}}}", json_string(cs.id), json_list(cs.shape),
+                       json_list(cs.spacing));
+  }
+  out << "\n  ],\n  \"channels\": [";
+  for (size_t k = 0; k < fp.channels.size(); ++k) {
+    const auto& ch = fp.channels[k];
+    out << (k ? ",\n    " : "\n    ")
+        << fmt::format(
+               "{{\"name\": {}, \"mean\": {}, \"std\": {}, \"p00_5\": {}, \"p99_5\": {}, \"min\": {}, \"max\": {}, "
+               "\"binary\": {}, \"samples\": {}}}",
+               json_string(ch.name), ch.mean, ch.std, ch.p00_5, ch.p99_5, ch.min, ch.max, ch.binary, ch.samples);
+  }
+  out << "\n  ],\n";
+  out << fmt::format("  \"num_classes\": {},\n  \"class_names\": {},\n  \"class_frequency\": {},\n", fp.num_classes,
+                     json_list(fp.class_names), json_list(fp.class_frequency));
+  out << fmt::format("  \"smallest_structure_voxels\": {},\n  \"target_min\": {},\n  \"target_max\": {},\n",
+                     fp.smallest_structure_voxels, fp.target_min, fp.target_max);
+  out << fmt::format("  \"mask_share\": {},\n  \"median_shape\": {},\n  \"median_spacing\": {},\n", fp.mask_share,
+                     json_list(fp.median_shape), json_list(fp.median_spacing));
+  out << fmt::format("  \"total_voxels\": {}\n}}\n", fp.total_voxels);
+  return out.str();
+}
+
+DatasetFingerprint fingerprint_from_json(const std::string& json, const std::string& source) {
+  DatasetFingerprint fp;
+  try {
+    const YAML::Node n = YAML::Load(json);
+    fp.version = n["version"].as<int64_t>();
+    fp.source_size = n["source_size"].as<int64_t>();
+    fp.source_mtime_ns = n["source_mtime_ns"].as<int64_t>();
+    fp.task = task_from_string(n["task"].as<std::string>());
+    fp.channel_names = read_list<std::string>(n["channel_names"]);
+    for (const auto& kv : n["splits"]) fp.splits[kv.first.as<std::string>()] = kv.second.as<int64_t>();
+    for (const auto& c : n["cases"]) {
+      fp.cases.push_back({c["id"].as<std::string>(), read_triple<int64_t>(c["shape"], source + ": shape"),
+                          read_triple<double>(c["spacing"], source + ": spacing")});
+    }
+    for (const auto& c : n["channels"]) {
+      ChannelFingerprint ch;
+      ch.name = c["name"].as<std::string>();
+      ch.mean = c["mean"].as<double>();
+      ch.std = c["std"].as<double>();
+      ch.p00_5 = c["p00_5"].as<double>();
+      ch.p99_5 = c["p99_5"].as<double>();
+      ch.min = c["min"].as<double>();
+      ch.max = c["max"].as<double>();
+      ch.binary = c["binary"].as<bool>();
+      ch.samples = c["samples"].as<int64_t>();
+      fp.channels.push_back(ch);
+    }
+    fp.num_classes = n["num_classes"].as<int64_t>();
+    fp.class_names = read_list<std::string>(n["class_names"]);
+    fp.class_frequency = read_list<double>(n["class_frequency"]);
+    fp.smallest_structure_voxels = n["smallest_structure_voxels"].as<int64_t>();
+    fp.target_min = n["target_min"].as<double>();
+    fp.target_max = n["target_max"].as<double>();
+    fp.mask_share = n["mask_share"].as<double>();
+    fp.median_shape = read_triple<int64_t>(n["median_shape"], source + ": median_shape");
+    fp.median_spacing = read_triple<double>(n["median_spacing"], source + ": median_spacing");
+    fp.total_voxels = n["total_voxels"].as<int64_t>();
+  } catch (const YAML::Exception& e) {
+    throw DataError(fmt::format("{}: not a dataset fingerprint ({})", source, e.what()));
+  }
+  return fp;
+}
+
+fs::path fingerprint_path(const fs::path& dataset) { return fs::path(dataset.string() + ".fingerprint.json"); }
+
+DatasetFingerprint load_or_compute_fingerprint(const fs::path& dataset, const DatasetReader& reader, int64_t threads,
+                                               bool* computed) {
+  const fs::path stored = fingerprint_path(dataset);
+  std::error_code ec;
+  const int64_t size = static_cast<int64_t>(fs::file_size(dataset, ec));
+  if (ec) throw IoError(fmt::format("{}: cannot read its size ({})", dataset.string(), ec.message()));
+  const int64_t mtime = static_cast<int64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(fs::last_write_time(dataset, ec).time_since_epoch())
+          .count());
+  if (ec) throw IoError(fmt::format("{}: cannot read its modification time ({})", dataset.string(), ec.message()));
+  if (computed) *computed = false;
+  if (fs::exists(stored, ec)) {
+    try {
+      DatasetFingerprint fp = fingerprint_from_json(read_file(stored), stored.string());
+      if (fp.version == kFingerprintVersion && fp.source_size == size && fp.source_mtime_ns == mtime) return fp;
+      spdlog::info("{}: stale (the dataset changed since it was made); recomputing", stored.string());
+    } catch (const Error& e) {
+      spdlog::warn("{}; recomputing", e.what());
+    }
+  }
+  DatasetFingerprint fp = compute_fingerprint(reader, reader.info().case_ids, threads);
+  fp.source_size = size;
+  fp.source_mtime_ns = mtime;
+  if (computed) *computed = true;
+  try {
+    write_file_atomic(stored, to_json(fp));
+  } catch (const std::exception& e) {
+    spdlog::warn("dataset fingerprint not stored: {}", error_line(e));
+  }
+  return fp;
+}
+
+std::string fingerprint_table(const DatasetFingerprint& fp) {
+  std::ostringstream out;
+  Shape3 lo = fp.cases.front().shape, hi = lo;
+  std::array<double, 3> slo = fp.cases.front().spacing, shi = slo;
+  for (const auto& c : fp.cases) {
+    for (int a = 0; a < 3; ++a) {
+      lo[a] = std::min(lo[a], c.shape[a]);
+      hi[a] = std::max(hi[a], c.shape[a]);
+      slo[a] = std::min(slo[a], c.spacing[a]);
+      shi[a] = std::max(shi[a], c.spacing[a]);
+    }
+  }
+  std::string splits;
+  for (const auto& [name, n] : fp.splits) splits += fmt::format("{}{} {}", splits.empty() ? "" : ", ", name, n);
+  out << fmt::format("  task            {}\n", to_string(fp.task));
+  out << fmt::format("  cases           {}{}\n", fp.cases.size(), splits.empty() ? "" : " (" + splits + ")");
+  out << fmt::format("  median shape    {} x {} x {} (D x H x W; range {}..{} x {}..{} x {}..{})\n", fp.median_shape[0],
+                     fp.median_shape[1], fp.median_shape[2], lo[0], hi[0], lo[1], hi[1], lo[2], hi[2]);
+  out << fmt::format(
+      "  spacing         median {:.4g} x {:.4g} x {:.4g} mm (range {:.4g}..{:.4g} x {:.4g}..{:.4g} x "
+      "{:.4g}..{:.4g})\n",
+      fp.median_spacing[0], fp.median_spacing[1], fp.median_spacing[2], slo[0], shi[0], slo[1], shi[1], slo[2], shi[2]);
+  out << fmt::format("  voxels          {:.4g} in all\n", static_cast<double>(fp.total_voxels));
+  out << fmt::format("  {:<16}{:>11}{:>11}{:>11}{:>11}{:>11}{:>11}\n", "channel", "mean", "std", "p0.5", "p99.5", "min",
+                     "max");
+  for (const auto& ch : fp.channels) {
+    out << fmt::format("  {:<16}{:>11.4g}{:>11.4g}{:>11.4g}{:>11.4g}{:>11.4g}{:>11.4g}{}\n", ch.name, ch.mean, ch.std,
+                       ch.p00_5, ch.p99_5, ch.min, ch.max, ch.binary ? "  (0/1 mask)" : "");
+  }
+  if (fp.task == Task::kSegmentation) {
+    out << fmt::format("  classes         {}\n", fp.num_classes);
+    for (size_t c = 0; c < fp.class_frequency.size(); ++c) {
+      out << fmt::format("    {:<14}{:.4g}% of voxels\n",
+                         c < fp.class_names.size() ? fp.class_names[c] : fmt::format("class {}", c),
+                         100.0 * fp.class_frequency[c]);
+    }
+    out << fmt::format("  smallest structure {} voxels\n", fp.smallest_structure_voxels);
+  } else {
+    out << fmt::format("  target range    {:.4g} .. {:.4g}\n", fp.target_min, fp.target_max);
+    out << fmt::format("  loss mask       {:.4g}% of voxels\n", 100.0 * fp.mask_share);
+  }
+  return out.str();
+}
+
+}  // namespace u3d

@@ -1,0 +1,307 @@
+// trainer plan's library: the dataset fingerprint, the memory model and the planner.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "test_support.h"
+#include "u3d/core/config.h"
+#include "u3d/core/errors.h"
+#include "u3d/core/stats.h"
+#include "u3d/io/dataset.h"
+#include "u3d/model/unet.h"
+#include "u3d/plan/fingerprint.h"
+#include "u3d/plan/memory_model.h"
+#include "u3d/plan/planner.h"
+
+namespace u3d {
+namespace {
+
+constexpr int64_t kD = 4, kH = 5, kW = 6, kV = kD * kH * kW;
+
+// Three segmentation cases of 4 x 5 x 6 voxels: channel "mri" = 100 i + voxel index, channel "ptv" a 0/1
+// mask; labels 1 on voxels 0..29, 2 on voxels 30..39, 0 elsewhere; spacing (1, 1, 1 + i).
+void write_seg_dataset(const fs::path& path, double offset = 0, bool with_val = true) {
+  DatasetInfo info;
+  info.task = Task::kSegmentation;
+  info.channel_names = {"mri", "ptv"};
+  info.num_classes = 3;
+  info.class_names = {"background", "liver", "tumour"};
+  DatasetWriter writer(path, info);
+  std::vector<std::string> ids;
+  for (int64_t i = 0; i < 3; ++i) {
+    CaseData c;
+    c.id = fmt::format("case{}", i);
+    const torch::Tensor mri = torch::arange(kV, torch::kFloat) + 100.0 * static_cast<double>(i) + offset;
+    const torch::Tensor ptv = (torch::arange(kV) % 2 == 0).to(torch::kFloat);
+    c.image = torch::stack({mri, ptv}).reshape({2, kD, kH, kW});
+    torch::Tensor labels = torch::zeros({kV}, torch::kUInt8);
+    labels.slice(0, 0, 30).fill_(1);
+    labels.slice(0, 30, 40).fill_(2);
+    c.target = labels.reshape({kD, kH, kW});
+    c.spacing = {1.0, 1.0, 1.0 + static_cast<double>(i)};
+    writer.write_case(c);
+    ids.push_back(c.id);
+  }
+  writer.set_split("train", {"case0", "case1"});
+  if (with_val) writer.set_split("val", {"case2"});
+  writer.commit();
+}
+
+TEST(Fingerprint, StatisticsOfKnownCases) {
+  test::TempDir dir;
+  write_seg_dataset(dir / "seg.h5");
+  DatasetReader reader(dir / "seg.h5");
+  const DatasetFingerprint fp = compute_fingerprint(reader, reader.info().case_ids, /*threads=*/2);
+  ASSERT_EQ(fp.cases.size(), 3u);
+  EXPECT_EQ(fp.task, Task::kSegmentation);
+  EXPECT_EQ(fp.median_shape, (Shape3{kD, kH, kW}));
+  EXPECT_DOUBLE_EQ(fp.median_spacing[2], 2.0);
+  EXPECT_DOUBLE_EQ(fp.cases[2].spacing[2], 3.0);
+  // Foreground: labels > 0 = voxels 0..39 of each case (40 <= kSamplesPerCase: every one).
+  std::vector<double> expected;
+  for (int i = 0; i < 3; ++i) {
+    for (int v = 0; v < 40; ++v) expected.push_back(100.0 * i + v);
+  }
+  double mean = 0, var = 0;
+  for (double x : expected) mean += x / static_cast<double>(expected.size());
+  for (double x : expected) var += (x - mean) * (x - mean) / static_cast<double>(expected.size());
+  ASSERT_EQ(fp.channels.size(), 2u);
+  const auto& mri = fp.channels[0];
+  EXPECT_EQ(mri.samples, 120);
+  EXPECT_NEAR(mri.mean, 119.5, 1e-9);
+  EXPECT_NEAR(mri.mean, mean, 1e-9);
+  EXPECT_NEAR(mri.std, std::sqrt(var), 1e-6);
+  EXPECT_NEAR(mri.p00_5, percentile(expected, 0.5), 1e-9);
+  EXPECT_NEAR(mri.p99_5, percentile(expected, 99.5), 1e-9);
+  EXPECT_DOUBLE_EQ(mri.min, 0.0);
+  EXPECT_DOUBLE_EQ(mri.max, 200.0 + kV - 1);
+  EXPECT_FALSE(mri.binary);
+  EXPECT_TRUE(fp.channels[1].binary);
+  ASSERT_EQ(fp.class_frequency.size(), 3u);
+  EXPECT_NEAR(fp.class_frequency[0], 80.0 / kV, 1e-12);
+  EXPECT_NEAR(fp.class_frequency[1], 30.0 / kV, 1e-12);
+  EXPECT_NEAR(fp.class_frequency[2], 10.0 / kV, 1e-12);
+  EXPECT_EQ(fp.smallest_structure_voxels, 10);
+  EXPECT_EQ(fp.total_voxels, 3 * kV);
+  EXPECT_EQ(fp.splits.at("val"), 1);
+  const std::string table = fingerprint_table(fp);
+  EXPECT_NE(table.find("median shape    4 x 5 x 6"), std::string::npos) << table;
+  EXPECT_NE(table.find("(0/1 mask)"), std::string::npos) << table;
+}
+
+TEST(Fingerprint, DoseTargetRangeAndMaskShare) {
+  test::TempDir dir;
+  DatasetInfo info;
+  info.task = Task::kDose;
+  info.channel_names = {"ct"};
+  {
+    DatasetWriter writer(dir / "dose.h5", info);
+    for (int64_t i = 0; i < 2; ++i) {
+      CaseData c;
+      c.id = fmt::format("pt{}", i);
+      c.image = torch::full({1, kD, kH, kW}, -1000.0f);
+      c.image.view({-1}).slice(0, 0, 60).fill_(40.0f + static_cast<float>(i));  // the masked half
+      c.target = torch::zeros({kD, kH, kW});
+      c.target.view({-1}).slice(0, 0, 10).fill_(70.0f + static_cast<float>(i));
+      c.mask = torch::zeros({kD, kH, kW}, torch::kUInt8);
+      c.mask.view({-1}).slice(0, 0, 60).fill_(1);
+      writer.write_case(c);
+    }
+    writer.set_split("train", {"pt0", "pt1"});
+    writer.commit();
+  }
+  DatasetReader reader(dir / "dose.h5");
+  const DatasetFingerprint fp = compute_fingerprint(reader, reader.info().case_ids, 1);
+  EXPECT_DOUBLE_EQ(fp.target_min, 0.0);
+  EXPECT_DOUBLE_EQ(fp.target_max, 71.0);
+  EXPECT_NEAR(fp.mask_share, 0.5, 1e-12);
+  EXPECT_NEAR(fp.channels[0].mean, 40.5, 1e-9);  // foreground = the mask: 40 and 41, 60 voxels each
+  EXPECT_NEAR(fp.channels[0].std, 0.5, 1e-9);
+  EXPECT_DOUBLE_EQ(fp.channels[0].min, -1000.0);
+
+  const Plan plan = make_plan(fp, PlanOptions{});
+  ASSERT_EQ(plan.normalize.size(), 1u);
+  EXPECT_EQ(plan.normalize[0].rfind("ct:40:41:40.5:0.5", 0), 0u) << plan.normalize[0];  // named ct
+  const Config cfg = load_config_from_string(plan_yaml(plan, fp, "dose.h5", "dose_plan"), "plan");
+  EXPECT_EQ(cfg.training.loss, LossKind::kMaskedL1);
+  EXPECT_EQ(cfg.data.val_split, "");
+  EXPECT_EQ(cfg.model.output_activation, OutputActivation::kRelu);
+}
+
+TEST(Fingerprint, JsonRoundTrip) {
+  test::TempDir dir;
+  write_seg_dataset(dir / "seg.h5");
+  DatasetReader reader(dir / "seg.h5");
+  DatasetFingerprint fp = compute_fingerprint(reader, reader.info().case_ids, 1);
+  fp.source_size = 1234;
+  fp.source_mtime_ns = 1700000000123456789;
+  const DatasetFingerprint back = fingerprint_from_json(to_json(fp), "test");
+  EXPECT_EQ(to_json(back), to_json(fp));
+  EXPECT_EQ(back.source_mtime_ns, fp.source_mtime_ns);
+  EXPECT_DOUBLE_EQ(back.channels[0].std, fp.channels[0].std);
+  EXPECT_THROW(fingerprint_from_json("{\"version\": 1}", "broken.json"), DataError);
+}
+
+TEST(Fingerprint, StoredBesideTheDatasetReusedAndRecomputedWhenItChanges) {
+  test::TempDir dir;
+  const fs::path data = dir / "seg.h5";
+  write_seg_dataset(data);
+  bool computed = false;
+  {
+    DatasetReader reader(data);
+    const DatasetFingerprint first = load_or_compute_fingerprint(data, reader, 1, &computed);
+    EXPECT_TRUE(computed);
+    ASSERT_TRUE(fs::exists(dir / "seg.h5.fingerprint.json"));
+    const auto stamp = fs::last_write_time(dir / "seg.h5.fingerprint.json");
+    const DatasetFingerprint second = load_or_compute_fingerprint(data, reader, 1, &computed);
+    EXPECT_FALSE(computed);
+    EXPECT_EQ(fs::last_write_time(dir / "seg.h5.fingerprint.json"), stamp);
+    EXPECT_EQ(to_json(second), to_json(first));
+  }
+  fs::remove(data);
+  write_seg_dataset(data, /*offset=*/1000.0);
+  fs::last_write_time(data, fs::last_write_time(data) + std::chrono::seconds(5));
+  DatasetReader reader(data);
+  const DatasetFingerprint third = load_or_compute_fingerprint(data, reader, 1, &computed);
+  EXPECT_TRUE(computed);
+  EXPECT_NEAR(third.channels[0].mean, 1119.5, 1e-9);
+}
+
+// A fingerprint without a dataset: `n` cases of `shape` at `spacings[i]`.
+DatasetFingerprint synthetic_fingerprint(const Shape3& shape, const std::vector<std::array<double, 3>>& spacings) {
+  DatasetFingerprint fp;
+  fp.task = Task::kSegmentation;
+  fp.channel_names = {"CT"};
+  fp.num_classes = 3;
+  fp.splits = {{"train", static_cast<int64_t>(spacings.size())}};
+  ChannelFingerprint ch;
+  ch.name = "CT";
+  ch.mean = 80;
+  ch.std = 40;
+  ch.p00_5 = -900;
+  ch.p99_5 = 1500;
+  fp.channels = {ch};
+  for (size_t i = 0; i < spacings.size(); ++i) fp.cases.push_back({fmt::format("c{}", i), shape, spacings[i]});
+  for (int a = 0; a < 3; ++a) {
+    std::vector<double> s;
+    for (const auto& sp : spacings) s.push_back(sp[a]);
+    fp.median_spacing[a] = percentile(s, 50.0);
+  }
+  fp.median_shape = shape;
+  fp.total_voxels = static_cast<int64_t>(spacings.size()) * shape[0] * shape[1] * shape[2];
+  return fp;
+}
+
+TEST(Planner, AnisotropicSpacingUsesThePercentileOnTheLowResolutionAxis) {
+  std::vector<std::array<double, 3>> spacings;
+  for (int i = 0; i < 10; ++i) spacings.push_back({2.5 + 0.5 * i, 0.8, 0.8});  // 2.5 .. 7.0 mm
+  const DatasetFingerprint fp = synthetic_fingerprint({40, 256, 256}, spacings);
+  const Plan plan = make_plan(fp, PlanOptions{});
+  EXPECT_TRUE(plan.anisotropic);
+  EXPECT_EQ(plan.lowres_axis, 0);
+  std::vector<double> along;
+  for (const auto& s : spacings) along.push_back(s[0]);
+  EXPECT_DOUBLE_EQ(plan.target_spacing[0], percentile(along, 10.0));
+  EXPECT_LT(plan.target_spacing[0], fp.median_spacing[0]);
+  EXPECT_DOUBLE_EQ(plan.target_spacing[1], 0.8);
+  EXPECT_TRUE(plan.resample_needed);
+
+  const DatasetFingerprint iso = synthetic_fingerprint({64, 64, 64}, {{1, 1, 1}, {1.2, 1, 1}, {1.1, 1, 1}});
+  EXPECT_FALSE(make_plan(iso, PlanOptions{}).anisotropic);
+}
+
+TEST(Planner, PatchFitsTheBudgetDividesAndYamlLoads) {
+  const DatasetFingerprint fp = synthetic_fingerprint({256, 256, 256}, {{1, 1, 1}, {1, 1, 1}, {1, 1, 1}});
+  PlanOptions options;
+  options.gpu_memory_gib = 8;
+  const Plan plan = make_plan(fp, options);
+  const int64_t d = int64_t{1} << (plan.levels - 1);
+  for (int a = 0; a < 3; ++a) {
+    EXPECT_EQ(plan.patch[a] % d, 0) << a;
+    EXPECT_GE(plan.patch[a] / d, 4) << a;
+    EXPECT_LE(plan.patch[a], 256);
+  }
+  EXPECT_LE(plan.levels, 6);
+  EXPECT_GE(plan.batch, 2);
+  EXPECT_LT(plan.patch[0] * plan.patch[1] * plan.patch[2], 256 * 256 * 256);  // 8 GiB cannot take the whole volume
+  EXPECT_LE(static_cast<double>(plan.step_bytes), 0.85 * 8 * 1024.0 * 1024 * 1024);
+  ModelConfig m;
+  m.levels = plan.levels;
+  m.base_filters = 32;
+  m.deep_supervision = true;
+  EXPECT_EQ(plan.step_bytes, estimate_step_bytes(m, 1, 3, plan.patch, plan.batch, 2, 1, 6));
+  // The search stops close to the budget: the next larger candidate did not fit.
+  EXPECT_GT(static_cast<double>(plan.step_bytes), 0.6 * 0.85 * 8 * 1024.0 * 1024 * 1024);
+  ASSERT_NE(plan.lowres_plan, nullptr);  // 8 GiB covers < 1/8 of 256^3
+  EXPECT_GT(plan.lowres_plan->target_spacing[0], 1.0);
+
+  const std::string yaml = plan_yaml(plan, fp, "data/big.h5", "big");
+  const Config cfg = load_config_from_string(yaml, "plan.yaml");
+  EXPECT_EQ(cfg.data.patch_size, plan.patch);
+  EXPECT_EQ(cfg.data.batch_size, plan.batch);
+  EXPECT_EQ(cfg.model.levels, plan.levels);
+  EXPECT_EQ(cfg.data.val_split, "");  // no val split in this dataset
+  EXPECT_EQ(cfg.data.normalize, plan.normalize);
+  EXPECT_EQ(cfg.data.normalize[0], "ct:-900:1500:80:40");
+  EXPECT_EQ(cfg.training.optimizer, OptimizerKind::kSgd);
+  EXPECT_EQ(cfg.training.device, Device::kAuto);
+  EXPECT_TRUE(cfg.model.deep_supervision);
+  EXPECT_NE(yaml.find("patch_size: " + fmt::format("[{}, {}, {}]", plan.patch[0], plan.patch[1], plan.patch[2])),
+            std::string::npos);
+  EXPECT_NE(yaml.find("# largest that fits 8 GiB"), std::string::npos) << yaml;
+  const std::string low = plan_yaml(*plan.lowres_plan, fp, "data/big.h5", "big_lowres");
+  EXPECT_NE(low.find("--spacing"), std::string::npos);
+  EXPECT_EQ(load_config_from_string(low, "low.yaml").data.path, "data/big_lowres.h5");
+}
+
+TEST(Planner, SmallDatasetKeepsTheWholeVolumeAndValSplit) {
+  test::TempDir dir;
+  write_seg_dataset(dir / "seg.h5");
+  DatasetReader reader(dir / "seg.h5");
+  const DatasetFingerprint fp = compute_fingerprint(reader, reader.info().case_ids, 1);
+  PlanOptions options;
+  options.gpu_memory_gib = 24;
+  const Plan plan = make_plan(fp, options);
+  EXPECT_EQ(plan.normalize, (std::vector<std::string>{"zscore", "none"}));
+  EXPECT_EQ(plan.batch, 2);  // 5% of 360 voxels is less than two patches
+  const Config cfg = load_config_from_string(plan_yaml(plan, fp, "seg.h5", "seg"), "plan");
+  EXPECT_EQ(cfg.data.val_split, "val");
+  EXPECT_EQ(cfg.checkpoint.monitor, Monitor::kPseudoDiceEma);
+  PlanOptions dose;
+  dose.task = "dose";
+  EXPECT_THROW(make_plan(fp, dose), ConfigError);
+}
+
+TEST(MemoryModel, ParameterCountIsExact) {
+  for (const bool residual : {false, true}) {
+    ModelConfig m;
+    m.architecture = residual ? Architecture::kResEncUNet : Architecture::kUNet;
+    m.levels = 4;
+    m.base_filters = 8;
+    m.deep_supervision = true;
+    const Network net = build_network(m, 2, 3);
+    EXPECT_EQ(estimate_step_memory(m, 2, 3, {16, 16, 16}, 1, 4).parameters, count_parameters(*net)) << residual;
+  }
+}
+
+TEST(MemoryModel, EstimateWithinToleranceOfTheCpuMeasurementOutsideTheCalibrationSet) {
+  ModelConfig m;
+  m.levels = 4;
+  m.base_filters = 12;
+  m.deep_supervision = true;
+  const Shape3 patch = {48, 64, 32};
+  const int64_t measured = measure_step_bytes_cpu(m, 1, 3, patch, 2);
+  const int64_t estimated = estimate_step_bytes(m, 1, 3, patch, 2, /*activation_bytes=*/4, /*optimizer_states=*/0);
+  const double error = static_cast<double>(estimated - measured) / static_cast<double>(measured);
+  EXPECT_LT(std::abs(error), kEstimateTolerance) << "estimated " << estimated << ", measured " << measured;
+  // Grows with the patch and the batch; halves (about) with bf16 activations.
+  EXPECT_GT(estimate_step_bytes(m, 1, 3, {64, 64, 64}, 2, 4), estimate_step_bytes(m, 1, 3, patch, 2, 4));
+  EXPECT_LT(estimate_step_bytes(m, 1, 3, patch, 2, 2), estimate_step_bytes(m, 1, 3, patch, 2, 4));
+  EXPECT_THROW(estimate_step_bytes(m, 1, 3, {36, 64, 32}, 2, 4), ConfigError);  // 36 does not divide by 8
+}
+
+}  // namespace
+}  // namespace u3d
