@@ -201,6 +201,24 @@ int main(int argc, char** argv) {
   evaluate_segmentation_app->add_option("--threads", evaluate_segmentation.threads, "Threads; 0: every core")
       ->check(kThreadCount);
   evaluate_segmentation_app->add_flag("--force", evaluate_segmentation.force, "Replace an existing CSV");
+  u3d::EvaluateSurfaceCommand evaluate_surface;
+  auto* evaluate_surface_app = evaluate_app->add_subcommand(
+      "surface", "Surface Dice, VOI, Betti numbers and TopoScore of thin-surface label files (NIfTI), per case");
+  evaluate_surface_app->add_option("--reference", evaluate_surface.reference, "Folder of reference labels")->required();
+  evaluate_surface_app
+      ->add_option("--predictions", evaluate_surface.predictions, "Folder of predicted 0/1 labels (same case names)")
+      ->required();
+  evaluate_surface_app->add_option("--out", evaluate_surface.out,
+                                   "CSV file; default <predictions>/surface_evaluation.csv");
+  evaluate_surface_app->add_option("--tolerance", evaluate_surface.tolerance, "Surface Dice tolerance in voxels")
+      ->capture_default_str();
+  evaluate_surface_app
+      ->add_option("--ignore-label", evaluate_surface.ignore_label,
+                   "Reference label excluded from every metric; -1: none")
+      ->capture_default_str();
+  evaluate_surface_app->add_option("--threads", evaluate_surface.threads, "Cases at once; 0: every core")
+      ->check(kThreadCount);
+  evaluate_surface_app->add_flag("--force", evaluate_surface.force, "Replace an existing CSV");
   u3d::EvaluateCvCommand evaluate_cv;
   auto* evaluate_cv_app = evaluate_app->add_subcommand(
       "cv", "Cross-validation summary: per-fold and pooled metrics of each fold's held-out predictions");
@@ -270,6 +288,7 @@ int main(int argc, char** argv) {
     if (*evaluate_openkbp_app) return u3d::evaluate_openkbp_command(evaluate_openkbp);
     if (*import_nnunet_app) return u3d::import_nnunet_command(import_nnunet);
     if (*import_nifti_app) return u3d::import_nifti_command(import_nifti);
+    if (*evaluate_surface_app) return u3d::evaluate_surface_command(evaluate_surface);
     if (*evaluate_cv_app) return u3d::evaluate_cv_command(evaluate_cv);
     if (*evaluate_segmentation_app) return u3d::evaluate_segmentation_command(evaluate_segmentation);
     if (*export_app) return u3d::export_command(export_cmd);

@@ -12,6 +12,7 @@
 #include "u3d/core/signals.h"
 #include "u3d/core/text.h"
 #include "u3d/evaluate/segmentation_eval.h"
+#include "u3d/evaluate/surface_eval.h"
 #include "u3d/io/import.h"
 
 namespace u3d {
@@ -112,6 +113,43 @@ int evaluate_segmentation_command(const EvaluateSegmentationCommand& cmd) {
   std::fflush(stdout);
   spdlog::info("evaluate: {} cases, {} labels; wrote {} in {:.1f} s", e.cases.size(), e.labels.size(), csv.string(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return kExitOk;
+}
+
+int evaluate_surface_command(const EvaluateSurfaceCommand& cmd) {
+  if (cmd.reference.empty() || cmd.predictions.empty()) {
+    throw UsageError("evaluate surface: --reference DIR and --predictions DIR are required");
+  }
+  if (!(cmd.tolerance >= 0))
+    throw UsageError(fmt::format("evaluate surface: --tolerance {}: expected >= 0", cmd.tolerance));
+  if (cmd.ignore_label < -1 || cmd.ignore_label == 0 || cmd.ignore_label == 1) {
+    throw UsageError(fmt::format(
+        "evaluate surface: --ignore-label {}: expected a label other than 0 and 1 (the surface), or -1 for none",
+        cmd.ignore_label));
+  }
+  const std::filesystem::path csv = cmd.out.empty() ? std::filesystem::path(cmd.predictions) / "surface_evaluation.csv"
+                                                    : std::filesystem::path(cmd.out);
+  std::error_code ec;
+  if (std::filesystem::exists(csv, ec) && !cmd.force) {
+    throw UsageError(
+        fmt::format("evaluate surface: {} exists; pass --force to replace it or --out another file", csv.string()));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  SurfaceEvalOptions o;
+  o.reference = cmd.reference;
+  o.predictions = cmd.predictions;
+  o.tolerance = cmd.tolerance;
+  if (cmd.ignore_label < 0)
+    o.ignore_label.reset();
+  else
+    o.ignore_label = cmd.ignore_label;
+  o.threads = cmd.threads;
+  const SurfaceEvaluation e = evaluate_surface_folders(o);
+  write_file_atomic(csv, surface_evaluation_csv(e));
+  std::fputs(surface_evaluation_table(e).c_str(), stdout);
+  std::fflush(stdout);
+  spdlog::info("evaluate surface: {} cases, mean total {:.4f}; wrote {} in {:.1f} s", e.cases.size(), e.mean.total,
+               csv.string(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return kExitOk;
 }
 

@@ -198,43 +198,49 @@ CaseEvaluation evaluate_case(const torch::Tensor& pred, const torch::Tensor& ref
   return c;
 }
 
-SegmentationEvaluation evaluate_segmentation_folders(const SegmentationEvalOptions& o) {
-  const auto refs = nifti_by_case(o.reference);
-  const auto preds = nifti_by_case(o.predictions);
-  if (preds.empty()) throw DataError(fmt::format("{}: no NIfTI predictions (.nii.gz or .nii)", o.predictions.string()));
-  std::vector<std::string> ids;
+std::vector<LabelPair> match_label_files(const fs::path& reference, const fs::path& predictions) {
+  const auto refs = nifti_by_case(reference);
+  const auto preds = nifti_by_case(predictions);
+  if (preds.empty()) throw DataError(fmt::format("{}: no NIfTI predictions (.nii.gz or .nii)", predictions.string()));
+  std::vector<LabelPair> pairs;
   for (const auto& [id, path] : preds) {
     if (!refs.count(id)) {
-      throw DataError(fmt::format("{}: no reference for case '{}' in {}", path.string(), id, o.reference.string()));
+      throw DataError(fmt::format("{}: no reference for case '{}' in {}", path.string(), id, reference.string()));
     }
-    ids.push_back(id);
+    pairs.push_back({id, path, refs.at(id)});
   }
-  const int64_t n = static_cast<int64_t>(ids.size());
+  return pairs;
+}
+
+void read_label_pair(const LabelPair& pair, NiftiVolume& p, NiftiVolume& r) {
+  const fs::path& pp = pair.prediction;
+  const fs::path& rp = pair.reference;
+  r = read_nifti(rp);
+  p = read_nifti(pp);
+  if (p.geometry.shape != r.geometry.shape) {
+    throw DataError(fmt::format("{}: dims {}x{}x{} differ from the reference {} ({}x{}x{})", pp.string(),
+                                p.geometry.shape[2], p.geometry.shape[1], p.geometry.shape[0], rp.string(),
+                                r.geometry.shape[2], r.geometry.shape[1], r.geometry.shape[0]));
+  }
+  for (int a = 0; a < 3; ++a) {
+    if (std::abs(p.geometry.spacing[a] - r.geometry.spacing[a]) > 1e-4 * std::max(1.0, r.geometry.spacing[a])) {
+      throw DataError(fmt::format("{}: voxel size differs from the reference {}", pp.string(), rp.string()));
+    }
+  }
+  for (const NiftiVolume* v : {&p, &r}) {
+    if (v->data.is_floating_point() && (v->data != torch::round(v->data)).any().item<bool>()) {
+      throw DataError(fmt::format("{}: holds non-integer values; expected labels", (v == &p ? pp : rp).string()));
+    }
+  }
+}
+
+SegmentationEvaluation evaluate_segmentation_folders(const SegmentationEvalOptions& o) {
+  const std::vector<LabelPair> pairs = match_label_files(o.reference, o.predictions);
+  const int64_t n = static_cast<int64_t>(pairs.size());
   // Read and check every pair, with the labels present, then score (labels known up front or found).
   std::vector<std::set<int64_t>> present(static_cast<size_t>(n));
   SegmentationEvaluation e;
-  auto load = [&](int64_t i, NiftiVolume& p, NiftiVolume& r) {
-    const std::string& id = ids[static_cast<size_t>(i)];
-    const fs::path& pp = preds.at(id);
-    const fs::path& rp = refs.at(id);
-    r = read_nifti(rp);
-    p = read_nifti(pp);
-    if (p.geometry.shape != r.geometry.shape) {
-      throw DataError(fmt::format("{}: dims {}x{}x{} differ from the reference {} ({}x{}x{})", pp.string(),
-                                  p.geometry.shape[2], p.geometry.shape[1], p.geometry.shape[0], rp.string(),
-                                  r.geometry.shape[2], r.geometry.shape[1], r.geometry.shape[0]));
-    }
-    for (int a = 0; a < 3; ++a) {
-      if (std::abs(p.geometry.spacing[a] - r.geometry.spacing[a]) > 1e-4 * std::max(1.0, r.geometry.spacing[a])) {
-        throw DataError(fmt::format("{}: voxel size differs from the reference {}", pp.string(), rp.string()));
-      }
-    }
-    for (const NiftiVolume* v : {&p, &r}) {
-      if (v->data.is_floating_point() && (v->data != torch::round(v->data)).any().item<bool>()) {
-        throw DataError(fmt::format("{}: holds non-integer values; expected labels", (v == &p ? pp : rp).string()));
-      }
-    }
-  };
+  auto load = [&](int64_t i, NiftiVolume& p, NiftiVolume& r) { read_label_pair(pairs[static_cast<size_t>(i)], p, r); };
   const int64_t threads = resolve_threads(o.threads);
   std::vector<int64_t> labels = o.labels;
   if (labels.empty()) {
@@ -269,7 +275,7 @@ SegmentationEvaluation evaluate_segmentation_folders(const SegmentationEvalOptio
     NiftiVolume p, r;
     load(i, p, r);
     CaseEvaluation c = evaluate_case(p.data, r.data, labels, r.geometry.spacing);
-    c.id = ids[static_cast<size_t>(i)];
+    c.id = pairs[static_cast<size_t>(i)].id;
     e.cases[static_cast<size_t>(i)] = std::move(c);
   });
   for (size_t k = 0; k < labels.size(); ++k) {

@@ -129,6 +129,18 @@ struct EvaluateSegmentationCommand {
 };
 int evaluate_segmentation_command(const EvaluateSegmentationCommand& cmd);
 
+// `trainer evaluate surface` (evaluate/surface_eval.h): Surface Dice, VOI, Betti numbers, TopoScore and
+// the surface-detection total per case and mean; CSV default <predictions>/surface_evaluation.csv.
+struct EvaluateSurfaceCommand {
+  std::string reference, predictions;  // --reference DIR, --predictions DIR
+  std::string out;                     // --out CSV
+  double tolerance = 2.0;              // --tolerance (voxels)
+  int64_t ignore_label = 2;            // --ignore-label; -1: none
+  int64_t threads = 0;
+  bool force = false;  // replace an existing CSV
+};
+int evaluate_surface_command(const EvaluateSurfaceCommand& cmd);
+
 // `trainer export RUN_DIR` (src/app/export_command.cpp, model/model_export.h): the checkpoint
 // (best, last or a path) as model.safetensors, model.pt, model.ts and, through
 // scripts/python/export_onnx.py, model.onnx in --out (default <run>/export/). Files of formats not

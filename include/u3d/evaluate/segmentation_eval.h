@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "u3d/io/nifti.h"
+
 namespace u3d {
 
 // Surface voxels of a (D, H, W) bool mask.
@@ -59,6 +61,19 @@ struct SegmentationEvalOptions {
   std::vector<std::string> names;     // label names; empty: dataset.json beside the reference folder, else label_<v>
   int64_t threads = 0;                // 0: every core
 };
+
+// A prediction file and the reference file of the same case id (file name without .nii.gz/.nii).
+struct LabelPair {
+  std::string id;
+  std::filesystem::path prediction, reference;
+};
+// Every NIfTI prediction in `predictions` with its reference in `reference`, by case id. UsageError
+// for a missing folder; DataError for no predictions or a prediction without a reference.
+std::vector<LabelPair> match_label_files(const std::filesystem::path& reference,
+                                         const std::filesystem::path& predictions);
+// Reads a pair into `p` and `r` ((D, H, W) label volumes with their geometry). DataError naming the
+// file for different dims or voxel sizes, non-integer values, or an unreadable file.
+void read_label_pair(const LabelPair& pair, NiftiVolume& p, NiftiVolume& r);
 
 // Evaluates every prediction file against the reference of the same case id. DataError naming the
 // file for a prediction without a reference, different dims or voxel sizes, or unreadable files.
