@@ -21,6 +21,7 @@
 #include "u3d/evaluate/cross_validation.h"
 #include "u3d/io/synth.h"
 #include "u3d/predict/predictor.h"
+#include "u3d/train/checkpoint.h"
 #include "u3d/train/resolve.h"
 #include "u3d/train/trainer.h"
 
@@ -35,15 +36,6 @@ Shape3 parse_size(const std::string& text) {
   if (v.size() == 1) return {v[0], v[0], v[0]};
   if (v.size() == 3) return {v[0], v[1], v[2]};
   throw UsageError(fmt::format("synth: --size '{}': expected S or D,H,W", text));
-}
-
-bool has_checkpoints(const std::filesystem::path& dir) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) return false;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    if (e.path().extension() == ".pt") return true;
-  }
-  return false;
 }
 
 // Trains one run folder; with cross-validation, then predicts the fold's held-out cases with its
@@ -139,7 +131,9 @@ int run_command(const RunCommand& cmd) {
   for (int64_t k = 0; k < cfg.data.folds; ++k) {
     const Config fold_cfg = config_for_fold(cfg, k);
     std::optional<std::string> resume = cmd.resume;
-    if (resume && !has_checkpoints(RunPaths(fold_cfg).checkpoints)) resume.reset();  // not started yet: from scratch
+    if (resume && !CheckpointStore(RunPaths(fold_cfg).checkpoints, cfg.checkpoint.keep_last).latest()) {
+      resume.reset();  // not started yet: from scratch
+    }
     spdlog::info("cross-validation: fold {} of {}{}", k, cfg.data.folds, resume ? " (resumed)" : "");
     const int code = train_run(fold_cfg, resume, cmd.allow_config_change);
     if (code != kExitOk) return code;

@@ -80,8 +80,8 @@ int plan_command(const PlanCommand& cmd) {
   }
   if (plan.resample_needed) {
     spdlog::warn(
-        "plan: the cases are not all at the planned spacing; the YAML's header gives the `trainer import "
-        "... --spacing` that resamples them");
+        "plan: the cases are not all at the target spacing; the plan is for their grids as stored, and the YAML's "
+        "header gives the `trainer import ... --spacing` that resamples them");
   }
   return kExitOk;
 }

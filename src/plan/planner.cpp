@@ -75,9 +75,14 @@ std::string lower(std::string s) {
 
 std::string shape_text(const Shape3& s) { return fmt::format("[{}, {}, {}]", s[0], s[1], s[2]); }
 
-// The plan at `spacing`: levels, patch, batch and their reasons.
-Plan plan_at(const DatasetFingerprint& fp, const std::array<double, 3>& spacing, Plan plan, const Measure& measure) {
-  const std::vector<Shape3> shapes = shapes_at(fp, spacing);
+// The plan at `spacing`: levels, patch, batch and their reasons. `stored`: plan for the cases'
+// grids as stored in the file (what the trainer trains on: it does not resample), not resampled.
+Plan plan_at(const DatasetFingerprint& fp, const std::array<double, 3>& spacing, Plan plan, const Measure& measure,
+             bool stored) {
+  std::vector<Shape3> shapes = shapes_at(fp, spacing);
+  if (stored) {
+    for (size_t i = 0; i < shapes.size(); ++i) shapes[i] = fp.cases[i].shape;
+  }
   Shape3 smallest = shapes.front();
   int64_t total = 0;
   for (const auto& s : shapes) {
@@ -240,7 +245,7 @@ Plan make(const DatasetFingerprint& fp, const PlanOptions& options, const Measur
       plan.normalize.push_back("zscore");
     }
   }
-  plan = plan_at(fp, spacing, plan, measure);
+  plan = plan_at(fp, spacing, plan, measure, /*stored=*/true);
 
   // 3d_lowres: when the patch covers less than 1/8 of the median shape.
   if (voxels(plan.patch) * 8 < voxels(plan.median_shape)) {
@@ -257,7 +262,7 @@ Plan make(const DatasetFingerprint& fp, const PlanOptions& options, const Measur
           s[a] = std::min(s[a] * 1.25, s[plan.lowres_axis]);
         }
       }
-      low = plan_at(fp, s, plan, measure);
+      low = plan_at(fp, s, plan, measure, /*stored=*/false);
       if (voxels(low.median_shape) <= 4 * voxels(low.patch)) break;
     }
     low.configuration = "3d_lowres";
@@ -333,8 +338,8 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
       100 * plan.margin,
       plan.measured ? "measured on the GPU (bf16, as training runs)"
                     : "estimated by the memory model (plan/memory_model.h, bf16 activations)");
-  y += fmt::format("# Target spacing {} mm ({}); median shape there {}.\n", spacing_text(plan.target_spacing),
-                   reason_of(plan, "spacing"), shape_text(plan.median_shape));
+  y += fmt::format("# Target spacing {} mm ({}); median shape {} {}.\n", spacing_text(plan.target_spacing),
+                   reason_of(plan, "spacing"), plan.lowres ? "there" : "as stored", shape_text(plan.median_shape));
   if (plan.lowres) {
     y += fmt::format(
         "# This low-resolution plan needs the dataset re-imported at that spacing, e.g.\n"
@@ -343,8 +348,9 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
         path, spacing_text(plan.target_spacing), data_path);
   } else if (plan.resample_needed) {
     y += fmt::format(
-        "# The cases are not all at the target spacing; for nnU-Net's resampling re-import with\n"
-        "#   trainer import ... --out {} --spacing {}\n",
+        "# The cases are not all at the target spacing. This plan is for their grids as stored (training does\n"
+        "# not resample); for nnU-Net's resampling, re-import with a NIfTI importer and plan again:\n"
+        "#   trainer import nnunet|nifti ... --out {} --spacing {}\n",
         data_path, spacing_text(plan.target_spacing));
   }
   if (plan.lowres_plan) {

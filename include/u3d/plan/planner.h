@@ -9,7 +9,9 @@
 //   - target spacing: the median spacing (mm, (D, H, W)); when its largest / smallest axis > 3
 //     (anisotropic), the low-resolution axis takes the 10th percentile of the cases' spacings on
 //     that axis (at least the largest other axis), as nnU-Net;
-//   - median shape resampled to that spacing (voxels);
+//   - the full-resolution plan is made for the cases' grids as stored (training does not resample;
+//     when they are not at the target spacing, the YAML says how to re-import at it); the
+//     low-resolution plan for the median shape resampled to its spacing;
 //   - patch: from the median shape's aspect ratio, the largest axis shrunk by 2^(levels - 1) at a
 //     time until the step (batch 2) fits margin x budget; never larger than the median shape rounded
 //     up to 2^(levels - 1), nor than the smallest case rounded down to it (the sampler refuses a
@@ -53,7 +55,7 @@ struct Plan {
   std::string configuration = "3d_fullres";  // or "3d_lowres"
   Task task = Task::kSegmentation;
   std::array<double, 3> target_spacing{};  // mm, (D, H, W)
-  Shape3 median_shape{};                   // voxels at target_spacing
+  Shape3 median_shape{};                   // voxels: as stored (3d_fullres), at target_spacing (3d_lowres)
   bool anisotropic = false;
   int64_t lowres_axis = -1;  // the anisotropic axis, else -1
   Shape3 patch{};
