@@ -23,11 +23,7 @@ class CrossValidation : public ::testing::Test {
     test::make_phantom(dir / "p.h5", Task::kSegmentation, 6, 16);
     test::write_text(dir / "cv.yaml", test::tiny_config("p.h5", "cv", Task::kSegmentation));  // folds: --set
   }
-  test::CommandResult trainer(std::vector<std::string> args) {
-    test::TrainerProcess p(args, dir.path());
-    const int code = p.wait();
-    return {code, p.output()};
-  }
+  test::CommandResult trainer(const std::vector<std::string>& args) { return test::run_trainer(args, dir.path()); }
   test::CommandResult train(std::vector<std::string> extra) {
     std::vector<std::string> args = {"--config", "cv.yaml", "--set", "data.folds=2", "--set", "training.epochs=1"};
     args.insert(args.end(), extra.begin(), extra.end());

@@ -11,11 +11,7 @@ bool contains(const std::string& text, const std::string& needle) { return text.
 
 class PlanCli : public ::testing::Test {
  protected:
-  test::CommandResult trainer(std::vector<std::string> args) {
-    test::TrainerProcess p(args, dir.path());
-    const int code = p.wait();
-    return {code, p.output()};
-  }
+  test::CommandResult trainer(const std::vector<std::string>& args) { return test::run_trainer(args, dir.path()); }
   test::TempDir dir;
 };
 

@@ -30,11 +30,7 @@ class SurfaceCli : public ::testing::Test {
     fs::create_directories(dir / folder);
     write_nifti(dir / folder / (id + ".nii.gz"), v, plain_geometry({24, 24, 24}, {1.0, 1.0, 1.0}));
   }
-  test::CommandResult trainer(std::vector<std::string> args) {
-    test::TrainerProcess p(args, dir.path());
-    const int code = p.wait();
-    return {code, p.output()};
-  }
+  test::CommandResult trainer(const std::vector<std::string>& args) { return test::run_trainer(args, dir.path()); }
   test::TempDir dir;
 };
 
