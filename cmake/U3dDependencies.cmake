@@ -1,5 +1,5 @@
 # Debian packages: libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev libhdf5-dev libnifti2-dev
-# (scripts/setup.sh).
+# libtiff-dev (scripts/setup.sh).
 find_package(Threads REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(CLI11 REQUIRED)
@@ -7,6 +7,7 @@ find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(HDF5 REQUIRED COMPONENTS C)
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)  # SHA-256 (core/sha256.cpp)
+find_package(TIFF REQUIRED)  # 3D TIFF volumes (io/tiff.cpp, `trainer import tiff`): TIFF::TIFF
 
 # yaml-cpp 0.7 exports the plain target `yaml-cpp`; newer releases add `yaml-cpp::yaml-cpp`.
 if(TARGET yaml-cpp::yaml-cpp)

@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
 
   u3d::SynthCommand synth;
   auto* synth_app = app.add_subcommand("synth", "Make a phantom dataset (HDF5, format v1)");
-  synth_app->add_option("--task", synth.task, "dose | segmentation")->capture_default_str();
+  synth_app->add_option("--task", synth.task, "dose | segmentation | surface")->capture_default_str();
   synth_app->add_option("--cases", synth.cases, "Number of cases")->capture_default_str();
   synth_app->add_option("--size", synth.size, "Volume size: S or D,H,W voxels")->capture_default_str();
   synth_app->add_option("--out", synth.out, "Output file")->required();
@@ -120,7 +120,8 @@ int main(int argc, char** argv) {
   synth_app->add_flag("--force", synth.force, "Replace an existing output file");
   synth_app
       ->add_option("--format", synth.format,
-                   "h5 (dataset file) | nnunet (segmentation: nnU-Net raw folder of NIfTI files)")
+                   "h5 (dataset file) | nnunet (segmentation: nnU-Net raw folder of NIfTI files) | tiff "
+                   "(segmentation: folders images/ and labels/ of 3D TIFF volumes)")
       ->capture_default_str();
 
   auto* reference_app = app.add_subcommand("config-reference", "Print every config key as Markdown");
@@ -167,6 +168,26 @@ int main(int argc, char** argv) {
       ->add_option("--classes", import_nifti.classes, "Class names, background first; default: found from the labels")
       ->delimiter(',');
   add_import_common(import_nifti_app, import_nifti.common);
+  u3d::ImportTiffCommand import_tiff;
+  auto* import_tiff_app = import_app->add_subcommand(
+      "tiff", "Folders of 3D TIFF volumes (multi-page, one page per slice), images and labels paired by name");
+  import_tiff_app->add_option("--images", import_tiff.images, "Folder of images (.tif, .tiff)")->required();
+  import_tiff_app->add_option("--labels", import_tiff.labels, "Folder of label volumes named as the images (optional)");
+  import_tiff_app->add_option("--out", import_tiff.common.out, "Output dataset file (.h5)")->required();
+  import_tiff_app
+      ->add_option("--ignore-label", import_tiff.ignore_label,
+                   "Label of unlabeled voxels (e.g. 2), excluded from losses and metrics; -1: none")
+      ->capture_default_str();
+  import_tiff_app->add_option("--spacing", import_tiff.common.spacing,
+                              "Voxel size of the volumes in mm: S or D,H,W (TIFF records none; default 1)");
+  import_tiff_app
+      ->add_option("--val-fraction", import_tiff.common.val_fraction, "Share of labelled cases in split 'val'")
+      ->capture_default_str();
+  import_tiff_app->add_option("--seed", import_tiff.common.seed, "Seed of the val selection")->capture_default_str();
+  import_tiff_app->add_option("--threads", import_tiff.common.threads, "Threads; 0: every core")
+      ->check(kThreadCount)
+      ->capture_default_str();
+  import_tiff_app->add_flag("--force", import_tiff.common.force, "Replace an existing output file");
 
   u3d::ImportOpenKbpCommand import_openkbp;
   auto* import_openkbp_app =
@@ -288,6 +309,7 @@ int main(int argc, char** argv) {
     if (*evaluate_openkbp_app) return u3d::evaluate_openkbp_command(evaluate_openkbp);
     if (*import_nnunet_app) return u3d::import_nnunet_command(import_nnunet);
     if (*import_nifti_app) return u3d::import_nifti_command(import_nifti);
+    if (*import_tiff_app) return u3d::import_tiff_command(import_tiff);
     if (*evaluate_surface_app) return u3d::evaluate_surface_command(evaluate_surface);
     if (*evaluate_cv_app) return u3d::evaluate_cv_command(evaluate_cv);
     if (*evaluate_segmentation_app) return u3d::evaluate_segmentation_command(evaluate_segmentation);

@@ -61,6 +61,7 @@ std::string augment_summary(const AugmentConfig& a) {
   if (a.flip_prob > 0) on.push_back("flips");
   if (a.rot90_prob > 0) on.push_back("rot90");
   if (a.affine_prob > 0) on.push_back("affine");
+  if (a.elastic_prob > 0) on.push_back("elastic");
   if (a.intensity_prob > 0) on.push_back("intensity");
   if (a.gamma_prob > 0) on.push_back("gamma");
   if (a.noise_prob > 0) on.push_back("noise");

@@ -20,6 +20,7 @@
 #include "u3d/data/preflight.h"
 #include "u3d/evaluate/cross_validation.h"
 #include "u3d/io/synth.h"
+#include "u3d/io/tiff.h"
 #include "u3d/predict/predictor.h"
 #include "u3d/train/checkpoint.h"
 #include "u3d/train/resolve.h"
@@ -176,8 +177,11 @@ int synth_command(const SynthCommand& cmd) {
     o.task = Task::kDose;
   } else if (cmd.task == "segmentation") {
     o.task = Task::kSegmentation;
+  } else if (cmd.task == "surface") {
+    o.task = Task::kSegmentation;
+    o.kind = PhantomKind::kSurface;
   } else {
-    throw UsageError(fmt::format("synth: --task '{}': expected dose or segmentation", cmd.task));
+    throw UsageError(fmt::format("synth: --task '{}': expected dose, segmentation or surface", cmd.task));
   }
   o.cases = cmd.cases;
   o.size = parse_size(cmd.size);
@@ -205,8 +209,10 @@ int synth_command(const SynthCommand& cmd) {
     write_phantom_nnunet_raw(o, cmd.out);
   } else if (cmd.format == "h5") {
     write_phantom_dataset(o, cmd.out);
+  } else if (cmd.format == "tiff") {
+    write_phantom_tiff(o, cmd.out);
   } else {
-    throw UsageError(fmt::format("synth: --format '{}': expected h5 or nnunet", cmd.format));
+    throw UsageError(fmt::format("synth: --format '{}': expected h5, nnunet or tiff", cmd.format));
   }
   spdlog::info("synth: wrote {} ({} {} cases of {}x{}x{}, seed {}) in {:.1f} s", cmd.out, o.cases, cmd.task, o.size[0],
                o.size[1], o.size[2], o.seed,

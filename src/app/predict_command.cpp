@@ -21,6 +21,7 @@
 #include "u3d/model/unet.h"
 #include "u3d/predict/ensemble.h"
 #include "u3d/predict/openkbp_submission.h"
+#include "u3d/predict/postprocess.h"
 #include "u3d/predict/prediction_output.h"
 #include "u3d/predict/predictor.h"
 #include "u3d/train/amp.h"
@@ -111,6 +112,13 @@ void predict_split(const Config& cfg, const std::vector<Member>& members, const 
                                   ckpt_path.string(), info.in_channels, info.out_channels, cfg.data.path,
                                   pre.in_channels(), pre.out_channels()));
   }
+  const PostprocessOptions post{cfg.predict.threshold, cfg.predict.min_component_size};
+  check_postprocess(post, pre.task(), pre.out_channels());  // ConfigError naming the key
+  if (post.threshold > 0 || post.min_component_size > 0) {
+    spdlog::info("predict: labels post-processed: {}, components below {} voxel(s) removed",
+                 post.threshold > 0 ? fmt::format("p(class 1) >= {}", post.threshold) : std::string("argmax"),
+                 post.min_component_size);
+  }
   const bool channels_last = resolve_channels_last(trained.model, rt.device);
   std::vector<Network> nets;
   std::vector<std::string> checkpoints;
@@ -195,6 +203,7 @@ void predict_split(const Config& cfg, const std::vector<Member>& members, const 
     const CachedCase& c = one[0];
     CaseOutputOptions oo = writer.begin(c);
     oo.probabilities = cfg.predict.probabilities && seg;
+    oo.postprocess = post;
     oo.keep_prediction = submission != nullptr;
     if (cfg.predict.nifti) {
       auto source = reader.read_source(id);

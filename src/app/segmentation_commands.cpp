@@ -1,4 +1,4 @@
-// `trainer import nnunet|nifti` and `trainer evaluate segmentation`.
+// `trainer import nnunet|nifti|tiff` and `trainer evaluate segmentation`.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -79,6 +79,25 @@ int import_nifti_command(const ImportNiftiCommand& cmd) {
   f.class_names = cmd.classes;
   const StopSignals signals;  // a stop between cases removes the staged file (StoppedError)
   import_nifti_folders(f, cmd.common.out, o);
+  return kExitOk;
+}
+
+int import_tiff_command(const ImportTiffCommand& cmd) {
+  if (cmd.images.empty()) throw UsageError("import tiff: --images DIR is required");
+  require_folder(cmd.images, "import tiff", "--images");
+  if (!cmd.labels.empty()) require_folder(cmd.labels, "import tiff", "--labels");
+  if (!cmd.common.normalize.empty()) throw UsageError("import tiff: --normalize does not apply (one channel, zscore)");
+  const NiftiImportOptions common = import_options(cmd.common, "import tiff");  // --out, --spacing, ...
+  TiffImportOptions o;
+  o.images = cmd.images;
+  o.labels = cmd.labels;
+  o.spacing = common.spacing.value_or(o.spacing);
+  o.ignore_label = cmd.ignore_label;
+  o.val_fraction = common.val_fraction;
+  o.seed = common.seed;
+  o.threads = common.threads;
+  const StopSignals signals;  // a stop between cases removes the staged file (StoppedError)
+  import_tiff(o, cmd.common.out);
   return kExitOk;
 }
 

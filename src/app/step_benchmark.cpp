@@ -82,6 +82,7 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
   // Channels and task from the dataset when it exists (its header only), else one-channel dose.
   Task task = Task::kDose;
   bool has_mask = true;
+  LossOptions loss_opts;  // the dataset's ignore label and the config's class weights, when there is one
   r.in_channels = std::max<int64_t>(1, static_cast<int64_t>(cfg.data.channels.size()));
   r.out_channels = 1;
   std::error_code ec;
@@ -91,6 +92,7 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
     task = rc.task();
     r.in_channels = rc.pre->in_channels();
     r.out_channels = rc.pre->out_channels();
+    loss_opts = loss_options(cfg.training, rc.info);
   }
   const int64_t n = cfg.data.batch_size;
   const auto& p = cfg.data.patch_size;
@@ -104,10 +106,10 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
   if (resolve_channels_last(cfg.model, rt.device)) to_channels_last(*net);
   net->train();
   r.parameters = count_parameters(*net);
-  const Loss loss(resolve_loss(cfg.training.loss, task, has_mask));
+  const Loss loss(resolve_loss(cfg.training.loss, task, has_mask), loss_opts);
   Optimizer optimizer(cfg.training, net->parameters());
   optimizer.set_lr(cfg.training.lr);
-  StepMonitor monitor(rt.device);
+  StepMonitor monitor(rt.device, static_cast<int64_t>(loss.term_names().size()));
   TrainStep step(cfg, rt.device, *net, loss, optimizer, &monitor);
 
   // Synthetic batch: (N, C, D, H, W) float32 image ~ N(0, 1); dose target in [0, 1) or labels; mask.

@@ -232,6 +232,55 @@ struct Codec<std::vector<T>> {
   }
 };
 
+// training.loss: a name (auto, l1, ..., dice_ce) or a list of {name: NAME, weight: W} terms.
+inline const std::vector<std::string>& loss_term_names() {
+  static const std::vector<std::string> names = {"ce", "dice",      "cldice", "skeleton_recall", "boundary",
+                                                 "l1", "masked_l1", "mse",    "masked_mse"};
+  return names;
+}
+template <>
+struct Codec<LossSpec> {
+  static std::string type() { return enum_choices<LossKind>() + " or a list of {name, weight}"; }
+  static LossSpec parse(const YAML::Node& n, const std::string& where, const std::string& key) {
+    if (!n.IsSequence()) return LossSpec(Codec<LossKind>::parse(n, where, key));
+    LossSpec spec;
+    const auto& names = loss_term_names();
+    const std::string choices = fmt::format("{}", fmt::join(names, "|"));
+    for (const auto& item : n) {
+      if (!item.IsMap() || !item["name"]) {
+        fail(where, key, fmt::format("each entry is {{name: {}, weight: W}}, got {}", choices, shown(item)));
+      }
+      LossTerm term;
+      term.name = Codec<std::string>::parse(item["name"], where, key);
+      if (std::find(names.begin(), names.end(), term.name) == names.end()) {
+        fail(where, key, fmt::format("term '{}' is not one of {}", term.name, choices));
+      }
+      if (item["weight"]) term.weight = Codec<double>::parse(item["weight"], where, key + "." + term.name + ".weight");
+      if (term.weight < 0)
+        fail(where, key, fmt::format("term '{}' has weight {}; expected >= 0", term.name, term.weight));
+      for (const auto& other : item) {
+        const std::string field = other.first.as<std::string>();
+        if (field != "name" && field != "weight") {
+          fail(where, key, fmt::format("term '{}': unknown field '{}' (expected name, weight)", term.name, field));
+        }
+      }
+      for (const auto& seen : spec.terms) {
+        if (seen.name == term.name) fail(where, key, fmt::format("term '{}' is listed twice", term.name));
+      }
+      spec.terms.push_back(term);
+    }
+    if (spec.terms.empty()) fail(where, key, "an empty list; name at least one term, or a loss such as dice_ce");
+    return spec;
+  }
+  static std::string format(const LossSpec& v) {
+    if (!v.is_list()) return Codec<LossKind>::format(v.kind);
+    std::vector<std::string> parts;
+    for (const auto& t : v.terms)
+      parts.push_back(fmt::format("{{name: {}, weight: {}}}", t.name, Codec<double>::format(t.weight)));
+    return fmt::format("[{}]", fmt::join(parts, ", "));
+  }
+};
+
 template <>
 struct Codec<Shape3> {
   static std::string type() { return "3 integers (D, H, W) or one"; }

@@ -67,6 +67,16 @@ Check<std::vector<double>> betas_check() {
   };
 }
 
+// Every value >= 0.
+Check<std::vector<double>> non_negative_list() {
+  return [](const std::vector<double>& v) {
+    for (double w : v) {
+      if (w < 0) return std::string("every value must be >= 0");
+    }
+    return std::string();
+  };
+}
+
 // [lo, hi] with lo <= hi, both within [min, max].
 Check<std::vector<double>> range_check(double min, double max) {
   return [min, max](const std::vector<double>& v) {
@@ -240,6 +250,16 @@ const std::vector<Option>& option_table() {
                   })),
       make_option("augment.affine_scale", &C::augment, &AugmentConfig::affine_scale,
                   "Range of the zoom factor [low, high] (isotropic; > 1 magnifies)", range_check(0.05, 20.0)),
+      make_option("augment.elastic_prob", &C::augment, &AugmentConfig::elastic_prob,
+                  "Probability of a smooth random elastic deformation (a displacement field on a coarse grid, "
+                  "upsampled; applied with flips, rotations and scaling in one resampling; labels nearest-neighbour)",
+                  in_range(0.0, 1.0)),
+      make_option("augment.elastic_magnitude", &C::augment, &AugmentConfig::elastic_magnitude,
+                  "Largest elastic displacement in voxels (per axis, drawn uniformly in [-m, m] at each control point)",
+                  in_range(0.0, 64.0)),
+      make_option("augment.elastic_grid", &C::augment, &AugmentConfig::elastic_grid,
+                  "Control points per axis of the elastic displacement grid (2: a global bend; more: finer wrinkles)",
+                  at_least<int64_t>(2)),
       make_option("augment.intensity_prob", &C::augment, &AugmentConfig::intensity_prob,
                   "Probability of x * scale + shift on the intensity channels", in_range(0.0, 1.0)),
       make_option("augment.intensity_scale", &C::augment, &AugmentConfig::intensity_scale,
@@ -337,7 +357,22 @@ const std::vector<Option>& option_table() {
       make_option("training.poly_power", &C::training, &TrainingConfig::poly_power, "Exponent of poly decay",
                   positive()),
       make_option("training.loss", &C::training, &TrainingConfig::loss,
-                  "auto: masked_l1 (regression with a loss mask), l1 (without), dice_ce (segmentation)"),
+                  "auto: masked_l1 (regression with a loss mask), l1 (without), dice_ce (segmentation); or a list of "
+                  "weighted terms summed, e.g. [{name: ce, weight: 1}, {name: dice, weight: 1}, {name: cldice, "
+                  "weight: 0.5}]; segmentation terms ce, dice, cldice, skeleton_recall, boundary; regression l1, "
+                  "masked_l1, mse, masked_mse. Each term's epoch mean is a metrics.csv column loss_<name>. The "
+                  "dataset's ignore label is left out of every term, voxel by voxel"),
+      make_option("training.class_weights", &C::training, &TrainingConfig::class_weights,
+                  "Segmentation cross-entropy (ce, dice_ce): one weight per class, background first; empty: all 1",
+                  non_negative_list()),
+      make_option("training.skeleton_iterations", &C::training, &TrainingConfig::skeleton_iterations,
+                  "cldice and skeleton_recall: soft-skeleton iterations (min/max pooling); about half the thickest "
+                  "structure in voxels",
+                  at_least<int64_t>(1)),
+      make_option("training.boundary_distance", &C::training, &TrainingConfig::boundary_distance,
+                  "boundary: the ground truth's signed distance is truncated at this many voxels (and divided by "
+                  "it)",
+                  at_least<int64_t>(1)),
       make_option("training.grad_clip_norm", &C::training, &TrainingConfig::grad_clip_norm,
                   "Clip the global gradient norm; 0: off", at_least(0.0)),
       make_option("training.val_every", &C::training, &TrainingConfig::val_every,
@@ -418,6 +453,14 @@ const std::vector<Option>& option_table() {
                   "and grid (resampling undone), streamed slab by slab"),
       make_option("predict.probabilities", &C::predict, &PredictConfig::probabilities,
                   "Segmentation: also write softmax probabilities (K, D, H, W) float32 into <split>.h5"),
+      make_option("predict.threshold", &C::predict, &PredictConfig::threshold,
+                  "Segmentation with 2 classes: label 1 where the softmax probability of class 1 is at least this, "
+                  "instead of the argmax; applied to the written labels and their scores. 0: argmax",
+                  in_range(0.0, 1.0)),
+      make_option("predict.min_component_size", &C::predict, &PredictConfig::min_component_size,
+                  "Segmentation: connected components (26-connectivity) of each foreground class with fewer voxels "
+                  "than this are set to background before the labels are written and scored. 0: off",
+                  at_least<int64_t>(0)),
       // logging
       make_option("logging.level", &C::logging, &LoggingConfig::level, "Console and train.log level",
                   one_of({"trace", "debug", "info", "warn", "error"})),

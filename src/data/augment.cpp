@@ -86,8 +86,17 @@ void permute_copy(const T* src, const Shape3& dims, int64_t channels, const Patc
 }
 
 // Source coordinates of every patch voxel, walked in output order: calls fn(q0, q1, q2) per voxel.
+// Summed as the DeviceSampler does: centre + m0 u0 + m1 u1 + m2 u2, then the displacement.
 template <typename F>
 void for_each_source(const PatchTransform& t, F&& fn) {
+  if (t.displacement.defined()) {
+    TORCH_CHECK(t.displacement.scalar_type() == torch::kFloat && t.displacement.is_contiguous() &&
+                    t.displacement.sizes() == torch::IntArrayRef({3, t.patch[0], t.patch[1], t.patch[2]}),
+                "resample_patch: the displacement must be (3, d, h, w) float32 contiguous");
+  }
+  const float* disp = t.displacement.defined() ? t.displacement.data_ptr<float>() : nullptr;
+  const int64_t out_volume = t.patch[0] * t.patch[1] * t.patch[2];
+  int64_t o = 0;
   const auto& m = t.matrix;
   std::array<double, 3> pc{}, centre{};
   for (int a = 0; a < 3; ++a) {
@@ -99,8 +108,15 @@ void for_each_source(const PatchTransform& t, F&& fn) {
       for (int64_t i2 = 0; i2 < t.patch[2]; ++i2) {
         const double u0 = static_cast<double>(i0) - pc[0], u1 = static_cast<double>(i1) - pc[1],
                      u2 = static_cast<double>(i2) - pc[2];
-        fn(centre[0] + m[0] * u0 + m[1] * u1 + m[2] * u2, centre[1] + m[3] * u0 + m[4] * u1 + m[5] * u2,
-           centre[2] + m[6] * u0 + m[7] * u1 + m[8] * u2);
+        double q0 = centre[0] + m[0] * u0 + m[1] * u1 + m[2] * u2, q1 = centre[1] + m[3] * u0 + m[4] * u1 + m[5] * u2,
+               q2 = centre[2] + m[6] * u0 + m[7] * u1 + m[8] * u2;
+        if (disp) {
+          q0 += static_cast<double>(disp[o]);
+          q1 += static_cast<double>(disp[out_volume + o]);
+          q2 += static_cast<double>(disp[2 * out_volume + o]);
+        }
+        ++o;
+        fn(q0, q1, q2);
       }
     }
   }
@@ -251,6 +267,16 @@ bool is_signed_permutation(const Matrix3& m) {
   return true;
 }
 
+torch::Tensor elastic_field(const torch::Tensor& control, const Shape3& patch) {
+  TORCH_CHECK(control.dim() == 5 && control.size(1) == 3 && control.scalar_type() == torch::kFloat,
+              "elastic_field: control points must be (N, 3, G, G, G) float32");
+  namespace F = torch::nn::functional;
+  return F::interpolate(control, F::InterpolateFuncOptions()
+                                     .size(std::vector<int64_t>{patch[0], patch[1], patch[2]})
+                                     .mode(torch::kTrilinear)
+                                     .align_corners(true));
+}
+
 void resample_patch(const torch::Tensor& src, const PatchTransform& t, Interp interp, const float* pad,
                     torch::Tensor& dst) {
   TORCH_CHECK(src.dim() == 4 && src.is_contiguous() && src.device().is_cpu(),
@@ -260,7 +286,7 @@ void resample_patch(const torch::Tensor& src, const PatchTransform& t, Interp in
               "resample_patch: dst must be (C, d, h, w) contiguous");
   const Shape3 dims = {src.size(1), src.size(2), src.size(3)};
   const int64_t channels = src.size(0);
-  if (is_signed_permutation(t.matrix)) {
+  if (is_signed_permutation(t.matrix) && !t.displacement.defined()) {
     TORCH_CHECK(dst.scalar_type() == src.scalar_type() || dst.scalar_type() == torch::kFloat,
                 "resample_patch: an exact copy keeps the dtype or writes float32");
     for (int a = 0; a < 3; ++a) {

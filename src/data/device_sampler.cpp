@@ -30,9 +30,10 @@ torch::Tensor mix(torch::Tensor z) {
 struct Streams {
   torch::Tensor state;  // (N,) int64
   torch::Tensor u64(uint64_t slot) const { return mix(state + bits(slot * kGolden)); }
-  torch::Tensor uniform(uint64_t slot) const {
-    return shift_right(u64(slot), 11).to(torch::kDouble) * (1.0 / 9007199254740992.0);
+  static torch::Tensor unit(const torch::Tensor& v) {  // 53 random bits -> [0, 1)
+    return shift_right(v, 11).to(torch::kDouble) * (1.0 / 9007199254740992.0);
   }
+  torch::Tensor uniform(uint64_t slot) const { return unit(u64(slot)); }
   torch::Tensor uniform(uint64_t slot, double lo, double hi) const { return uniform(slot) * (hi - lo) + lo; }
   // floor(u64 * n / 2^64) for 0 < n < 2^31, in 64-bit pieces.
   torch::Tensor uniform_int(uint64_t slot, const torch::Tensor& n) const {
@@ -41,6 +42,10 @@ struct Streams {
     return shift_right(hi * n + shift_right(lo * n, 32), 32);
   }
   torch::Tensor bernoulli(uint64_t slot, double p) const { return uniform(slot) < p; }
+  // Uniform in [lo, hi) at many slots at once: keys (1, K) int64 holding slot * kGolden -> (N, K).
+  torch::Tensor uniform_at(const torch::Tensor& keys, double lo, double hi) const {
+    return unit(mix(state.view({-1, 1}) + keys)) * (hi - lo) + lo;
+  }
 };
 
 }  // namespace
@@ -94,6 +99,12 @@ DeviceSampler::DeviceSampler(const PatchSampler& host) : host_(host), device_(ho
   std::vector<int64_t> corners;
   for (int64_t k = 0; k < 8; ++k) corners.insert(corners.end(), {k >> 2, (k >> 1) & 1, k & 1});
   corners_ = torch::tensor(corners, torch::kLong).view({8, 1, 1, 3}).to(device_);
+  if (o.augment.elastic_prob > 0) {
+    const int64_t g = o.augment.elastic_grid;
+    std::vector<int64_t> keys(static_cast<size_t>(3 * g * g * g));
+    for (size_t i = 0; i < keys.size(); ++i) keys[i] = bits((kSlotElasticGrid + i) * kGolden);
+    elastic_keys_ = torch::tensor(keys, torch::kLong).view({1, -1}).to(device_);
+  }
   auto channel_range = [&](int64_t cf) { return torch::arange(cf, torch::kLong).view({1, cf, 1}).to(device_); };
   for (const auto& f : cache.image_fields()) field_channel_.push_back(channel_range(f.channel_count()));
   field_channel_.push_back(channel_range(1));  // target and mask
@@ -228,6 +239,16 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
   for (int64_t j = 0; j < 3; ++j) {
     q = q + offsets_.select(1, j).view({1, voxels, 1}) * m.select(2, j).view({n, 1, 3});
   }
+  // Elastic: + disp(p), the host's control values (float32) upsampled by elastic_field, times a
+  // per-sample 0/1 (static shapes; 0 leaves q exactly as it was).
+  if (aug.elastic_prob > 0) {
+    const int64_t g = aug.elastic_grid;
+    const torch::Tensor control =
+        r.uniform_at(elastic_keys_, -aug.elastic_magnitude, aug.elastic_magnitude).to(torch::kFloat);
+    const torch::Tensor apply = r.bernoulli(kSlotElastic, aug.elastic_prob).to(torch::kFloat).view({n, 1, 1});
+    const torch::Tensor disp = elastic_field(control.view({n, 3, g, g, g}), patch).view({n, 3, voxels}) * apply;
+    q = q + disp.transpose(1, 2).to(torch::kDouble);
+  }
 
   const torch::Tensor extent = dims.view({n, 1, 3});
   const torch::Tensor d_hw = geom.select(1, 2) * geom.select(1, 3);          // (N,)
@@ -279,14 +300,14 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
   };
 
   RawBatch raw;
-  const bool affine = aug.affine_prob > 0;
+  const bool resampled = host_.resampling_enabled();
   const auto& fields = cache.image_fields();
   for (size_t f = 0; f < fields.size(); ++f) {
-    const torch::Tensor pad = affine ? field_pad_[f].index_select(0, cases) : torch::Tensor();
-    raw.images.push_back(gather(fields[f], field_channel_[f], affine, pad));
+    const torch::Tensor pad = resampled ? field_pad_[f].index_select(0, cases) : torch::Tensor();
+    raw.images.push_back(gather(fields[f], field_channel_[f], resampled, pad));
   }
   if (cache.target()) {
-    raw.target = gather(*cache.target(), field_channel_.back(), affine && !cache.segmentation(), torch::Tensor());
+    raw.target = gather(*cache.target(), field_channel_.back(), resampled && !cache.segmentation(), torch::Tensor());
   }
   if (cache.mask()) raw.mask = gather(*cache.mask(), field_channel_.back(), /*linear=*/false, torch::Tensor());
 

@@ -248,7 +248,9 @@ std::vector<DataProblem> check_case_content(const CaseData& c, const DatasetInfo
     }
     if (info.task == Task::kSegmentation) {
       const torch::Tensor labels = c.target.to(torch::kLong);
-      const torch::Tensor outside = (labels < 0) | (labels >= info.num_classes);
+      // The dataset's ignore label (above the classes) is a declared value, not a class.
+      torch::Tensor outside = (labels < 0) | (labels >= info.num_classes);
+      if (info.ignore_label >= 0) outside &= labels != info.ignore_label;
       if (outside.any().item<bool>()) {
         const auto values = std::get<0>(torch::_unique(labels.masked_select(outside)));
         std::vector<int64_t> v(values.data_ptr<int64_t>(),
@@ -257,7 +259,10 @@ std::vector<DataProblem> check_case_content(const CaseData& c, const DatasetInfo
                             fmt::format("label values {{{}}} are outside the declared classes 0..{} "
                                         "(num_classes = {})",
                                         fmt::join(v, ", "), info.num_classes - 1, info.num_classes)));
-      } else if (labels.numel() > 0 && labels.max().item<int64_t>() == 0) {
+      } else if (labels.numel() > 0 &&
+                 (info.ignore_label >= 0 ? labels.masked_fill(labels == info.ignore_label, 0) : labels)
+                         .max()
+                         .item<int64_t>() == 0) {
         out.push_back(warning(id, "target", "is empty (background only); patches of this case teach only background"));
       }
     } else {

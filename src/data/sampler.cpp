@@ -234,6 +234,17 @@ SamplePlan PatchSampler::plan(int64_t epoch, int64_t index) const {
     p.affine = !is_signed_permutation(m);
   }
   t.matrix = m;
+  if (aug.elastic_prob > 0 && r.bernoulli(kSlotElastic, aug.elastic_prob)) {
+    const int64_t g = aug.elastic_grid;
+    const double lim = aug.elastic_magnitude;
+    torch::Tensor control = torch::empty({1, 3, g, g, g}, torch::kFloat);
+    float* c = control.data_ptr<float>();
+    for (int64_t i = 0; i < control.numel(); ++i) {
+      c[i] = static_cast<float>(r.uniform(kSlotElasticGrid + static_cast<uint64_t>(i), -lim, lim));
+    }
+    t.displacement = elastic_field(control, t.patch)[0];  // (3, d, h, w)
+    p.elastic = true;
+  }
   // Intensity parameters (applied per batch by the finalizer).
   if (aug.intensity_prob > 0 && r.bernoulli(kSlotIntensity, aug.intensity_prob)) {
     p.scale = r.uniform(kSlotIntensity + 1, aug.intensity_scale[0], aug.intensity_scale[1]);
@@ -252,14 +263,15 @@ RawBatch PatchSampler::allocate_raw(bool pinned) const {
   const StackedCache& cache = *cache_;
   const int64_t n = options_.batch_size;
   const auto& s = options_.patch;
-  const bool affine = affine_enabled();
+  const bool resampled = resampling_enabled();
   auto opts = [&](torch::ScalarType t) { return torch::TensorOptions().dtype(t).pinned_memory(pinned); };
   RawBatch r;
   for (const auto& f : cache.image_fields()) {
-    r.images.push_back(torch::empty({n, f.channel_count(), s[0], s[1], s[2]}, opts(affine ? torch::kFloat : f.dtype)));
+    r.images.push_back(
+        torch::empty({n, f.channel_count(), s[0], s[1], s[2]}, opts(resampled ? torch::kFloat : f.dtype)));
   }
   if (cache.target()) {
-    const bool linear = affine && !cache.segmentation();
+    const bool linear = resampled && !cache.segmentation();
     r.target = torch::empty({n, 1, s[0], s[1], s[2]}, opts(linear ? torch::kFloat : cache.target()->dtype));
   }
   if (cache.mask()) r.mask = torch::empty({n, 1, s[0], s[1], s[2]}, opts(torch::kUInt8));
@@ -274,7 +286,7 @@ void PatchSampler::fill_sample(const SamplePlan& p, RawBatch& out, int64_t b) co
   if (!fault_case_.empty() && cache.id(ci) == fault_case_) {
     throw DataError("injected fault (U3D_TEST_FAULTS sampler_case)");
   }
-  const Interp image_interp = p.affine ? Interp::kLinear : Interp::kNearest;
+  const Interp image_interp = p.affine || p.elastic ? Interp::kLinear : Interp::kNearest;
   std::vector<float> pad;
   const auto& fields = cache.image_fields();
   for (size_t f = 0; f < fields.size(); ++f) {

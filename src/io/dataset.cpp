@@ -186,6 +186,13 @@ void DatasetReader::read_info() {
     if (h5::has_attribute(root.get(), "class_names")) {
       info_.class_names = h5::read_string_list_attribute(root.get(), "class_names", ctx);
     }
+    if (h5::has_attribute(root.get(), "ignore_label")) {
+      info_.ignore_label = h5::read_int_attribute(root.get(), "ignore_label", ctx);
+      if (info_.ignore_label < info_.num_classes || info_.ignore_label > 255) {
+        throw DataError(fmt::format("{}: ignore_label = {}; expected a label above the classes 0..{} and at most 255",
+                                    ctx, info_.ignore_label, info_.num_classes - 1));
+      }
+    }
     if (info_.class_names.size() != static_cast<size_t>(info_.num_classes)) {
       info_.class_names.clear();
       for (int64_t k = 0; k < info_.num_classes; ++k)
@@ -269,9 +276,15 @@ CaseData DatasetReader::read_case(const std::string& id) const {
       if (labels.numel() > 0) {
         const int64_t lo = labels.min().item<int64_t>();
         const int64_t hi = labels.max().item<int64_t>();
-        if (lo < 0 || hi >= info_.num_classes) {
-          throw DataError(fmt::format("{}: 'target' holds label values in [{}, {}]; num_classes = {} allows 0..{}", ctx,
-                                      lo, hi, info_.num_classes, info_.num_classes - 1));
+        // The ignore label may appear above the classes; every other value is a class.
+        const int64_t hi_class = info_.ignore_label >= 0 && hi == info_.ignore_label
+                                     ? labels.masked_fill(labels == info_.ignore_label, 0).max().item<int64_t>()
+                                     : hi;
+        if (lo < 0 || hi_class >= info_.num_classes) {
+          throw DataError(fmt::format(
+              "{}: 'target' holds label values in [{}, {}]; num_classes = {} allows 0..{}{}", ctx, lo, hi,
+              info_.num_classes, info_.num_classes - 1,
+              info_.ignore_label >= 0 ? fmt::format(" and the ignore label {}", info_.ignore_label) : std::string()));
         }
       }
       c.target = labels.to(torch::kUInt8);
@@ -324,6 +337,7 @@ DatasetWriter::DatasetWriter(std::filesystem::path path, DatasetInfo info, Datas
   if (info_.task == Task::kSegmentation) {
     h5::write_int_attribute(root.get(), "num_classes", info_.num_classes);
     if (!info_.class_names.empty()) h5::write_string_list_attribute(root.get(), "class_names", info_.class_names);
+    if (info_.ignore_label >= 0) h5::write_int_attribute(root.get(), "ignore_label", info_.ignore_label);
   }
   info_.case_ids.clear();
 }

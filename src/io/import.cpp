@@ -25,7 +25,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using import_detail::CaseFiles;
+using import_detail::label_values;
 using import_detail::Layout;
+using import_detail::split_cases;
 
 struct ImportedCase {
   CaseData data;
@@ -58,7 +60,10 @@ void check_same_grid(const SourceGeometry& g, const SourceGeometry& ref, const f
   }
 }
 
-// Label values present in a label volume, checked: integers in [0, 255].
+}  // namespace
+
+namespace import_detail {
+
 std::vector<int64_t> label_values(const torch::Tensor& labels, const fs::path& file) {
   torch::Tensor x = labels;
   if (x.is_floating_point()) {
@@ -83,6 +88,10 @@ std::vector<int64_t> label_values(const torch::Tensor& labels, const fs::path& f
   }
   return present;
 }
+
+}  // namespace import_detail
+
+namespace {
 
 void check_finite(const NiftiVolume& v, const fs::path& file) {
   if (!v.data.is_floating_point()) return;
@@ -142,7 +151,9 @@ ImportedCase load_case(const CaseFiles& cf, const Layout& layout, const NiftiImp
     c.target = lv.data.to(torch::kUInt8).contiguous();  // (D, H, W)
     source.files.push_back(fs::absolute(*cf.label).string());
     // Foreground intensities for the CT statistics: drawn with replacement, as nnU-Net does.
-    const torch::Tensor fg = (c.target.flatten() > 0).nonzero().flatten();
+    torch::Tensor is_fg = c.target.flatten() > 0;
+    if (layout.info.ignore_label >= 0) is_fg &= c.target.flatten() != layout.info.ignore_label;  // unlabeled
+    const torch::Tensor fg = is_fg.nonzero().flatten();
     const int64_t n_fg = fg.size(0);
     out.foreground.resize(static_cast<size_t>(c.image.size(0)));
     if (n_fg > 0 && foreground_samples > 0) {
@@ -245,6 +256,10 @@ void check_resampled_memory(const std::vector<CaseFiles>& cases, const std::arra
   }
 }
 
+}  // namespace
+
+namespace import_detail {
+
 void split_cases(const std::vector<std::string>& ids, double val_fraction, uint64_t seed,
                  std::vector<std::string>& train, std::vector<std::string>& val) {
   const int64_t n = static_cast<int64_t>(ids.size());
@@ -258,6 +273,10 @@ void split_cases(const std::vector<std::string>& ids, double val_fraction, uint6
   std::set<int64_t> is_val(order.begin(), order.begin() + std::max<int64_t>(0, n_val));
   for (int64_t i = 0; i < n; ++i) (is_val.count(i) ? val : train).push_back(ids[static_cast<size_t>(i)]);
 }
+
+}  // namespace import_detail
+
+namespace {
 
 ImportSummary run_import(Layout layout, const fs::path& out, const NiftiImportOptions& o, const std::string& what) {
   const auto t0 = std::chrono::steady_clock::now();

@@ -108,6 +108,18 @@ Layout nnunet_layout(const fs::path& source) {
       throw DataError(fmt::format("{}: labels: '{}' has no integer value", json.string(), kv.first.Scalar()));
     }
   }
+  // nnU-Net's ignore label: the entry named "ignore", the highest value; unlabeled voxels, not a class.
+  const auto ignore =
+      std::find_if(classes.begin(), classes.end(), [](const auto& kv) { return kv.second == "ignore"; });
+  if (ignore != classes.end()) {
+    if (std::next(ignore) != classes.end() || ignore->first > 255) {
+      throw DataError(fmt::format("{}: labels: \"ignore\" = {} must be the highest label value, at most 255",
+                                  json.string(), ignore->first));
+    }
+    info.ignore_label = ignore->first;
+    layout.declared.insert(ignore->first);
+    classes.erase(ignore);
+  }
   for (const auto& [v, name] : classes) {
     if (v != static_cast<int64_t>(info.class_names.size())) {
       throw DataError(

@@ -1,6 +1,7 @@
 // Private to src/io: the case files an importer found, before anything is read. The two NIfTI
 // layouts (nnU-Net raw, plain folders) become one Layout, which run_import (import.cpp) reads,
-// checks and writes as dataset format v1.
+// checks and writes as dataset format v1. Also the label checks and the val selection every importer
+// shares (import.cpp, import_tiff.cpp).
 #pragma once
 #include <filesystem>
 #include <optional>
@@ -34,5 +35,14 @@ Layout nnunet_layout(const fs::path& source);
 // Plain NIfTI folders (images, optional labels, channel suffixes). UsageError for contradicting
 // flags, DataError naming the file for a missing channel or label file.
 Layout nifti_folders_layout(const NiftiFolders& folders);
+
+// The label values present in a label volume, ascending. DataError naming `file` for NaN or Inf,
+// non-integer, negative or > 255 values.
+std::vector<int64_t> label_values(const torch::Tensor& labels, const fs::path& file);
+
+// Labelled case ids into 'train' and 'val': round(n * val_fraction) cases to 'val', at least 1 when
+// val_fraction > 0 and at most n - 1, chosen by `seed` (the same ids and seed: the same split).
+void split_cases(const std::vector<std::string>& ids, double val_fraction, uint64_t seed,
+                 std::vector<std::string>& train, std::vector<std::string>& val);
 
 }  // namespace u3d::import_detail

@@ -126,9 +126,134 @@ CaseData segmentation_case(const Shape3& size, Rng& rng) {
   return c;
 }
 
+// ---- surface phantom ------------------------------------------------------------------------
+
+struct Vec3 {
+  double z, y, x;
+};
+double dot(const Vec3& a, const Vec3& b) { return a.z * b.z + a.y * b.y + a.x * b.x; }
+Vec3 normalized(const Vec3& v) {
+  const double n = std::sqrt(dot(v, v));
+  return {v.z / n, v.y / n, v.x / n};
+}
+Vec3 cross(const Vec3& a, const Vec3& b) {
+  return {a.y * b.x - a.x * b.y, a.x * b.z - a.z * b.x, a.z * b.y - a.y * b.z};
+}
+Vec3 random_direction(Rng& rng) {
+  for (;;) {
+    const Vec3 v{rng.normal(), rng.normal(), rng.normal()};
+    if (dot(v, v) > 1e-6) return normalized(v);
+  }
+}
+
+// A sheet's frame: in-plane coordinates a, b and the height w along the normal, in voxels from the
+// volume's centre, each (D, H, W).
+struct Frame {
+  Tensor a, b, w;
+};
+Frame make_frame(const Shape3& s, const Vec3& n) {
+  const Vec3 helper = std::abs(n.z) < 0.9 ? Vec3{1, 0, 0} : Vec3{0, 1, 0};
+  const Vec3 u = normalized(cross(n, helper)), v = cross(n, u);
+  auto axis = [](int64_t len) { return torch::arange(len, torch::kFloat) - 0.5f * static_cast<float>(len - 1); };
+  const auto g = torch::meshgrid({axis(s[0]), axis(s[1]), axis(s[2])}, "ij");
+  auto project = [&](const Vec3& d) { return d.z * g[0] + d.y * g[1] + d.x * g[2]; };
+  return {project(u), project(v), project(n)};
+}
+
+// A height field h(a, b) over a sheet's frame and its gradient (dh/da, dh/db), each (D, H, W).
+struct Height {
+  Tensor h, ha, hb;
+};
+// offset + sum of two low-frequency sinusoids, one along a and one along b.
+Height bent_height(const Frame& f, double offset, double extent, Rng& rng) {
+  Height r{torch::full_like(f.a, offset), torch::zeros_like(f.a), torch::zeros_like(f.a)};
+  for (int along_b = 0; along_b < 2; ++along_b) {
+    const double amplitude = rng.uniform(0.02, 0.06) * extent;
+    const double omega = 6.283185307179586 / (rng.uniform(0.8, 1.6) * extent);
+    const double phase = rng.uniform(0.0, 6.283185307179586);
+    const Tensor arg = omega * (along_b ? f.b : f.a) + phase;
+    r.h = r.h + amplitude * torch::sin(arg);
+    (along_b ? r.hb : r.ha) = amplitude * omega * torch::cos(arg);
+  }
+  return r;
+}
+
+CaseData surface_case(const Shape3& size, Rng& rng) {
+  const double extent = static_cast<double>(std::min({size[0], size[1], size[2]}));
+  const int64_t n_sheets = 2 + rng.uniform_int(3);
+  auto gen = noise_generator(rng);
+  Tensor surface = torch::zeros({size[0], size[1], size[2]}, torch::kBool);
+  Tensor image = torch::zeros({size[0], size[1], size[2]}, torch::kFloat);
+  Vec3 normal{};
+  Frame frame;
+  Height previous;
+  double previous_thickness = 0;
+  for (int64_t k = 0; k < n_sheets; ++k) {
+    const double thickness = rng.uniform(1.0, 3.0);  // voxels, across the sheet
+    // Stacked: the previous sheet's orientation, lying on it where the bends bring them together.
+    const bool stacked = k > 0 && rng.bernoulli(0.5);
+    Height height;
+    if (stacked) {
+      height = bent_height(frame, 0.0, extent, rng);
+      const double gap = 0.5 * (previous_thickness + thickness);
+      height.h = height.h + previous.h + gap + rng.uniform(0.05, 0.12) * extent;
+      const Tensor touching = height.h < previous.h + gap;
+      height.h = torch::where(touching, previous.h + gap, height.h);
+      height.ha = torch::where(touching, previous.ha, height.ha + previous.ha);
+      height.hb = torch::where(touching, previous.hb, height.hb + previous.hb);
+    } else {
+      normal = random_direction(rng);
+      frame = make_frame(size, normal);
+      height = bent_height(frame, rng.uniform(-0.25, 0.25) * extent, extent, rng);
+    }
+    // Distance from the sheet's mid-surface (first order: height difference over the slope).
+    const Tensor dist = (frame.w - height.h) / torch::sqrt(1 + height.ha.square() + height.hb.square());
+    Tensor present = torch::ones_like(surface);
+    if (k == 0 || rng.bernoulli(0.4)) {  // a disc cut out of the sheet
+      const double a0 = rng.uniform(-0.25, 0.25) * extent, b0 = rng.uniform(-0.25, 0.25) * extent;
+      const double r = rng.uniform(0.1, 0.2) * extent;
+      present = (frame.a - a0).square() + (frame.b - b0).square() >= r * r;
+    }
+    surface |= (dist.abs() < 0.5 * thickness) & present;
+    const double sigma = 0.5 * thickness + 0.5;
+    const Tensor profile = rng.uniform(0.8, 1.2) * torch::exp(-0.5 * (dist / sigma).square());
+    image = torch::maximum(image, torch::where(present, profile, torch::zeros_like(profile)));
+    previous = height;
+    previous_thickness = thickness;
+  }
+  Tensor labels = surface.to(torch::kUInt8);
+  // Unlabeled slabs: a band of slices along one axis, or a box; label 2 whatever lies there.
+  const int64_t n_slabs = 1 + rng.uniform_int(2);
+  for (int64_t i = 0; i < n_slabs; ++i) {
+    const bool band = rng.bernoulli(0.5);
+    const int64_t band_axis = rng.uniform_int(3);
+    Tensor region = labels;
+    for (int64_t axis = 0; axis < 3; ++axis) {
+      if (band && axis != band_axis) continue;
+      const double share = band ? rng.uniform(0.08, 0.2) : rng.uniform(0.2, 0.45);
+      const int64_t len = std::max<int64_t>(1, std::llround(share * static_cast<double>(size[axis])));
+      const int64_t start = rng.uniform_int(size[axis] - len + 1);
+      region = region.narrow(axis, start, len);
+    }
+    region.fill_(2);
+  }
+  const Grid g = make_grid(size);
+  const double fz = rng.uniform(0.5, 1.5), fy = rng.uniform(0.5, 1.5), phase = rng.uniform(0.0, 6.283185307179586);
+  image = image + 0.2f * torch::sin(fz * g.z + fy * g.y + phase) + 0.3f * torch::randn(g.z.sizes(), gen);
+
+  CaseData c;
+  c.image = image.unsqueeze(0).contiguous();  // (1, D, H, W)
+  c.target = labels;                          // (D, H, W) uint8: 0, 1, 2 (ignore)
+  c.spacing = {1.0, 1.0, 1.0};
+  return c;
+}
+
 }  // namespace
 
-DatasetInfo phantom_info(Task task) {
+DatasetInfo phantom_info(Task task, PhantomKind kind) {
+  if (task == Task::kDose && kind == PhantomKind::kSurface) {
+    throw UsageError("synth: the surface phantom is a segmentation task, not a dose task");
+  }
   DatasetInfo info;
   info.task = task;
   if (task == Task::kDose) {
@@ -136,6 +261,13 @@ DatasetInfo phantom_info(Task task) {
     info.target_name = "dose";
     info.target_units = "Gy";
     info.description = "u3d phantom: dose prediction";
+  } else if (kind == PhantomKind::kSurface) {
+    info.channel_names = {"image"};
+    info.target_name = "labels";
+    info.num_classes = 2;
+    info.class_names = {"background", "surface"};
+    info.ignore_label = 2;
+    info.description = "u3d phantom: thin-surface segmentation";
   } else {
     info.channel_names = {"image"};
     info.target_name = "labels";
@@ -146,9 +278,14 @@ DatasetInfo phantom_info(Task task) {
   return info;
 }
 
-CaseData make_phantom_case(Task task, const Shape3& size, uint64_t seed, int64_t index) {
-  Rng rng(seed, static_cast<uint64_t>(index), task == Task::kDose ? 0xD05E : 0x5E6);
-  CaseData c = task == Task::kDose ? dose_case(size, rng) : segmentation_case(size, rng);
+CaseData make_phantom_case(Task task, const Shape3& size, uint64_t seed, int64_t index, PhantomKind kind) {
+  const bool surface = kind == PhantomKind::kSurface;
+  if (task == Task::kDose && surface) {
+    throw UsageError("synth: the surface phantom is a segmentation task, not a dose task");
+  }
+  Rng rng(seed, static_cast<uint64_t>(index), task == Task::kDose ? 0xD05E : (surface ? 0x5F4CE : 0x5E6));
+  CaseData c =
+      task == Task::kDose ? dose_case(size, rng) : (surface ? surface_case(size, rng) : segmentation_case(size, rng));
   c.id = fmt::format("case_{:03d}", index);
   return c;
 }
@@ -166,10 +303,10 @@ void write_phantom_dataset(const PhantomOptions& o, const std::filesystem::path&
   const int64_t n_test = std::llround(o.cases * o.test_fraction);
   const int64_t n_train = o.cases - n_val - n_test;
   if (n_train < 1) throw UsageError("synth: no cases left for training; lower --val-fraction or --test-fraction");
-  DatasetWriter writer(out, phantom_info(o.task));
+  DatasetWriter writer(out, phantom_info(o.task, o.kind));
   std::vector<std::string> train, val, test;
   for (int64_t i = 0; i < o.cases; ++i) {
-    CaseData c = make_phantom_case(o.task, o.size, o.seed, i);
+    CaseData c = make_phantom_case(o.task, o.size, o.seed, i, o.kind);
     (i < n_train ? train : (i < n_train + n_val ? val : test)).push_back(c.id);
     writer.write_case(c);
   }
@@ -188,19 +325,20 @@ void write_phantom_nnunet_raw(const PhantomOptions& o, const std::filesystem::pa
     if (n_test == 0 && std::string(sub).back() == 's') continue;  // no test cases: no *Ts folders
     ensure_writable_directory(dir / sub);
   }
-  const DatasetInfo info = phantom_info(Task::kSegmentation);
+  const DatasetInfo info = phantom_info(Task::kSegmentation, o.kind);
   std::string labels;
   for (size_t k = 0; k < info.class_names.size(); ++k) {
     labels += fmt::format("{}\"{}\": {}", k ? ", " : "", info.class_names[k], k);
   }
+  if (info.ignore_label >= 0) labels += fmt::format(", \"ignore\": {}", info.ignore_label);
   write_file_atomic(
       dir / "dataset.json",
       fmt::format("{{\n  \"channel_names\": {{\"0\": \"phantom\"}},\n  \"labels\": {{{}}},\n"
                   "  \"numTraining\": {},\n  \"file_ending\": \".nii.gz\",\n"
-                  "  \"description\": \"u3d segmentation phantoms (trainer synth --format nnunet)\"\n}}\n",
-                  labels, o.cases - n_test));
+                  "  \"description\": \"u3d {} phantoms (trainer synth --format nnunet)\"\n}}\n",
+                  labels, o.cases - n_test, o.kind == PhantomKind::kSurface ? "surface" : "segmentation"));
   for (int64_t i = 0; i < o.cases; ++i) {
-    const CaseData c = make_phantom_case(Task::kSegmentation, o.size, o.seed, i);
+    const CaseData c = make_phantom_case(Task::kSegmentation, o.size, o.seed, i, o.kind);
     const bool test = i >= o.cases - n_test;
     const SourceGeometry g = plain_geometry(o.size, c.spacing);
     write_nifti(dir / (test ? "imagesTs" : "imagesTr") / (c.id + "_0000.nii.gz"), c.image[0], g);

@@ -54,22 +54,42 @@ void ResamplingSink::finish() const {
 // ---------------------------------------------------------------------------------------------
 namespace {
 
-// Network output slab (K, d, H, W) -> the task's prediction (d, H, W): uint8 labels or float32
-// values in target units.
-torch::Tensor finalize_slab(const torch::Tensor& slab, const Preprocessor& pre) {
-  if (pre.task() == Task::kSegmentation) return slab.argmax(0).to(torch::kUInt8);
+// Network output slab (K, d, H, W) -> the task's prediction (d, H, W): uint8 labels (before any
+// component removal) or float32 values in target units.
+torch::Tensor finalize_slab(const torch::Tensor& slab, const Preprocessor& pre, const PostprocessOptions& post) {
+  if (pre.task() == Task::kSegmentation) return labels_from_output(slab, post.threshold);
   return pre.restore_target(slab[0]).to(torch::kFloat);
 }
 
-// Finalises resampled slabs into the NIfTI file.
+// Finalises resampled slabs into the NIfTI file; with component removal they are held until finish().
 class NiftiSlabSink : public SlabSink {
  public:
-  NiftiSlabSink(NiftiWriter& writer, const Preprocessor& pre) : writer_(writer), pre_(pre) {}
-  void consume(int64_t, const torch::Tensor& slab) override { writer_.write_slab(finalize_slab(slab, pre_).cpu()); }
+  NiftiSlabSink(NiftiWriter& writer, const Preprocessor& pre, const PostprocessOptions& post)
+      : writer_(writer),
+        pre_(pre),
+        post_(post),
+        whole_(pre.task() == Task::kSegmentation && post.needs_whole_volume()) {}
+  void consume(int64_t, const torch::Tensor& slab) override {
+    const torch::Tensor pred = finalize_slab(slab, pre_, post_).cpu();
+    if (whole_) {
+      held_.push_back(pred);
+    } else {
+      writer_.write_slab(pred);
+    }
+  }
+  void finish() {
+    if (whole_ && !held_.empty()) {
+      writer_.write_slab(remove_small_components(torch::cat(held_, /*dim=*/0), post_.min_component_size));
+    }
+    held_.clear();
+  }
 
  private:
   NiftiWriter& writer_;
   const Preprocessor& pre_;
+  const PostprocessOptions& post_;
+  bool whole_;
+  std::vector<torch::Tensor> held_;  // whole_: the slabs, in order
 };
 
 }  // namespace
@@ -81,6 +101,8 @@ struct CaseOutputSink::Impl {
   double train_mean;
   Shape3 shape;
   bool seg;
+  bool whole = false;               // component removal: labels are held until finish()
+  std::vector<torch::Tensor> held;  // whole: the label slabs, in order
   std::unique_ptr<h5::SlabWriter> prediction, probabilities;
   std::unique_ptr<NiftiWriter> nifti;
   std::unique_ptr<NiftiSlabSink> nifti_sink;
@@ -92,7 +114,34 @@ struct CaseOutputSink::Impl {
 
   Impl(const CachedCase& cc, const Preprocessor& p, CaseOutputOptions opts, double mean)
       : c(cc), pre(p), o(std::move(opts)), train_mean(mean) {}
+  // The final prediction of rows [d0, d0 + d): written, kept, scored and, without resampling, into the NIfTI file.
+  void record(int64_t d0, const torch::Tensor& pred);
 };
+
+void CaseOutputSink::Impl::record(int64_t d0, const torch::Tensor& pred) {
+  const int64_t d = pred.size(0);
+  prediction->write(pred);
+  if (o.keep_prediction) kept.push_back(pred);
+  if (seg && c.target.defined()) {
+    const torch::Tensor y = c.target.narrow(0, d0, d);  // (d, H, W) uint8
+    // A label above the classes is the dataset's ignore label (dataset.h): those voxels count for none.
+    const torch::Tensor scored = y < pre.out_channels();
+    for (int64_t k = 1; k < pre.out_channels(); ++k) {
+      const auto p = (pred == k) & scored;
+      const auto t = y == k;
+      inter[static_cast<size_t>(k)] += static_cast<double>((p & t).sum().item<int64_t>());
+      predicted[static_cast<size_t>(k)] += static_cast<double>(p.sum().item<int64_t>());
+      truth[static_cast<size_t>(k)] += static_cast<double>(t.sum().item<int64_t>());
+    }
+  } else if (!seg && c.raw_target.defined()) {
+    const torch::Tensor y = c.raw_target.narrow(0, d0, d).to(torch::kDouble);  // target units
+    torch::Tensor w = c.mask.defined() ? c.mask[0].narrow(0, d0, d).to(torch::kDouble) : torch::ones_like(y);
+    err += ((pred.to(torch::kDouble) - y).abs() * w).sum().item<double>();
+    base_err += ((y - train_mean).abs() * w).sum().item<double>();
+    count += w.sum().item<double>();
+  }
+  if (nifti && !resampler) nifti->write_slab(pred);
+}
 
 CaseOutputSink::CaseOutputSink(const CachedCase& c, const Preprocessor& pre, CaseOutputOptions options,
                                double train_mean)
@@ -100,6 +149,7 @@ CaseOutputSink::CaseOutputSink(const CachedCase& c, const Preprocessor& pre, Cas
   Impl& m = *impl_;
   m.shape = {c.image.size(1), c.image.size(2), c.image.size(3)};
   m.seg = pre.task() == Task::kSegmentation;
+  m.whole = m.seg && m.o.postprocess.needs_whole_volume();
   const hid_t file = static_cast<hid_t>(m.o.file);
   const std::vector<int64_t> spatial = {m.shape[0], m.shape[1], m.shape[2]};
   m.prediction =
@@ -116,7 +166,7 @@ CaseOutputSink::CaseOutputSink(const CachedCase& c, const Preprocessor& pre, Cas
     if (!m.o.geometry) throw IoError(fmt::format("{}: a NIfTI output needs the case's source geometry", m.o.context));
     m.nifti = std::make_unique<NiftiWriter>(*m.o.nifti_path, *m.o.geometry, m.seg ? torch::kUInt8 : torch::kFloat,
                                             m.o.description);
-    m.nifti_sink = std::make_unique<NiftiSlabSink>(*m.nifti, pre);
+    m.nifti_sink = std::make_unique<NiftiSlabSink>(*m.nifti, pre, m.o.postprocess);
     if (m.o.geometry->shape != m.shape) {
       m.resampler = std::make_unique<ResamplingSink>(m.shape, m.o.geometry->shape, *m.nifti_sink);
     }
@@ -130,39 +180,26 @@ CaseOutputSink::~CaseOutputSink() = default;
 
 void CaseOutputSink::consume(int64_t d0, const torch::Tensor& slab) {
   Impl& m = *impl_;
-  const int64_t d = slab.size(1);
-  const torch::Tensor pred = finalize_slab(slab, m.pre).cpu();  // (d, H, W)
-  m.prediction->write(pred);
-  if (m.o.keep_prediction) m.kept.push_back(pred);
+  const torch::Tensor pred = finalize_slab(slab, m.pre, m.o.postprocess).cpu();  // (d, H, W)
+  if (m.whole) {
+    m.held.push_back(pred);
+  } else {
+    m.record(d0, pred);
+  }
   if (m.probabilities) m.probabilities->write(torch::softmax(slab, /*dim=*/0).cpu());
-  if (m.seg && m.c.target.defined()) {
-    const torch::Tensor y = m.c.target.narrow(0, d0, d);  // (d, H, W) uint8
-    for (int64_t k = 1; k < m.pre.out_channels(); ++k) {
-      const auto p = pred == k;
-      const auto t = y == k;
-      m.inter[static_cast<size_t>(k)] += static_cast<double>((p & t).sum().item<int64_t>());
-      m.predicted[static_cast<size_t>(k)] += static_cast<double>(p.sum().item<int64_t>());
-      m.truth[static_cast<size_t>(k)] += static_cast<double>(t.sum().item<int64_t>());
-    }
-  } else if (!m.seg && m.c.raw_target.defined()) {
-    const torch::Tensor y = m.c.raw_target.narrow(0, d0, d).to(torch::kDouble);  // target units
-    torch::Tensor w = m.c.mask.defined() ? m.c.mask[0].narrow(0, d0, d).to(torch::kDouble) : torch::ones_like(y);
-    m.err += ((pred.to(torch::kDouble) - y).abs() * w).sum().item<double>();
-    m.base_err += ((y - m.train_mean).abs() * w).sum().item<double>();
-    m.count += w.sum().item<double>();
-  }
-  if (m.resampler) {
-    m.resampler->consume(d0, slab);
-  } else if (m.nifti) {
-    m.nifti->write_slab(pred);
-  }
+  if (m.resampler) m.resampler->consume(d0, slab);
 }
 
 CaseScore CaseOutputSink::finish() {
   Impl& m = *impl_;
+  if (m.whole && !m.held.empty()) {
+    m.record(0, remove_small_components(torch::cat(m.held, /*dim=*/0), m.o.postprocess.min_component_size));
+    m.held.clear();
+  }
   m.prediction->finish();
   if (m.probabilities) m.probabilities->finish();
   if (m.resampler) m.resampler->finish();
+  if (m.nifti_sink) m.nifti_sink->finish();  // the resampled labels held for component removal
   if (m.nifti) m.nifti->commit();
   CaseScore s;
   if (m.o.keep_prediction && !m.kept.empty()) s.prediction = torch::cat(m.kept, /*dim=*/0);

@@ -73,11 +73,19 @@ void visit_fields(Io& io, Info& info) {
   io("state.epoch_seconds", s.epoch_seconds, kOptional);
   io("state.epoch_data_seconds", s.epoch_data_seconds, kOptional);
   io("state.run_seconds", s.run_seconds, kOptional);
+  io("state.epoch_term_sums", s.epoch_term_sums, kOptional);
 }
 
 void write_info(torch::serialize::OutputArchive& ar, const CheckpointInfo& info) {
   ar.write("u3d.format", c10::IValue(kCheckpointFormat));
-  auto put = [&](const char* key, const auto& value, bool /*optional*/ = false) { ar.write(key, c10::IValue(value)); };
+  auto put = [&](const char* key, const auto& value, bool /*optional*/ = false) {
+    using T = std::decay_t<decltype(value)>;
+    if constexpr (std::is_same_v<T, std::vector<double>>) {
+      ar.write(key, c10::IValue(c10::List<double>(value)));
+    } else {
+      ar.write(key, c10::IValue(value));
+    }
+  };
   visit_fields(put, info);
 }
 
@@ -102,6 +110,8 @@ CheckpointInfo read_info(torch::serialize::InputArchive& ar, const std::filesyst
       value = v.toStringRef();
     } else if constexpr (std::is_same_v<T, double>) {
       value = v.toDouble();
+    } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+      value = v.toDoubleVector();
     } else {
       value = v.toInt();
     }

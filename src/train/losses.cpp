@@ -1,6 +1,9 @@
 #include "u3d/train/losses.h"
 
+#include <algorithm>
+
 #include "u3d/core/errors.h"
+#include "u3d/train/topology_losses.h"
 
 namespace u3d {
 
@@ -88,35 +91,149 @@ torch::Tensor downsample_labels(const torch::Tensor& labels, const std::array<in
   return out.contiguous();
 }
 
-torch::Tensor deep_supervision_loss(const Loss& loss, const std::vector<torch::Tensor>& outputs,
-                                    const torch::Tensor& labels, const std::vector<double>& weights) {
+LossParts deep_supervision_parts(const Loss& loss, const std::vector<torch::Tensor>& outputs,
+                                 const torch::Tensor& labels, const std::vector<double>& weights) {
   if (outputs.size() != weights.size()) {
     throw ConfigError(fmt::format("deep supervision: {} outputs but {} weights", outputs.size(), weights.size()));
   }
-  torch::Tensor total;
+  LossParts sum;
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (weights[i] == 0) continue;
     std::array<int64_t, 3> factor{};
     for (int a = 0; a < 3; ++a)
       factor[static_cast<size_t>(a)] = labels.size(labels.dim() - 3 + a) / outputs[i].size(2 + a);
-    const torch::Tensor term = loss(outputs[i], downsample_labels(labels, factor), torch::Tensor()) * weights[i];
-    total = total.defined() ? total + term : term;
+    const LossParts p = loss.parts(outputs[i], downsample_labels(labels, factor), torch::Tensor());
+    const torch::Tensor total = p.total * weights[i];
+    sum.total = sum.total.defined() ? sum.total + total : total;
+    if (p.terms.defined()) {
+      const torch::Tensor terms = p.terms * weights[i];
+      sum.terms = sum.terms.defined() ? sum.terms + terms : terms;
+    }
   }
-  return total;
+  return sum;
+}
+
+torch::Tensor deep_supervision_loss(const Loss& loss, const std::vector<torch::Tensor>& outputs,
+                                    const torch::Tensor& labels, const std::vector<double>& weights) {
+  return deep_supervision_parts(loss, outputs, labels, weights).total;
+}
+
+namespace {
+
+bool is_segmentation_term(const std::string& name) {
+  return name == "ce" || name == "dice" || name == "cldice" || name == "skeleton_recall" || name == "boundary";
+}
+
+}  // namespace
+
+LossSpec resolve_loss(const LossSpec& spec, Task task, bool has_mask) {
+  if (!spec.is_list()) return LossSpec(resolve_loss(spec.kind, task, has_mask));
+  for (const auto& t : spec.terms) {
+    if (is_segmentation_term(t.name) != (task == Task::kSegmentation)) {
+      throw ConfigError(fmt::format("training.loss: term '{}' does not fit a {} dataset; use {}", t.name,
+                                    to_string(task),
+                                    task == Task::kSegmentation ? "ce, dice, cldice, skeleton_recall, boundary"
+                                                                : "l1, masked_l1, mse, masked_mse"));
+    }
+    if ((t.name == "masked_l1" || t.name == "masked_mse") && !has_mask) {
+      throw ConfigError(
+          fmt::format("training.loss: term '{}' needs a loss mask, but the training cases have none", t.name));
+    }
+  }
+  return spec;
+}
+
+LossOptions loss_options(const TrainingConfig& training, const DatasetInfo& info) {
+  LossOptions o;
+  if (info.task == Task::kSegmentation) {
+    o.ignore_label = info.ignore_label;
+    if (!training.class_weights.empty() && static_cast<int64_t>(training.class_weights.size()) != info.num_classes) {
+      throw ConfigError(fmt::format("training.class_weights: {} weights for a dataset of {} classes ({})",
+                                    training.class_weights.size(), info.num_classes,
+                                    fmt::join(info.class_names, ", ")));
+    }
+    o.class_weights = training.class_weights;
+  }
+  o.skeleton_iterations = training.skeleton_iterations;
+  o.boundary_distance = training.boundary_distance;
+  return o;
+}
+
+Loss::Loss(LossKind kind, LossOptions options) : Loss(LossSpec(kind), std::move(options)) {}
+
+Loss::Loss(const LossSpec& spec, LossOptions options) : options_(std::move(options)) {
+  if (!spec.is_list()) {
+    kind_ = spec.kind;
+    switch (spec.kind) {
+      case LossKind::kL1: terms_ = {{Term::kL1, 1.0}}; break;
+      case LossKind::kMaskedL1: terms_ = {{Term::kMaskedL1, 1.0}}; break;
+      case LossKind::kMse: terms_ = {{Term::kMse, 1.0}}; break;
+      case LossKind::kMaskedMse: terms_ = {{Term::kMaskedMse, 1.0}}; break;
+      case LossKind::kDiceCe: terms_ = {{Term::kCe, 1.0}, {Term::kDice, 1.0}}; break;
+      case LossKind::kCe: terms_ = {{Term::kCe, 1.0}}; break;
+      case LossKind::kAuto: throw ConfigError("training.loss: auto must be resolved before use");
+    }
+    return;
+  }
+  static const std::vector<std::pair<std::string, Term>> names = {{"ce", Term::kCe},
+                                                                  {"dice", Term::kDice},
+                                                                  {"cldice", Term::kClDice},
+                                                                  {"skeleton_recall", Term::kSkeletonRecall},
+                                                                  {"boundary", Term::kBoundary},
+                                                                  {"l1", Term::kL1},
+                                                                  {"masked_l1", Term::kMaskedL1},
+                                                                  {"mse", Term::kMse},
+                                                                  {"masked_mse", Term::kMaskedMse}};
+  for (const auto& t : spec.terms) {
+    const auto it = std::find_if(names.begin(), names.end(), [&](const auto& n) { return n.first == t.name; });
+    if (it == names.end()) throw ConfigError(fmt::format("training.loss: unknown term '{}'", t.name));
+    terms_.emplace_back(it->second, t.weight);
+    logged_.push_back(t.name);
+  }
+}
+
+torch::Tensor Loss::term(Term t, const torch::Tensor& output, const torch::Tensor& target, const torch::Tensor& mask,
+                         const torch::Tensor& valid) const {
+  switch (t) {
+    case Term::kL1: return u3d::l1_loss(output, target);
+    case Term::kMaskedL1: return u3d::masked_l1_loss(output, target, mask);
+    case Term::kMse: return u3d::mse_loss(output, target);
+    case Term::kMaskedMse: return u3d::masked_mse_loss(output, target, mask);
+    case Term::kCe:
+      // Without an ignore label or class weights: the value dice_ce always had, bit for bit.
+      if (!valid.defined() && options_.class_weights.empty()) return u3d::cross_entropy_loss(output, target);
+      return u3d::weighted_cross_entropy(output, target, valid, options_.class_weights);
+    case Term::kDice:
+      if (!valid.defined()) return u3d::soft_dice_loss(output, target);
+      return u3d::masked_soft_dice_loss(output, target, valid);
+    case Term::kClDice: return u3d::cldice_loss(output, target, valid, options_.skeleton_iterations);
+    case Term::kSkeletonRecall: return u3d::skeleton_recall_loss(output, target, valid, options_.skeleton_iterations);
+    case Term::kBoundary: return u3d::boundary_loss(output, target, valid, options_.boundary_distance);
+  }
+  throw ConfigError("training.loss: unknown term");
+}
+
+LossParts Loss::parts(const torch::Tensor& output, const torch::Tensor& target, const torch::Tensor& mask) const {
+  torch::Tensor labels = target, valid;
+  if (options_.ignore_label >= 0 && target.scalar_type() == torch::kLong) {
+    valid = target != options_.ignore_label;           // (N, D, H, W) bool
+    labels = target.masked_fill(~valid, /*value=*/0);  // a class every term can one-hot; left out by `valid`
+  }
+  LossParts p;
+  std::vector<torch::Tensor> values;
+  for (const auto& [t, w] : terms_) {
+    torch::Tensor v = term(t, output, labels, mask, valid);
+    if (!logged_.empty()) values.push_back(v.detach());
+    const torch::Tensor weighted = w == 1.0 ? v : v * w;
+    p.total = p.total.defined() ? p.total + weighted : weighted;
+  }
+  if (!values.empty()) p.terms = torch::stack(values).to(torch::kFloat);
+  return p;
 }
 
 torch::Tensor Loss::operator()(const torch::Tensor& output, const torch::Tensor& target,
                                const torch::Tensor& mask) const {
-  switch (kind_) {
-    case LossKind::kL1: return u3d::l1_loss(output, target);
-    case LossKind::kMaskedL1: return u3d::masked_l1_loss(output, target, mask);
-    case LossKind::kMse: return u3d::mse_loss(output, target);
-    case LossKind::kMaskedMse: return u3d::masked_mse_loss(output, target, mask);
-    case LossKind::kDiceCe: return u3d::dice_ce_loss(output, target);
-    case LossKind::kCe: return u3d::cross_entropy_loss(output, target);
-    case LossKind::kAuto: break;
-  }
-  throw ConfigError("training.loss: auto must be resolved before use");
+  return parts(output, target, mask).total;
 }
 
 }  // namespace u3d

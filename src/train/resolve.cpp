@@ -98,7 +98,15 @@ ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const tor
     throw ConfigError("model.deep_supervision: needs a segmentation dataset (labels to down-sample)");
   }
   resolve_loss(training.loss, task, /*has_mask=*/true);  // the loss fits the task (masks: once loaded)
-  resolve_precision(training, device);                   // fp16 needs CUDA
+  loss_options(training, rc.info);                       // class weights fit the classes
+  if (task == Task::kSegmentation && rc.info.ignore_label >= 0 &&
+      (data.foreground == "auto" || data.foreground == "target")) {
+    // Oversample the classes, not the unlabeled voxels (the ignore label is above them).
+    std::vector<std::string> classes;
+    for (int64_t k = 1; k < rc.info.num_classes; ++k) classes.push_back(std::to_string(k));
+    rc.cfg.data.foreground = fmt::format("labels:{}", fmt::join(classes, ","));
+  }
+  resolve_precision(training, device);  // fp16 needs CUDA
   rc.cases_sha256 = case_ids_sha256(rc.train_ids);
   const auto cases = static_cast<int64_t>(rc.train_ids.size());
   const int64_t per_step = data.batch_size * training.accumulate_steps;  // samples per optimizer step

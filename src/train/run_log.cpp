@@ -79,6 +79,9 @@ RunLog::RunLog(const ResolvedConfig& rc, const RunPaths& paths) : rc_(rc), paths
   if (rc.validates_patches()) columns.insert(columns.begin() + 6, {"val_pseudo_dice", "val_pseudo_dice_ema"});
   if (rc.scores_dose())
     columns.insert(std::find(columns.begin(), columns.end(), "best"), {"val_dose_score", "val_dvh_score"});
+  std::vector<std::string> terms;  // training.loss as a list: each term's epoch mean after train_loss
+  for (const auto& t : rc.cfg.training.loss.terms) terms.push_back("loss_" + t.name);
+  columns.insert(columns.begin() + 4, terms.begin(), terms.end());
   csv_ = std::make_unique<MetricsCsv>(paths.metrics, columns);
   if (rc.cfg.logging.step_log) {
     step_csv_ = std::make_unique<MetricsCsv>(
@@ -172,7 +175,7 @@ void RunLog::epoch(int64_t epoch, int64_t global_step, const EpochStats& train, 
   const double sps = train.seconds > 0 ? static_cast<double>(train.samples) / train.seconds : 0;
   const double data_share = train.seconds > 0 ? train.data_seconds / train.seconds : 0.0;
   auto value = [&](double ValStats::*field) { return val ? fmt_metric((*val).*field) : std::string(); };
-  const std::map<std::string, std::string> row = {
+  std::map<std::string, std::string> row = {
       {"epoch", std::to_string(epoch)},
       {"step", std::to_string(global_step)},
       {"lr", fmt::format("{:.6g}", lr)},
@@ -190,6 +193,10 @@ void RunLog::epoch(int64_t epoch, int64_t global_step, const EpochStats& train, 
       {"samples_per_second", fmt::format("{:.3f}", sps)},
       {"skipped_steps", std::to_string(train.skipped)},
   };
+  const auto& terms = rc_.cfg.training.loss.terms;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    row["loss_" + terms[i].name] = i < train.term_losses.size() ? fmt_metric(train.term_losses[i]) : std::string();
+  }
   csv_->append(row);
   epoch_views(global_step, row, val);
   clear_progress();

@@ -148,7 +148,7 @@ void TrainStep::set_after_backward(std::function<void(const std::vector<torch::T
   }
 }
 
-torch::Tensor TrainStep::accumulate(const Batch& batch, bool capturing) {
+LossParts TrainStep::accumulate(const Batch& batch, bool capturing) {
   const torch::Tensor image =
       features_.channels_last ? batch.image.contiguous(at::MemoryFormat::ChannelsLast3d) : batch.image;
   // model.deep_supervision: one output per decoder stage, finest first (segmentation).
@@ -165,28 +165,37 @@ torch::Tensor TrainStep::accumulate(const Batch& batch, bool capturing) {
   }
   // The loss in float32 (reductions over ~10^6 voxels), outside autocast.
   for (auto& o : outs) o = o.to(torch::kFloat);
-  torch::Tensor loss;
+  LossParts parts;
   if (deep) {
     if (deep_weights_.size() != outs.size())
       deep_weights_ = deep_supervision_weights(static_cast<int64_t>(outs.size()));
-    loss = deep_supervision_loss(loss_, outs, batch.target, deep_weights_);
+    parts = deep_supervision_parts(loss_, outs, batch.target, deep_weights_);
   } else {
-    loss = loss_(outs[0], batch.target, batch.mask);
+    parts = loss_.parts(outs[0], batch.target, batch.mask);
   }
-  if (accumulate_ > 1) loss = loss / static_cast<double>(accumulate_);
+  torch::Tensor loss = parts.total;
+  if (accumulate_ > 1) {
+    loss = loss / static_cast<double>(accumulate_);
+    if (parts.terms.defined()) parts.terms = parts.terms / static_cast<double>(accumulate_);
+  }
   if (scaler_) {
     (loss * scaler_->scale()).backward();
   } else {
     loss.backward();
   }
-  return loss.detach();
+  return {loss.detach(), parts.terms};
 }
 
 StepOutputs TrainStep::compute(const MicroBatches& micro, bool capturing) {
   if (!buffers_.empty()) torch::_foreach_copy_(saved_buffers_, buffers_);
   optimizer_.zero_grad();
-  torch::Tensor loss = accumulate(micro(0), capturing);
-  for (int64_t m = 1; m < accumulate_; ++m) loss = loss + accumulate(micro(m), capturing);
+  LossParts first = accumulate(micro(0), capturing);
+  torch::Tensor loss = first.total, terms = first.terms;
+  for (int64_t m = 1; m < accumulate_; ++m) {
+    const LossParts next = accumulate(micro(m), capturing);
+    loss = loss + next.total;
+    if (terms.defined()) terms = terms + next.terms;
+  }
   if (after_backward_) after_backward_(optimizer_.params());
   torch::Tensor found_inf;
   if (scaler_) found_inf = scaler_->unscale_(optimizer_.params());  // Inf/NaN in any gradient
@@ -200,7 +209,7 @@ StepOutputs TrainStep::compute(const MicroBatches& micro, bool capturing) {
     const torch::Tensor skip = found_inf > 0;
     for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].copy_(torch::where(skip, saved_buffers_[i], buffers_[i]));
   }
-  if (monitor_) monitor_->record(loss, found_inf);  // in place: captured with the step
+  if (monitor_) monitor_->record(loss, found_inf, terms);  // in place: captured with the step
   return {loss, found_inf};
 }
 

@@ -161,9 +161,10 @@ void Trainer::build_model() {
   net_ = build_network(cfg().model, pre.in_channels(), pre.out_channels());
   net_->to(runtime_.device);
   if (resolve_channels_last(cfg().model, runtime_.device)) to_channels_last(*net_);  // before the optimizer's moments
-  loss_ = std::make_unique<Loss>(resolve_loss(cfg().training.loss, pre.task(), data_->train_cache().has_masks()));
+  loss_ = std::make_unique<Loss>(resolve_loss(cfg().training.loss, pre.task(), data_->train_cache().has_masks()),
+                                 loss_options(cfg().training, rc_.info));
   optimizer_ = std::make_unique<Optimizer>(cfg().training, net_->parameters());
-  monitor_ = std::make_unique<StepMonitor>(runtime_.device);
+  monitor_ = std::make_unique<StepMonitor>(runtime_.device, static_cast<int64_t>(loss_->term_names().size()));
   step_ = std::make_unique<TrainStep>(cfg(), runtime_.device, *net_, *loss_, *optimizer_, monitor_.get());
   if (!faults_.inf_grad.empty()) {
     step_->set_after_backward([this](const std::vector<torch::Tensor>& params) {
@@ -323,6 +324,10 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
   stats.skipped = totals.skipped;
   stats.train_loss =
       counted > 0 ? totals.loss_sum / static_cast<double>(counted) : std::numeric_limits<double>::quiet_NaN();
+  for (double sum : totals.term_sums) {
+    stats.term_losses.push_back(counted > 0 ? sum / static_cast<double>(counted)
+                                            : std::numeric_limits<double>::quiet_NaN());
+  }
   return stats;
 }
 

@@ -86,7 +86,10 @@ ValStats Validator::full_volumes(int64_t epoch, const std::function<bool()>& sto
       preview.preview_prediction = pred[mid].to(torch::kFloat);
     }
     if (pre.task() == Task::kSegmentation) {
-      metrics.push_back(nan_mean(dice_per_class(pred, c.target, rc_.info.num_classes)));
+      // The ignore label's voxels count for no class: the prediction takes the label there too.
+      const int64_t ignore = rc_.info.ignore_label;
+      const torch::Tensor scored = ignore >= 0 ? pred.masked_fill(c.target.to(pred.device()) == ignore, ignore) : pred;
+      metrics.push_back(nan_mean(dice_per_class(scored, c.target, rc_.info.num_classes)));
     } else {
       metrics.push_back(masked_mae(pred, c.raw_target, c.mask.defined() ? c.mask[0] : torch::Tensor()));
     }
@@ -127,8 +130,9 @@ void Validator::patches(int64_t epoch, ValStats& stats, TrainState& state) {
     }
     out = out.to(torch::kFloat);
     loss_sum.add_(loss_(out, batch.target, batch.mask).detach().to(torch::kDouble));
-    const torch::Tensor p = out.argmax(1).unsqueeze(1) == classes;  // (N, K, d, h, w)
+    torch::Tensor p = out.argmax(1).unsqueeze(1) == classes;  // (N, K, d, h, w)
     const torch::Tensor y = batch.target.unsqueeze(1) == classes;
+    if (rc_.info.ignore_label >= 0) p = p & (batch.target.unsqueeze(1) != rc_.info.ignore_label);  // voxels scored
     const std::vector<int64_t> dims = {0, 2, 3, 4};
     tp.add_((p & y).sum(dims));
     fp.add_((p & ~y).sum(dims));

@@ -101,6 +101,17 @@ std::string read_text(const fs::path& path);
 // Rows of a CSV file, each a map from header to value.
 std::vector<std::map<std::string, std::string>> read_csv(const fs::path& path);
 
+// The message of the E that fn throws, or "no error".
+template <class E>
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 // ../shared/data when present (OpenKBP sample); std::nullopt otherwise.
 std::optional<fs::path> shared_data_dir();
 // Unpacks shared_data_dir()/openkbp-sample.tar.xz into `dest` (tar -xJf) and returns

@@ -19,20 +19,12 @@
 namespace u3d {
 namespace {
 
+using test::error_of;
+
 using test::TestNifti;
 
 torch::Tensor ramp(const Shape3& s, torch::ScalarType t) {
   return torch::arange(s[0] * s[1] * s[2], torch::kFloat).reshape({s[0], s[1], s[2]}).to(t);
-}
-
-template <class E>
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 TEST(Nifti, ReadsValuesInFileOrderAndTheGeometry) {

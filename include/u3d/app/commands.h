@@ -57,15 +57,17 @@ struct CheckDataCommand {
 int check_data_command(const CheckDataCommand& cmd);
 
 struct SynthCommand {
-  std::string task = "dose";  // dose|segmentation
+  std::string task = "dose";  // dose|segmentation|surface (segmentation phantoms of thin sheets)
   int64_t cases = 24;
   std::string size = "32";  // "S" or "D,H,W"
   std::string out;
   uint64_t seed = 0;
   double val_fraction = 0.25;
   double test_fraction = 0.0;
-  bool force = false;         // replace an existing file
-  std::string format = "h5";  // h5 | nnunet (segmentation: an nnU-Net v2 raw folder of NIfTI files)
+  bool force = false;  // replace an existing file
+  // h5 | nnunet (segmentation: an nnU-Net v2 raw folder of NIfTI files) | tiff (segmentation:
+  // <out>/images/<id>.tif and <out>/labels/<id>.tif, io/tiff.h)
+  std::string format = "h5";
 };
 int synth_command(const SynthCommand& cmd);
 
@@ -95,7 +97,7 @@ struct EvaluateOpenKbpCommand {
 };
 int evaluate_openkbp_command(const EvaluateOpenKbpCommand& cmd);
 
-// Options shared by `trainer import nnunet` and `trainer import nifti` (include/u3d/import.h).
+// Options shared by `trainer import nnunet`, `import nifti` and `import tiff` (include/u3d/io/import.h).
 struct ImportCommon {
   std::string out;                     // --out FILE.h5
   std::string spacing;                 // --spacing S or D,H,W (mm); "": keep each case's grid
@@ -118,6 +120,16 @@ struct ImportNiftiCommand {
   ImportCommon common;
 };
 int import_nifti_command(const ImportNiftiCommand& cmd);
+// `trainer import tiff --images DIR [--labels DIR] --out FILE.h5 [--ignore-label N] [--spacing S|D,H,W]`
+// (io/import.h, import_tiff): folders of 3D TIFF volumes paired by name.
+struct ImportTiffCommand {
+  std::string images, labels;  // --images DIR, --labels DIR (optional: without, every case goes to 'test')
+  int64_t ignore_label = -1;   // --ignore-label N: the label of unlabeled voxels (e.g. 2); -1: none
+  // --out, --val-fraction, --seed, --threads, --force as for NIfTI; --spacing is the volumes' voxel
+  // size (TIFF records none; default 1,1,1 mm), nothing is resampled; --normalize is not used (zscore).
+  ImportCommon common;
+};
+int import_tiff_command(const ImportTiffCommand& cmd);
 
 // `trainer evaluate segmentation` (include/u3d/segmentation_eval.h).
 struct EvaluateSegmentationCommand {

@@ -87,6 +87,9 @@ struct AugmentConfig {
   double affine_prob = 0.0;                            // probability of a random rotation and scaling
   std::vector<double> affine_rotation = {30, 30, 30};  // max degrees about the D, H, W axes (uniform in [-a, a])
   std::vector<double> affine_scale = {0.7, 1.4};       // zoom factor range (isotropic; > 1 magnifies)
+  double elastic_prob = 0.0;                           // probability of a smooth random elastic deformation
+  double elastic_magnitude = 4.0;                      // max displacement in voxels (each axis, uniform)
+  int64_t elastic_grid = 4;                            // control points per axis of the coarse displacement grid
   double intensity_prob = 0.0;                         // probability of x * scale + shift
   std::vector<double> intensity_scale = {0.9, 1.1};
   std::vector<double> intensity_shift = {-0.1, 0.1};  // normalised units
@@ -121,6 +124,25 @@ struct ModelConfig {
   Checkpointing activation_checkpointing = Checkpointing::kOff;
 };
 
+// One weighted term of a composite loss (training.loss as a list, train/losses.h). Names:
+// segmentation ce, dice, cldice, skeleton_recall, boundary; regression l1, masked_l1, mse, masked_mse.
+struct LossTerm {
+  std::string name;
+  double weight = 1.0;
+  bool operator==(const LossTerm& o) const { return name == o.name && weight == o.weight; }
+};
+// training.loss: one named loss (auto, l1, ..., dice_ce, ce), or a list of weighted terms whose
+// weighted sum is the loss; each term's mean is a metrics.csv column (loss_<name>).
+struct LossSpec {
+  LossKind kind = LossKind::kAuto;  // the named form (unused when `terms` is not empty)
+  std::vector<LossTerm> terms;      // the list form
+  LossSpec() = default;
+  LossSpec(LossKind k) : kind(k) {}  // NOLINT(google-explicit-constructor): `loss = LossKind::kL1`
+  bool is_list() const { return !terms.empty(); }
+  bool operator==(LossKind k) const { return !is_list() && kind == k; }
+  bool operator!=(LossKind k) const { return !(*this == k); }
+};
+
 struct TrainingConfig {
   Device device = Device::kAuto;
   int64_t threads = 0;  // intra-op CPU threads; 0: cores - 1
@@ -136,13 +158,16 @@ struct TrainingConfig {
   ScheduleKind lr_schedule = ScheduleKind::kCosine;
   int64_t warmup_steps = 0;  // linear warm-up from 0
   double poly_power = 0.9;
-  LossKind loss = LossKind::kAuto;   // auto: masked_l1 (regression with a loss mask), l1, or dice_ce
-  double grad_clip_norm = 0.0;       // 0: off
-  int64_t val_every = 1;             // validate every N epochs (and after the last)
-  bool val_full = true;              // sliding-window validation on whole val volumes
-  int64_t val_patch_batches = 0;     // nnU-Net pseudo-Dice on val patches every epoch; 0: off
-  double pseudo_dice_ema = 0.9;      // ema = w * ema + (1 - w) * pseudo_dice
-  bool deterministic = false;        // deterministic algorithms, no TF32
+  LossSpec loss = LossKind::kAuto;    // auto: masked_l1 (regression with a loss mask), l1, or dice_ce
+  std::vector<double> class_weights;  // segmentation ce term: weight per class (empty: all 1)
+  int64_t skeleton_iterations = 3;  // cldice, skeleton_recall: soft-skeleton iterations (~ half the thickest structure)
+  int64_t boundary_distance = 8;    // boundary: distances truncated at this many voxels
+  double grad_clip_norm = 0.0;      // 0: off
+  int64_t val_every = 1;            // validate every N epochs (and after the last)
+  bool val_full = true;             // sliding-window validation on whole val volumes
+  int64_t val_patch_batches = 0;    // nnU-Net pseudo-Dice on val patches every epoch; 0: off
+  double pseudo_dice_ema = 0.9;     // ema = w * ema + (1 - w) * pseudo_dice
+  bool deterministic = false;       // deterministic algorithms, no TF32
   int64_t max_nonfinite_steps = 20;  // consecutive steps skipped for NaN/Inf before the run stops
   // Training step (include/u3d/train_step.h, docs/performance.md)
   Precision precision = Precision::kAuto;  // auto: bf16 on CUDA, fp32 on CPU; fp16 (CUDA only) adds loss scaling
@@ -174,6 +199,10 @@ struct PredictConfig {
   Tta tta = Tta::kNone;        // flips: average over all 8 mirrorings, batched into one pass
   bool nifti = true;           // <split>/<case>.nii.gz for cases imported from NIfTI
   bool probabilities = false;  // segmentation: softmax (K, D, H, W) into <split>.h5
+  // Post-processing of segmentation labels (predict/postprocess.h). threshold: 2 classes, label 1 where
+  // p(class 1) >= threshold, 0: argmax; min_component_size: smaller 26-connected components -> 0, 0: off.
+  double threshold = 0.0;
+  int64_t min_component_size = 0;
 };
 
 struct LoggingConfig {

@@ -8,10 +8,24 @@
 // copy in the cache's dtype; with A, images and regression targets are resampled trilinearly
 // (float32) and labels and masks by nearest neighbour; voxels outside the volume are padded.
 //
+// Elastic (augment.elastic_prob, elastic_magnitude, elastic_grid): with probability elastic_prob a
+// smooth random displacement is added in the same single resampling:
+//   source = centre + M (p - pc) + disp(p)
+// disp: (3, d, h, w) float32, voxels along the case's (D, H, W) axes, per patch voxel p: the
+// trilinear upsampling (align_corners = true: the G x G x G control grid spans the patch's corner
+// voxels; elastic_field()) of control values uniform in [-elastic_magnitude, elastic_magnitude],
+// G = elastic_grid, so neighbouring voxels' displacements differ by at most
+// 2 magnitude (G - 1) / (patch - 1) per axis. A sample with a displacement always takes the
+// resampling path (trilinear images and regression targets, nearest-neighbour labels and masks, so
+// label values are kept), even where M is a signed permutation.
+//
 // Intensity (image channels only): applied batched by BatchFinalizer (finalize.h).
 //
 // Every random choice comes from the sample's stream Rng(seed, epoch, sample index) (sampler.h),
-// so a batch never depends on the number of threads or the device that built it.
+// so a batch never depends on the number of threads or the device that built it. Elastic draws
+// come after every other draw of the stream: slot kSlotElastic (whether), then the 3 G^3 control
+// values at kSlotElasticGrid + ((a G + z) G + y) G + x (axis a: 0 D, 1 H, 2 W), so with
+// elastic_prob = 0 every other choice is what it was without the feature, bit for bit.
 #pragma once
 #include <torch/torch.h>
 
@@ -41,14 +55,21 @@ struct PatchTransform {
   std::array<int64_t, 3> origin{};  // corner of the patch box in the case (voxels)
   Shape3 patch{};                   // (d, h, w)
   Matrix3 matrix = kIdentity3;      // patch offset -> source offset
+  torch::Tensor displacement;       // (3, d, h, w) float32 voxels added to the source; undefined: none
 };
+
+// The elastic displacement of control points: control (N, 3, G, G, G) float32 voxels, G >= 2 ->
+// (N, 3, d, h, w) float32, trilinear with align_corners = true (interpolate; the host and the
+// device sampler both call this, so they agree to rounding).
+torch::Tensor elastic_field(const torch::Tensor& control, const Shape3& patch);
 
 enum class Interp { kNearest, kLinear };
 
 // Resamples one field of one case into a patch on the CPU. src: (Cf, D, H, W) contiguous, any of
-// uint8/int16/float16/float32. dst: (Cf, d, h, w) contiguous; for a signed-permutation matrix an
-// exact copy (dst dtype = src dtype); otherwise kLinear writes float32 (trilinear) and kNearest
-// src's dtype. Voxels outside the case take pad[c] (per channel, in src units; nullptr: 0).
+// uint8/int16/float16/float32. dst: (Cf, d, h, w) contiguous; for a signed-permutation matrix
+// without displacement an exact copy (dst dtype = src dtype); otherwise kLinear writes float32
+// (trilinear) and kNearest src's dtype. Voxels outside the case take pad[c] (per channel, in src
+// units; nullptr: 0).
 void resample_patch(const torch::Tensor& src, const PatchTransform& t, Interp interp, const float* pad,
                     torch::Tensor& dst);
 

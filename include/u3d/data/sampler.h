@@ -6,7 +6,7 @@
 // worker count or device built it, and a resumed run sees the batches it would have seen.
 //
 // PatchSampler     on the CPU: plan() per sample, then exact strided copies (crop, mirror, rot90)
-//                  or resampling (affine) from the cache into a RawBatch. Thread-safe (const).
+//                  or resampling (affine, elastic) from the cache into a RawBatch. Thread-safe (const).
 // DeviceSampler    (device_sampler.h) the same plans as tensor ops on the cache's device.
 // BatchFinalizer   (finalize.h) then normalises and applies the intensity transforms.
 #pragma once
@@ -55,7 +55,10 @@ enum SampleSlot : uint64_t {
   kSlotIntensity = kSlotAffine + 5,  // apply, scale, shift
   kSlotGamma = kSlotIntensity + 3,   // apply, gamma
   kSlotNoise = kSlotGamma + 2,       // apply, standard deviation
-  kSlotCount = kSlotNoise + 2
+  kSlotElastic = kSlotNoise + 2,     // apply
+  // 3 G^3 slots (G = elastic_grid, so the last group): control value of axis a at grid point
+  // (z, y, x) in slot kSlotElasticGrid + ((a G + z) G + y) G + x (augment.h)
+  kSlotElasticGrid = kSlotElastic + 1
 };
 
 // Everything one sample's randomness decided.
@@ -65,6 +68,7 @@ struct SamplePlan {
   bool centred = false;    // centred on a foreground voxel
   PatchTransform transform;
   bool affine = false;                                    // transform.matrix is not a signed permutation
+  bool elastic = false;                                   // transform.displacement is defined
   double scale = 1, shift = 0, gamma = 1, noise_std = 0;  // intensity parameters (identity when not drawn)
 };
 
@@ -99,7 +103,8 @@ class PatchSampler {
   const std::vector<torch::Tensor>& foreground() const { return foreground_; }
   // Input channels the intensity transforms touch (augment.intensity_channels resolved).
   const std::vector<int64_t>& intensity_channels() const { return intensity_channels_; }
-  bool affine_enabled() const { return options_.augment.affine_prob > 0; }
+  // Whether some sample may be resampled (affine or elastic): image batches are then float32.
+  bool resampling_enabled() const { return options_.augment.affine_prob > 0 || options_.augment.elastic_prob > 0; }
 
  private:
   void init();

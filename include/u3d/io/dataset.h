@@ -3,7 +3,7 @@
 //
 //   /                        attrs: format="u3d-dataset", format_version=1, task="dose"|"segmentation",
 //                                   channel_names[C], target_name, target_units, num_classes,
-//                                   class_names[num_classes]
+//                                   class_names[num_classes], optional ignore_label
 //   /cases/<id>/image        (C, D, H, W) any int/float type; raw values, normalised at load time
 //   /cases/<id>/target       (D, H, W) float (regression, e.g. dose in Gy) or integer labels; optional
 //   /cases/<id>/mask         (D, H, W) uint8 loss mask (e.g. OpenKBP possible-dose mask); optional
@@ -37,11 +37,15 @@ inline constexpr int kDatasetFormatVersion = 1;
 
 struct DatasetInfo {
   Task task = Task::kDose;
-  std::vector<std::string> channel_names;                  // C input channels, in storage order
-  std::string target_name = "target";                      // e.g. "dose"
-  std::string target_units;                                // e.g. "Gy"
-  int64_t num_classes = 0;                                 // segmentation: classes including background (0)
-  std::vector<std::string> class_names;                    // segmentation: num_classes names
+  std::vector<std::string> channel_names;  // C input channels, in storage order
+  std::string target_name = "target";      // e.g. "dose"
+  std::string target_units;                // e.g. "Gy"
+  int64_t num_classes = 0;                 // segmentation: classes including background (0)
+  std::vector<std::string> class_names;    // segmentation: num_classes names
+  // Segmentation: the label of unlabeled voxels (e.g. 2 in the Vesuvius surface data), >= num_classes
+  // (nnU-Net: the highest label); excluded from every loss, the pseudo-Dice and every metric, voxel by
+  // voxel. -1: none. The network predicts num_classes classes; the ignore label is never predicted.
+  int64_t ignore_label = -1;
   std::map<std::string, std::vector<std::string>> splits;  // split name -> case ids
   std::vector<std::string> case_ids;                       // every case in the file, sorted
   std::string description;                                 // free text

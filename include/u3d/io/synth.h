@@ -5,8 +5,15 @@
 //                dose field (Gy) that is 70 Gy in the PTV, falls off with distance from it, is lower in
 //                the organs at risk and zero outside the body; the body is the loss mask.
 // segmentation:  one noisy image channel with a smooth bias field; labels 0 background, 1 liver,
-//                2 kidney, 3 tumour (inside the liver).
-// The same (task, size, seed, index) always gives the same case, bit for bit.
+//                2 kidney, 3 tumour (inside the liver) (PhantomKind::kOrgans, the default).
+// surface:       segmentation of thin sheets, like papyrus in scroll CT (Vesuvius Challenge surface
+//                detection; PhantomKind::kSurface): 2-4 smooth curved sheets (height fields with
+//                low-frequency sinusoidal bends, each 1-3 voxels thick), each in a random orientation or
+//                stacked on the one before (same orientation, touching it where the bends meet), some with
+//                a disc cut out; one noisy image channel (sheets brighter, a smooth bias field); labels
+//                0 background, 1 surface, 2 unlabeled (the ignore label, DatasetInfo::ignore_label) on one
+//                or two random slabs (a band of slices or a box) whatever lies there.
+// The same (task, kind, size, seed, index) always gives the same case, bit for bit.
 #pragma once
 #include <filesystem>
 
@@ -14,8 +21,12 @@
 
 namespace u3d {
 
+// Which segmentation phantom; the dose task has one kind (kOrgans stands for it).
+enum class PhantomKind { kOrgans, kSurface };
+
 struct PhantomOptions {
   Task task = Task::kDose;
+  PhantomKind kind = PhantomKind::kOrgans;  // segmentation only; kSurface with the dose task: UsageError
   int64_t cases = 24;
   Shape3 size = {32, 32, 32};
   uint64_t seed = 0;
@@ -23,15 +34,18 @@ struct PhantomOptions {
   double test_fraction = 0.0;  // share in "test"; the rest is "train"
 };
 
-DatasetInfo phantom_info(Task task);
-CaseData make_phantom_case(Task task, const Shape3& size, uint64_t seed, int64_t index);
+// kSurface: num_classes 2 {background, surface}, ignore_label 2. UsageError for (kDose, kSurface).
+DatasetInfo phantom_info(Task task, PhantomKind kind = PhantomKind::kOrgans);
+CaseData make_phantom_case(Task task, const Shape3& size, uint64_t seed, int64_t index,
+                           PhantomKind kind = PhantomKind::kOrgans);
 // Writes a dataset file (format v1) with splits train / val (/ test).
 void write_phantom_dataset(const PhantomOptions& options, const std::filesystem::path& out);
 // Writes segmentation phantoms as an nnU-Net v2 raw dataset folder `dir` (NIfTI, for trying the
 // import path without real data): dataset.json (channel "phantom", labels background, liver,
-// kidney, tumour), imagesTr/<id>_0000.nii.gz and labelsTr/<id>.nii.gz for the train and val
-// cases, and for the test cases imagesTs/ plus labelsTs/ (to score predictions). Voxel size from the
-// phantom, axes aligned with the world. UsageError for the dose task.
+// kidney, tumour; for kSurface background, surface and "ignore": 2, nnU-Net's convention),
+// imagesTr/<id>_0000.nii.gz and labelsTr/<id>.nii.gz for the train and val cases, and for the test
+// cases imagesTs/ plus labelsTs/ (to score predictions). Voxel size from the phantom, axes aligned
+// with the world. UsageError for the dose task.
 void write_phantom_nnunet_raw(const PhantomOptions& options, const std::filesystem::path& dir);
 
 }  // namespace u3d

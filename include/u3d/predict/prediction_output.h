@@ -1,9 +1,11 @@
 // Streamed per-case outputs of `trainer --predict-only`. The blended network output of one case
 // arrives slab by slab along D (SlabSink, from the streaming sliding_window_predict) and is turned
-// into labels (segmentation, argmax) or values in target units (regression), scored against the
-// case's target, written into the predictions HDF5 file and, for cases imported from NIfTI, into a
-// NIfTI file with the input's header in the input's grid (import resampling undone). No stage holds
-// a whole volume of logits, so a 512x512x300 CT predicts in bounded host memory.
+// into labels (segmentation: argmax, or postprocess.h's threshold and small-component removal) or
+// values in target units (regression), scored against the case's target, written into the
+// predictions HDF5 file and, for cases imported from NIfTI, into a NIfTI file with the input's header
+// in the input's grid (import resampling undone). No stage holds a whole volume of logits, so a
+// 512x512x300 CT predicts in bounded host memory; with component removal the case's uint8 labels
+// (and those in the NIfTI grid) are held whole and written at finish().
 #pragma once
 #include <torch/torch.h>
 
@@ -18,6 +20,7 @@
 #include "u3d/data/cache.h"
 #include "u3d/data/preprocess.h"
 #include "u3d/io/dataset.h"
+#include "u3d/predict/postprocess.h"
 #include "u3d/predict/predictor.h"
 
 namespace u3d {
@@ -47,6 +50,10 @@ struct CaseOutputOptions {
   std::string group;           // the case's group in it, e.g. "cases/case_001" (must exist)
   std::string context;         // for messages: "<file>: case '<id>'"
   bool probabilities = false;  // segmentation: also write <group>/probabilities (K, D, H, W) float32 softmax
+  // Segmentation: how labels are made from the output (checked by check_postprocess beforehand); the
+  // prediction, its score, the kept prediction and the NIfTI file all get the post-processed labels
+  // (in the NIfTI grid, components are removed after resampling, counted in that grid's voxels).
+  PostprocessOptions postprocess;
   // NIfTI output: written to `nifti_path` with `geometry`'s header, resampled to geometry.shape
   // when that differs from the case's grid. Both set or neither.
   std::optional<std::filesystem::path> nifti_path;

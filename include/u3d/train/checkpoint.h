@@ -50,8 +50,9 @@ struct TrainState {
   int64_t best_epoch = 0;
   double train_target_mean = 0;  // regression: mean training target in the loss mask (baseline)
   // The unfinished epoch's running totals, so a run resumed mid-epoch writes the same metrics row.
-  double epoch_loss_sum = 0;     // sum of the finite step losses
-  int64_t epoch_loss_steps = 0;  // steps in epoch_loss_sum
+  double epoch_loss_sum = 0;            // sum of the finite step losses
+  std::vector<double> epoch_term_sums;  // the same per term of a training.loss list (empty: none)
+  int64_t epoch_loss_steps = 0;         // steps in epoch_loss_sum
   int64_t epoch_samples = 0;
   int64_t epoch_skipped = 0;  // steps skipped for a non-finite loss or gradient norm
   int64_t skipped_total = 0;

@@ -33,6 +33,25 @@ torch::Tensor dice_ce_loss(const torch::Tensor& logits, const torch::Tensor& lab
 
 // auto -> a concrete kind for the task; ConfigError for a kind that does not fit the task or data.
 LossKind resolve_loss(LossKind kind, Task task, bool has_mask);
+// The same for training.loss: a named loss as above; a list's terms must fit the task (segmentation:
+// ce, dice, cldice, skeleton_recall, boundary; regression: l1, mse, masked_l1, masked_mse, the masked
+// ones with a loss mask).
+LossSpec resolve_loss(const LossSpec& spec, Task task, bool has_mask);
+
+// What the terms need besides the outputs and targets (training.* and the dataset).
+struct LossOptions {
+  int64_t ignore_label = -1;          // segmentation voxels with this label count in no term; -1: none
+  std::vector<double> class_weights;  // ce: per class (empty: all 1)
+  int64_t skeleton_iterations = 3;    // cldice, skeleton_recall
+  int64_t boundary_distance = 8;      // boundary
+};
+LossOptions loss_options(const TrainingConfig& training, const DatasetInfo& info);
+
+// A loss's value and, for the list form of training.loss, each term's unweighted value.
+struct LossParts {
+  torch::Tensor total;  // () float32
+  torch::Tensor terms;  // (T,) float32, T = Loss::term_names().size(); undefined for a named loss
+};
 
 // Deep supervision (nnU-Net): weights of `outputs` outputs, full resolution first: 1, 1/2, 1/4, ...,
 // the lowest-resolution output set to 0 when there are two or more, normalised to sum 1.
@@ -43,18 +62,35 @@ torch::Tensor downsample_labels(const torch::Tensor& labels, const std::array<in
 
 class Loss;
 // sum_i weights[i] * loss(outputs[i], labels down-sampled to outputs[i]); outputs (N, K, ...) finest
-// first; zero weights are skipped.
+// first; zero weights are skipped. deep_supervision_parts also weights the terms the same way.
 torch::Tensor deep_supervision_loss(const Loss& loss, const std::vector<torch::Tensor>& outputs,
                                     const torch::Tensor& labels, const std::vector<double>& weights);
+LossParts deep_supervision_parts(const Loss& loss, const std::vector<torch::Tensor>& outputs,
+                                 const torch::Tensor& labels, const std::vector<double>& weights);
 
+// The training loss: a resolved named loss (l1, ..., dice_ce: unchanged values) or the weighted sum
+// of a list's terms (train/topology_losses.h for cldice, skeleton_recall, boundary). With an ignore
+// label, segmentation terms leave those voxels out (valid = labels != ignore_label).
 class Loss {
  public:
-  explicit Loss(LossKind kind) : kind_(kind) {}
+  explicit Loss(LossKind kind, LossOptions options = {});
+  // `spec` resolved (resolve_loss): no auto.
+  explicit Loss(const LossSpec& spec, LossOptions options = {});
   torch::Tensor operator()(const torch::Tensor& output, const torch::Tensor& target, const torch::Tensor& mask) const;
-  LossKind kind() const { return kind_; }
+  LossParts parts(const torch::Tensor& output, const torch::Tensor& target, const torch::Tensor& mask) const;
+  LossKind kind() const { return kind_; }  // kAuto for the list form
+  // The list form's term names, in order ("ce", "cldice"); empty for a named loss.
+  const std::vector<std::string>& term_names() const { return logged_; }
+  const LossOptions& options() const { return options_; }
 
  private:
-  LossKind kind_;
+  enum class Term { kCe, kDice, kClDice, kSkeletonRecall, kBoundary, kL1, kMaskedL1, kMse, kMaskedMse };
+  torch::Tensor term(Term t, const torch::Tensor& output, const torch::Tensor& target, const torch::Tensor& mask,
+                     const torch::Tensor& valid) const;
+  LossKind kind_ = LossKind::kAuto;
+  LossOptions options_;
+  std::vector<std::pair<Term, double>> terms_;
+  std::vector<std::string> logged_;
 };
 
 }  // namespace u3d

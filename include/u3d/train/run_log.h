@@ -6,7 +6,8 @@
 // step; images progress and val/input, val/target, val/prediction). A plot or TensorBoard write
 // that fails is a warning, never the end of the run.
 //
-// metrics.csv columns: epoch, step, lr, train_loss, val_loss, <task metric>, [val_pseudo_dice,
+// metrics.csv columns: epoch, step, lr, train_loss, [loss_<term> per term of a training.loss list,
+// unweighted], val_loss, <task metric>, [val_pseudo_dice,
 // val_pseudo_dice_ema], [val_dose_score, val_dvh_score], best, epoch_seconds, data_seconds,
 // data_share, samples_per_second, skipped_steps (bracketed ones when that validation runs).
 #pragma once
@@ -29,8 +30,9 @@ class TensorBoardWriter;
 
 struct EpochStats {
   double train_loss = 0;
-  double seconds = 0;       // training time of the whole epoch (before a resume too), s
-  double data_seconds = 0;  // the part of it the loop waited for batches (BatchLoader::wait_seconds)
+  std::vector<double> term_losses;  // per term of a training.loss list: the epoch's mean (loss_<name>)
+  double seconds = 0;               // training time of the whole epoch (before a resume too), s
+  double data_seconds = 0;          // the part of it the loop waited for batches (BatchLoader::wait_seconds)
   int64_t samples = 0;
   int64_t skipped = 0;  // steps skipped for a non-finite loss or gradient norm
 };

@@ -12,18 +12,21 @@ namespace u3d {
 
 class StepMonitor {
  public:
-  explicit StepMonitor(const torch::Device& device);
+  // `terms`: how many loss terms each step reports (training.loss as a list; 0: none).
+  explicit StepMonitor(const torch::Device& device, int64_t terms = 0);
 
-  // One step: `loss` () float on the device, `found_inf` () float32 0/1 (nonfinite_flag()).
-  // A skipped step's loss is left out of the sum.
-  void record(const torch::Tensor& loss, const torch::Tensor& found_inf);
+  // One step: `loss` () float on the device, `found_inf` () float32 0/1 (nonfinite_flag()),
+  // `terms` (T,) float the step's loss terms (undefined when T = 0). A skipped step's loss and
+  // terms are left out of the sums.
+  void record(const torch::Tensor& loss, const torch::Tensor& found_inf, const torch::Tensor& terms = {});
 
   struct Totals {
-    double loss_sum = 0;           // finite losses of the epoch
-    int64_t skipped = 0;           // skipped steps of the epoch
-    int64_t skipped_total = 0;     // skipped steps of the run
-    int64_t skipped_in_a_row = 0;  // ending at the last recorded step
-    int64_t longest_run = 0;       // longest run of consecutive skips since the last reset
+    double loss_sum = 0;            // finite losses of the epoch
+    std::vector<double> term_sums;  // the same per loss term
+    int64_t skipped = 0;            // skipped steps of the epoch
+    int64_t skipped_total = 0;      // skipped steps of the run
+    int64_t skipped_in_a_row = 0;   // ending at the last recorded step
+    int64_t longest_run = 0;        // longest run of consecutive skips since the last reset
   };
   Totals totals() const;  // host read (synchronises with the device)
 
@@ -35,8 +38,9 @@ class StepMonitor {
   void store(TrainState& state) const;  // host read
 
  private:
-  torch::Tensor loss_sum_;  // () float64
-  torch::Tensor counters_;  // (4,) int64: skipped (epoch), skipped (run), in a row, longest run
+  torch::Tensor loss_sum_;   // () float64
+  torch::Tensor term_sums_;  // (T,) float64
+  torch::Tensor counters_;   // (4,) int64: skipped (epoch), skipped (run), in a row, longest run
 };
 
 }  // namespace u3d

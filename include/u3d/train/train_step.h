@@ -157,8 +157,9 @@ class TrainStep {
   std::vector<double> deep_weights_;                    // deep-supervision loss weights, finest output first
   int64_t accumulate_ = 1;                              // training.accumulate_steps
 
-  // Forward and backward of one micro-batch; returns its loss / accumulate_steps, detached.
-  torch::Tensor accumulate(const Batch& batch, bool capturing);
+  // Forward and backward of one micro-batch; returns its loss / accumulate_steps and its loss terms
+  // (the same scale), detached.
+  LossParts accumulate(const Batch& batch, bool capturing);
   torch::Tensor last_found_inf_;
   std::function<void(const std::vector<torch::Tensor>&)> after_backward_;
   std::unique_ptr<CudaGraphStep> graph_;

@@ -1,0 +1,56 @@
+#!/bin/bash
+# Surface recipe figures on the CPU (docs/surface.md, "Figures"), in the working folder:
+#   1. step time of configs/surface.yaml's network for each loss list (the cost of each term);
+#   2. batches/s of the sampler with and without elastic deformation (1 and 2 threads);
+#   3. the competition score of Dice+CE against Dice+CE+clDice+skeleton recall trained for the same
+#      wall-clock time on surface phantoms (NIfTI through import nnunet, so predictions are NIfTI
+#      files that `trainer evaluate surface` scores).
+#
+#   scripts/bench/surface_losses.sh [MINUTES (default 5)] [PATCH (default [32,64,64])]
+# TRAINER overrides the executable (default build/release/trainer beside this script).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+trainer=${TRAINER:-$here/build/release/trainer}
+minutes=${1:-5}
+patch=${2:-[32,64,64]}
+cfg=(--config "$here/configs/surface.yaml" --set training.device=cpu --set training.threads=2
+     --set "data.patch_size=$patch" --set model.levels=4 --set model.base_filters=16
+     --set logging.progress_seconds=0 --set logging.plot=false)
+
+[ -d Dataset777_Surface ] || "$trainer" synth --task surface --cases 24 --size 64 --format nnunet \
+  --out Dataset777_Surface > /dev/null
+[ -f surface_bench.h5 ] || "$trainer" import nnunet --source Dataset777_Surface --out surface_bench.h5 > /dev/null
+cfg+=(--set data.path=surface_bench.h5)
+
+echo "== 1. step time per loss list (patch $patch, batch 2, 4 levels, 16 filters, fp32, 2 threads)"
+declare -A losses=(
+  [dice_ce]="dice_ce"
+  [+cldice]="[{name: ce}, {name: dice}, {name: cldice, weight: 0.5}]"
+  [+skeleton_recall]="[{name: ce}, {name: dice}, {name: skeleton_recall}]"
+  [+boundary]="[{name: ce}, {name: dice}, {name: boundary, weight: 0.1}]"
+  [all]="[{name: ce}, {name: dice}, {name: cldice, weight: 0.5}, {name: skeleton_recall}, {name: boundary, weight: 0.1}]"
+)
+for name in dice_ce +cldice +skeleton_recall +boundary all; do
+  out=$("$trainer" "${cfg[@]}" --set "training.loss=${losses[$name]}" --benchmark --steps 5 --warmup 1 2>&1 |
+        grep -a -m1 -o 'step [0-9.]* ms[^|]*' || true)
+  echo "$name: $out"
+done
+
+echo "== 2. sampler batches/s, elastic off and on (elastic_prob 1)"
+for elastic in 0 1; do
+  "$trainer" "${cfg[@]}" --set augment.elastic_prob=$elastic --benchmark data --workers 1,2 \
+    --benchmark-seconds 10 2>&1 | grep -a 'memory' | sed "s/^/elastic_prob=$elastic: /"
+done
+
+echo "== 3. Dice+CE against Dice+CE+clDice+skeleton recall, $minutes minutes each"
+common=("${cfg[@]}" --set "training.max_minutes=$minutes" --set training.val_full=false
+        --set training.val_patch_batches=4 --set predict.nifti=true --set predict.tta=none)
+run() {  # name, loss
+  "$trainer" "${common[@]}" --set "experiment.name=$1" --set "training.loss=$2" > "$1.log" 2>&1
+  "$trainer" "${common[@]}" --set "experiment.name=$1" --set "training.loss=$2" --predict-only \
+    --set predict.split=val >> "$1.log" 2>&1
+  "$trainer" evaluate surface --reference Dataset777_Surface/labelsTr --predictions "runs/$1/predictions/val" \
+    --ignore-label 2 --force 2>&1 | grep -a -i 'mean' | sed "s/^/$1: /"
+}
+run surface_dice_ce "[{name: ce}, {name: dice}]"
+run surface_topo "[{name: ce}, {name: dice}, {name: cldice, weight: 0.5}, {name: skeleton_recall}]"
