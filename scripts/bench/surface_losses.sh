@@ -1,6 +1,7 @@
 #!/bin/bash
 # Surface recipe figures on the CPU (docs/surface.md, "Figures"), in the working folder:
-#   1. step time of configs/surface.yaml's network for each loss list (the cost of each term);
+#   0. step time and peak memory of configs/surface.yaml as shipped, on the CPU;
+#   1. step time of a smaller network for each loss list (the cost of each term);
 #   2. batches/s of the sampler with and without elastic deformation (1 and 2 threads);
 #   3. the competition score of Dice+CE against Dice+CE+clDice+skeleton recall trained for the same
 #      wall-clock time on surface phantoms (NIfTI through import nnunet, so predictions are NIfTI
@@ -22,6 +23,17 @@ cfg=(--config "$here/configs/surface.yaml" --set training.device=cpu --set train
 [ -f surface_bench.h5 ] || "$trainer" import nnunet --source Dataset777_Surface --out surface_bench.h5 > /dev/null
 cfg+=(--set data.path=surface_bench.h5)
 
+step_figures() {  # the step benchmark's JSON line -> "median ... ms/step ..., peak RSS ... GiB"
+  grep -a '^{"benchmark": "step"' | python3 -c 'import json, sys
+r = json.load(sys.stdin)
+print("median %.0f ms/step (p10 %.0f, p90 %.0f), peak RSS %.2f GiB, %.1f M parameters" % (r["step_ms_median"],
+      r["step_ms_p10"], r["step_ms_p90"], r["peak_host_rss_bytes"] / 2**30, r["parameters"] / 1e6))'
+}
+
+echo "== 0. configs/surface.yaml as shipped (72x136x136, batch 2, every term, deep supervision), fp32 on the CPU"
+"$trainer" --config "$here/configs/surface.yaml" --set training.device=cpu --set training.threads=2 \
+  --set data.path=surface_bench.h5 --benchmark --steps 2 --warmup 1 2>/dev/null | step_figures
+
 echo "== 1. step time per loss list (patch $patch, batch 2, 4 levels, 16 filters, fp32, 2 threads)"
 declare -A losses=(
   [dice_ce]="dice_ce"
@@ -31,8 +43,8 @@ declare -A losses=(
   [all]="[{name: ce}, {name: dice}, {name: cldice, weight: 0.5}, {name: skeleton_recall}, {name: boundary, weight: 0.1}]"
 )
 for name in dice_ce +cldice +skeleton_recall +boundary all; do
-  out=$("$trainer" "${cfg[@]}" --set "training.loss=${losses[$name]}" --benchmark --steps 5 --warmup 1 2>&1 |
-        grep -a -m1 -o 'step [0-9.]* ms[^|]*' || true)
+  out=$("$trainer" "${cfg[@]}" --set "training.loss=${losses[$name]}" --benchmark --steps 5 --warmup 1 2>/dev/null |
+        step_figures)
   echo "$name: $out"
 done
 
@@ -43,7 +55,9 @@ for elastic in 0 1; do
 done
 
 echo "== 3. Dice+CE against Dice+CE+clDice+skeleton recall, $minutes minutes each"
-common=("${cfg[@]}" --set "training.max_minutes=$minutes" --set training.val_full=false
+# Short epochs (25 steps) so both runs use the whole budget (a run stops after the epoch whose
+# successor would overrun it).
+common=("${cfg[@]}" --set "training.max_minutes=$minutes" --set training.steps_per_epoch=25 --set training.val_full=false
         --set training.val_patch_batches=4 --set predict.nifti=true --set predict.tta=none)
 run() {  # name, loss
   "$trainer" "${common[@]}" --set "experiment.name=$1" --set "training.loss=$2" > "$1.log" 2>&1

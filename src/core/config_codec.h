@@ -179,8 +179,7 @@ struct Codec<bool> {
   static std::string type() { return "true|false"; }
   static bool parse(const YAML::Node& n, const std::string& where, const std::string& key) {
     if (n.IsScalar()) {
-      std::string s = n.Scalar();
-      std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+      const std::string s = to_lower(n.Scalar());
       if (s == "true" || s == "yes" || s == "on") return true;
       if (s == "false" || s == "no" || s == "off") return false;
     }

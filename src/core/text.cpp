@@ -62,6 +62,12 @@ std::optional<std::vector<double>> parse_double_list(std::string_view text, std:
   return parse_list<double>(text, separators, parse_double);
 }
 
+std::string to_lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
 std::string json_string(const std::string& text) {
   std::string out = "\"";
   for (const unsigned char c : text) {

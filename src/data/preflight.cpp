@@ -26,8 +26,6 @@ DataProblem warning(const std::string& id, const std::string& field, std::string
   return problem(DataProblem::Severity::kWarning, id, field, std::move(message));
 }
 
-std::string shape_text(torch::IntArrayRef s) { return fmt::format("({})", fmt::join(s, ", ")); }
-
 // Where the first non-finite voxel is, as "(c, z, y, x)" in the tensor's own index order.
 std::string first_index(const torch::Tensor& bad) {
   int64_t flat = bad.flatten().to(torch::kByte).argmax().item<int64_t>();

@@ -50,8 +50,6 @@ std::string printable(const std::string& id) {
   return out;
 }
 
-std::string shape_text(torch::IntArrayRef s) { return fmt::format("({})", fmt::join(s, ", ")); }
-
 template <size_t N>
 std::array<double, N> read_fixed(hid_t obj, const std::string& name, const std::string& ctx) {
   const auto v = h5::read_double_list_attribute(obj, name, ctx);
@@ -117,6 +115,8 @@ Task task_from_string(const std::string& s) {
   if (s == "segmentation") return Task::kSegmentation;
   throw DataError(fmt::format("task '{}' is not dose or segmentation", s));
 }
+
+std::string shape_text(torch::IntArrayRef sizes) { return fmt::format("({})", fmt::join(sizes, ", ")); }
 
 bool is_valid_case_id(const std::string& id) {
   if (id.empty() || id == "." || id == "..") return false;

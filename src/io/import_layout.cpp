@@ -19,11 +19,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
-
 std::vector<fs::path> nifti_files_in(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw DataError(fmt::format("{}: folder not found", dir.string()));
@@ -261,7 +256,7 @@ Layout nifti_folders_layout(const NiftiFolders& folders) {
 }  // namespace import_detail
 
 std::string normalization_for_channel_name(const std::string& name) {
-  const std::string n = import_detail::lower(name);
+  const std::string n = to_lower(name);
   if (n == "ct") return "ct";
   if (n == "nonorm" || n == "none") return "none";
   if (n == "rescale_to_0_1") return "minmax";

@@ -12,6 +12,7 @@
 #include "import_layout.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/parallel.h"
+#include "u3d/core/text.h"
 #include "u3d/io/import.h"
 #include "u3d/io/tiff.h"
 
@@ -34,8 +35,7 @@ std::map<std::string, fs::path> tiff_files_in(const fs::path& dir) {
   std::map<std::string, fs::path> out;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    std::string ext = e.path().extension().string();
-    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+    const std::string ext = to_lower(e.path().extension().string());
     if (!e.is_regular_file() || name[0] == '.' || (ext != ".tif" && ext != ".tiff")) continue;
     const std::string id = e.path().stem().string();
     if (!is_valid_case_id(id)) {

@@ -68,11 +68,6 @@ ModelConfig recipe_model(Task task, int64_t levels) {
   return m;
 }
 
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 std::string shape_text(const Shape3& s) { return fmt::format("[{}, {}, {}]", s[0], s[1], s[2]); }
 
 // The plan at `spacing`: levels, patch, batch and their reasons. `stored`: plan for the cases'
@@ -235,7 +230,7 @@ Plan make(const DatasetFingerprint& fp, const PlanOptions& options, const Measur
   }
   // Normalisation.
   for (const auto& ch : fp.channels) {
-    const std::string name = lower(ch.name);
+    const std::string name = to_lower(ch.name);
     if (name == "ct" || ch.p00_5 < -500) {
       const double hi = std::max(ch.p99_5, ch.p00_5 + 1e-3);
       plan.normalize.push_back(fmt::format("ct:{}:{}:{}:{}", ch.p00_5, hi, ch.mean, std::max(ch.std, 1e-6)));

@@ -21,6 +21,8 @@ std::optional<double> parse_double(std::string_view text);
 // Every item of split(text, separators) parsed; nullopt when any item is not a number.
 std::optional<std::vector<int64_t>> parse_int_list(std::string_view text, std::string_view separators = ",");
 std::optional<std::vector<double>> parse_double_list(std::string_view text, std::string_view separators = ",");
+// `text` with ASCII letters in lower case (file extensions, names matched without case).
+std::string to_lower(std::string_view text);
 // `text` as a JSON string literal, quotes included (", \ and control characters escaped).
 std::string json_string(const std::string& text);
 
