@@ -229,7 +229,9 @@ void Trainer::record_run() {
   write_file_atomic(paths_.config, fmt::format("# resolved config of run '{}' (trainer {} {})\n{}",
                                                cfg().experiment.name, version(), git_commit(), to_yaml(cfg())));
   log_->begin(options_.resume ? std::optional<TrainState>(state_) : std::nullopt);
-  log_->banner(runtime_, count_parameters(*net_), to_string(loss_->kind()));
+  // A named loss as resolved (auto -> dice_ce); a list as written.
+  const std::string loss = loss_->term_names().empty() ? to_string(loss_->kind()) : get_value(cfg(), "training.loss");
+  log_->banner(runtime_, count_parameters(*net_), loss);
 }
 
 EpochStats Trainer::train_epoch(int64_t epoch) {

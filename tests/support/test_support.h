@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "u3d/data/batch.h"
 #include "u3d/io/dataset.h"
 
 namespace u3d {
@@ -100,6 +101,14 @@ void write_text(const fs::path& path, const std::string& text);
 std::string read_text(const fs::path& path);
 // Rows of a CSV file, each a map from header to value.
 std::vector<std::map<std::string, std::string>> read_csv(const fs::path& path);
+
+// Two batches are identical: cases, image, target and mask (`what` names the comparison on failure).
+inline void expect_same_batch(const Batch& a, const Batch& b, const std::string& what) {
+  EXPECT_EQ(a.cases, b.cases) << what;
+  EXPECT_TRUE(torch::equal(a.image, b.image)) << what;
+  EXPECT_TRUE(torch::equal(a.target, b.target)) << what;
+  EXPECT_TRUE(torch::equal(a.mask, b.mask)) << what;
+}
 
 // The message of the E that fn throws, or "no error".
 template <class E>

@@ -6,6 +6,7 @@
 
 #include <set>
 
+#include "test_support.h"
 #include "u3d/data/augment.h"
 #include "u3d/data/device_sampler.h"
 #include "u3d/data/loader.h"
@@ -52,13 +53,6 @@ SamplerOptions options(double elastic_prob, double magnitude) {
   o.augment.elastic_grid = 4;
   o.pad_value = -3;
   return o;
-}
-
-void expect_equal(const Batch& a, const Batch& b, const std::string& what) {
-  EXPECT_EQ(a.cases, b.cases) << what;
-  EXPECT_TRUE(torch::equal(a.image, b.image)) << what;
-  EXPECT_TRUE(torch::equal(a.target, b.target)) << what;
-  EXPECT_TRUE(torch::equal(a.mask, b.mask)) << what;
 }
 
 TEST(Elastic, FieldSpansTheControlGridAndIsSmooth) {
@@ -132,7 +126,7 @@ TEST(Elastic, ZeroMagnitudeIsThePlainPatchExactly) {
     const PatchSampler plain(cache, options(0, 0)), zero(cache, options(1, 0));
     for (int64_t step = 0; step < 4; ++step) {
       EXPECT_TRUE(zero.plan(1, step * 3).elastic);
-      expect_equal(zero.batch(1, step), plain.batch(1, step), "step " + std::to_string(step));
+      test::expect_same_batch(zero.batch(1, step), plain.batch(1, step), "step " + std::to_string(step));
     }
   }
   // resample_patch directly: a zero displacement reads the crop itself, both interpolations.
@@ -208,7 +202,7 @@ TEST(Elastic, BatchesDoNotDependOnTheNumberOfThreads) {
     BatchLoader loader(sampler, LoaderOptions{torch::kCPU, workers, /*prefetch=*/2, steps, /*epochs=*/1, true});
     for (int64_t step = 0; step < steps; ++step) {
       const Batch b = loader.next(1, step);
-      expect_equal(b, reference[static_cast<size_t>(step)], "workers " + std::to_string(workers));
+      test::expect_same_batch(b, reference[static_cast<size_t>(step)], "workers " + std::to_string(workers));
     }
   }
 }

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "test_support.h"
 #include "u3d/core/errors.h"
 #include "u3d/data/loader.h"
 #include "u3d/data/sampler.h"
@@ -44,13 +45,6 @@ SamplerOptions options() {
   return o;
 }
 
-void expect_same(const Batch& a, const Batch& b, const std::string& what) {
-  EXPECT_EQ(a.cases, b.cases) << what;
-  EXPECT_TRUE(torch::equal(a.image, b.image)) << what;
-  EXPECT_TRUE(torch::equal(a.target, b.target)) << what;
-  EXPECT_TRUE(torch::equal(a.mask, b.mask)) << what;
-}
-
 TEST(Loader, BatchStreamIsTheSameForAnyNumberOfWorkers) {
   const StackedCache cache = mixed_cache();
   const PatchSampler sampler(cache, options());
@@ -62,7 +56,8 @@ TEST(Loader, BatchStreamIsTheSameForAnyNumberOfWorkers) {
         const Batch b = loader.next(epoch, step);
         EXPECT_EQ(b.epoch, epoch);
         EXPECT_EQ(b.step, step);
-        expect_same(b, sampler.batch(epoch, step), fmt::format("{} workers, epoch {} step {}", workers, epoch, step));
+        test::expect_same_batch(b, sampler.batch(epoch, step),
+                                fmt::format("{} workers, epoch {} step {}", workers, epoch, step));
       }
     }
     EXPECT_EQ(loader.batches(), 4 * steps);
@@ -82,8 +77,8 @@ TEST(Loader, StressManyWorkersManyBatchesThenCleanShutdown) {
   for (int round = 0; round < 3; ++round) {
     BatchLoader loader(sampler, LoaderOptions{torch::kCPU, 16, /*prefetch=*/2, 100, -1, true});
     for (int64_t step = 0; step < 300; ++step) {
-      expect_same(loader.next(3 + step / 100, step % 100), reference[static_cast<size_t>(step)],
-                  fmt::format("round {} step {}", round, step));
+      test::expect_same_batch(loader.next(3 + step / 100, step % 100), reference[static_cast<size_t>(step)],
+                              fmt::format("round {} step {}", round, step));
     }
     // Leaving with every worker blocked on a full queue: the destructor wakes and joins them.
   }
@@ -93,13 +88,13 @@ TEST(Loader, ResumesAndRestartsAtAnyPosition) {
   const StackedCache cache = mixed_cache();
   const PatchSampler sampler(cache, options());
   BatchLoader loader(sampler, LoaderOptions{torch::kCPU, 2, 2, 6, -1, true});
-  expect_same(loader.next(2, 4), sampler.batch(2, 4), "resume mid-epoch");
-  expect_same(loader.next(2, 5), sampler.batch(2, 5), "next");
-  expect_same(loader.next(3, 0), sampler.batch(3, 0), "epoch wraps");
-  expect_same(loader.next(7, 1), sampler.batch(7, 1), "jump");
+  test::expect_same_batch(loader.next(2, 4), sampler.batch(2, 4), "resume mid-epoch");
+  test::expect_same_batch(loader.next(2, 5), sampler.batch(2, 5), "next");
+  test::expect_same_batch(loader.next(3, 0), sampler.batch(3, 0), "epoch wraps");
+  test::expect_same_batch(loader.next(7, 1), sampler.batch(7, 1), "jump");
   loader.stop();
   loader.stop();
-  expect_same(loader.next(7, 2), sampler.batch(7, 2), "after stop");
+  test::expect_same_batch(loader.next(7, 2), sampler.batch(7, 2), "after stop");
 }
 
 TEST(Loader, StopsAtTheLastEpoch) {
@@ -120,7 +115,7 @@ TEST(Loader, RawBatchesKeepCompactDtypes) {
   EXPECT_EQ(raw.images[0].scalar_type(), torch::kUInt8);
   EXPECT_EQ(raw.images[1].scalar_type(), torch::kFloat);
   EXPECT_EQ(raw.mask.scalar_type(), torch::kUInt8);
-  expect_same(sampler.finalizer()(raw), sampler.batch(0, 1), "finalized raw");
+  test::expect_same_batch(sampler.finalizer()(raw), sampler.batch(0, 1), "finalized raw");
   EXPECT_THROW(loader.next(0, 2), std::logic_error);
 }
 
@@ -162,7 +157,7 @@ TEST(DeviceSampler, MatchesTheHostSamplerBitForBit) {
         EXPECT_TRUE(torch::equal(a.target, b.target)) << step;
         EXPECT_TRUE(torch::equal(a.mask, b.mask)) << step;
         EXPECT_TRUE(torch::equal(a.plan, b.plan)) << step;
-        expect_same(
+        test::expect_same_batch(
             Batch(device.batch(step)),
             [&] {
               Batch x = host.batch(epoch, step);
@@ -220,13 +215,13 @@ TEST(DeviceSampler, CursorBatchesEqualTheIndexedBatchesAcrossEpochs) {
   indexed.set_epoch(2, 5);
   for (int64_t step = 1; step < 5; ++step) {
     if (step == 3) cursor.seek(2, 3, 5);  // in sequence: no device write, same result
-    expect_same(cursor.next_batch(), indexed.batch(step), "epoch 2 step " + std::to_string(step));
+    test::expect_same_batch(cursor.next_batch(), indexed.batch(step), "epoch 2 step " + std::to_string(step));
   }
   cursor.seek(3, 0, 5);
   indexed.set_epoch(3, 5);
-  expect_same(cursor.next_batch(), indexed.batch(0), "epoch 3 step 0");
+  test::expect_same_batch(cursor.next_batch(), indexed.batch(0), "epoch 3 step 0");
   cursor.seek(3, 4, 5);  // out of sequence (a resume): the cursor is written
-  expect_same(cursor.next_batch(), indexed.batch(4), "epoch 3 step 4");
+  test::expect_same_batch(cursor.next_batch(), indexed.batch(4), "epoch 3 step 4");
 
   o.augment.noise_prob = 0.5;  // noise is seeded on the host per batch: not capturable
   const PatchSampler noisy(cache, o);
