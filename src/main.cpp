@@ -13,6 +13,7 @@
 
 #include "u3d/app/commands.h"
 #include "u3d/core/errors.h"
+#include "u3d/core/launch_env.h"
 #include "u3d/core/logging.h"
 #include "u3d/core/parallel.h"
 #include "u3d/core/text.h"
@@ -328,20 +329,24 @@ int main(int argc, char** argv) {
   } catch (const u3d::Error& e) {
     u3d::set_status_line("");
     spdlog::error("{}", u3d::error_line(e));
+    u3d::write_launcher_error_file(u3d::error_line(e));
     u3d::flush_logs();
     return e.exit_code();
   } catch (const c10::Error& e) {
     u3d::set_status_line("");
     spdlog::error("LibTorch: {}", u3d::error_line(e));
+    u3d::write_launcher_error_file("LibTorch: " + u3d::error_line(e));
     u3d::flush_logs();
     return u3d::kExitRuntime;
   } catch (const std::bad_alloc&) {
     spdlog::error("out of host memory; lower data.batch_size or data.patch_size");
+    u3d::write_launcher_error_file("out of host memory");
     u3d::flush_logs();
     return u3d::kExitRuntime;
   } catch (const std::exception& e) {
     u3d::set_status_line("");
     spdlog::error("{}", u3d::error_line(e));
+    u3d::write_launcher_error_file(u3d::error_line(e));
     u3d::flush_logs();
     return u3d::kExitRuntime;
   }

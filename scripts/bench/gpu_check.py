@@ -68,6 +68,7 @@ class Check:
             self.trainer = [args.trainer]
         self.python = args.python
         self.cuda = False
+        self.gpus = 0
         self.peak_tflops = None
         self.sections = []
         self.commit = self.source_commit()
@@ -178,6 +179,7 @@ class Check:
                     k, v = line.split("=", 1)
                     s.cpu_figures[k] = v
         self.cuda = devices > 0
+        self.gpus = devices
         if not self.cuda:
             s.status, s.reason = "SKIPPED", "no CUDA device (trainer --version: 0 devices or a CPU-only LibTorch)"
             return s
@@ -371,6 +373,50 @@ class Check:
                 s.fail(f"peak GPU memory grew from {ma} to {mb} bytes between 10 and {long_steps} steps")
         except RuntimeError as ex:
             s.fail(f"memory run: {ex}")
+        return s
+
+    # ---- 8. data-parallel ---------------------------------------------------------------------
+    def torchrun_bench(self, s, nproc, config, sets, steps, warmup, log_name):
+        cmd = [self.python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "--no-python",
+               self.trainer[0], "--config", config, "--benchmark", "--steps", str(steps), "--warmup", str(warmup)]
+        for k in sets:
+            cmd += ["--set", k]
+        rc, out = self.run(s, cmd, timeout=900, log_name=log_name, env={"OMP_NUM_THREADS": "1"})
+        r = self.json_lines(out, "step")
+        if rc != 0 or not r:
+            errors = [l for l in out.splitlines() if "] [error] " in l]  # the trainer's line, not torchrun's summary
+            raise RuntimeError(f"torchrun trainer --benchmark exit {rc}: {errors[0][:300] if errors else self.last_line(out)}")
+        return r[-1]
+
+    def distributed(self):
+        s = Section("8-distributed", "Data-parallel step under torchrun: all-reduce time, hidden share, scaling")
+        if not self.python_has_torch():
+            s.cpu_status, s.cpu_reason = "SKIPPED", f"no torch in {self.python} (torch.distributed.run)"
+            s.reason = s.cpu_reason
+            return s
+        cfg = os.path.join(ROOT, "configs", "openkbp_baseline.yaml")
+        keys = ("world_size", "dist_backend", "gradient_bytes", "buckets", "step_ms_median", "local_step_ms",
+                "allreduce_ms", "exposed_ms", "hidden_share", "scaling_efficiency", "samples_per_s")
+        try:  # CPU: 2 ranks over Gloo on a tiny network (the plumbing of the whole path)
+            r = self.torchrun_bench(s, 2, cfg, ["training.device=cpu", "model.base_filters=2", "data.patch_size=64",
+                                                "data.batch_size=1"], 3, 1, "gloo-2")
+            s.cpu_status = "PASS" if r.get("world_size") == 2 and r.get("dist_backend") == "gloo" else "FAIL"
+            s.cpu_figures = {k: r.get(k) for k in keys}
+        except RuntimeError as ex:
+            s.cpu_status, s.cpu_reason = "FAIL", str(ex)
+        if not self.cuda:
+            s.status, s.reason = "SKIPPED", "no CUDA device"
+            return s
+        s.status = "PASS"
+        n = max(1, min(8, self.gpus))
+        steps, warmup = (20, 5) if self.args.quick else (50, 10)
+        try:  # every GPU of this machine over NCCL (one GPU: world size 1, the all-reduce's fixed cost)
+            r = self.torchrun_bench(s, n, cfg, ["training.precision=bf16"], steps, warmup, f"nccl-{n}")
+            s.figures = {k: r.get(k) for k in keys}
+            if r.get("dist_backend") != "nccl":
+                s.fail(f"backend {r.get('dist_backend')}, expected nccl")
+        except RuntimeError as ex:
+            s.fail(str(ex))
         return s
 
     # ---- 4. PyTorch side by side ------------------------------------------------------------
@@ -830,7 +876,8 @@ class Check:
     def main(self):
         started = datetime.datetime.now(datetime.timezone.utc)
         self.t0 = time.time()
-        for fn in (self.machine, self.gpu_tests, self.step, self.compare, self.kernels, self.data, self.openkbp):
+        for fn in (self.machine, self.gpu_tests, self.step, self.compare, self.kernels, self.data, self.openkbp,
+                   self.distributed):
             try:
                 sec = fn()
             except Exception as ex:  # a crash in one section is that section's FAIL, not a lost report

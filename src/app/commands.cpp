@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
 #include "u3d/app/benchmark.h"
 #include "u3d/core/config.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/launch_env.h"
 #include "u3d/core/logging.h"
 #include "u3d/core/run.h"
 #include "u3d/core/run_lock.h"
@@ -42,15 +44,25 @@ Shape3 parse_size(const std::string& text) {
 // Trains one run folder; with cross-validation, then predicts the fold's held-out cases with its
 // best checkpoint into <run>/predictions/val.h5 and val_metrics.csv (what `trainer evaluate cv`
 // pools). Exit code 0, or 128 + signal when a stop signal ended training early.
-int train_run(Config cfg, const std::optional<std::string>& resume, const std::vector<std::string>& allow_change) {
-  const RunLock lock(RunPaths(cfg).root);  // one process at a time in a run folder; held until return
+int train_run(Config cfg, std::optional<std::string> resume, const std::vector<std::string>& allow_change) {
+  const LaunchEnv& launch = launch_env();
+  // One process at a time in a run folder, held until return; data-parallel: rank 0 holds it for
+  // the job (the other ranks never write the folder).
+  std::optional<RunLock> lock;
+  if (launch.is_main()) lock.emplace(RunPaths(cfg).root);
+  if (launch.restart_count > 0 && !resume &&
+      CheckpointStore(RunPaths(cfg).checkpoints, cfg.checkpoint.keep_last).latest()) {
+    resume = "";  // torchrun --max-restarts: the restarted workers continue from the newest checkpoint
+    spdlog::info("torchrun restart {}: resuming from the newest checkpoint", launch.restart_count);
+  }
   Config resolved;
   {  // the trainer's caches and model are freed before the fold's prediction
-    Trainer trainer(std::move(cfg), TrainOptions{resume, allow_change});
+    Trainer trainer(std::move(cfg), TrainOptions{resume, allow_change, launch});
     trainer.fit();
     if (trainer.stop_signal()) return 128 + trainer.stop_signal();
     resolved = trainer.config();
   }
+  if (!launch.is_main()) return kExitOk;  // rank 0 predicts the fold's held-out cases
   if (fold_number(resolved)) {
     Config val = resolved;
     val.predict.split = "val";  // the fold's held-out cases
@@ -97,6 +109,7 @@ int run_command(const RunCommand& cmd) {
   Config cfg = load_config(cmd.config, overrides);
   check_machine_limits(cfg);
   init_console_logging(cfg.logging.level);
+  if (!launch_env().is_main()) spdlog::set_level(spdlog::level::warn);  // data-parallel: rank 0 reports
   if (step_benchmark) return step_benchmark_command(cfg, StepBenchmarkOptions{cmd.steps, cmd.warmup});
   if (cmd.benchmark) {
     DataBenchmarkOptions o;
@@ -110,6 +123,10 @@ int run_command(const RunCommand& cmd) {
                                   cfg.data.folds, cfg.data.folds - 1));
   }
   const bool all_folds = cfg.experiment.fold == "all";
+  if (cmd.predict_only && !launch_env().is_main()) {
+    spdlog::warn("{}: --predict-only runs on rank 0 alone; nothing to do here", launch_env().describe());
+    return kExitOk;
+  }
   if (cmd.predict_only && (all_folds || !cmd.ensemble.empty())) {
     std::vector<std::string> members = cmd.ensemble;
     for (int64_t k = 0; all_folds && k < cfg.data.folds; ++k) members.push_back("fold_" + std::to_string(k));

@@ -12,12 +12,15 @@
 #include "u3d/app/benchmark.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/launch_env.h"
 #include "u3d/core/run.h"
 #include "u3d/core/stats.h"
 #include "u3d/core/version.h"
 #include "u3d/data/preprocess.h"
 #include "u3d/io/dataset.h"
 #include "u3d/model/unet.h"
+#include "u3d/train/distributed.h"
+#include "u3d/train/grad_sync.h"
 #include "u3d/train/losses.h"
 #include "u3d/train/optimizer.h"
 #include "u3d/train/resolve.h"
@@ -106,11 +109,27 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
   if (resolve_channels_last(cfg.model, rt.device)) to_channels_last(*net);
   net->train();
   r.parameters = count_parameters(*net);
+  // Under torchrun or srun: the data-parallel step (trainer.h), rank 0's weights on every rank.
+  std::unique_ptr<Distributed> dist;
+  if (launch_env().launched) {
+    dist = Distributed::join(launch_env(), cfg.training, rt.device);
+    dist->broadcast_parameters(*net);
+    loss_opts.rank_mean = [d = dist.get()](const torch::Tensor& count) {
+      torch::Tensor c = count.detach().reshape({1}).to(d->comm_device());
+      d->all_reduce_(c);
+      return (c / static_cast<double>(d->world_size())).to(count.device()).reshape({});
+    };
+  }
   const Loss loss(resolve_loss(cfg.training.loss, task, has_mask), loss_opts);
   Optimizer optimizer(cfg.training, net->parameters());
   optimizer.set_lr(cfg.training.lr);
   StepMonitor monitor(rt.device, static_cast<int64_t>(loss.term_names().size()));
   TrainStep step(cfg, rt.device, *net, loss, optimizer, &monitor);
+  std::unique_ptr<GradientSync> grad_sync;
+  if (dist) {
+    grad_sync = std::make_unique<GradientSync>(optimizer.params(), *dist);
+    step.set_data_parallel(grad_sync.get(), dist.get());
+  }
 
   // Synthetic batch: (N, C, D, H, W) float32 image ~ N(0, 1); dose target in [0, 1) or labels; mask.
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(rt.device);
@@ -137,6 +156,29 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
     r.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
   r.steps = options.steps;
+  if (dist) {  // the same steps without the gradient all-reduce, then the all-reduce alone
+    r.world_size = dist->world_size();
+    r.backend = dist->backend_name();
+    r.gradient_bytes = grad_sync->buffer_bytes();
+    r.buckets = static_cast<int64_t>(grad_sync->buckets().size());
+    grad_sync->set_enabled(false);
+    std::vector<double> local_ms, reduce_ms;
+    for (int64_t i = 0; i < options.steps; ++i) {
+      dist->barrier();
+      sync(rt.device);
+      const auto t0 = Clock::now();
+      step.run(micro_batches);
+      sync(rt.device);
+      local_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+    grad_sync->set_enabled(true);
+    for (int64_t i = 0; i < options.steps; ++i) {
+      dist->barrier();
+      reduce_ms.push_back(1e3 * grad_sync->reduce_seconds());
+    }
+    r.local_step_ms = percentile(local_ms, 50.0);
+    r.allreduce_ms = percentile(reduce_ms, 50.0);
+  }
   const auto& f = step.features();
   r.features = f.describe();
   r.precision = precision_name(f.precision);
@@ -149,7 +191,13 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
   r.median_ms = percentile(r.step_ms, 50.0);  // stats.h: numpy's linear convention
   r.p10_ms = percentile(r.step_ms, 10.0);
   r.p90_ms = percentile(r.step_ms, 90.0);
-  r.samples_per_second = r.median_ms > 0 ? 1e3 * static_cast<double>(n * micro) / r.median_ms : 0;
+  // Over every rank: the global batch per step.
+  r.samples_per_second = r.median_ms > 0 ? 1e3 * static_cast<double>(n * micro * r.world_size) / r.median_ms : 0;
+  if (dist) {
+    r.exposed_ms = std::max(0.0, r.median_ms - r.local_step_ms);
+    r.hidden_share = r.allreduce_ms > 0 ? std::clamp(1.0 - r.exposed_ms / r.allreduce_ms, 0.0, 1.0) : 0.0;
+    r.scaling_efficiency = r.median_ms > 0 ? r.local_step_ms / r.median_ms : 0.0;
+  }
   r.tflops = r.median_ms > 0 ? static_cast<double>(r.flops_per_step) / (r.median_ms * 1e-3) / 1e12 : 0;
   if (rt.device.is_cuda()) {  // reserved: with a CUDA graph the activations live in its private pool
     const GpuMemoryPeaks peaks = gpu_memory_peaks(rt.device);
@@ -165,6 +213,7 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
 
 int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& options) {
   const StepBenchmarkResult r = run_step_benchmark(cfg, options);
+  if (!launch_env().is_main()) return kExitOk;  // data-parallel: rank 0 reports
   const auto& p = cfg.data.patch_size;
   const int64_t n = cfg.data.batch_size;
   std::printf("training-step benchmark: %s, %s%s\n", to_string(cfg.model.architecture).c_str(), r.device.c_str(),
@@ -194,6 +243,18 @@ int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& option
                   : ("n/a (CPU; host peak RSS " + human_bytes(static_cast<double>(r.peak_host_bytes)) + ")").c_str());
   if (r.skipped_steps > 0)
     std::printf("  skipped        %lld steps (non-finite loss or gradient)\n", static_cast<long long>(r.skipped_steps));
+  if (r.world_size > 1 || launch_env().launched) {
+    std::printf("  data-parallel  %lld ranks over %s; %s of gradients in %lld buckets\n",
+                static_cast<long long>(r.world_size), r.backend.c_str(),
+                human_bytes(static_cast<double>(r.gradient_bytes)).c_str(), static_cast<long long>(r.buckets));
+    std::printf(
+        "  all-reduce     %.3f ms alone; step %.3f ms with it, %.3f ms without: %.3f ms exposed, %.0f%% hidden "
+        "under backward\n",
+        r.allreduce_ms, r.median_ms, r.local_step_ms, r.exposed_ms, 100.0 * r.hidden_share);
+    std::printf(
+        "  scaling        %.1f%% efficiency (step without / with the all-reduce); %.2f samples/s over all ranks\n",
+        100.0 * r.scaling_efficiency, r.samples_per_second);
+  }
   const std::string json = fmt::format(
       "{{\"benchmark\": \"step\", \"tool\": \"trainer\", \"version\": {}, \"commit\": {}, \"torch\": {}, "
       "\"device\": {}, \"gpu\": {}, \"architecture\": {}, \"parameters\": {}, \"in_channels\": {}, "
@@ -205,6 +266,8 @@ int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& option
       "\"peak_gpu_mem_bytes\": {}, \"peak_gpu_reserved_bytes\": {}, \"peak_gpu_allocated_bytes\": {}, "
       "\"peak_host_rss_bytes\": {}, \"forward_flops_per_sample\": {}, "
       "\"flops_per_step\": {}, \"tflops\": {:.6f}, \"data_wait_share\": 0, \"skipped_steps\": {}, "
+      "\"world_size\": {}, \"dist_backend\": {}, \"gradient_bytes\": {}, \"buckets\": {}, \"allreduce_ms\": {:.4f}, "
+      "\"local_step_ms\": {:.4f}, \"exposed_ms\": {:.4f}, \"hidden_share\": {:.4f}, \"scaling_efficiency\": {:.4f}, "
       "\"resolved\": {{{}}}}}\n",
       quoted(std::string(version())), quoted(std::string(git_commit())), quoted(TORCH_VERSION), quoted(r.device),
       r.gpu_name.empty() ? "null" : quoted(r.gpu_name), quoted(to_string(cfg.model.architecture)), r.parameters,
@@ -214,7 +277,9 @@ int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& option
       r.samples_per_second, r.peak_gpu_bytes >= 0 ? std::to_string(r.peak_gpu_bytes) : std::string("null"),
       r.peak_gpu_reserved_bytes >= 0 ? std::to_string(r.peak_gpu_reserved_bytes) : std::string("null"),
       r.peak_gpu_allocated_bytes >= 0 ? std::to_string(r.peak_gpu_allocated_bytes) : std::string("null"),
-      r.peak_host_bytes, r.forward_flops_per_sample, r.flops_per_step, r.tflops, r.skipped_steps, resolved_keys(cfg));
+      r.peak_host_bytes, r.forward_flops_per_sample, r.flops_per_step, r.tflops, r.skipped_steps, r.world_size,
+      r.backend.empty() ? "null" : quoted(r.backend), r.gradient_bytes, r.buckets, r.allreduce_ms, r.local_step_ms,
+      r.exposed_ms, r.hidden_share, r.scaling_efficiency, resolved_keys(cfg));
   std::fputs(json.c_str(), stdout);
   std::fflush(stdout);
   return kExitOk;

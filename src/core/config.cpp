@@ -168,6 +168,7 @@ std::string to_string(Tta v) { return enum_name(v); }
 std::string to_string(SaveErrorPolicy v) { return enum_name(v); }
 std::string to_string(Precision v) { return enum_name(v); }
 std::string to_string(Toggle v) { return enum_name(v); }
+std::string to_string(DistBackend v) { return enum_name(v); }
 std::string to_string(ProgressMode v) { return enum_name(v); }
 // -----------------------------------------------------------------------------------------------
 

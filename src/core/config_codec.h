@@ -64,6 +64,7 @@ U3D_ENUM_NAMES(SaveErrorPolicy, {SaveErrorPolicy::kStop, "stop"}, {SaveErrorPoli
 U3D_ENUM_NAMES(Precision, {Precision::kAuto, "auto"}, {Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"},
                {Precision::kFp16, "fp16"})
 U3D_ENUM_NAMES(Toggle, {Toggle::kAuto, "auto"}, {Toggle::kOn, "on"}, {Toggle::kOff, "off"})
+U3D_ENUM_NAMES(DistBackend, {DistBackend::kAuto, "auto"}, {DistBackend::kNccl, "nccl"}, {DistBackend::kGloo, "gloo"})
 #undef U3D_ENUM_NAMES
 
 template <class E>

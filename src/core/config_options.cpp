@@ -409,6 +409,13 @@ const std::vector<Option>& option_table() {
                   "this, so the optimizer sees batch_size x accumulate_steps samples; steps_per_epoch, the LR "
                   "schedule, checkpoints and skipped steps count optimizer steps",
                   in_range<int64_t>(1, 1024)),
+      make_option("training.dist_backend", &C::training, &TrainingConfig::dist_backend,
+                  "Under torchrun or srun (several processes, data-parallel): the c10d backend; auto: nccl on "
+                  "CUDA, gloo on CPU"),
+      make_option("training.dist_timeout_s", &C::training, &TrainingConfig::dist_timeout_s,
+                  "Under torchrun or srun: seconds a collective (gradient all-reduce, barrier, start-up) waits "
+                  "for the other ranks before this rank stops with a message naming the rank it waited for",
+                  at_least(1.0)),
       make_option("training.max_minutes", &C::training, &TrainingConfig::max_minutes,
                   "Time budget of the whole run in minutes (every process since the first start, start-up and "
                   "validation included): the run stops cleanly, with a checkpoint, after the epoch whose successor "

@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <dlfcn.h>
 #include <sys/resource.h>
 
@@ -10,6 +11,7 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/launch_env.h"
 #include "u3d/core/parallel.h"
 
 namespace u3d {
@@ -48,19 +50,24 @@ void check_machine_limits(const Config& cfg) {
   }
 }
 
+namespace {
+// This process's share of the node's cores (torchrun/srun start local_world_size processes per node).
+int64_t process_cores() { return std::max<int64_t>(1, core_count() / launch_env().local_world_size); }
+}  // namespace
+
 int64_t host_threads(const Config& cfg) {
   if (cfg.training.threads > 0) return cfg.training.threads;
-  return std::max<int64_t>(1, core_count() - 1);
+  return std::max<int64_t>(1, process_cores() - 1);
 }
 
 int64_t loading_threads(const Config& cfg) {
   if (cfg.training.threads > 0) return cfg.training.threads;
-  return core_count();
+  return process_cores();
 }
 
 int64_t data_workers(const Config& cfg) {
   if (cfg.data.workers > 0) return cfg.data.workers;
-  return std::max<int64_t>(1, core_count() - 1);
+  return std::max<int64_t>(1, process_cores() - 1);
 }
 
 void use_one_intra_op_thread() {
@@ -84,13 +91,25 @@ Runtime init_runtime(const Config& cfg) {
   if (cfg.training.deterministic) prepare_deterministic_cuda();  // before CUDA initialises
   Runtime rt;
   const bool cuda = torch::cuda::is_available();
+  const LaunchEnv& launch = launch_env();
+  const auto gpu = static_cast<c10::DeviceIndex>(launch.local_rank);  // cuda:LOCAL_RANK (0 for one process)
   switch (cfg.training.device) {
     case Device::kCpu: rt.device = torch::kCPU; break;
     case Device::kCuda:
       if (!cuda) throw ConfigError("training.device: cuda was asked for, but no CUDA device is available");
-      rt.device = torch::Device(torch::kCUDA, 0);
+      rt.device = torch::Device(torch::kCUDA, gpu);
       break;
-    case Device::kAuto: rt.device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU); break;
+    case Device::kAuto: rt.device = cuda ? torch::Device(torch::kCUDA, gpu) : torch::Device(torch::kCPU); break;
+  }
+  if (rt.device.is_cuda()) {
+    const auto count = static_cast<int64_t>(torch::cuda::device_count());
+    if (launch.local_rank >= count) {
+      throw ConfigError(
+          fmt::format("{}: {} processes on this node but {} CUDA device(s): one GPU per process "
+                      "(NCCL refuses two ranks on one GPU); start at most {} per node",
+                      launch.describe(), launch.local_world_size, count, count));
+    }
+    c10::cuda::set_device(gpu);  // code that asks for the current device gets this one
   }
   rt.threads = host_threads(cfg);
   at::set_num_threads(static_cast<int>(rt.threads));

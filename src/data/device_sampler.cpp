@@ -111,7 +111,7 @@ DeviceSampler::DeviceSampler(const PatchSampler& host) : host_(host), device_(ho
 }
 
 void DeviceSampler::set_epoch(int64_t epoch, int64_t steps_per_epoch) {
-  const int64_t count = steps_per_epoch * host_.options().batch_size;
+  const int64_t count = steps_per_epoch * host_.options().shards * host_.options().batch_size;  // the global epoch
   std::vector<int64_t> cases(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) cases[static_cast<size_t>(i)] = host_.case_for(epoch, i);
   const torch::Tensor host_cases = torch::tensor(cases, torch::kLong);
@@ -170,7 +170,8 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
   const Shape3& patch = o.patch;
 
   // Streams of samples step * n + b: Rng(seed, epoch, index).state() on the device.
-  const torch::Tensor index = step.to(lopt) * n + torch::arange(n, lopt);  // (N,)
+  // This shard's batch of the global step (SamplerOptions::shard).
+  const torch::Tensor index = (step.to(lopt) * o.shards + o.shard) * n + torch::arange(n, lopt);  // (N,)
   const Streams r{mix(mix(index + bits(0x8CB92BA72F3D8DD7ull)) ^ epoch_key_)};
   const torch::Tensor cases = epoch_cases_.index_select(0, index);  // (N,)
   const torch::Tensor geom = geometry_.index_select(0, cases);      // (N, 4): offset, D, H, W

@@ -324,7 +324,7 @@ void PatchSampler::fill_raw(int64_t epoch, int64_t step, RawBatch& out) const {
     throw std::logic_error("PatchSampler::fill_raw: the cache is on the GPU; use DeviceSampler");
   }
   for (int64_t b = 0; b < options_.batch_size; ++b) {
-    const SamplePlan p = plan(epoch, step * options_.batch_size + b);
+    const SamplePlan p = plan(epoch, (step * options_.shards + options_.shard) * options_.batch_size + b);
     try {
       fill_sample(p, out, b);
     } catch (const std::exception& e) {

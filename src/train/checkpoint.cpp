@@ -1,5 +1,6 @@
 #include "u3d/train/checkpoint.h"
 
+#include <c10/cuda/CUDAFunctions.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -69,6 +70,7 @@ void visit_fields(Io& io, Info& info) {
   io("sampler.next_sample", p.next_sample);
   io("sampler.cases", p.cases);
   io("sampler.cases_sha256", p.cases_sha256);
+  io("sampler.world_size", p.world_size, kOptional);
   io("state.pseudo_dice_ema", s.pseudo_dice_ema, kOptional);
   io("state.epoch_seconds", s.epoch_seconds, kOptional);
   io("state.epoch_data_seconds", s.epoch_data_seconds, kOptional);
@@ -194,7 +196,9 @@ void save_checkpoint(const std::filesystem::path& path, const CheckpointInfo& in
   }
   ar.write("rng.cpu", at::globalContext().defaultGenerator(torch::kCPU).get_state(), /*is_buffer=*/true);
   if (torch::cuda::is_available()) {
-    ar.write("rng.cuda", at::globalContext().defaultGenerator(torch::Device(torch::kCUDA, 0)).get_state(), true);
+    ar.write("rng.cuda",
+             at::globalContext().defaultGenerator(torch::Device(torch::kCUDA, c10::cuda::current_device())).get_state(),
+             true);
   }
   const auto dir = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
   CheckpointStore(dir, 2).commit(path, [&](const ByteSink& sink) {
@@ -248,7 +252,8 @@ CheckpointInfo load_checkpoint(const std::filesystem::path& path, NetworkImpl& m
       }
       torch::Tensor cuda_state;
       if (torch::cuda::is_available() && ar.try_read("rng.cuda", cuda_state, true)) {
-        at::Generator gen = at::globalContext().defaultGenerator(torch::Device(torch::kCUDA, 0));
+        at::Generator gen =
+            at::globalContext().defaultGenerator(torch::Device(torch::kCUDA, c10::cuda::current_device()));
         std::lock_guard<std::mutex> lock(gen.mutex());
         gen.set_state(cuda_state.to(torch::kCPU));
       }

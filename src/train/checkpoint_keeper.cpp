@@ -22,6 +22,13 @@ void CheckpointKeeper::inside_epoch(int64_t epoch, int64_t step_in_epoch, int64_
 }
 
 void CheckpointKeeper::commit(const std::filesystem::path& path, int64_t global_step, bool periodic) {
+  if (!writes_) {  // another rank writes it
+    if (periodic) {
+      cadence_.mark_saved();
+      saved_global_step_ = global_step;
+    }
+    return;
+  }
   bool written = true;
   try {
     writer_(path);

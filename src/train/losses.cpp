@@ -9,18 +9,20 @@ namespace u3d {
 
 torch::Tensor l1_loss(const torch::Tensor& pred, const torch::Tensor& target) { return (pred - target).abs().mean(); }
 
-torch::Tensor masked_l1_loss(const torch::Tensor& pred, const torch::Tensor& target, const torch::Tensor& mask) {
+torch::Tensor masked_l1_loss(const torch::Tensor& pred, const torch::Tensor& target, const torch::Tensor& mask,
+                             const torch::Tensor& count) {
   const auto m = mask.to(pred.scalar_type());
-  return ((pred - target).abs() * m).sum() / m.sum().clamp_min(1.0);
+  return ((pred - target).abs() * m).sum() / (count.defined() ? count : m.sum()).clamp_min(1.0);
 }
 
 torch::Tensor mse_loss(const torch::Tensor& pred, const torch::Tensor& target) {
   return (pred - target).square().mean();
 }
 
-torch::Tensor masked_mse_loss(const torch::Tensor& pred, const torch::Tensor& target, const torch::Tensor& mask) {
+torch::Tensor masked_mse_loss(const torch::Tensor& pred, const torch::Tensor& target, const torch::Tensor& mask,
+                              const torch::Tensor& count) {
   const auto m = mask.to(pred.scalar_type());
-  return ((pred - target).square() * m).sum() / m.sum().clamp_min(1.0);
+  return ((pred - target).square() * m).sum() / (count.defined() ? count : m.sum()).clamp_min(1.0);
 }
 
 torch::Tensor soft_dice_loss(const torch::Tensor& logits, const torch::Tensor& labels, double smooth) {
@@ -196,9 +198,9 @@ torch::Tensor Loss::term(Term t, const torch::Tensor& output, const torch::Tenso
                          const torch::Tensor& valid) const {
   switch (t) {
     case Term::kL1: return u3d::l1_loss(output, target);
-    case Term::kMaskedL1: return u3d::masked_l1_loss(output, target, mask);
+    case Term::kMaskedL1: return u3d::masked_l1_loss(output, target, mask, rank_mean_count(mask));
     case Term::kMse: return u3d::mse_loss(output, target);
-    case Term::kMaskedMse: return u3d::masked_mse_loss(output, target, mask);
+    case Term::kMaskedMse: return u3d::masked_mse_loss(output, target, mask, rank_mean_count(mask));
     case Term::kCe:
       // Without an ignore label or class weights: the value dice_ce always had, bit for bit.
       if (!valid.defined() && options_.class_weights.empty()) return u3d::cross_entropy_loss(output, target);
@@ -211,6 +213,11 @@ torch::Tensor Loss::term(Term t, const torch::Tensor& output, const torch::Tenso
     case Term::kBoundary: return u3d::boundary_loss(output, target, valid, options_.boundary_distance);
   }
   throw ConfigError("training.loss: unknown term");
+}
+
+torch::Tensor Loss::rank_mean_count(const torch::Tensor& mask) const {
+  if (!options_.rank_mean) return {};
+  return options_.rank_mean(mask.to(torch::kFloat).sum());
 }
 
 LossParts Loss::parts(const torch::Tensor& output, const torch::Tensor& target, const torch::Tensor& mask) const {

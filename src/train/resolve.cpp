@@ -52,9 +52,12 @@ const std::vector<std::string>& split_ids(const DatasetReader& reader, const std
   return ids;
 }
 
-ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const torch::Device& device) {
+ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const torch::Device& device, int64_t rank,
+                       int64_t world_size) {
   ResolvedConfig rc;
   rc.cfg = cfg;
+  rc.rank = rank;
+  rc.world_size = world_size;
   rc.info = reader.info();
   const Task task = rc.info.task;
   rc.cfg.data.normalize = resolve_normalization(rc.cfg.data, rc.info);
@@ -109,7 +112,7 @@ ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const tor
   resolve_precision(training, device);  // fp16 needs CUDA
   rc.cases_sha256 = case_ids_sha256(rc.train_ids);
   const auto cases = static_cast<int64_t>(rc.train_ids.size());
-  const int64_t per_step = data.batch_size * training.accumulate_steps;  // samples per optimizer step
+  const int64_t per_step = data.batch_size * training.accumulate_steps * world_size;  // samples per optimizer step
   rc.steps_per_epoch = training.steps_per_epoch > 0 ? training.steps_per_epoch : (cases + per_step - 1) / per_step;
   rc.monitor = resolve_monitor(rc.cfg, rc.scores_dose());
   switch (rc.monitor) {

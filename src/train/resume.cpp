@@ -39,6 +39,8 @@ const std::vector<std::string>& runtime_config_keys() {
                                                 "training.early_stop_patience",
                                                 "training.cuda_graph",
                                                 "training.graph_warmup_steps",
+                                                "training.dist_backend",
+                                                "training.dist_timeout_s",
                                                 "model.channels_last",
                                                 "checkpoint.every_epochs",
                                                 "checkpoint.keep_last",

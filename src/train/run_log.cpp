@@ -110,15 +110,18 @@ void RunLog::banner(const Runtime& runtime, int64_t parameters, const std::strin
                runtime.device.str(), runtime.threads);
   const auto& cfg = rc_.cfg;
   const int64_t micro = cfg.training.accumulate_steps;
-  spdlog::info("model: {} with {} trainable parameters{}; loss {}; {} steps per epoch of {} samples{}",
-               to_string(cfg.model.architecture), parameters,
-               cfg.model.activation_checkpointing == Checkpointing::kOff
-                   ? ""
-                   : fmt::format(", activation checkpointing ({})", to_string(cfg.model.activation_checkpointing)),
-               loss, rc_.steps_per_epoch, cfg.data.batch_size * micro,
-               micro > 1
-                   ? fmt::format(" ({} micro-batches of {} accumulated per optimizer step)", micro, cfg.data.batch_size)
-                   : "");
+  spdlog::info(
+      "model: {} with {} trainable parameters{}; loss {}; {} steps per epoch of {} samples{}{}",
+      to_string(cfg.model.architecture), parameters,
+      cfg.model.activation_checkpointing == Checkpointing::kOff
+          ? ""
+          : fmt::format(", activation checkpointing ({})", to_string(cfg.model.activation_checkpointing)),
+      loss, rc_.steps_per_epoch, cfg.data.batch_size * micro,
+      micro > 1 ? fmt::format(" ({} micro-batches of {} accumulated per optimizer step)", micro, cfg.data.batch_size)
+                : "",
+      rc_.world_size > 1
+          ? fmt::format(" per rank, {} over {} ranks", cfg.data.batch_size * micro * rc_.world_size, rc_.world_size)
+          : "");
   spdlog::info("resolved config (also in {}):\n{}", paths_.config.string(), describe(rc_.cfg));
 }
 

@@ -75,10 +75,14 @@ void TrainData::load(const ResolvedConfig& rc, const DatasetReader& reader, cons
                                   cfg.data.val_split));
     }
   }
-  const SamplerOptions so = sampler_options(cfg, pre_->channel_names());
+  SamplerOptions so = sampler_options(cfg, pre_->channel_names());
+  so.shard = rc.rank;
+  so.shards = rc.world_size;
   sampler_ = std::make_unique<PatchSampler>(*train_cache_, so);
   if (rc.validates_patches()) {
     SamplerOptions vo = so;
+    vo.shard = 0;  // the validator splits the val batches among the ranks itself
+    vo.shards = 1;
     vo.seed = so.seed ^ 0x7A1D0000ull;  // its own stream, independent of the training patches
     vo.apply_augmentation = false;
     val_stack_ = std::make_unique<StackedCache>(val_cache_->stack_shared());  // views, not a copy

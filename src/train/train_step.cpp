@@ -6,6 +6,8 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/train/cuda_graph.h"
+#include "u3d/train/distributed.h"
+#include "u3d/train/grad_sync.h"
 
 namespace u3d {
 
@@ -23,14 +25,9 @@ std::string StepFeatures::describe() const {
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
-namespace {
-
-// The norm the network's blocks use (the OpenKBP baseline: batch norm).
 Norm network_norm(const ModelConfig& cfg) {
   return cfg.architecture == Architecture::kOpenKbpBaseline ? Norm::kBatch : cfg.norm;
 }
-
-}  // namespace
 
 bool resolve_channels_last(const ModelConfig& cfg, const torch::Device& device) {
   switch (cfg.channels_last) {
@@ -148,6 +145,23 @@ void TrainStep::set_after_backward(std::function<void(const std::vector<torch::T
   }
 }
 
+void TrainStep::set_data_parallel(GradientSync* sync, Distributed* dist) {
+  sync_ = sync;
+  dist_ = dist;
+  if (!graph_) return;
+  if (cfg_.training.cuda_graph == Toggle::kOn) {
+    throw ConfigError(
+        "training.cuda_graph: on is not available for data-parallel training yet (the gradient all-reduce is "
+        "launched from autograd hooks on the host); use auto or off");
+  }
+  graph_.reset();
+  source_ = nullptr;
+  features_.cuda_graph = false;
+  features_.sampling_in_graph = false;
+  features_.cuda_graph_note = "off: data-parallel steps are eager (CUDA graphs with NCCL not measured yet)";
+  spdlog::info("training step: CUDA graph off: data-parallel steps are eager");
+}
+
 LossParts TrainStep::accumulate(const Batch& batch, bool capturing) {
   const torch::Tensor image =
       features_.channels_last ? batch.image.contiguous(at::MemoryFormat::ChannelsLast3d) : batch.image;
@@ -178,6 +192,7 @@ LossParts TrainStep::accumulate(const Batch& batch, bool capturing) {
     loss = loss / static_cast<double>(accumulate_);
     if (parts.terms.defined()) parts.terms = parts.terms / static_cast<double>(accumulate_);
   }
+  if (sync_) sync_->arm(/*reduce=*/micro_index_ == accumulate_ - 1);  // the last micro-batch's backward reduces
   if (scaler_) {
     (loss * scaler_->scale()).backward();
   } else {
@@ -189,12 +204,24 @@ LossParts TrainStep::accumulate(const Batch& batch, bool capturing) {
 StepOutputs TrainStep::compute(const MicroBatches& micro, bool capturing) {
   if (!buffers_.empty()) torch::_foreach_copy_(saved_buffers_, buffers_);
   optimizer_.zero_grad();
+  micro_index_ = 0;
   LossParts first = accumulate(micro(0), capturing);
   torch::Tensor loss = first.total, terms = first.terms;
   for (int64_t m = 1; m < accumulate_; ++m) {
+    micro_index_ = m;
     const LossParts next = accumulate(micro(m), capturing);
     loss = loss + next.total;
     if (terms.defined()) terms = terms + next.terms;
+  }
+  if (sync_) {
+    sync_->finish();  // the averaged gradients, the same on every rank
+    // The global batch's loss: the mean over ranks (one small all-reduce; on the device with NCCL).
+    torch::Tensor both = terms.defined() ? torch::cat({loss.view({1}), terms}) : loss.view({1});
+    both = both.to(dist_->comm_device()).contiguous();
+    dist_->all_reduce_(both);
+    both = (both / static_cast<double>(dist_->world_size())).to(loss.device());
+    loss = both[0];
+    if (terms.defined()) terms = both.slice(0, 1);
   }
   if (after_backward_) after_backward_(optimizer_.params());
   torch::Tensor found_inf;

@@ -70,6 +70,7 @@ TrainState Trainer::fit() {
     const EpochStats stats = train_epoch(epoch);
     if (stop_signal_) break;  // train_epoch wrote the checkpoint
     std::optional<ValStats> val;
+    sync_buffers();  // data-parallel batch norm: every rank validates and saves rank 0's statistics
     if (validator_->due(epoch)) val = validate(epoch);
     if (val && !val->complete) {  // stopped during validation: the epoch's steps are done, its validation is not
       save_inside_epoch(epoch);
@@ -79,11 +80,17 @@ TrainState Trainer::fit() {
     end_epoch(epoch);
     // The metrics row first, then the checkpoint: a kill in between leaves a row newer than the
     // newest checkpoint, which the resume drops and writes again (never a missing row).
-    log_->epoch(epoch, state_.global_step, stats, val, improved,
-                schedule_->at(std::max<int64_t>(0, state_.global_step - 1)));
+    if (log_) {
+      log_->epoch(epoch, state_.global_step, stats, val, improved,
+                  schedule_->at(std::max<int64_t>(0, state_.global_step - 1)));
+    }
     state_.run_seconds = carried_run_seconds + seconds_since(started);
-    const std::string rule = stopping_rule(epoch, /*next_epoch_seconds=*/seconds_since(epoch_started));
+    std::string rule = stopping_rule(epoch, /*next_epoch_seconds=*/seconds_since(epoch_started));
+    const bool stop_here = rank0_decides(!rule.empty());  // data-parallel: the clock is rank 0's
+    if (!stop_here) rule.clear();
+    if (stop_here && rule.empty()) rule = "rank 0's stopping rule";
     keeper_.at_epoch_end(epoch, state_.global_step, improved, /*last=*/!rule.empty());
+    checkpoint_barrier();
     if (!rule.empty()) {
       spdlog::info("stopping after epoch {} of {}: {}", epoch, cfg().training.epochs, rule);
       break;
@@ -93,15 +100,35 @@ TrainState Trainer::fit() {
 }
 
 TrainState Trainer::finish() {
-  log_->clear_progress();
+  if (log_) log_->clear_progress();
   if (stop_signal_) {
+    sync_buffers();
     keeper_.on_stop(state_, stop_signal_);
+    checkpoint_barrier();
   } else {
     keeper_.on_finish();
-    log_->done(state_);
+    if (log_) log_->done(state_);
   }
   flush_logs();
   return state_;
+}
+
+bool Trainer::rank0_decides(bool local) {
+  if (!dist_) return local;
+  return dist_->control_max({dist_->is_main() && local ? 1 : 0})[0] != 0;
+}
+
+void Trainer::sync_buffers() {
+  if (!dist_) return;
+  std::vector<torch::Tensor> stats;
+  for (const auto& b : net_->buffers()) {
+    if (b.is_floating_point()) stats.push_back(b);  // batch-norm running statistics
+  }
+  if (!stats.empty()) dist_->broadcast_(stats);
+}
+
+void Trainer::checkpoint_barrier() {
+  if (dist_) dist_->barrier();
 }
 
 std::string Trainer::stopping_rule(int64_t epoch, double next_epoch_seconds) const {
@@ -124,7 +151,22 @@ std::string Trainer::stopping_rule(int64_t epoch, double next_epoch_seconds) con
 }
 
 bool Trainer::stopping() {
-  if (!stop_signal_) stop_signal_ = StopSignals::pending();
+  if (stop_signal_) return true;
+  if (!dist_) {
+    stop_signal_ = StopSignals::pending();
+    save_due_ = keeper_.due_inside_epoch();
+    return stop_signal_ != 0;
+  }
+  // One host-side collective for both step-boundary decisions: a signal on any rank, rank 0's
+  // checkpoint clock (Distributed::control_max never waits for the device).
+  const std::vector<int> agreed =
+      dist_->control_max({StopSignals::pending(), dist_->is_main() && keeper_.due_inside_epoch() ? 1 : 0});
+  stop_signal_ = agreed[0];
+  save_due_ = agreed[1] != 0;
+  if (stop_signal_ && !StopSignals::pending()) {
+    spdlog::warn("{}: stopping with the other ranks ({} on another rank)", dist_->env().describe(),
+                 StopSignals::name(stop_signal_));
+  }
   return stop_signal_ != 0;
 }
 
@@ -145,14 +187,24 @@ void Trainer::prepare_run() {
   add_log_file(paths_.log);  // with the lines logged since the start
 }
 
-void Trainer::setup_runtime() { runtime_ = init_runtime(cfg()); }
+void Trainer::setup_runtime() {
+  runtime_ = init_runtime(cfg());
+  if (options_.launch.launched) dist_ = Distributed::join(options_.launch, cfg().training, runtime_.device);
+}
 
 void Trainer::load_data() {
   reader_ = open_dataset(cfg());
-  rc_ = resolve(cfg(), *reader_, runtime_.device);
+  rc_ = resolve(cfg(), *reader_, runtime_.device, dist_ ? dist_->rank() : 0, dist_ ? dist_->world_size() : 1);
+  if (dist_) {
+    // Every rank must train the same run on the same data: one line on every rank when not.
+    dist_->check_same("the resolved config", to_yaml(cfg()), "start every rank with the same --config and --set");
+    dist_->check_same("the training data",
+                      fmt::format("{} train {} val {}", rc_.cases_sha256, rc_.train_ids.size(), rc_.val_ids.size()),
+                      fmt::format("every rank must read the same {} (a shared file system)", cfg().data.path));
+  }
   data_ = std::make_unique<TrainData>(rc_, *reader_, runtime_);
   state_.train_target_mean = data_->train_cache().target_mean();
-  prepare_run();  // every check has passed: the run folder is used from here
+  if (main_rank()) prepare_run();  // every check has passed: the run folder is used from here (rank 0 writes it)
 }
 
 void Trainer::build_model() {
@@ -161,11 +213,30 @@ void Trainer::build_model() {
   net_ = build_network(cfg().model, pre.in_channels(), pre.out_channels());
   net_->to(runtime_.device);
   if (resolve_channels_last(cfg().model, runtime_.device)) to_channels_last(*net_);  // before the optimizer's moments
-  loss_ = std::make_unique<Loss>(resolve_loss(cfg().training.loss, pre.task(), data_->train_cache().has_masks()),
-                                 loss_options(cfg().training, rc_.info));
+  const LossSpec loss_spec = resolve_loss(cfg().training.loss, pre.task(), data_->train_cache().has_masks());
+  loss_ = std::make_unique<Loss>(loss_spec, loss_options(cfg().training, rc_.info));
   optimizer_ = std::make_unique<Optimizer>(cfg().training, net_->parameters());
   monitor_ = std::make_unique<StepMonitor>(runtime_.device, static_cast<int64_t>(loss_->term_names().size()));
-  step_ = std::make_unique<TrainStep>(cfg(), runtime_.device, *net_, *loss_, *optimizer_, monitor_.get());
+  const Loss* step_loss = loss_.get();
+  if (dist_) {
+    dist_->broadcast_parameters(*net_);  // rank 0's initial weights, verified equal on every rank
+    LossOptions o = loss_options(cfg().training, rc_.info);
+    o.rank_mean = [d = dist_.get()](const torch::Tensor& count) {
+      torch::Tensor c = count.detach().reshape({1}).to(d->comm_device());
+      d->all_reduce_(c);
+      return (c / static_cast<double>(d->world_size())).to(count.device()).reshape({});
+    };
+    train_loss_ = std::make_unique<Loss>(loss_spec, std::move(o));
+    step_loss = train_loss_.get();
+    sync_ = std::make_unique<GradientSync>(optimizer_->params(), *dist_);
+    if (network_norm(cfg().model) == Norm::kBatch) {
+      spdlog::warn(
+          "data-parallel with batch norm: each rank normalises with its own batch's statistics (not synchronised); "
+          "rank 0's running statistics are given to every rank before validation and each checkpoint");
+    }
+  }
+  step_ = std::make_unique<TrainStep>(cfg(), runtime_.device, *net_, *step_loss, *optimizer_, monitor_.get());
+  if (sync_) step_->set_data_parallel(sync_.get(), dist_.get());
   if (!faults_.inf_grad.empty()) {
     step_->set_after_backward([this](const std::vector<torch::Tensor>& params) {
       if (!faults_.inf_grad.count(state_.global_step + 1)) return;
@@ -185,8 +256,9 @@ void Trainer::build_model() {
   }
   schedule_ = std::make_unique<LrSchedule>(cfg().training, cfg().training.epochs * rc_.steps_per_epoch);
   validator_ = std::make_unique<Validator>(rc_, *data_, *reader_, runtime_.device, runtime_.threads, *net_, *loss_,
-                                           step_->features().channels_last, faults_);
-  log_ = std::make_unique<RunLog>(rc_, paths_);
+                                           step_->features().channels_last, faults_, dist_.get());
+  if (main_rank()) log_ = std::make_unique<RunLog>(rc_, paths_);
+  keeper_.set_writes(main_rank());  // other ranks keep the cadence, rank 0 writes
   keeper_.set_writer(
       [this](const std::filesystem::path& path) { save_checkpoint(path, checkpoint_info(), *net_, optimizer_.get()); });
 }
@@ -218,6 +290,12 @@ void Trainer::restore() {
     step_->scaler()->load(state_.loss_scale, state_.loss_scale_growth);
   }
   keeper_.resumed_at(state_.global_step);
+  if (const int64_t world = dist_ ? dist_->world_size() : 1; saved_info.sampler.world_size != world) {
+    spdlog::warn(
+        "resume: {} was written by {} process(es), this run has {}: another global batch, so the sample "
+        "order from here differs from an uninterrupted run",
+        path.string(), saved_info.sampler.world_size, world);
+  }
   spdlog::info("resume: {} ({}, global step {}; written by trainer {} {} at {})", path.string(),
                state_.step_in_epoch > 0
                    ? fmt::format("inside epoch {} after step {}", state_.epoch + 1, state_.step_in_epoch)
@@ -226,6 +304,14 @@ void Trainer::restore() {
 }
 
 void Trainer::record_run() {
+  if (dist_) {
+    const int64_t per_rank = cfg().data.batch_size * cfg().training.accumulate_steps;
+    spdlog::info(
+        "data-parallel: {} ranks x {} samples per step = global batch {} ({} steps per epoch; samples/s "
+        "count every rank)",
+        dist_->world_size(), per_rank, per_rank * dist_->world_size(), rc_.steps_per_epoch);
+  }
+  if (!main_rank()) return;  // rank 0 writes the run folder
   write_file_atomic(paths_.config, fmt::format("# resolved config of run '{}' (trainer {} {})\n{}",
                                                cfg().experiment.name, version(), git_commit(), to_yaml(cfg())));
   log_->begin(options_.resume ? std::optional<TrainState>(state_) : std::nullopt);
@@ -238,11 +324,12 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
   net_->train();
   EpochStats stats;
   const auto t0 = Clock::now();
-  log_->start_epoch();
+  if (log_) log_->start_epoch();
   const int64_t first_step = state_.step_in_epoch;  // > 0 when resumed inside the epoch
   const int64_t steps = rc_.steps_per_epoch, micro_steps = cfg().training.accumulate_steps;
-  const int64_t batch_size = cfg().data.batch_size * micro_steps;  // samples per optimizer step
-  int64_t samples = 0;                                             // drawn by this process (for samples/s)
+  // Samples per optimizer step, over every rank.
+  const int64_t batch_size = cfg().data.batch_size * micro_steps * (dist_ ? dist_->world_size() : 1);
+  int64_t samples = 0;  // drawn since this process started the epoch, over every rank (for samples/s)
   // The epoch's time in the processes before a resume (its row reports the whole epoch, also when
   // a stop came after its last step, during validation).
   const double carried_seconds = state_.epoch_seconds, carried_data_seconds = state_.epoch_data_seconds;
@@ -283,9 +370,9 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
       samples += batch_size;
       state_.epoch_seconds = carried_seconds + seconds_since(t0);
       state_.epoch_data_seconds = carried_data_seconds + stats.data_seconds;
-      log_->step(state_.global_step, epoch, step + 1, lr, loss, last_found_inf_);
+      if (log_) log_->step(state_.global_step, epoch, step + 1, lr, loss, last_found_inf_);
       if (state_.global_step % cfg().training.max_nonfinite_steps == 0) check_nonfinite();
-      if (log_->progress_due() && step + 1 < steps) {
+      if (log_ && log_->progress_due() && step + 1 < steps) {
         const auto totals = monitor_->totals();  // the only host read between checks
         const int64_t counted = state_.step_in_epoch - totals.skipped;
         const double elapsed = seconds_since(t0);
@@ -308,7 +395,7 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
         save_inside_epoch(epoch);
         break;
       }
-      if (keeper_.due_inside_epoch() && step + 1 < steps) save_inside_epoch(epoch);
+      if (save_due_ && step + 1 < steps) save_inside_epoch(epoch);  // stopping() read the clock
     }
   } catch (const std::exception& e) {
     if (!is_out_of_memory(e)) throw;
@@ -380,7 +467,9 @@ void Trainer::check_nonfinite() {
 
 void Trainer::save_inside_epoch(int64_t epoch) {
   check_nonfinite();
+  sync_buffers();
   keeper_.inside_epoch(epoch, state_.step_in_epoch, state_.global_step);
+  checkpoint_barrier();
 }
 
 CheckpointInfo Trainer::checkpoint_info() const {
@@ -395,7 +484,9 @@ CheckpointInfo Trainer::checkpoint_info() const {
   info.sampler.seed = cfg().experiment.seed;
   info.sampler.batch_size = cfg().data.batch_size;
   info.sampler.epoch = state_.epoch + 1;
-  info.sampler.next_sample = state_.step_in_epoch * cfg().data.batch_size * cfg().training.accumulate_steps;
+  info.sampler.world_size = dist_ ? dist_->world_size() : 1;
+  info.sampler.next_sample =
+      state_.step_in_epoch * cfg().data.batch_size * cfg().training.accumulate_steps * info.sampler.world_size;
   info.sampler.cases = data_->train_cache().size();
   info.sampler.cases_sha256 = rc_.cases_sha256;
   info.config_yaml = to_yaml(cfg());

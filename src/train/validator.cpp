@@ -10,12 +10,13 @@
 #include "u3d/evaluate/metrics.h"
 #include "u3d/predict/predictor.h"
 #include "u3d/train/amp.h"
+#include "u3d/train/distributed.h"
 
 namespace u3d {
 
 Validator::Validator(const ResolvedConfig& rc, const TrainData& data, const DatasetReader& reader,
                      const torch::Device& device, int64_t threads, NetworkImpl& net, const Loss& loss,
-                     bool channels_last, const TestFaults& faults)
+                     bool channels_last, const TestFaults& faults, Distributed* dist)
     : rc_(rc),
       data_(data),
       reader_(reader),
@@ -23,7 +24,8 @@ Validator::Validator(const ResolvedConfig& rc, const TrainData& data, const Data
       net_(net),
       loss_(loss),
       channels_last_(channels_last),
-      faults_(faults) {
+      faults_(faults),
+      dist_(dist) {
   if (rc.scores_dose()) {
     std::vector<std::string> names;
     for (const auto& s : rc.dvh_structures) names.push_back(s.name);
@@ -56,12 +58,17 @@ ValStats Validator::full_volumes(int64_t epoch, const std::function<bool()>& sto
   std::vector<double> losses, metrics;
   std::vector<PatientDoseMetrics> dose_metrics;
   ValStats preview;  // its preview_* fields
-  for (const auto& c : data_.val_cache()->cases()) {
+  const auto& cases = data_.val_cache()->cases();
+  const int64_t n = static_cast<int64_t>(cases.size());
+  const int64_t rank = dist_ ? dist_->rank() : 0, world = dist_ ? dist_->world_size() : 1;
+  for (int64_t round = 0; round * world < n; ++round) {  // data-parallel: case round * W + rank
     if (stopping()) {
       ValStats interrupted;
       interrupted.complete = false;
       return interrupted;
     }
+    if (round * world + rank >= n) continue;
+    const auto& c = cases[static_cast<size_t>(round * world + rank)];
     if (faults_.slow_val_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(faults_.slow_val_ms));
     const torch::Tensor out = sliding_window_predict(net_, c.image, sw, device_);  // (K, D, H, W)
     const torch::Tensor target = c.target.to(device_);
@@ -96,12 +103,37 @@ ValStats Validator::full_volumes(int64_t epoch, const std::function<bool()>& sto
   }
   if (faults_.nan_val.count(epoch)) return ValStats{};  // test fault: every value NaN
   ValStats stats = preview;
-  stats.loss = nan_mean(losses);
-  stats.metric = nan_mean(metrics);
+  if (!dist_) {
+    stats.loss = nan_mean(losses);
+    stats.metric = nan_mean(metrics);
+    if (dose_eval_) {
+      const DoseScores scores = dose_scores(dose_metrics);
+      stats.dose_score = scores.dose_score;
+      stats.dvh_score = scores.dvh_score;
+    }
+    return stats;
+  }
+  // The ranks' sums and counts of the finite values, reduced: the means over every val case.
+  std::vector<double> sums(8, 0.0);
+  auto add = [&](size_t at, double v) {
+    if (!std::isfinite(v)) return;
+    sums[at] += v;
+    sums[at + 1] += 1;
+  };
+  for (double v : losses) add(0, v);
+  for (double v : metrics) add(2, v);
+  for (const auto& p : dose_metrics) {
+    add(4, p.dose_error);
+    for (const auto& e : p.dvh) add(6, e.abs_error());
+  }
+  sums = dist_->sum(sums);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto mean = [&](size_t at) { return sums[at + 1] > 0 ? sums[at] / sums[at + 1] : nan; };
+  stats.loss = mean(0);
+  stats.metric = mean(2);
   if (dose_eval_) {
-    const DoseScores scores = dose_scores(dose_metrics);
-    stats.dose_score = scores.dose_score;
-    stats.dvh_score = scores.dvh_score;
+    stats.dose_score = mean(4);
+    stats.dvh_score = mean(6);
   }
   return stats;
 }
@@ -118,7 +150,8 @@ void Validator::patches(int64_t epoch, ValStats& stats, TrainState& state) {
   torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
   const torch::Tensor classes = torch::arange(k, counts).view({1, k, 1, 1, 1});
   const int64_t batches = rc_.cfg.training.val_patch_batches;
-  for (int64_t b = 0; b < batches; ++b) {
+  const int64_t first = dist_ ? dist_->rank() : 0, stride = dist_ ? dist_->world_size() : 1;
+  for (int64_t b = first; b < batches; b += stride) {  // data-parallel: this rank's share of the batches
     const Batch batch = data_.val_sampler()->batch(epoch, b).to(device_);
     torch::Tensor image = batch.image;
     if (channels_last_) image = image.contiguous(at::MemoryFormat::ChannelsLast3d);
@@ -139,7 +172,15 @@ void Validator::patches(int64_t epoch, ValStats& stats, TrainState& state) {
     fn.add_((~p & y).sum(dims));
   }
   net_.train(was_training);
-  const torch::Tensor host = torch::stack({tp, fp, fn}).cpu();  // the one host read
+  torch::Tensor counts_all = torch::stack({tp, fp, fn});  // (3, K)
+  if (dist_) {                                            // every rank's counts and losses summed
+    counts_all = counts_all.to(dist_->comm_device()).contiguous();
+    dist_->all_reduce_(counts_all);
+    torch::Tensor l = loss_sum.reshape({1}).to(dist_->comm_device());
+    dist_->all_reduce_(l);
+    loss_sum = l.reshape({});
+  }
+  const torch::Tensor host = counts_all.cpu();  // the one host read
   const auto h = host.accessor<int64_t, 2>();
   const double loss_total = loss_sum.item<double>();
   std::vector<double> dice;

@@ -25,8 +25,8 @@ for k in ("date", "commit", "machine"):
 if r["commit"] == "unknown":
     errors.append("commit unknown")
 ids = [s["id"] for s in r["sections"]]
-if len(ids) != 7:
-    errors.append(f"7 sections expected, got {ids}")
+if len(ids) != 8:
+    errors.append(f"8 sections expected, got {ids}")
 for s in r["sections"]:
     if s["cpu_status"] == "FAIL":
         errors.append(f"{s['id']}: CPU part FAIL: {s['cpu_reason']}")

@@ -53,15 +53,6 @@ inline int64_t verified_periodic(const fs::path& checkpoints) {
   return n;
 }
 
-// Builds the network a checkpoint was trained with and loads it (throws when it cannot).
-inline Network load_network(const fs::path& checkpoint) {
-  const CheckpointInfo info = read_checkpoint_info(checkpoint);
-  const Config cfg = load_config_from_string(info.config_yaml, checkpoint.string());
-  Network net = build_network(cfg.model, info.in_channels, info.out_channels);
-  load_checkpoint(checkpoint, *net, nullptr, torch::kCPU, /*restore_rng=*/false);
-  return net;
-}
-
 // Every parameter and buffer bit for bit.
 inline void expect_same_weights(const fs::path& a, const fs::path& b) {
   Network na = load_network(a), nb = load_network(b);

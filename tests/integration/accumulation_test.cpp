@@ -29,12 +29,8 @@ class Accumulation : public ::testing::Test {
   fs::path run(const std::string& name) const { return dir / "runs" / name; }
   // The network of the checkpoint at `path`, on the CPU.
   std::map<std::string, torch::Tensor> weights(const fs::path& path) const {
-    const CheckpointInfo info = read_checkpoint_info(path);
-    const Config cfg = load_config_from_string(info.config_yaml, path.string());
-    Network net = build_network(cfg.model, info.in_channels, info.out_channels);
-    load_checkpoint(path, *net, nullptr, torch::kCPU, /*restore_rng=*/false);
     std::map<std::string, torch::Tensor> out;
-    for (const auto& p : net->named_parameters()) out[p.key()] = p.value().detach().clone();
+    for (const auto& p : test::load_network(path)->named_parameters()) out[p.key()] = p.value().detach().clone();
     return out;
   }
   test::TempDir dir;

@@ -1,8 +1,11 @@
 #include "test_support.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +20,7 @@
 #include <sstream>
 
 #include "u3d/io/synth.h"
+#include "u3d/train/checkpoint.h"
 
 namespace u3d::test {
 
@@ -54,6 +58,43 @@ fs::path located(const char* env, const char* relative) {
 fs::path trainer_path() { return located("U3D_TRAINER", U3D_TRAINER_PATH); }
 fs::path source_dir() { return located("U3D_SOURCE_DIR", U3D_SOURCE_DIR); }
 
+Network load_network(const fs::path& checkpoint) {
+  const CheckpointInfo info = read_checkpoint_info(checkpoint);
+  const Config cfg = load_config_from_string(info.config_yaml, checkpoint.string());
+  Network net = build_network(cfg.model, info.in_channels, info.out_channels);
+  load_checkpoint(checkpoint, *net, nullptr, torch::kCPU, /*restore_rng=*/false);
+  return net;
+}
+
+std::map<std::string, torch::Tensor> checkpoint_tensors(const fs::path& checkpoint) {
+  Network net = load_network(checkpoint);
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : net->named_parameters()) out[p.key()] = p.value().detach().clone();
+  for (const auto& b : net->named_buffers()) out["buffer:" + b.key()] = b.value().detach().clone();
+  return out;
+}
+
+std::optional<fs::path> torch_python() {
+  if (const char* p = std::getenv("U3D_TORCH_PYTHON"); p && *p && fs::exists(p)) return fs::path(p);
+  return std::nullopt;
+}
+
+int free_tcp_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
 namespace {
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
@@ -86,7 +127,7 @@ CommandResult run_trainer(const std::vector<std::string>& args, const fs::path& 
 TrainerProcess::TrainerProcess(const std::vector<std::string>& args, const fs::path& cwd, ProcessOptions options) {
   static std::atomic<int> counter{0};
   log_ = options.log.empty() ? cwd / ("trainer-" + std::to_string(counter.fetch_add(1)) + ".out") : options.log;
-  const std::string binary = trainer_path().string();
+  const std::string binary = options.program.empty() ? trainer_path().string() : options.program.string();
   std::vector<std::string> argv_text = {binary};
   argv_text.insert(argv_text.end(), args.begin(), args.end());
   // Everything the child needs is built before fork: after it, only async-signal-safe calls.

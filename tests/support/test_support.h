@@ -12,6 +12,7 @@
 
 #include "u3d/data/batch.h"
 #include "u3d/io/dataset.h"
+#include "u3d/model/unet.h"
 
 namespace u3d {
 namespace fs = std::filesystem;
@@ -74,6 +75,7 @@ struct ProcessOptions {
   uint64_t address_space_limit = 0;        // RLIMIT_AS in bytes
   bool ignore_sighup = false;              // as under nohup (else SIGHUP, SIGINT, SIGTERM start at their defaults)
   fs::path log;
+  fs::path program;  // the executable to run with the args (default: the trainer)
 };
 class TrainerProcess {
  public:
@@ -96,6 +98,17 @@ class TrainerProcess {
   bool reaped_ = false;
   fs::path log_;
 };
+
+// Builds the network a checkpoint was trained with and loads it on the CPU (throws when it cannot).
+Network load_network(const fs::path& checkpoint);
+// Its parameters ("name") and buffers ("buffer:name"), on the CPU.
+std::map<std::string, torch::Tensor> checkpoint_tensors(const fs::path& checkpoint);
+
+// The Python of the torch venv (torch.distributed.run, the wheel's launcher): U3D_TORCH_PYTHON,
+// which ctest sets to the venv this build used; nullopt when unset or missing.
+std::optional<fs::path> torch_python();
+// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then closed).
+int free_tcp_port();
 
 void write_text(const fs::path& path, const std::string& text);
 std::string read_text(const fs::path& path);

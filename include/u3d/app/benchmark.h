@@ -74,6 +74,15 @@ struct StepBenchmarkResult {
   int64_t peak_gpu_allocated_bytes = -1;  // peak bytes in tensors
   int64_t peak_host_bytes = 0;            // peak resident set of the process
   int64_t skipped_steps = 0;
+  // Under torchrun or srun (data-parallel; world_size 1 otherwise): the timed steps above include
+  // the bucketed gradient all-reduce; the same steps without it (local_step_ms), the all-reduce of
+  // every bucket alone (allreduce_ms), what of it the step waits for (exposed = step - local), the
+  // share hidden under backward (1 - exposed / all-reduce), and the scaling efficiency
+  // local / step (per-GPU throughput kept with communication; 1 = perfect). Medians, rank 0's.
+  int64_t world_size = 1;
+  std::string backend;  // nccl | gloo
+  int64_t gradient_bytes = 0, buckets = 0;
+  double allreduce_ms = 0, local_step_ms = 0, exposed_ms = 0, hidden_share = 0, scaling_efficiency = 0;
 };
 
 StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOptions& options);

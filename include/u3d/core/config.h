@@ -36,6 +36,7 @@ enum class Tta { kNone, kFlips };
 enum class SaveErrorPolicy { kStop, kContinue };
 enum class Precision { kAuto, kFp32, kBf16, kFp16 };
 enum class Toggle { kAuto, kOn, kOff };
+enum class DistBackend { kAuto, kNccl, kGloo };
 // logging.progress: auto = bar on a terminal, lines otherwise
 enum class ProgressMode { kAuto, kBar, kLines, kOff };
 
@@ -176,6 +177,10 @@ struct TrainingConfig {
   // Micro-batches of data.batch_size per optimizer step (gradient accumulation): the optimizer sees
   // batch_size x accumulate_steps samples per step; steps, schedule and checkpoints count optimizer steps.
   int64_t accumulate_steps = 1;
+  // Several processes (torchrun, srun; train/distributed.h): the c10d backend (auto: NCCL on CUDA,
+  // Gloo on CPU) and how long a collective waits for the other ranks before the run stops.
+  DistBackend dist_backend = DistBackend::kAuto;
+  double dist_timeout_s = 600.0;
   // Stopping rules (train/trainer.h): a wall-clock budget of the whole run, in minutes (every
   // process, start-up and validation included; 0: none), and epochs without an improvement of the
   // monitored value before the run stops (0: never). Both stop after an epoch, with a checkpoint.
@@ -272,6 +277,7 @@ std::string to_string(Tta v);
 std::string to_string(SaveErrorPolicy v);
 std::string to_string(Precision v);
 std::string to_string(Toggle v);
+std::string to_string(DistBackend v);
 std::string to_string(ProgressMode v);
 
 }  // namespace u3d

@@ -65,6 +65,11 @@ class StoppedError : public Error {
  public:
   StoppedError(const std::string& m, int signal) : Error(m, 128 + signal) {}
 };
+// Data-parallel training (train/distributed.h): a collective failed because a rank crashed or hung.
+class DistributedError : public Error {
+ public:
+  explicit DistributedError(const std::string& m) : Error(m, kExitRuntime) {}
+};
 // CUDA runtime failures.
 class CudaError : public Error {
  public:

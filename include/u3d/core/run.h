@@ -31,6 +31,10 @@ struct Runtime {
 // Resolves training.device (ConfigError when cuda is asked for and absent), sets intra-op
 // threads, seeds torch (CPU and CUDA) with experiment.seed, and applies training.deterministic
 // (deterministic algorithms, no cuDNN autotuning, no TF32; prepare_deterministic_cuda() first).
+// Under torchrun or srun (core/launch_env.h) each process binds cuda:LOCAL_RANK (made the current
+// device; ConfigError when the node has fewer GPUs than processes) and the host threads of
+// host_threads(), loading_threads() and data_workers() are the node's cores shared among its
+// processes.
 Runtime init_runtime(const Config& cfg);
 // Sets CUBLAS_WORKSPACE_CONFIG=:4096:8 unless the user set it: cuBLAS (the GPU sampler's matmul and
 // bmm) is deterministic only with a fixed workspace, and PyTorch refuses every cuBLAS call under

@@ -34,6 +34,9 @@ struct SamplerOptions {
   int64_t max_foreground_voxels = 10000;   // per case, subsampled deterministically (as nnU-Net)
   double pad_value = 0.0;                  // image value (normalised units) outside the volume
   bool apply_augmentation = true;          // false: plain crops (validation patches)
+  // Data-parallel share: batch `step` of this sampler is batch step * shards + shard of one sampler
+  // with the same options, so the shards' batches together are what one process draws.
+  int64_t shard = 0, shards = 1;
 };
 
 // The training sampler's options from the config (data.patch_size, batch_size, foreground,

@@ -79,6 +79,7 @@ struct SamplerPosition {
   int64_t next_sample = 0;   // index of the next sample in that epoch
   int64_t cases = 0;         // training cases
   std::string cases_sha256;  // SHA-256 of the training case ids, one per line, in split order
+  int64_t world_size = 1;    // data-parallel processes of the run that wrote it (batch_size is per process)
 };
 
 struct CheckpointInfo {

@@ -48,6 +48,8 @@ class CheckpointKeeper {
 
   const CheckpointStore& store() const { return store_; }
   void set_writer(Writer writer) { writer_ = std::move(writer); }
+  // false on data-parallel ranks other than 0: the same decisions and bookkeeping, no file touched.
+  void set_writes(bool writes) { writes_ = writes; }
   // A resumed run: the checkpoint it continues from is the newest one written at `global_step`.
   void resumed_at(int64_t global_step) { saved_global_step_ = global_step; }
 
@@ -76,6 +78,7 @@ class CheckpointKeeper {
   Writer writer_;
   int64_t saved_global_step_ = -1;  // global step of the newest committed periodic checkpoint
   bool last_save_failed_ = false;
+  bool writes_ = true;
 };
 
 }  // namespace u3d

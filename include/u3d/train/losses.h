@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -14,10 +15,14 @@
 namespace u3d {
 
 torch::Tensor l1_loss(const torch::Tensor& pred, const torch::Tensor& target);
-// Mean |pred - target| over the voxels where mask = 1 (0 when the mask is empty).
-torch::Tensor masked_l1_loss(const torch::Tensor& pred, const torch::Tensor& target, const torch::Tensor& mask);
+// Mean |pred - target| over the voxels where mask = 1 (0 when the mask is empty). `count`: the
+// voxel count to divide by (data-parallel: the ranks' mean mask count, so the ranks' mean loss is
+// the global batch's); undefined: this batch's mask sum.
+torch::Tensor masked_l1_loss(const torch::Tensor& pred, const torch::Tensor& target, const torch::Tensor& mask,
+                             const torch::Tensor& count = {});
 torch::Tensor mse_loss(const torch::Tensor& pred, const torch::Tensor& target);
-torch::Tensor masked_mse_loss(const torch::Tensor& pred, const torch::Tensor& target, const torch::Tensor& mask);
+torch::Tensor masked_mse_loss(const torch::Tensor& pred, const torch::Tensor& target, const torch::Tensor& mask,
+                              const torch::Tensor& count = {});
 // 1 - mean soft Dice of the foreground classes (1..K-1), per sample then averaged:
 // dice_k = (2 sum(p_k y_k) + smooth) / (sum(p_k) + sum(y_k) + smooth), p = softmax(logits).
 torch::Tensor soft_dice_loss(const torch::Tensor& logits, const torch::Tensor& labels, double smooth = 1e-5);
@@ -44,6 +49,10 @@ struct LossOptions {
   std::vector<double> class_weights;  // ce: per class (empty: all 1)
   int64_t skeleton_iterations = 3;    // cldice, skeleton_recall
   int64_t boundary_distance = 8;      // boundary
+  // Data-parallel training: the mean over the ranks of a () float32 device count (an all-reduce);
+  // the masked losses divide by it, as one process with the global batch divides by its mask sum.
+  // Unset: one process. A collective: only for the training step, never validation.
+  std::function<torch::Tensor(const torch::Tensor&)> rank_mean;
 };
 LossOptions loss_options(const TrainingConfig& training, const DatasetInfo& info);
 
@@ -87,6 +96,8 @@ class Loss {
   enum class Term { kCe, kDice, kClDice, kSkeletonRecall, kBoundary, kL1, kMaskedL1, kMse, kMaskedMse };
   torch::Tensor term(Term t, const torch::Tensor& output, const torch::Tensor& target, const torch::Tensor& mask,
                      const torch::Tensor& valid) const;
+  // Data-parallel: the ranks' mean mask count (LossOptions::rank_mean); undefined for one process.
+  torch::Tensor rank_mean_count(const torch::Tensor& mask) const;
   LossKind kind_ = LossKind::kAuto;
   LossOptions options_;
   std::vector<std::pair<Term, double>> terms_;

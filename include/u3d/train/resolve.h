@@ -33,8 +33,12 @@ struct ResolvedConfig {
   std::vector<std::string> train_ids;  // data.train_split (or the fold's training cases), never empty
   std::vector<std::string> val_ids;    // data.val_split (or the fold's cases); empty: no validation
   std::string cases_sha256;            // of train_ids: the sampler fingerprint checkpoints carry
-  int64_t steps_per_epoch =
-      0;  // optimizer steps: training.steps_per_epoch, or ceil(train cases / (batch_size x accumulate_steps))
+  // Optimizer steps: training.steps_per_epoch, or ceil(train cases / global batch), the global batch
+  // being batch_size x accumulate_steps x world_size.
+  int64_t steps_per_epoch = 0;
+  // Data-parallel (train/distributed.h): this process's rank and the number of processes; each
+  // rank draws its share of every global batch (SamplerOptions::shard).
+  int64_t rank = 0, world_size = 1;
   // OpenKBP dose and DVH scores at validation (dose task, data.dvh_structures resolved); empty: none.
   std::vector<DvhStructure> dvh_structures;
   TaskMetric metric;                    // the task's val_mae | val_dice
@@ -56,7 +60,9 @@ std::unique_ptr<DatasetReader> open_dataset(const Config& cfg);
 // The case ids of split `name` (config key `key`); ConfigError naming the key and the splits the
 // file has when it is absent, or when it is empty.
 const std::vector<std::string>& split_ids(const DatasetReader& reader, const std::string& key, const std::string& name);
-// Every dataset- and device-dependent check of a training run (ConfigError naming the key).
-ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const torch::Device& device);
+// Every dataset- and device-dependent check of a training run (ConfigError naming the key), for
+// rank `rank` of `world_size` data-parallel processes.
+ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const torch::Device& device, int64_t rank = 0,
+                       int64_t world_size = 1);
 
 }  // namespace u3d

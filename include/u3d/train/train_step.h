@@ -36,6 +36,13 @@
 // average over the batch (masked losses, Dice over the batch) average per micro-batch, then over
 // the N micro-batches. With N = 1 the step is exactly the one above.
 //
+// Data-parallel (set_data_parallel): the last micro-batch's backward launches the bucketed gradient
+// all-reduce (GradientSync, grad_sync.h), finish() waits for the averaged gradients before the
+// unscale, Inf/NaN check, clipping and update, so every rank takes the same decision; the loss (and
+// its terms) are averaged over the ranks too, so the monitor, the skip flag and metrics.csv see the
+// global batch's loss. Steps are eager: training.cuda_graph auto stays off (not measured with NCCL
+// yet), on is a ConfigError.
+//
 // The monitor's device sums are updated inside compute(), so a replayed graph updates them too; the
 // loss and found_inf that run() returns are the step's own tensors (a replayed graph's static
 // outputs): valid until the next run(), clone them to keep them longer.
@@ -58,6 +65,8 @@
 namespace u3d {
 
 class CudaGraphStep;
+class Distributed;
+class GradientSync;
 
 // Micro-batch `m` (0 .. accumulate_steps - 1) of the current optimizer step, on the device.
 using MicroBatches = std::function<Batch(int64_t m)>;
@@ -78,6 +87,8 @@ struct StepFeatures {
   std::string describe() const;    // "bf16, channels-last, CUDA graph, fused adamw, cuDNN autotune, TF32"
 };
 
+// The norm the network's blocks use: model.norm, batch norm for the OpenKBP baseline.
+Norm network_norm(const ModelConfig& cfg);
 // model.channels_last for `device`: on/off as set; auto is on with CUDA for networks whose norm
 // keeps the layout (batch norm or none; the OpenKBP baseline), off with instance or group norm and
 // on CPU.
@@ -140,6 +151,9 @@ class TrainStep {
   // Test-only fault hook, called after backward with the parameters (to plant an Inf gradient);
   // forces eager steps (a host callback cannot run inside a replayed graph).
   void set_after_backward(std::function<void(const std::vector<torch::Tensor>& params)> hook);
+  // Data-parallel training: gradients averaged by `sync`, loss averaged over `dist`'s ranks; eager
+  // steps from here on. Both must outlive this. ConfigError with training.cuda_graph: on.
+  void set_data_parallel(GradientSync* sync, Distributed* dist);
   // Whether the last run() replayed a captured graph.
   bool replayed() const { return replayed_; }
 
@@ -156,6 +170,7 @@ class TrainStep {
   std::vector<torch::Tensor> buffers_, saved_buffers_;  // restored when a step is skipped
   std::vector<double> deep_weights_;                    // deep-supervision loss weights, finest output first
   int64_t accumulate_ = 1;                              // training.accumulate_steps
+  int64_t micro_index_ = 0;                             // the micro-batch accumulate() runs
 
   // Forward and backward of one micro-batch; returns its loss / accumulate_steps and its loss terms
   // (the same scale), detached.
@@ -165,6 +180,8 @@ class TrainStep {
   std::unique_ptr<CudaGraphStep> graph_;
   std::function<Batch()> source_;
   bool replayed_ = false;
+  GradientSync* sync_ = nullptr;  // data-parallel
+  Distributed* dist_ = nullptr;
 };
 
 }  // namespace u3d

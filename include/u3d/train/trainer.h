@@ -18,6 +18,14 @@
 // after an epoch, with its checkpoint; the count and the clock (TrainState::run_seconds) survive
 // --resume, and a resume with nothing left to do says why and exits 0.
 //
+// Data-parallel (docs/distributed.md): under torchrun or srun (TrainOptions::launch) every rank runs
+// fit(); setup_runtime() joins the c10d process group (Distributed), load_data() checks that config
+// and data agree on every rank, build_model() broadcasts rank 0's weights and arms the bucketed
+// gradient all-reduce (GradientSync); each rank draws its share of every global batch; losses and
+// validation are reduced over the ranks; a stop signal on any rank stops all of them at the same
+// step; rank 0 alone writes the run folder (checkpoints, logs, metrics), then every rank meets at a
+// barrier.
+//
 // Reliability (docs/reliability.md): SIGINT/SIGTERM/SIGHUP end the run after the current step
 // with a checkpoint (stop_signal() then names the signal; the process exits with 128 + signal);
 // checkpoint.every_minutes adds checkpoints inside long epochs; a step whose loss or gradient norm
@@ -33,11 +41,14 @@
 
 #include "u3d/core/config.h"
 #include "u3d/core/faults.h"
+#include "u3d/core/launch_env.h"
 #include "u3d/core/run.h"
 #include "u3d/io/dataset.h"
 #include "u3d/model/unet.h"
 #include "u3d/train/checkpoint.h"
 #include "u3d/train/checkpoint_keeper.h"
+#include "u3d/train/distributed.h"
+#include "u3d/train/grad_sync.h"
 #include "u3d/train/losses.h"
 #include "u3d/train/optimizer.h"
 #include "u3d/train/resolve.h"
@@ -56,6 +67,8 @@ struct TrainOptions {
   std::optional<std::string> resume;
   // Keys (or "section.*") a resume may change besides the runtime keys (resume.h).
   std::vector<std::string> allow_config_change;
+  // Who started the process (launch_env()): a torchrun or srun rank joins the job's process group.
+  LaunchEnv launch;
 };
 
 class Trainer {
@@ -104,17 +117,28 @@ class Trainer {
   void save_inside_epoch(int64_t epoch);
   // Stops the run (TrainingError) when training.max_nonfinite_steps steps in a row were skipped.
   void check_nonfinite();
-  bool stopping();  // a stop signal arrived (records it)
+  bool stopping();  // a stop signal arrived (records it); data-parallel: on any rank (a collective)
+  // Whether this process writes the run folder (rank 0, or the only process).
+  bool main_rank() const { return !dist_ || dist_->is_main(); }
+  // Data-parallel: rank 0's decision (a collective); one process: `local`.
+  bool rank0_decides(bool local);
+  // Data-parallel with batch norm: rank 0's running statistics to every rank (each rank's differ
+  // after its own batches) before validation and checkpoints.
+  void sync_buffers();
+  void checkpoint_barrier();  // data-parallel: every rank waits until rank 0's checkpoint is written
 
   TrainOptions options_;
-  ResolvedConfig rc_;  // the config alone until load_data() resolves it
+  std::unique_ptr<Distributed> dist_;   // data-parallel process group (null: one process)
+  std::unique_ptr<GradientSync> sync_;  // bucketed gradient all-reduce (with dist_)
+  ResolvedConfig rc_;                   // the config alone until load_data() resolves it
   RunPaths paths_;
   CheckpointKeeper keeper_;
   Runtime runtime_;
   std::unique_ptr<DatasetReader> reader_;
   std::unique_ptr<TrainData> data_;
   Network net_;
-  std::unique_ptr<Loss> loss_;
+  std::unique_ptr<Loss> loss_;        // validation's (and the step's with one process)
+  std::unique_ptr<Loss> train_loss_;  // data-parallel: masked-loss denominators averaged over the ranks
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<StepMonitor> monitor_;
@@ -126,7 +150,8 @@ class Trainer {
   bool sampling_in_graph_ = false;  // data.cache: gpu with a captured step: sampler inside the graph
   int64_t micro_batches_ = 0;       // drawn by this process (test fault stop_micro@N)
   int stop_signal_ = 0;
-  TestFaults faults_;  // test-only fault injection (faults.h); empty in normal runs
+  bool save_due_ = false;  // the wall-clock checkpoint cadence, as agreed with the stop signal
+  TestFaults faults_;      // test-only fault injection (faults.h); empty in normal runs
 };
 
 }  // namespace u3d

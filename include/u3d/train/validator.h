@@ -6,8 +6,13 @@
 // OpenKBP dose and DVH scores (Gy) of its submission file. Patches (training.val_patch_batches):
 // nnU-Net's pseudo-Dice every epoch and its EMA.
 //
-//   Validator validator(rc, data, reader, device, threads, net, loss, channels_last, faults);
+//   Validator validator(rc, data, reader, device, threads, net, loss, channels_last, faults, dist);
 //   if (validator.due(epoch)) { ValStats v = validator.run(epoch, state, stopping); ... }
+//
+// Data-parallel (`dist`): rank r validates val cases r, r + W, ... and val patch batches r, r + W,
+// ...; the sums behind every value (losses, metrics, OpenKBP scores, pseudo-Dice counts) are
+// reduced over the ranks, so every rank returns the same ValStats (the preview is rank 0's).
+// `stopping` is polled once per round of W cases on every rank (it is a collective there).
 #pragma once
 #include <torch/torch.h>
 
@@ -25,6 +30,7 @@
 namespace u3d {
 
 class DoseEvaluator;
+class Distributed;
 
 struct ValStats {
   double loss = std::numeric_limits<double>::quiet_NaN();
@@ -46,7 +52,8 @@ class Validator {
   // Keeps references to everything given; reads the DVH structure masks of the val cases when dose
   // metrics are scored.
   Validator(const ResolvedConfig& rc, const TrainData& data, const DatasetReader& reader, const torch::Device& device,
-            int64_t threads, NetworkImpl& net, const Loss& loss, bool channels_last, const TestFaults& faults);
+            int64_t threads, NetworkImpl& net, const Loss& loss, bool channels_last, const TestFaults& faults,
+            Distributed* dist = nullptr);
   ~Validator();
 
   // Whether anything is validated after `epoch`.
@@ -77,6 +84,7 @@ class Validator {
   const Loss& loss_;
   bool channels_last_;
   const TestFaults& faults_;
+  Distributed* dist_;                         // data-parallel: null for one process
   std::unique_ptr<DoseEvaluator> dose_eval_;  // OpenKBP dose/DVH scores of the val split, or null
 };
 

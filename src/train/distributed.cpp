@@ -1,0 +1,272 @@
+#include "u3d/train/distributed.h"
+
+#include <c10/cuda/CUDAFunctions.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "u3d/core/errors.h"
+
+namespace u3d {
+
+struct Distributed::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  int64_t failures = 0;                            // describe_failure() calls (each uses its own store keys)
+  c10::intrusive_ptr<c10d::ProcessGroup> control;  // Gloo on the CPU: host decisions (= group without NCCL)
+};
+
+namespace {
+
+std::chrono::milliseconds to_ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
+// "1, 3" from {1, 3}.
+std::string rank_list(const std::vector<int64_t>& ranks) { return fmt::format("{}", fmt::join(ranks, ", ")); }
+
+}  // namespace
+
+std::unique_ptr<Distributed> Distributed::join(const LaunchEnv& env, const TrainingConfig& cfg,
+                                               const torch::Device& device) {
+  std::unique_ptr<Distributed> d(new Distributed());
+  d->impl_ = std::make_unique<Impl>();
+  d->env_ = env;
+  d->timeout_s_ = cfg.dist_timeout_s;
+  const bool nccl =
+      cfg.dist_backend == DistBackend::kNccl || (cfg.dist_backend == DistBackend::kAuto && device.is_cuda());
+  if (nccl && !device.is_cuda()) {
+    throw ConfigError(
+        fmt::format("training.dist_backend: nccl needs CUDA, and training runs on {}; use gloo or auto", device.str()));
+  }
+#ifndef USE_C10D_NCCL
+  if (nccl) throw ConfigError("training.dist_backend: nccl: this build of LibTorch has no NCCL; use gloo");
+#endif
+  d->backend_name_ = nccl ? "nccl" : "gloo";
+  d->comm_device_ = nccl ? device : torch::Device(torch::kCPU);
+  const auto timeout = to_ms(cfg.dist_timeout_s);
+  const int rank = static_cast<int>(env.rank), size = static_cast<int>(env.world_size);
+  try {
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<uint16_t>(env.store_port);
+    opts.isServer = env.rank == 0 && !env.agent_store;
+    opts.numWorkers = env.agent_store ? std::nullopt : std::optional<size_t>(static_cast<size_t>(size));
+    opts.waitWorkers = false;
+    opts.timeout = timeout;
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.store_host, opts);
+    // As torch.distributed's env:// rendezvous: keys of an earlier attempt (torchrun restart) apart.
+    d->impl_->store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("/worker/attempt_{}", env.restart_count), tcp);
+    auto group_store = c10::make_intrusive<c10d::PrefixStore>("u3d", d->impl_->store);
+    d->impl_->group = c10::make_intrusive<c10d::ProcessGroup>(group_store, rank, size);
+    // A Gloo group on the CPU (its own keys), as torch.distributed's new_group(backend="gloo").
+    auto gloo = [&](const c10::intrusive_ptr<c10d::Store>& store) {
+      auto o = c10d::ProcessGroupGloo::Options::create(timeout);
+      if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface && *iface) {
+        o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(iface));
+      } else {
+        o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      }
+      auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, o);
+      backend->setSequenceNumberForGroup();
+      return backend;
+    };
+    if (nccl) {
+#ifdef USE_C10D_NCCL
+      auto o = c10d::ProcessGroupNCCL::Options::create();
+      o->timeout = timeout;
+      auto backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(group_store, rank, size, o);
+      backend->setSequenceNumberForGroup();
+      d->impl_->group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+      d->impl_->group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, backend);
+#endif
+    } else {
+      auto backend = gloo(group_store);
+      d->impl_->group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+      d->impl_->group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, backend);
+      if (device.is_cuda()) {
+        d->impl_->group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::GLOO, backend);
+      }
+    }
+    if (nccl) {
+      auto control_store = c10::make_intrusive<c10d::PrefixStore>("u3d_control", d->impl_->store);
+      d->impl_->control = c10::make_intrusive<c10d::ProcessGroup>(control_store, rank, size);
+      d->impl_->control->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+      d->impl_->control->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo(control_store));
+    } else {
+      d->impl_->control = d->impl_->group;
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw DistributedError(
+        fmt::format("{}: could not join the process group at {}:{} within {:g} s "
+                    "(training.dist_timeout_s): {}",
+                    env.describe(), env.store_host, env.store_port, cfg.dist_timeout_s, error_line(e)));
+  }
+  spdlog::info("distributed: {} ranks over {} (c10d), store {}:{}{}; this is {}", size, d->backend_name_,
+               env.store_host, env.store_port, env.agent_store ? " (torchrun's agent)" : "", env.describe());
+  return d;
+}
+
+Distributed::~Distributed() = default;
+
+const c10::intrusive_ptr<c10d::ProcessGroup>& Distributed::group() const { return impl_->group; }
+
+void Distributed::fail(const std::string& during, const std::exception& e) {
+  throw DistributedError(describe_failure(during, error_line(e)));
+}
+
+void Distributed::all_reduce_(torch::Tensor& t, bool max) {
+  std::vector<torch::Tensor> tensors{t};
+  c10d::AllreduceOptions o;
+  o.reduceOp = max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
+  try {
+    impl_->group->allreduce(tensors, o)->wait();
+  } catch (const std::exception& e) {
+    fail("an all-reduce", e);
+  }
+}
+
+std::vector<double> Distributed::sum(const std::vector<double>& values) {
+  std::vector<torch::Tensor> t{torch::tensor(values, torch::kDouble)};
+  try {
+    impl_->control->allreduce(t)->wait();
+  } catch (const std::exception& e) {
+    fail("an all-reduce of validation sums", e);
+  }
+  return std::vector<double>(t[0].data_ptr<double>(), t[0].data_ptr<double>() + t[0].numel());
+}
+
+void Distributed::broadcast_(std::vector<torch::Tensor>& tensors) {
+  torch::NoGradGuard no_grad;  // parameters are leaves that require grad
+  for (auto& t : tensors) {
+    std::vector<torch::Tensor> one{t.device() == comm_device_ && t.is_contiguous() ? t
+                                                                                   : t.to(comm_device_).contiguous()};
+    try {
+      impl_->group->broadcast(one)->wait();
+    } catch (const std::exception& e) {
+      fail("a broadcast from rank 0", e);
+    }
+    if (!one[0].is_same(t)) t.copy_(one[0]);
+  }
+}
+
+void Distributed::barrier() {
+  try {
+    impl_->control->barrier()->wait();
+  } catch (const std::exception& e) {
+    fail("a barrier", e);
+  }
+}
+
+std::vector<int> Distributed::control_max(const std::vector<int>& local) {
+  std::vector<torch::Tensor> t{torch::tensor(local, torch::kInt)};
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::MAX;
+  try {
+    impl_->control->allreduce(t, o)->wait();
+  } catch (const std::exception& e) {
+    fail("a step-boundary agreement", e);
+  }
+  return std::vector<int>(t[0].data_ptr<int>(), t[0].data_ptr<int>() + t[0].numel());
+}
+
+void Distributed::check_same(const std::string& what, const std::string& text, const std::string& hint) {
+  // rank 0's text (length, then bytes) to every rank, on the host; each compares and flags itself.
+  auto broadcast = [&](torch::Tensor& t) {
+    std::vector<torch::Tensor> one{t};
+    try {
+      impl_->control->broadcast(one)->wait();
+    } catch (const std::exception& e) {
+      fail("a broadcast from rank 0", e);
+    }
+  };
+  torch::Tensor length = torch::tensor({static_cast<int64_t>(text.size())}, torch::kLong);
+  broadcast(length);
+  const int64_t n = length.item<int64_t>();
+  bool same = n == static_cast<int64_t>(text.size());
+  if (n > 0) {
+    torch::Tensor bytes = torch::zeros({n}, torch::kUInt8);
+    if (is_main()) std::memcpy(bytes.data_ptr(), text.data(), static_cast<size_t>(n));
+    broadcast(bytes);
+    same = same && std::memcmp(bytes.data_ptr(), text.data(), static_cast<size_t>(n)) == 0;
+  }
+  std::vector<int> flags(static_cast<size_t>(world_size()), 0);
+  if (!same) flags[static_cast<size_t>(rank())] = 1;
+  flags = control_max(flags);
+  std::vector<int64_t> differ;
+  for (int64_t r = 0; r < world_size(); ++r) {
+    if (flags[static_cast<size_t>(r)] != 0) differ.push_back(r);
+  }
+  if (differ.empty()) return;
+  throw ConfigError(fmt::format("{} differs between ranks: rank{} {} {} from rank 0's{}", what,
+                                differ.size() > 1 ? "s" : "", rank_list(differ),
+                                differ.size() > 1 ? "differ" : "differs", hint.empty() ? "" : "; " + hint));
+}
+
+void Distributed::broadcast_parameters(torch::nn::Module& module) {
+  std::vector<torch::Tensor> tensors;
+  std::string shapes;
+  for (const auto& p : module.named_parameters()) {
+    tensors.push_back(p.value());
+    shapes +=
+        fmt::format("{} {} {}\n", p.key(), fmt::join(p.value().sizes(), "x"), c10::toString(p.value().scalar_type()));
+  }
+  for (const auto& b : module.named_buffers()) {
+    tensors.push_back(b.value());
+    shapes +=
+        fmt::format("{} {} {}\n", b.key(), fmt::join(b.value().sizes(), "x"), c10::toString(b.value().scalar_type()));
+  }
+  check_same("the network (parameter names and shapes)", shapes, "every rank must build the same model");
+  broadcast_(tensors);
+  // Verified: a float64 checksum of every tensor, printed exactly, equal on every rank.
+  std::string sums;
+  torch::NoGradGuard no_grad;
+  for (const auto& t : tensors) {
+    sums += fmt::format("{:a} ", t.to(torch::kDouble).sum().item<double>());
+  }
+  check_same("the network's weights after the broadcast from rank 0", sums);
+}
+
+std::string Distributed::describe_failure(const std::string& during, const std::string& what) {
+  // Every surviving rank marks itself; after a short wait, the ranks without a mark are gone.
+  const int64_t attempt = ++impl_->failures;
+  std::vector<int64_t> gone;
+  try {
+    impl_->store->set(fmt::format("u3d_alive/{}/{}", attempt, rank()), std::vector<uint8_t>{1});
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    for (;;) {
+      gone.clear();
+      for (int64_t r = 0; r < world_size(); ++r) {
+        if (!impl_->store->check({fmt::format("u3d_alive/{}/{}", attempt, r)})) gone.push_back(r);
+      }
+      if (gone.empty() || std::chrono::steady_clock::now() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  } catch (const std::exception&) {
+    // The store itself is gone: its host (rank 0 under srun, torchrun's agent) ended.
+    return fmt::format("{}: {} failed and the rendezvous store at {}:{} is gone too ({}); {}", env_.describe(), during,
+                       env_.store_host, env_.store_port,
+                       env_.agent_store ? "torchrun's agent ended" : "rank 0 hosts it and ended", what);
+  }
+  if (gone.empty()) {
+    return fmt::format("{}: {} failed on this rank while every rank is alive: {}", env_.describe(), during, what);
+  }
+  return fmt::format(
+      "{}: {} failed: rank{} {} crashed, was killed or hung (no answer within training.dist_timeout_s "
+      "{:g} s); {}",
+      env_.describe(), during, gone.size() > 1 ? "s" : "", rank_list(gone), timeout_s_, what);
+}
+
+}  // namespace u3d

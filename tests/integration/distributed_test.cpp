@@ -1,0 +1,222 @@
+// Data-parallel training over c10d/Gloo with 2 CPU processes: the same numbers as one process with
+// the global batch, one run folder, exact resume, c10d::Reducer's gradients, torchrun's launcher.
+#include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+
+#include <cstdlib>
+
+#include "ranks.h"
+#include "test_support.h"
+#include "u3d/core/config.h"
+#include "u3d/core/launch_env.h"
+#include "u3d/model/unet.h"
+#include "u3d/train/checkpoint.h"
+#include "u3d/train/distributed.h"
+#include "u3d/train/grad_sync.h"
+
+namespace u3d {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// One backward pass of a small U-Net, reduced two ways in each rank process: GradientSync and
+// c10d::Reducer. Runs only as a rank (U3D_DIST_WORKER_OUT set by DataParallel.BucketerEqualsReducer).
+
+constexpr int64_t kSamples = 4;  // the global batch
+
+Network worker_network() {
+  ModelConfig m;
+  m.levels = 2;
+  m.base_filters = 4;
+  torch::manual_seed(11);
+  return build_network(m, /*in_channels=*/2, /*out_channels=*/1);
+}
+
+// The global batch: (kSamples, 2, 8, 8, 8) inputs and (kSamples, 1, 8, 8, 8) targets.
+std::pair<torch::Tensor, torch::Tensor> global_batch() {
+  torch::manual_seed(12);
+  return {torch::randn({kSamples, 2, 8, 8, 8}), torch::randn({kSamples, 1, 8, 8, 8})};
+}
+
+std::vector<torch::Tensor> grads_of(Network& net) {
+  std::vector<torch::Tensor> g;
+  for (const auto& p : net->parameters()) g.push_back(p.grad().clone());
+  return g;
+}
+
+TEST(DistributedWorker, GradientsOfOneStep) {
+  const char* out = std::getenv("U3D_DIST_WORKER_OUT");
+  if (!out) GTEST_SKIP() << "a rank process of DataParallel.BucketerEqualsReducer";
+  torch::set_num_threads(1);
+  const LaunchEnv env = read_launch_env();
+  TrainingConfig t;
+  t.dist_backend = DistBackend::kGloo;
+  t.dist_timeout_s = 60;
+  auto dist = Distributed::join(env, t, torch::kCPU);
+  const auto [x, y] = global_batch();
+  const int64_t per_rank = kSamples / env.world_size;
+  const torch::Tensor xr = x.narrow(0, env.rank * per_rank, per_rank), yr = y.narrow(0, env.rank * per_rank, per_rank);
+
+  Network a = worker_network();  // ours, with small buckets so there are several
+  GradientSync sync(a->parameters(), *dist, /*bucket_bytes=*/4096, /*first_bucket_bytes=*/1024);
+  ASSERT_GT(sync.buckets().size(), 2u);
+  sync.arm(/*reduce=*/true);
+  torch::mse_loss(a->forward(xr), yr).backward();
+  sync.finish();
+
+  Network b = worker_network();  // c10d's, with the same buckets
+  std::vector<torch::Tensor> params = b->parameters();
+  c10d::Reducer reducer(params, sync.buckets(), dist->group(), std::vector<bool>(params.size(), false),
+                        /*bucket_bytes_cap=*/4096, /*find_unused_parameters=*/false,
+                        /*gradient_as_bucket_view=*/false, /*param_names=*/{}, /*first_bucket_bytes_cap=*/1024,
+                        /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
+                        /*bucket_bytes_cap_list=*/{});
+  const torch::Tensor yb = b->forward(xr);
+  reducer.prepare_for_backward({yb});
+  torch::mse_loss(yb, yr).backward();
+
+  torch::save(grads_of(a), (fs::path(out) / ("ours" + std::to_string(env.rank) + ".pt")).string());
+  torch::save(grads_of(b), (fs::path(out) / ("reducer" + std::to_string(env.rank) + ".pt")).string());
+  dist->barrier();
+}
+
+// Largest |a - b| relative to the largest |b| of each tensor.
+double max_relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double scale = std::max(b[i].abs().max().item<double>(), 1e-12);
+    worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>() / scale);
+  }
+  return worst;
+}
+
+std::vector<torch::Tensor> load_tensors(const fs::path& path) {
+  std::vector<torch::Tensor> t;
+  torch::load(t, path.string());
+  return t;
+}
+
+TEST(DataParallel, BucketerEqualsReducerAndOneProcessWithTheGlobalBatch) {
+  test::TempDir dir;
+  auto ranks = test::spawn_ranks(2, {"--gtest_filter=DistributedWorker.GradientsOfOneStep"}, dir.path(),
+                                 {{"U3D_DIST_WORKER_OUT", dir.path().string()}}, {}, {}, "/proc/self/exe");
+  for (int code : test::wait_all(ranks, 120)) ASSERT_EQ(code, 0) << test::outputs(ranks);
+
+  Network one = worker_network();  // one process, the whole global batch
+  const auto [x, y] = global_batch();
+  torch::mse_loss(one->forward(x), y).backward();
+  const auto expected = grads_of(one);
+
+  const auto ours0 = load_tensors(dir / "ours0.pt"), ours1 = load_tensors(dir / "ours1.pt");
+  const auto reducer0 = load_tensors(dir / "reducer0.pt"), reducer1 = load_tensors(dir / "reducer1.pt");
+  ASSERT_EQ(ours0.size(), expected.size());
+  for (size_t i = 0; i < ours0.size(); ++i) {
+    EXPECT_TRUE(torch::equal(ours0[i], ours1[i])) << "parameter " << i << ": the ranks' averaged gradients differ";
+    EXPECT_TRUE(torch::equal(ours0[i], reducer0[i])) << "parameter " << i << ": ours and c10d::Reducer differ";
+    EXPECT_TRUE(torch::equal(reducer0[i], reducer1[i])) << "parameter " << i;
+  }
+  // Summation order differs from one process: not bitwise, relative 1e-5.
+  EXPECT_LT(max_relative_difference(ours0, expected), 1e-5);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The trainer under 2 ranks.
+
+class DataParallelRun : public ::testing::Test {
+ protected:
+  void SetUp() override { test::make_phantom(dir / "p.h5", Task::kDose, 8, 16); }
+  // <name>.yaml (tiny dose config: instance norm, masked L1) and the trainer arguments for it.
+  std::vector<std::string> args(const std::string& name, int64_t batch_size, std::vector<std::string> extra = {}) {
+    test::write_text(dir / (name + ".yaml"), test::tiny_config("p.h5", name));
+    std::vector<std::string> a = {"--config", name + ".yaml",
+                                  "--set",    "training.steps_per_epoch=3",
+                                  "--set",    "data.batch_size=" + std::to_string(batch_size),
+                                  "--set",    "training.dist_timeout_s=60"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+  fs::path run(const std::string& name) const { return dir / "runs" / name; }
+  void expect_same_weights(const fs::path& a, const fs::path& b, double tolerance) const {
+    const auto wa = test::checkpoint_tensors(a), wb = test::checkpoint_tensors(b);
+    ASSERT_EQ(wa.size(), wb.size());
+    for (const auto& [k, t] : wa) {
+      if (tolerance == 0) {
+        EXPECT_TRUE(torch::equal(t, wb.at(k))) << k;
+      } else {
+        const double scale = std::max(wb.at(k).abs().max().item<double>(), 1e-12);
+        EXPECT_LT((t - wb.at(k)).abs().max().item<double>() / scale, tolerance) << k;
+      }
+    }
+  }
+  test::TempDir dir;
+};
+
+TEST_F(DataParallelRun, TwoRanksTrainLikeOneProcessWithTheGlobalBatch) {
+  const auto one = test::run_trainer(args("one", /*batch_size=*/4), dir.path());
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto ranks = test::spawn_ranks(2, args("two", /*batch_size=*/2), dir.path());
+  for (int code : test::wait_all(ranks)) ASSERT_EQ(code, 0) << test::outputs(ranks);
+  const std::string log = ranks[0]->output();
+  EXPECT_NE(log.find("data-parallel: 2 ranks x 2 samples per step = global batch 4"), std::string::npos) << log;
+  EXPECT_NE(log.find("2 ranks over gloo (c10d)"), std::string::npos) << log;
+
+  // One run folder: rank 0's metrics.csv, config.yaml and checkpoints; rank 1 wrote nothing.
+  const auto a = test::read_csv(run("one") / "metrics.csv");
+  const auto b = test::read_csv(run("two") / "metrics.csv");
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(b[i].at("step"), a[i].at("step"));
+    for (const char* col : {"train_loss", "val_loss", "val_mae"}) {
+      const double x = std::stod(a[i].at(col)), y = std::stod(b[i].at(col));
+      EXPECT_NEAR(y, x, 1e-4 * std::abs(x)) << col << " of epoch " << i + 1;
+    }
+  }
+  EXPECT_TRUE(fs::exists(run("two") / "config.yaml"));
+  EXPECT_TRUE(fs::exists(run("two") / "checkpoints" / "epoch_0002.pt"));
+  // Parameters after 6 optimizer steps: relative 1e-5 (summation order differs).
+  expect_same_weights(run("two") / "checkpoints" / "epoch_0002.pt", run("one") / "checkpoints" / "epoch_0002.pt", 1e-5);
+}
+
+TEST_F(DataParallelRun, ResumeUnderTwoRanksContinuesExactly) {
+  auto straight = test::spawn_ranks(2, args("straight", 2), dir.path());
+  for (int code : test::wait_all(straight)) ASSERT_EQ(code, 0) << test::outputs(straight);
+  // Rank 1 alone gets SIGTERM as it draws its 4th micro-batch (step 1 of epoch 2): both ranks stop
+  // at that step boundary, rank 0 checkpoints, both exit 143.
+  auto cut = test::spawn_ranks(2, args("cut", 2), dir.path(), {}, {}, {{}, {{"U3D_TEST_FAULTS", "stop_micro@4"}}});
+  const auto codes = test::wait_all(cut);
+  EXPECT_EQ(codes, (std::vector<int>{143, 143})) << test::outputs(cut);
+  EXPECT_NE(cut[0]->output().find("SIGTERM on another rank"), std::string::npos) << cut[0]->output();
+  auto resumed = test::spawn_ranks(2, args("cut", 2, {"--resume"}), dir.path());
+  for (int code : test::wait_all(resumed)) ASSERT_EQ(code, 0) << test::outputs(resumed);
+  expect_same_weights(run("cut") / "checkpoints" / "epoch_0002.pt", run("straight") / "checkpoints" / "epoch_0002.pt",
+                      /*tolerance=*/0);
+  const auto a = test::read_csv(run("straight") / "metrics.csv"), b = test::read_csv(run("cut") / "metrics.csv");
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(b[i].at("train_loss"), a[i].at("train_loss")) << i;
+}
+
+TEST_F(DataParallelRun, ThroughTorchrunTwoRanksMatchTheSpawnedOnesAndOneRankThePlainRun) {
+  if (!test::torch_python()) GTEST_SKIP() << "no torch venv Python (U3D_TORCH_PYTHON) for torch.distributed.run";
+  auto spawned = test::spawn_ranks(2, args("spawned", 2), dir.path());
+  for (int code : test::wait_all(spawned)) ASSERT_EQ(code, 0) << test::outputs(spawned);
+  auto two = test::torchrun(2, args("torchrun2", 2), dir.path());
+  ASSERT_EQ(two->wait(300), 0) << two->output();
+  expect_same_weights(run("torchrun2") / "checkpoints" / "epoch_0002.pt",
+                      run("spawned") / "checkpoints" / "epoch_0002.pt", /*tolerance=*/0);
+
+  // World size 1 under torchrun: bit for bit the plain run.
+  const auto plain = test::run_trainer(args("plain", 2), dir.path());
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  auto single = test::torchrun(1, args("torchrun1", 2), dir.path());
+  ASSERT_EQ(single->wait(300), 0) << single->output();
+  EXPECT_NE(single->output().find("1 ranks over gloo"), std::string::npos) << single->output();
+  expect_same_weights(run("torchrun1") / "checkpoints" / "epoch_0002.pt",
+                      run("plain") / "checkpoints" / "epoch_0002.pt", /*tolerance=*/0);
+  const auto a = test::read_csv(run("plain") / "metrics.csv"), b = test::read_csv(run("torchrun1") / "metrics.csv");
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(b[i].at("train_loss"), a[i].at("train_loss")) << i;
+}
+
+}  // namespace
+}  // namespace u3d
