@@ -114,11 +114,7 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
   if (launch_env().launched) {
     dist = Distributed::join(launch_env(), cfg.training, rt.device);
     dist->broadcast_parameters(*net);
-    loss_opts.rank_mean = [d = dist.get()](const torch::Tensor& count) {
-      torch::Tensor c = count.detach().reshape({1}).to(d->comm_device());
-      d->all_reduce_(c);
-      return (c / static_cast<double>(d->world_size())).to(count.device()).reshape({});
-    };
+    loss_opts = data_parallel_loss_options(std::move(loss_opts), *dist);
   }
   const Loss loss(resolve_loss(cfg.training.loss, task, has_mask), loss_opts);
   Optimizer optimizer(cfg.training, net->parameters());

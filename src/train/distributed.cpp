@@ -12,6 +12,7 @@
 #endif
 
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -28,6 +29,25 @@ struct Distributed::Impl {
 };
 
 namespace {
+
+// all_reduce as an autograd function: forward the sum over ranks, backward the sum of the
+// gradients over ranks (every rank's loss depends on every rank's input).
+struct RankSum : torch::autograd::Function<RankSum> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, int64_t dist) {
+    ctx->saved_data["dist"] = dist;
+    return reduced(x, dist);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    return {reduced(grads[0], ctx->saved_data["dist"].toInt()), torch::Tensor()};
+  }
+  static torch::Tensor reduced(const torch::Tensor& x, int64_t dist) {
+    auto* d = reinterpret_cast<Distributed*>(static_cast<intptr_t>(dist));  // outlives every step
+    torch::Tensor y = x.detach().to(d->comm_device()).contiguous().clone();
+    d->all_reduce_(y);
+    return y.to(x.device());
+  }
+};
 
 std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
@@ -136,6 +156,20 @@ void Distributed::all_reduce_(torch::Tensor& t, bool max) {
   } catch (const std::exception& e) {
     fail("an all-reduce", e);
   }
+}
+
+torch::Tensor Distributed::sum_with_grad(const torch::Tensor& t) {
+  return RankSum::apply(t, static_cast<int64_t>(reinterpret_cast<intptr_t>(this)));
+}
+
+LossOptions data_parallel_loss_options(LossOptions o, Distributed& dist) {
+  o.rank_mean = [d = &dist](const torch::Tensor& count) {
+    torch::Tensor c = count.detach().reshape({1}).to(d->comm_device());
+    d->all_reduce_(c);
+    return (c / static_cast<double>(d->world_size())).to(count.device()).reshape({});
+  };
+  o.rank_sum = [d = &dist](const torch::Tensor& sum) { return d->sum_with_grad(sum); };
+  return o;
 }
 
 std::vector<double> Distributed::sum(const std::vector<double>& values) {

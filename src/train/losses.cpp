@@ -204,13 +204,17 @@ torch::Tensor Loss::term(Term t, const torch::Tensor& output, const torch::Tenso
     case Term::kCe:
       // Without an ignore label or class weights: the value dice_ce always had, bit for bit.
       if (!valid.defined() && options_.class_weights.empty()) return u3d::cross_entropy_loss(output, target);
-      return u3d::weighted_cross_entropy(output, target, valid, options_.class_weights);
+      return u3d::weighted_cross_entropy(output, target, valid, options_.class_weights, options_.rank_sum);
     case Term::kDice:
       if (!valid.defined()) return u3d::soft_dice_loss(output, target);
       return u3d::masked_soft_dice_loss(output, target, valid);
-    case Term::kClDice: return u3d::cldice_loss(output, target, valid, options_.skeleton_iterations);
-    case Term::kSkeletonRecall: return u3d::skeleton_recall_loss(output, target, valid, options_.skeleton_iterations);
-    case Term::kBoundary: return u3d::boundary_loss(output, target, valid, options_.boundary_distance);
+    case Term::kClDice:
+      return u3d::cldice_loss(output, target, valid, options_.skeleton_iterations, kSkeletonSmooth, options_.rank_sum);
+    case Term::kSkeletonRecall:
+      return u3d::skeleton_recall_loss(output, target, valid, options_.skeleton_iterations, kSkeletonSmooth,
+                                       options_.rank_sum);
+    case Term::kBoundary:
+      return u3d::boundary_loss(output, target, valid, options_.boundary_distance, options_.rank_sum);
   }
   throw ConfigError("training.loss: unknown term");
 }

@@ -95,8 +95,15 @@ torch::Tensor foreground_probs(const torch::Tensor& logits, const torch::Tensor&
   return zero_invalid(p, v5);
 }
 
-// Sum over the batch and the volume of (N, C, D, H, W): (C).
-torch::Tensor sum_per_class(const torch::Tensor& x) { return x.sum({0, 2, 3, 4}); }
+// `sum` (a batch sum), over every rank when `over_ranks` is given.
+torch::Tensor gathered(const torch::Tensor& sum, const BatchSum& over_ranks) {
+  return over_ranks ? over_ranks(sum) : sum;
+}
+
+// Sum over the batch (of every rank) and the volume of (N, C, D, H, W): (C).
+torch::Tensor sum_per_class(const torch::Tensor& x, const BatchSum& over_ranks) {
+  return gathered(x.sum({0, 2, 3, 4}), over_ranks);
+}
 
 }  // namespace
 
@@ -111,7 +118,7 @@ torch::Tensor soft_skeleton_by_shifts(const torch::Tensor& x, int64_t iterations
 }
 
 torch::Tensor cldice_loss(const torch::Tensor& logits, const torch::Tensor& labels, const torch::Tensor& valid,
-                          int64_t iterations, double smooth) {
+                          int64_t iterations, double smooth, const BatchSum& over_ranks) {
   const torch::Tensor v5 = valid_5d(valid);
   const torch::Tensor p = foreground_probs(logits, v5);  // (N, K-1, ...), 0 where invalid
   const torch::Tensor g = one_hot_5d(clean_labels(labels, valid), logits.size(1)).slice(1, 1);
@@ -121,8 +128,10 @@ torch::Tensor cldice_loss(const torch::Tensor& logits, const torch::Tensor& labe
     torch::NoGradGuard no_grad;
     skel_g = u3d::soft_skeleton(g, iterations);
   }
-  const torch::Tensor tprec = (sum_per_class(skel_p * g) + smooth) / (sum_per_class(skel_p) + smooth);
-  const torch::Tensor tsens = (sum_per_class(skel_g * p) + smooth) / (sum_per_class(skel_g) + smooth);
+  const torch::Tensor tprec =
+      (sum_per_class(skel_p * g, over_ranks) + smooth) / (sum_per_class(skel_p, over_ranks) + smooth);
+  const torch::Tensor tsens =
+      (sum_per_class(skel_g * p, over_ranks) + smooth) / (sum_per_class(skel_g, over_ranks) + smooth);
   const torch::Tensor cl = 2.0 * tprec * tsens / (tprec + tsens);
   return 1.0 - cl.mean();
 }
@@ -133,7 +142,7 @@ torch::Tensor skeleton_of_labels(const torch::Tensor& labels, int64_t num_classe
 }
 
 torch::Tensor skeleton_recall_loss(const torch::Tensor& logits, const torch::Tensor& labels, const torch::Tensor& valid,
-                                   int64_t iterations, double smooth) {
+                                   int64_t iterations, double smooth, const BatchSum& over_ranks) {
   const torch::Tensor v5 = valid_5d(valid);
   const torch::Tensor p = foreground_probs(logits, v5);
   torch::Tensor s;
@@ -141,7 +150,7 @@ torch::Tensor skeleton_recall_loss(const torch::Tensor& logits, const torch::Ten
     torch::NoGradGuard no_grad;  // the background's skeleton is not needed: foreground channels only
     s = u3d::soft_skeleton(one_hot_5d(clean_labels(labels, valid), logits.size(1)).slice(1, 1), iterations);
   }
-  const torch::Tensor recall = (sum_per_class(p * s) + smooth) / (sum_per_class(s) + smooth);
+  const torch::Tensor recall = (sum_per_class(p * s, over_ranks) + smooth) / (sum_per_class(s, over_ranks) + smooth);
   return 1.0 - recall.mean();
 }
 
@@ -167,18 +176,22 @@ torch::Tensor truncated_distance(const torch::Tensor& mask, int64_t max_distance
 }
 
 torch::Tensor boundary_loss(const torch::Tensor& logits, const torch::Tensor& labels, const torch::Tensor& valid,
-                            int64_t max_distance) {
+                            int64_t max_distance, const BatchSum& over_ranks) {
   const torch::Tensor v5 = valid_5d(valid);
   const torch::Tensor p = foreground_probs(logits, v5);
   const torch::Tensor g = one_hot_5d(clean_labels(labels, valid), logits.size(1)).slice(1, 1);
   const torch::Tensor sdf = u3d::truncated_distance(g, max_distance) / static_cast<double>(max_distance);
-  const torch::Tensor count = valid.defined() ? valid.to(torch::kFloat).sum().clamp_min(1.0)
-                                              : torch::full({}, static_cast<double>(labels.numel()), p.options());
-  return (sum_per_class(p * sdf) / count).mean();
+  const torch::Tensor count =
+      gathered(valid.defined() ? valid.to(torch::kFloat).sum()
+                               : torch::full({}, static_cast<double>(labels.numel()), p.options()),
+               over_ranks)
+          .clamp_min(1.0);
+  return (sum_per_class(p * sdf, over_ranks) / count).mean();
 }
 
 torch::Tensor weighted_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels,
-                                     const torch::Tensor& valid, const std::vector<double>& class_weights) {
+                                     const torch::Tensor& valid, const std::vector<double>& class_weights,
+                                     const BatchSum& over_ranks) {
   const int64_t k = logits.size(1);
   if (!class_weights.empty() && static_cast<int64_t>(class_weights.size()) != k) {
     throw ConfigError(fmt::format("weighted_cross_entropy: {} class weights for {} classes (expected {} or none)",
@@ -201,7 +214,8 @@ torch::Tensor weighted_cross_entropy(const torch::Tensor& logits, const torch::T
     nll = torch::where(vb, nll, 0.0);
     weight = torch::where(vb, weight, 0.0);
   }
-  return nll.sum() / weight.sum().clamp_min(std::numeric_limits<float>::min());
+  return gathered(nll.sum(), over_ranks) /
+         gathered(weight.sum(), over_ranks).clamp_min(std::numeric_limits<float>::min());
 }
 
 torch::Tensor masked_soft_dice_loss(const torch::Tensor& logits, const torch::Tensor& labels,

@@ -220,13 +220,8 @@ void Trainer::build_model() {
   const Loss* step_loss = loss_.get();
   if (dist_) {
     dist_->broadcast_parameters(*net_);  // rank 0's initial weights, verified equal on every rank
-    LossOptions o = loss_options(cfg().training, rc_.info);
-    o.rank_mean = [d = dist_.get()](const torch::Tensor& count) {
-      torch::Tensor c = count.detach().reshape({1}).to(d->comm_device());
-      d->all_reduce_(c);
-      return (c / static_cast<double>(d->world_size())).to(count.device()).reshape({});
-    };
-    train_loss_ = std::make_unique<Loss>(loss_spec, std::move(o));
+    train_loss_ =
+        std::make_unique<Loss>(loss_spec, data_parallel_loss_options(loss_options(cfg().training, rc_.info), *dist_));
     step_loss = train_loss_.get();
     sync_ = std::make_unique<GradientSync>(optimizer_->params(), *dist_);
     if (network_norm(cfg().model) == Norm::kBatch) {

@@ -178,6 +178,42 @@ TEST_F(DataParallelRun, TwoRanksTrainLikeOneProcessWithTheGlobalBatch) {
   expect_same_weights(run("two") / "checkpoints" / "epoch_0002.pt", run("one") / "checkpoints" / "epoch_0002.pt", 1e-5);
 }
 
+TEST_F(DataParallelRun, TopologyLossesGatherTheirBatchSumsOverTheRanks) {
+  // clDice, skeleton recall, the boundary term and class-weighted CE with an ignore label divide
+  // sums over the whole batch: 2 ranks x 2 must give one process x 4's values and weights.
+  auto r =
+      test::run_trainer({"synth", "--task", "surface", "--cases", "8", "--size", "16", "--out", "s.h5"}, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto config = [&](const std::string& name) {
+    std::string yaml = test::tiny_config("s.h5", name, Task::kSegmentation);
+    yaml.insert(yaml.find("training:\n") + 10,
+                "  loss: [{name: ce, weight: 1}, {name: cldice, weight: 0.5}, {name: skeleton_recall, weight: 1},\n"
+                "         {name: boundary, weight: 0.1}]\n"
+                "  class_weights: [1, 3]\n"
+                "  skeleton_iterations: 2\n");
+    test::write_text(dir / (name + ".yaml"), yaml);
+    return std::vector<std::string>{"--config", name + ".yaml", "--set", "training.steps_per_epoch=3"};
+  };
+  auto one_args = config("seg_one");
+  one_args.insert(one_args.end(), {"--set", "data.batch_size=4"});
+  const auto one = test::run_trainer(one_args, dir.path());
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto two_args = config("seg_two");
+  two_args.insert(two_args.end(), {"--set", "data.batch_size=2"});
+  auto ranks = test::spawn_ranks(2, two_args, dir.path());
+  for (int code : test::wait_all(ranks)) ASSERT_EQ(code, 0) << test::outputs(ranks);
+  const auto a = test::read_csv(run("seg_one") / "metrics.csv"), b = test::read_csv(run("seg_two") / "metrics.csv");
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    for (const char* col : {"train_loss", "loss_ce", "loss_cldice", "loss_skeleton_recall", "loss_boundary"}) {
+      const double x = std::stod(a[i].at(col)), y = std::stod(b[i].at(col));
+      EXPECT_NEAR(y, x, 1e-4 * std::abs(x) + 1e-7) << col << " of epoch " << i + 1;
+    }
+  }
+  expect_same_weights(run("seg_two") / "checkpoints" / "epoch_0002.pt",
+                      run("seg_one") / "checkpoints" / "epoch_0002.pt", 1e-5);
+}
+
 TEST_F(DataParallelRun, ResumeUnderTwoRanksContinuesExactly) {
   auto straight = test::spawn_ranks(2, args("straight", 2), dir.path());
   for (int code : test::wait_all(straight)) ASSERT_EQ(code, 0) << test::outputs(straight);

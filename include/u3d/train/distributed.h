@@ -27,6 +27,7 @@
 #include "u3d/core/config.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/launch_env.h"
+#include "u3d/train/losses.h"
 
 namespace c10d {
 class ProcessGroup;
@@ -56,6 +57,10 @@ class Distributed {
 
   // In place, over all ranks: the sum (or the maximum). `t` on comm_device().
   void all_reduce_(torch::Tensor& t, bool max = false);
+  // The sum over the ranks of `t`, differentiable (torch.distributed.nn's all_reduce): the backward
+  // pass sums the incoming gradients over the ranks too, so a loss of gathered sums, averaged by the
+  // gradient all-reduce, gets the gradient one process with the global batch would.
+  torch::Tensor sum_with_grad(const torch::Tensor& t);
   // A float64 vector summed over ranks (on the host).
   std::vector<double> sum(const std::vector<double>& values);
   // rank 0's tensors into every rank's, in place (any device; copied through comm_device()).
@@ -88,5 +93,9 @@ class Distributed {
   torch::Device comm_device_ = torch::kCPU;
   double timeout_s_ = 600;
 };
+
+// `o` with rank_mean (the masked losses' denominators) and rank_sum (the topology losses' batch
+// sums) over `dist`'s ranks: the loss of the data-parallel training step, never validation's.
+LossOptions data_parallel_loss_options(LossOptions o, Distributed& dist);
 
 }  // namespace u3d

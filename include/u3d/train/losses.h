@@ -11,6 +11,7 @@
 
 #include "u3d/core/config.h"
 #include "u3d/io/dataset.h"
+#include "u3d/train/topology_losses.h"
 
 namespace u3d {
 
@@ -53,6 +54,10 @@ struct LossOptions {
   // the masked losses divide by it, as one process with the global batch divides by its mask sum.
   // Unset: one process. A collective: only for the training step, never validation.
   std::function<torch::Tensor(const torch::Tensor&)> rank_mean;
+  // Data-parallel training: the differentiable sum over the ranks that clDice, skeleton recall, the
+  // boundary term and class-weighted CE apply to their batch sums (topology_losses.h). Unset: one
+  // process. A collective, forward and backward: only for the training step.
+  BatchSum rank_sum;
 };
 LossOptions loss_options(const TrainingConfig& training, const DatasetInfo& info);
 

@@ -14,9 +14,16 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace u3d {
+
+// Data-parallel training: the sum of a batch sum over every rank, differentiable
+// (Distributed::sum_with_grad), so that the losses below, which divide sums over the whole batch,
+// take the global batch's value and gradient. Empty: one process, this batch's sums.
+using BatchSum = std::function<torch::Tensor(const torch::Tensor&)>;
+constexpr double kSkeletonSmooth = 1.0;  // cldice_loss, skeleton_recall_loss
 
 // Soft morphology of clDice (Shit et al., CVPR 2021, reference soft_skeleton.py), on x (N, C, D, H, W)
 // float in [0, 1], same shape out. Pooling pads with -inf: the volume's border is neither foreground
@@ -42,7 +49,7 @@ torch::Tensor soft_skeleton_by_shifts(const torch::Tensor& x, int64_t iterations
 // tprec = (sum(skel(p_k) g_k v) + smooth) / (sum(skel(p_k) v) + smooth),
 // tsens = (sum(skel(g_k) p_k v) + smooth) / (sum(skel(g_k) v) + smooth). Scalar float32.
 torch::Tensor cldice_loss(const torch::Tensor& logits, const torch::Tensor& labels, const torch::Tensor& valid,
-                          int64_t iterations = 3, double smooth = 1.0);
+                          int64_t iterations = 3, double smooth = kSkeletonSmooth, const BatchSum& over_ranks = {});
 
 // (N, K, D, H, W) float {0, 1}: soft_skeleton of each class's binary mask of labels (classes 0..K-1,
 // K = num_classes; a label outside 0..K-1 is an error on the CPU). No gradient.
@@ -51,7 +58,8 @@ torch::Tensor skeleton_of_labels(const torch::Tensor& labels, int64_t num_classe
 // (invalid voxels read as background), p = softmax(logits), sums over the batch and volume:
 // 1 - mean_k (sum(p_k s_k v) + smooth) / (sum(s_k v) + smooth). Scalar float32.
 torch::Tensor skeleton_recall_loss(const torch::Tensor& logits, const torch::Tensor& labels, const torch::Tensor& valid,
-                                   int64_t iterations = 3, double smooth = 1.0);
+                                   int64_t iterations = 3, double smooth = kSkeletonSmooth,
+                                   const BatchSum& over_ranks = {});
 
 // Signed chessboard distance of mask (N, C, D, H, W) float {0, 1} (C = 1 or K), by iterated 3x3x3 max
 // pooling, in voxels, float32, no gradient: sdf = d_out - d_in, where outside the mask
@@ -64,7 +72,7 @@ torch::Tensor truncated_distance(const torch::Tensor& mask, int64_t max_distance
 // sdf_k = truncated_distance(g_k, max_distance) / max_distance in [-1, 1] (invalid voxels read as
 // background). Minimal (negative) when p_k = 1 exactly inside the ground truth.
 torch::Tensor boundary_loss(const torch::Tensor& logits, const torch::Tensor& labels, const torch::Tensor& valid,
-                            int64_t max_distance = 8);
+                            int64_t max_distance = 8, const BatchSum& over_ranks = {});
 
 // Weighted cross-entropy with PyTorch's weighted-mean semantics (weight= and ignore):
 // -sum(w[y] log softmax(logits)[y] v) / sum(w[y] v), as log_softmax and a one-hot product
@@ -72,7 +80,8 @@ torch::Tensor boundary_loss(const torch::Tensor& logits, const torch::Tensor& la
 // voxel carries weight (PyTorch gives NaN). Equals u3d::cross_entropy_loss with valid undefined and
 // equal weights.
 torch::Tensor weighted_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels,
-                                     const torch::Tensor& valid, const std::vector<double>& class_weights);
+                                     const torch::Tensor& valid, const std::vector<double>& class_weights,
+                                     const BatchSum& over_ranks = {});
 // u3d::soft_dice_loss (per sample, per foreground class, then the mean) with p and the one-hot labels
 // multiplied by v before the sums; equals it with valid undefined.
 torch::Tensor masked_soft_dice_loss(const torch::Tensor& logits, const torch::Tensor& labels,
