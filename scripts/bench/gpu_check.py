@@ -305,14 +305,21 @@ class Check:
         return s
 
     # ---- 3. step benchmark ------------------------------------------------------------------
-    def step_bench(self, s, config, sets, steps, warmup, log_name):
-        cmd = self.trainer + ["--config", config, "--benchmark", "--steps", str(steps), "--warmup", str(warmup)]
+    def step_bench(self, s, config, sets, steps, warmup, log_name, nproc=None):
+        """trainer --benchmark's JSON; with nproc, under torch.distributed.run with that many ranks."""
+        trainer, env = self.trainer, None
+        if nproc:
+            trainer = [self.python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+                       "--no-python", self.trainer[0]]
+            env = {"OMP_NUM_THREADS": "1"}
+        cmd = trainer + ["--config", config, "--benchmark", "--steps", str(steps), "--warmup", str(warmup)]
         for k in sets:
             cmd += ["--set", k]
-        rc, out = self.run(s, cmd, timeout=900, log_name=log_name)
+        rc, out = self.run(s, cmd, timeout=900, log_name=log_name, env=env)
         r = self.json_lines(out, "step")
         if rc != 0 or not r:
-            raise RuntimeError(f"trainer --benchmark exit {rc}: {self.last_line(out)}")
+            errors = [l for l in out.splitlines() if "] [error] " in l]  # the trainer's line, not torchrun's summary
+            raise RuntimeError(f"trainer --benchmark exit {rc}: {errors[0][:300] if errors else self.last_line(out)}")
         return r[-1]
 
     def step_figures(self, r):
@@ -376,18 +383,6 @@ class Check:
         return s
 
     # ---- 8. data-parallel ---------------------------------------------------------------------
-    def torchrun_bench(self, s, nproc, config, sets, steps, warmup, log_name):
-        cmd = [self.python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "--no-python",
-               self.trainer[0], "--config", config, "--benchmark", "--steps", str(steps), "--warmup", str(warmup)]
-        for k in sets:
-            cmd += ["--set", k]
-        rc, out = self.run(s, cmd, timeout=900, log_name=log_name, env={"OMP_NUM_THREADS": "1"})
-        r = self.json_lines(out, "step")
-        if rc != 0 or not r:
-            errors = [l for l in out.splitlines() if "] [error] " in l]  # the trainer's line, not torchrun's summary
-            raise RuntimeError(f"torchrun trainer --benchmark exit {rc}: {errors[0][:300] if errors else self.last_line(out)}")
-        return r[-1]
-
     def distributed(self):
         s = Section("8-distributed", "Data-parallel step under torchrun: all-reduce time, hidden share, scaling")
         if not self.python_has_torch():
@@ -398,8 +393,8 @@ class Check:
         keys = ("world_size", "dist_backend", "gradient_bytes", "buckets", "step_ms_median", "local_step_ms",
                 "allreduce_ms", "exposed_ms", "hidden_share", "scaling_efficiency", "samples_per_s")
         try:  # CPU: 2 ranks over Gloo on a tiny network (the plumbing of the whole path)
-            r = self.torchrun_bench(s, 2, cfg, ["training.device=cpu", "model.base_filters=2", "data.patch_size=64",
-                                                "data.batch_size=1"], 3, 1, "gloo-2")
+            r = self.step_bench(s, cfg, ["training.device=cpu", "model.base_filters=2", "data.patch_size=64",
+                                         "data.batch_size=1"], 3, 1, "gloo-2", nproc=2)
             s.cpu_status = "PASS" if r.get("world_size") == 2 and r.get("dist_backend") == "gloo" else "FAIL"
             s.cpu_figures = {k: r.get(k) for k in keys}
         except RuntimeError as ex:
@@ -411,7 +406,7 @@ class Check:
         n = max(1, min(8, self.gpus))
         steps, warmup = (20, 5) if self.args.quick else (50, 10)
         try:  # every GPU of this machine over NCCL (one GPU: world size 1, the all-reduce's fixed cost)
-            r = self.torchrun_bench(s, n, cfg, ["training.precision=bf16"], steps, warmup, f"nccl-{n}")
+            r = self.step_bench(s, cfg, ["training.precision=bf16"], steps, warmup, f"nccl-{n}", nproc=n)
             s.figures = {k: r.get(k) for k in keys}
             if r.get("dist_backend") != "nccl":
                 s.fail(f"backend {r.get('dist_backend')}, expected nccl")

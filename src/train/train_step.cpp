@@ -132,34 +132,30 @@ TrainStep::~TrainStep() = default;
 
 void TrainStep::set_after_backward(std::function<void(const std::vector<torch::Tensor>&)> hook) {
   after_backward_ = std::move(hook);
-  if (after_backward_ && graph_) {
-    if (cfg_.training.cuda_graph == Toggle::kOn) {
-      throw ConfigError("training.cuda_graph: on cannot be combined with test fault injection (U3D_TEST_FAULTS)");
-    }
-    graph_.reset();
-    source_ = nullptr;
-    features_.cuda_graph = false;
-    features_.sampling_in_graph = false;
-    features_.cuda_graph_note = "off: test fault injection is active";
-    spdlog::info("training step: CUDA graph off: test fault injection is active; eager steps");
+  if (after_backward_) {
+    drop_graph("training.cuda_graph: on cannot be combined with test fault injection (U3D_TEST_FAULTS)",
+               "off: test fault injection is active", "test fault injection is active; eager steps");
   }
+}
+
+void TrainStep::drop_graph(const std::string& refusal, const std::string& note, const std::string& why) {
+  if (!graph_) return;
+  if (cfg_.training.cuda_graph == Toggle::kOn) throw ConfigError(refusal);
+  graph_.reset();
+  source_ = nullptr;
+  features_.cuda_graph = false;
+  features_.sampling_in_graph = false;
+  features_.cuda_graph_note = note;
+  spdlog::info("training step: CUDA graph off: {}", why);
 }
 
 void TrainStep::set_data_parallel(GradientSync* sync, Distributed* dist) {
   sync_ = sync;
   dist_ = dist;
-  if (!graph_) return;
-  if (cfg_.training.cuda_graph == Toggle::kOn) {
-    throw ConfigError(
-        "training.cuda_graph: on is not available for data-parallel training yet (the gradient all-reduce is "
-        "launched from autograd hooks on the host); use auto or off");
-  }
-  graph_.reset();
-  source_ = nullptr;
-  features_.cuda_graph = false;
-  features_.sampling_in_graph = false;
-  features_.cuda_graph_note = "off: data-parallel steps are eager (CUDA graphs with NCCL not measured yet)";
-  spdlog::info("training step: CUDA graph off: data-parallel steps are eager");
+  drop_graph(
+      "training.cuda_graph: on is not available for data-parallel training yet (the gradient all-reduce is "
+      "launched from autograd hooks on the host); use auto or off",
+      "off: data-parallel steps are eager (CUDA graphs with NCCL not measured yet)", "data-parallel steps are eager");
 }
 
 LossParts TrainStep::accumulate(const Batch& batch, bool capturing) {

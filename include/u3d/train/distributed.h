@@ -51,7 +51,6 @@ class Distributed {
   const LaunchEnv& env() const { return env_; }
   const std::string& backend_name() const { return backend_name_; }  // "nccl" or "gloo"
   const torch::Device& comm_device() const { return comm_device_; }
-  double timeout_seconds() const { return timeout_s_; }
   // The c10d process group (for c10d::Reducer in tests).
   const c10::intrusive_ptr<c10d::ProcessGroup>& group() const;
 

@@ -175,6 +175,9 @@ class TrainStep {
   // Forward and backward of one micro-batch; returns its loss / accumulate_steps and its loss terms
   // (the same scale), detached.
   LossParts accumulate(const Batch& batch, bool capturing);
+  // Eager steps from here on: no graph, no captured sampler; `note` for features(), `why` logged.
+  // ConfigError(refusal) with training.cuda_graph: on. Nothing when no graph was planned.
+  void drop_graph(const std::string& refusal, const std::string& note, const std::string& why);
   torch::Tensor last_found_inf_;
   std::function<void(const std::vector<torch::Tensor>&)> after_backward_;
   std::unique_ptr<CudaGraphStep> graph_;
