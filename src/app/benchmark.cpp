@@ -15,6 +15,7 @@
 #include "u3d/data/sampler.h"
 #include "u3d/io/dataset.h"
 #include "u3d/train/resolve.h"
+#include "u3d/train/truth_maps.h"
 
 namespace u3d {
 namespace {
@@ -23,7 +24,7 @@ using Clock = std::chrono::steady_clock;
 
 int64_t batch_bytes(const Batch& b) {
   int64_t total = 0;
-  for (const auto* t : {&b.image, &b.target, &b.mask}) {
+  for (const auto* t : {&b.image, &b.target, &b.mask, &b.maps.skeleton, &b.maps.distance}) {
     if (t->defined()) total += t->numel() * static_cast<int64_t>(t->element_size());
   }
   return total;
@@ -110,6 +111,7 @@ std::vector<DataBenchmarkRow> run_data_benchmark(const Config& cfg, const DataBe
     co.device = rt.device;
     co.float16 = cfg.data.cache_float16;
     co.threads = loading_threads(cfg);
+    co.label_maps = truth_map_maker(truth_map_options(cfg, rc.info));  // cropped as a training run does
     const StackedCache cache = StackedCache::load(reader, ids, pre, co);
     spdlog::info("benchmark: cache {}", cache.describe());
     const PatchSampler sampler(cache, so);

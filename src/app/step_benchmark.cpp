@@ -26,6 +26,7 @@
 #include "u3d/train/resolve.h"
 #include "u3d/train/step_monitor.h"
 #include "u3d/train/train_step.h"
+#include "u3d/train/truth_maps.h"
 
 namespace u3d {
 namespace {
@@ -86,6 +87,7 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
   Task task = Task::kDose;
   bool has_mask = true;
   LossOptions loss_opts;  // the dataset's ignore label and the config's class weights, when there is one
+  TruthMapOptions maps;   // the ground-truth maps a training run's cache would hold (truth_maps.h)
   r.in_channels = std::max<int64_t>(1, static_cast<int64_t>(cfg.data.channels.size()));
   r.out_channels = 1;
   std::error_code ec;
@@ -96,6 +98,7 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
     r.in_channels = rc.pre->in_channels();
     r.out_channels = rc.pre->out_channels();
     loss_opts = loss_options(cfg.training, rc.info);
+    maps = truth_map_options(cfg, rc.info);
   }
   const int64_t n = cfg.data.batch_size;
   const auto& p = cfg.data.patch_size;
@@ -133,6 +136,7 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
   batch.image = torch::randn({n, r.in_channels, p[0], p[1], p[2]}, f32);
   if (task == Task::kSegmentation) {
     batch.target = torch::randint(0, r.out_channels, {n, p[0], p[1], p[2]}, f32.dtype(torch::kLong));
+    batch.maps = truth_maps_of(batch.target, maps);  // made before timing, as the cache makes them at load
   } else {
     batch.target = torch::rand({n, 1, p[0], p[1], p[2]}, f32);
     batch.mask = (torch::rand({n, 1, p[0], p[1], p[2]}, f32) > 0.2).to(torch::kFloat);

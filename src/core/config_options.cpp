@@ -373,6 +373,11 @@ const std::vector<Option>& option_table() {
                   "boundary: the ground truth's signed distance is truncated at this many voxels (and divided by "
                   "it)",
                   at_least<int64_t>(1)),
+      make_option("training.cache_truth_maps", &C::training, &TrainingConfig::cache_truth_maps,
+                  "skeleton_recall and boundary: make the ground truth's skeleton and Euclidean signed distance "
+                  "once per case when the cache loads and crop them with each patch (1 + 2 (K-1) bytes per "
+                  "voxel more in the cache); false: make them from each batch's labels (soft skeleton, "
+                  "truncated chessboard distance)"),
       make_option("training.grad_clip_norm", &C::training, &TrainingConfig::grad_clip_norm,
                   "Clip the global gradient norm; 0: off", at_least(0.0)),
       make_option("training.val_every", &C::training, &TrainingConfig::val_every,

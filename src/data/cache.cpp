@@ -126,8 +126,10 @@ Shape3 TensorCache::min_shape() const {
   return s;
 }
 
-StackedCache TensorCache::stack_shared() {
-  StackedCache s = StackedCache::from_cases(cases_, CacheOptions{}, /*keep_float32=*/true);
+StackedCache TensorCache::stack_shared(const LabelMapFn& label_maps) {
+  CacheOptions options;
+  options.label_maps = label_maps;
+  StackedCache s = StackedCache::from_cases(cases_, options, /*keep_float32=*/true);
   const CacheField& image = s.image_fields().front();
   for (int64_t i = 0; i < size(); ++i) {
     CachedCase& c = cases_[static_cast<size_t>(i)];
@@ -148,6 +150,8 @@ std::string CacheField::name() const {
   switch (kind) {
     case FieldKind::kTarget: return "target";
     case FieldKind::kMask: return "mask";
+    case FieldKind::kSkeleton: return "skeleton";
+    case FieldKind::kDistance: return "distance";
     default:
       return channels.size() == 1 ? fmt::format("image[channel {}]", channels[0])
                                   : fmt::format("image[{} channels]", channels.size());
@@ -171,7 +175,7 @@ class StackedCacheBuilder {
     s.in_channels_ = channels;
     s.offsets_.push_back(0);
     double target_sum = 0, target_count = 0;
-    bool all_targets = true, all_masks = true;
+    bool all_targets = true, all_masks = true, all_skeletons = true, all_distances = true;
     for (const auto& c : cases) {
       if (static_cast<int64_t>(c.channels.size()) != channels) {
         throw DataError(
@@ -184,6 +188,8 @@ class StackedCacheBuilder {
       target_count += c.target_count;
       all_targets = all_targets && c.target.defined();
       all_masks = all_masks && c.mask.defined();
+      all_skeletons = all_skeletons && c.skeleton.defined();
+      all_distances = all_distances && c.distance.defined() && c.distance.size(0) == cases.front().distance.size(0);
     }
     s.target_mean_ = target_count > 0 ? target_sum / target_count : 0.0;
     const int64_t total = s.offsets_.back();
@@ -214,11 +220,23 @@ class StackedCacheBuilder {
       s.mask_.dtype = torch::kUInt8;
       s.mask_.channels = {0};
     }
+    if (all_skeletons) {
+      s.skeleton_.kind = FieldKind::kSkeleton;
+      s.skeleton_.dtype = torch::kUInt8;
+      s.skeleton_.channels = {0};
+    }
+    if (all_distances) {
+      s.distance_.kind = FieldKind::kDistance;
+      s.distance_.dtype = torch::kHalf;
+      for (int64_t k = 0; k < cases.front().distance.size(0); ++k) s.distance_.channels.push_back(k);
+    }
     int64_t needed = 0;
     std::vector<CacheField*> fields;
     for (auto& f : s.image_fields_) fields.push_back(&f);
     if (all_targets) fields.push_back(&s.target_);
     if (all_masks) fields.push_back(&s.mask_);
+    if (all_skeletons) fields.push_back(&s.skeleton_);
+    if (all_distances) fields.push_back(&s.distance_);
     for (auto* f : fields) needed += total * f->channel_count() * static_cast<int64_t>(c10::elementSize(f->dtype));
     try {
       for (auto* f : fields) {
@@ -248,6 +266,8 @@ class StackedCacheBuilder {
       }
       if (s.target()) s.view(s.target_, i)[0].copy_(c.target);
       if (s.mask()) s.view(s.mask_, i)[0].copy_(c.mask);
+      if (s.skeleton()) s.view(s.skeleton_, i)[0].copy_(c.skeleton);
+      if (s.distance()) s.view(s.distance_, i).copy_(c.distance);
       c = CompactCase{};  // release the temporaries
     });
     return s;
@@ -299,6 +319,8 @@ int64_t estimate_from(const CompactCase& first, const DatasetReader& reader, con
     per_voxel += first.target.scalar_type() == torch::kUInt8 ? 1 : (float16 ? 2 : 4);
   }
   if (first.mask.defined()) per_voxel += 1;
+  if (first.skeleton.defined()) per_voxel += 1;
+  if (first.distance.defined()) per_voxel += first.distance.size(0) * 2;
   int64_t total = 0;
   for (const auto& id : ids) total += voxels(reader.case_shape(id));
   return total * per_voxel;
@@ -321,6 +343,7 @@ StackedCache StackedCache::load(const DatasetReader& reader, const std::vector<s
   const CaseSource read = source_or_reader(reader, options.read);
   std::vector<CompactCase> cases(ids.size());
   cases[0] = compact_case(read, ids[0], pre, options.float16);  // read once: kept for the arena
+  add_label_maps(cases[0], options.label_maps);
   const int64_t estimate = estimate_from(cases[0], reader, ids, options.float16);
   CachePlacement placement = resolve_placement(options.placement, options.gpu_share, options.device, estimate);
   if (placement == CachePlacement::kPinned && !torch::cuda::is_available()) {
@@ -349,9 +372,13 @@ StackedCache StackedCache::load(const DatasetReader& reader, const std::vector<s
   parallel_items(static_cast<int64_t>(ids.size()) - 1, options.threads, [&](int64_t k) {
     const size_t i = static_cast<size_t>(k) + 1;
     cases[i] = compact_case(read, ids[i], pre, options.float16);
+    add_label_maps(cases[i], options.label_maps);
   });
-  double reading = 0;
-  for (const auto& c : cases) reading += c.read_seconds;
+  double reading = 0, maps = 0;
+  for (const auto& c : cases) {
+    reading += c.read_seconds;
+    maps += c.maps_seconds;
+  }
   const double decoding = std::chrono::duration<double>(Clock::now() - t_read).count();
   const auto t_build = Clock::now();
   const double target_scale = pre.task() == Task::kDose ? pre.target_scale() : 1.0;
@@ -360,9 +387,10 @@ StackedCache StackedCache::load(const DatasetReader& reader, const std::vector<s
   s.load_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
   spdlog::info(
       "data.cache: {} cases with {} thread{}: size estimate {:.1f} s, reading and converting {:.1f} s "
-      "(HDF5 reads {:.1f} s summed over threads), arena {:.1f} s",
+      "(HDF5 reads {:.1f} s{} summed over threads), arena {:.1f} s",
       ids.size(), options.threads, options.threads == 1 ? "" : "s", std::chrono::duration<double>(t_read - t0).count(),
-      decoding, reading, std::chrono::duration<double>(Clock::now() - t_build).count());
+      decoding, reading, options.label_maps ? fmt::format(", ground-truth maps {:.1f} s", maps) : "",
+      std::chrono::duration<double>(Clock::now() - t_build).count());
   return s;
 }
 
@@ -391,6 +419,7 @@ StackedCache StackedCache::from_cases(const std::vector<CachedCase>& in, const C
                               : c.target.cpu().to(torch::kFloat).reshape({l.shape[0], l.shape[1], l.shape[2]});
     }
     if (c.mask.defined()) l.mask = c.mask.cpu().to(torch::kUInt8).reshape({l.shape[0], l.shape[1], l.shape[2]});
+    add_label_maps(l, options.label_maps);
     if (c.raw_target.defined()) {
       const torch::Tensor m = c.mask.defined() ? l.mask.to(torch::kBool) : torch::ones_like(c.raw_target, torch::kBool);
       sum += c.raw_target.masked_select(m).sum(torch::kDouble).item<double>();
@@ -441,7 +470,7 @@ torch::Tensor StackedCache::channel(int64_t i, int64_t c) const {
 int64_t StackedCache::bytes() const {
   int64_t total = 0;
   for (const auto& f : image_fields_) total += f.arena.numel() * static_cast<int64_t>(f.arena.element_size());
-  for (const auto* f : {&target_, &mask_}) {
+  for (const auto* f : {&target_, &mask_, &skeleton_, &distance_}) {
     if (f->arena.defined()) total += f->arena.numel() * static_cast<int64_t>(f->arena.element_size());
   }
   return total;
@@ -452,6 +481,9 @@ std::string StackedCache::describe() const {
   for (const auto& f : image_fields_) parts.push_back(fmt::format("{} {}", f.name(), dtype_name(f.dtype)));
   if (target()) parts.push_back(fmt::format("target {}", dtype_name(target_.dtype)));
   if (mask()) parts.push_back(fmt::format("mask {}", dtype_name(mask_.dtype)));
+  if (skeleton()) parts.push_back(fmt::format("skeleton {}", dtype_name(skeleton_.dtype)));
+  if (distance())
+    parts.push_back(fmt::format("distance[{}] {}", distance_.channel_count(), dtype_name(distance_.dtype)));
   return fmt::format("{} cases, {} in {} ({}){}, loaded in {:.1f} s", size(), human_bytes(static_cast<double>(bytes())),
                      placement_text(placement_), fmt::join(parts, ", "),
                      uniform_shape() ? fmt::format(", stacked ({}, C, {}, {}, {})", size(), shapes_.front()[0],

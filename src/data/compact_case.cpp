@@ -2,6 +2,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <exception>
+
+#include "u3d/core/errors.h"
 
 namespace u3d::cache_detail {
 
@@ -78,6 +81,20 @@ CompactCase compact_case(const CaseSource& read, const std::string& id, const Pr
   }
   if (raw.mask.defined()) c.mask = raw.mask.to(torch::kUInt8);
   return c;
+}
+
+void add_label_maps(CompactCase& c, const LabelMapFn& make) {
+  if (!make || !c.target.defined() || c.target.scalar_type() != torch::kUInt8) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  LabelMaps m;
+  try {
+    m = make(c.target);
+  } catch (const std::exception& e) {
+    throw DataError(fmt::format("case '{}': ground-truth maps: {}", c.id, error_line(e)));
+  }
+  if (m.skeleton.defined()) c.skeleton = m.skeleton.to(torch::kUInt8).contiguous();
+  if (m.distance.defined()) c.distance = m.distance.to(torch::kHalf).contiguous();
+  c.maps_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace u3d::cache_detail

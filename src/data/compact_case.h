@@ -23,8 +23,11 @@ struct CompactCase {
   std::vector<float> sub, div;          // normalisation per channel
   torch::Tensor target;                 // (D, H, W) float32 raw target, or uint8 labels; or undefined
   torch::Tensor mask;                   // (D, H, W) uint8, or undefined
+  torch::Tensor skeleton;               // (D, H, W) uint8 ground-truth skeleton, or undefined
+  torch::Tensor distance;               // (Cd, D, H, W) float16 signed distance, or undefined
   double target_sum = 0, target_count = 0;
   double read_seconds = 0;  // HDF5 read and decompression
+  double maps_seconds = 0;  // add_label_maps
 };
 
 // The smallest exact kind for `x` ((D, H, W) float32, contiguous): whole numbers in [0, 255] or
@@ -38,5 +41,8 @@ std::string dtype_name(torch::ScalarType t);
 CaseSource source_or_reader(const DatasetReader& reader, const CaseSource& read);
 // Reads case `id` through `read`, selects and clamps the channels (pre), stores each compactly.
 CompactCase compact_case(const CaseSource& read, const std::string& id, const Preprocessor& pre, bool float16);
+// Adds the ground-truth maps of c's labels (c.target uint8) through `make`; nothing when `make` is
+// empty or c has no labels. Errors name the case.
+void add_label_maps(CompactCase& c, const LabelMapFn& make);
 
 }  // namespace u3d::cache_detail

@@ -107,7 +107,8 @@ DeviceSampler::DeviceSampler(const PatchSampler& host) : host_(host), device_(ho
   }
   auto channel_range = [&](int64_t cf) { return torch::arange(cf, torch::kLong).view({1, cf, 1}).to(device_); };
   for (const auto& f : cache.image_fields()) field_channel_.push_back(channel_range(f.channel_count()));
-  field_channel_.push_back(channel_range(1));  // target and mask
+  field_channel_.push_back(channel_range(1));  // target, mask and skeleton
+  if (const CacheField* d = cache.distance()) distance_channel_ = channel_range(d->channel_count());
 }
 
 void DeviceSampler::set_epoch(int64_t epoch, int64_t steps_per_epoch) {
@@ -311,6 +312,10 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
     raw.target = gather(*cache.target(), field_channel_.back(), resampled && !cache.segmentation(), torch::Tensor());
   }
   if (cache.mask()) raw.mask = gather(*cache.mask(), field_channel_.back(), /*linear=*/false, torch::Tensor());
+  if (cache.skeleton()) {
+    raw.skeleton = gather(*cache.skeleton(), field_channel_.back(), /*linear=*/false, torch::Tensor());
+  }
+  if (cache.distance()) raw.distance = gather(*cache.distance(), distance_channel_, resampled, torch::Tensor());
 
   // Intensity parameters per sample (identity where not drawn).
   auto draw = [&](double prob, uint64_t slot, const std::vector<double>& range, double identity) {

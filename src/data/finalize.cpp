@@ -143,6 +143,8 @@ Batch BatchFinalizer::operator()(const RawBatch& raw) const {
     }
   }
   if (raw.mask.defined()) b.mask = raw.mask.to(torch::kFloat);
+  if (raw.skeleton.defined()) b.maps.skeleton = raw.skeleton.squeeze(1);  // (N, d, h, w) uint8
+  if (raw.distance.defined()) b.maps.distance = raw.distance.to(torch::kFloat);
   return b;
 }
 

@@ -94,7 +94,7 @@ struct BatchLoader::Impl {
         d->raw = slots.front().raw.to(options.device);
         // Written on the copy stream, read on the compute stream: keep the allocator from reusing
         // the memory before the copy stream is done with it.
-        for (const auto* t : {&d->raw.target, &d->raw.mask, &d->raw.plan}) {
+        for (const auto* t : {&d->raw.target, &d->raw.mask, &d->raw.skeleton, &d->raw.distance, &d->raw.plan}) {
           if (t->defined()) c10::cuda::CUDACachingAllocator::recordStream(t->storage().data_ptr(), *copy_stream);
         }
         for (const auto& t : d->raw.images) {

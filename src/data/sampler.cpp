@@ -275,6 +275,10 @@ RawBatch PatchSampler::allocate_raw(bool pinned) const {
     r.target = torch::empty({n, 1, s[0], s[1], s[2]}, opts(linear ? torch::kFloat : cache.target()->dtype));
   }
   if (cache.mask()) r.mask = torch::empty({n, 1, s[0], s[1], s[2]}, opts(torch::kUInt8));
+  if (cache.skeleton()) r.skeleton = torch::empty({n, 1, s[0], s[1], s[2]}, opts(torch::kUInt8));
+  if (const CacheField* d = cache.distance()) {
+    r.distance = torch::empty({n, d->channel_count(), s[0], s[1], s[2]}, opts(resampled ? torch::kFloat : d->dtype));
+  }
   r.plan = torch::empty({n, kPlanColumns}, opts(torch::kDouble));
   r.cases.assign(static_cast<size_t>(n), 0);
   return r;
@@ -309,6 +313,14 @@ void PatchSampler::fill_sample(const SamplePlan& p, RawBatch& out, int64_t b) co
   if (cache.mask()) {
     torch::Tensor dst = out.mask[b];
     resample_patch(cache.view(*cache.mask(), ci), p.transform, Interp::kNearest, nullptr, dst);
+  }
+  if (cache.skeleton()) {  // nearest, as the labels: a skeleton voxel of class k lands on a label k
+    torch::Tensor dst = out.skeleton[b];
+    resample_patch(cache.view(*cache.skeleton(), ci), p.transform, Interp::kNearest, nullptr, dst);
+  }
+  if (cache.distance()) {  // trilinear where resampled; 0 (neutral) outside the case
+    torch::Tensor dst = out.distance[b];
+    resample_patch(cache.view(*cache.distance(), ci), p.transform, image_interp, nullptr, dst);
   }
   double* row = out.plan.data_ptr<double>() + b * kPlanColumns;
   row[kPlanCase] = static_cast<double>(ci);
@@ -349,6 +361,8 @@ Sample PatchSampler::sample(int64_t epoch, int64_t index, int64_t* case_index) c
   for (auto& t : r.images) t = t.narrow(0, 0, 1);
   if (r.target.defined()) r.target = r.target.narrow(0, 0, 1);
   if (r.mask.defined()) r.mask = r.mask.narrow(0, 0, 1);
+  if (r.skeleton.defined()) r.skeleton = r.skeleton.narrow(0, 0, 1);
+  if (r.distance.defined()) r.distance = r.distance.narrow(0, 0, 1);
   r.plan = r.plan.narrow(0, 0, 1);
   r.cases.resize(1);
   const SamplePlan p = plan(epoch, index);

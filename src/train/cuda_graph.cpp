@@ -59,8 +59,9 @@ std::string describe_tensor(const torch::Tensor& t) {
 }
 
 std::string shape_of(const Batch& b) {
-  return fmt::format("image {}, target {}, mask {}", describe_tensor(b.image), describe_tensor(b.target),
-                     describe_tensor(b.mask));
+  return fmt::format("image {}, target {}, mask {}, skeleton {}, distance {}", describe_tensor(b.image),
+                     describe_tensor(b.target), describe_tensor(b.mask), describe_tensor(b.maps.skeleton),
+                     describe_tensor(b.maps.distance));
 }
 
 // Makes `waiter` wait for the work queued so far on `signaller` (no host sync).
@@ -86,7 +87,8 @@ CudaGraphStep::CudaGraphStep(StepFn step, int64_t warmup_steps, int64_t micro_st
 CudaGraphStep::~CudaGraphStep() = default;
 
 bool CudaGraphStep::matches(const Batch& b, const Batch& fixed) const {
-  return same_layout(b.image, fixed.image) && same_layout(b.target, fixed.target) && same_layout(b.mask, fixed.mask);
+  return same_layout(b.image, fixed.image) && same_layout(b.target, fixed.target) && same_layout(b.mask, fixed.mask) &&
+         same_layout(b.maps.skeleton, fixed.maps.skeleton) && same_layout(b.maps.distance, fixed.maps.distance);
 }
 
 std::optional<StepOutputs> CudaGraphStep::give_up(const std::string& reason) {
@@ -117,6 +119,8 @@ std::optional<StepOutputs> CudaGraphStep::run(const MicroBatches& micro) {
       fixed.image = clone_like(batch.image);
       fixed.target = clone_like(batch.target);
       fixed.mask = clone_like(batch.mask);
+      fixed.maps.skeleton = clone_like(batch.maps.skeleton);
+      fixed.maps.distance = clone_like(batch.maps.distance);
       static_.push_back(std::move(fixed));
       continue;
     }
@@ -127,7 +131,10 @@ std::optional<StepOutputs> CudaGraphStep::run(const MicroBatches& micro) {
     }
     fixed.image.copy_(batch.image, /*non_blocking=*/true);
     fixed.target.copy_(batch.target, /*non_blocking=*/true);
-    if (fixed.mask.defined()) fixed.mask.copy_(batch.mask, /*non_blocking=*/true);
+    for (auto [dst, src] : {std::pair{&fixed.mask, &batch.mask}, std::pair{&fixed.maps.skeleton, &batch.maps.skeleton},
+                            std::pair{&fixed.maps.distance, &batch.maps.distance}}) {
+      if (dst->defined()) dst->copy_(*src, /*non_blocking=*/true);
+    }
   }
   return step_or_replay([this](bool capturing) {
     return step_([this](int64_t m) { return static_[static_cast<size_t>(m)]; }, capturing);

@@ -4,6 +4,7 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/train/topology_losses.h"
+#include "u3d/train/truth_maps.h"
 
 namespace u3d {
 
@@ -94,7 +95,8 @@ torch::Tensor downsample_labels(const torch::Tensor& labels, const std::array<in
 }
 
 LossParts deep_supervision_parts(const Loss& loss, const std::vector<torch::Tensor>& outputs,
-                                 const torch::Tensor& labels, const std::vector<double>& weights) {
+                                 const torch::Tensor& labels, const std::vector<double>& weights,
+                                 const TruthMaps& maps) {
   if (outputs.size() != weights.size()) {
     throw ConfigError(fmt::format("deep supervision: {} outputs but {} weights", outputs.size(), weights.size()));
   }
@@ -104,7 +106,8 @@ LossParts deep_supervision_parts(const Loss& loss, const std::vector<torch::Tens
     std::array<int64_t, 3> factor{};
     for (int a = 0; a < 3; ++a)
       factor[static_cast<size_t>(a)] = labels.size(labels.dim() - 3 + a) / outputs[i].size(2 + a);
-    const LossParts p = loss.parts(outputs[i], downsample_labels(labels, factor), torch::Tensor());
+    const LossParts p = loss.parts(outputs[i], downsample_labels(labels, factor), torch::Tensor(),
+                                   maps.empty() ? maps : downsample_maps(maps, factor));
     const torch::Tensor total = p.total * weights[i];
     sum.total = sum.total.defined() ? sum.total + total : total;
     if (p.terms.defined()) {
@@ -195,7 +198,7 @@ Loss::Loss(const LossSpec& spec, LossOptions options) : options_(std::move(optio
 }
 
 torch::Tensor Loss::term(Term t, const torch::Tensor& output, const torch::Tensor& target, const torch::Tensor& mask,
-                         const torch::Tensor& valid) const {
+                         const torch::Tensor& valid, const TruthMaps& maps) const {
   switch (t) {
     case Term::kL1: return u3d::l1_loss(output, target);
     case Term::kMaskedL1: return u3d::masked_l1_loss(output, target, mask, rank_mean_count(mask));
@@ -211,9 +214,18 @@ torch::Tensor Loss::term(Term t, const torch::Tensor& output, const torch::Tenso
     case Term::kClDice:
       return u3d::cldice_loss(output, target, valid, options_.skeleton_iterations, kSkeletonSmooth, options_.rank_sum);
     case Term::kSkeletonRecall:
+      if (maps.skeleton.defined()) {  // the cache's: (N, d, h, w) class per voxel -> (N, K-1, d, h, w)
+        const torch::Tensor s = torch::one_hot(maps.skeleton.to(torch::kLong), output.size(1)).movedim(-1, 1);
+        return u3d::skeleton_recall_given(output, s.slice(/*dim=*/1, /*start=*/1), valid, kSkeletonSmooth,
+                                          options_.rank_sum);
+      }
       return u3d::skeleton_recall_loss(output, target, valid, options_.skeleton_iterations, kSkeletonSmooth,
                                        options_.rank_sum);
     case Term::kBoundary:
+      if (maps.distance.defined()) {
+        const auto d = static_cast<double>(options_.boundary_distance);
+        return u3d::boundary_loss_given(output, (maps.distance / d).clamp(-1.0, 1.0), valid, options_.rank_sum);
+      }
       return u3d::boundary_loss(output, target, valid, options_.boundary_distance, options_.rank_sum);
   }
   throw ConfigError("training.loss: unknown term");
@@ -224,7 +236,14 @@ torch::Tensor Loss::rank_mean_count(const torch::Tensor& mask) const {
   return options_.rank_mean(mask.to(torch::kFloat).sum());
 }
 
-LossParts Loss::parts(const torch::Tensor& output, const torch::Tensor& target, const torch::Tensor& mask) const {
+bool Loss::has(Term t) const {
+  return std::any_of(terms_.begin(), terms_.end(), [&](const auto& term) { return term.first == t; });
+}
+bool Loss::uses_skeleton() const { return has(Term::kSkeletonRecall); }
+bool Loss::uses_distance() const { return has(Term::kBoundary); }
+
+LossParts Loss::parts(const torch::Tensor& output, const torch::Tensor& target, const torch::Tensor& mask,
+                      const TruthMaps& maps) const {
   torch::Tensor labels = target, valid;
   if (options_.ignore_label >= 0 && target.scalar_type() == torch::kLong) {
     valid = target != options_.ignore_label;           // (N, D, H, W) bool
@@ -233,7 +252,7 @@ LossParts Loss::parts(const torch::Tensor& output, const torch::Tensor& target, 
   LossParts p;
   std::vector<torch::Tensor> values;
   for (const auto& [t, w] : terms_) {
-    torch::Tensor v = term(t, output, labels, mask, valid);
+    torch::Tensor v = term(t, output, labels, mask, valid, maps);
     if (!logged_.empty()) values.push_back(v.detach());
     const torch::Tensor weighted = w == 1.0 ? v : v * w;
     p.total = p.total.defined() ? p.total + weighted : weighted;
@@ -242,9 +261,9 @@ LossParts Loss::parts(const torch::Tensor& output, const torch::Tensor& target, 
   return p;
 }
 
-torch::Tensor Loss::operator()(const torch::Tensor& output, const torch::Tensor& target,
-                               const torch::Tensor& mask) const {
-  return parts(output, target, mask).total;
+torch::Tensor Loss::operator()(const torch::Tensor& output, const torch::Tensor& target, const torch::Tensor& mask,
+                               const TruthMaps& maps) const {
+  return parts(output, target, mask, maps).total;
 }
 
 }  // namespace u3d

@@ -143,13 +143,19 @@ torch::Tensor skeleton_of_labels(const torch::Tensor& labels, int64_t num_classe
 
 torch::Tensor skeleton_recall_loss(const torch::Tensor& logits, const torch::Tensor& labels, const torch::Tensor& valid,
                                    int64_t iterations, double smooth, const BatchSum& over_ranks) {
-  const torch::Tensor v5 = valid_5d(valid);
-  const torch::Tensor p = foreground_probs(logits, v5);
   torch::Tensor s;
   {
     torch::NoGradGuard no_grad;  // the background's skeleton is not needed: foreground channels only
     s = u3d::soft_skeleton(one_hot_5d(clean_labels(labels, valid), logits.size(1)).slice(1, 1), iterations);
   }
+  return u3d::skeleton_recall_given(logits, s, valid, smooth, over_ranks);
+}
+
+torch::Tensor skeleton_recall_given(const torch::Tensor& logits, const torch::Tensor& skeleton,
+                                    const torch::Tensor& valid, double smooth, const BatchSum& over_ranks) {
+  const torch::Tensor v5 = valid_5d(valid);
+  const torch::Tensor p = foreground_probs(logits, v5);
+  const torch::Tensor s = zero_invalid(skeleton.detach().to(torch::kFloat), v5);
   const torch::Tensor recall = (sum_per_class(p * s, over_ranks) + smooth) / (sum_per_class(s, over_ranks) + smooth);
   return 1.0 - recall.mean();
 }
@@ -177,16 +183,21 @@ torch::Tensor truncated_distance(const torch::Tensor& mask, int64_t max_distance
 
 torch::Tensor boundary_loss(const torch::Tensor& logits, const torch::Tensor& labels, const torch::Tensor& valid,
                             int64_t max_distance, const BatchSum& over_ranks) {
-  const torch::Tensor v5 = valid_5d(valid);
-  const torch::Tensor p = foreground_probs(logits, v5);
   const torch::Tensor g = one_hot_5d(clean_labels(labels, valid), logits.size(1)).slice(1, 1);
   const torch::Tensor sdf = u3d::truncated_distance(g, max_distance) / static_cast<double>(max_distance);
-  const torch::Tensor count =
-      gathered(valid.defined() ? valid.to(torch::kFloat).sum()
-                               : torch::full({}, static_cast<double>(labels.numel()), p.options()),
-               over_ranks)
-          .clamp_min(1.0);
-  return (sum_per_class(p * sdf, over_ranks) / count).mean();
+  return u3d::boundary_loss_given(logits, sdf, valid, over_ranks);
+}
+
+torch::Tensor boundary_loss_given(const torch::Tensor& logits, const torch::Tensor& sdf, const torch::Tensor& valid,
+                                  const BatchSum& over_ranks) {
+  const torch::Tensor v5 = valid_5d(valid);
+  const torch::Tensor p = foreground_probs(logits, v5);
+  const int64_t voxels = p.size(0) * p.size(2) * p.size(3) * p.size(4);
+  const torch::Tensor count = gathered(valid.defined() ? valid.to(torch::kFloat).sum()
+                                                       : torch::full({}, static_cast<double>(voxels), p.options()),
+                                       over_ranks)
+                                  .clamp_min(1.0);
+  return (sum_per_class(p * sdf.detach().to(torch::kFloat), over_ranks) / count).mean();
 }
 
 torch::Tensor weighted_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels,

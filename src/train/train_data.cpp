@@ -7,6 +7,7 @@
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/data/preflight.h"
+#include "u3d/train/truth_maps.h"
 
 namespace u3d {
 namespace {
@@ -63,6 +64,7 @@ void TrainData::load(const ResolvedConfig& rc, const DatasetReader& reader, cons
   cache_options.float16 = cfg.data.cache_float16;
   cache_options.threads = loading_threads(cfg);  // one per core: nothing else runs yet
   cache_options.gpu_share = cfg.data.gpu_cache_share;
+  cache_options.label_maps = truth_map_maker(truth_map_options(cfg, rc.info));
   train_cache_ = std::make_unique<StackedCache>(StackedCache::load(reader, rc.train_ids, *pre_, cache_options));
   if (!train_cache_->has_targets()) {
     throw DataError(fmt::format("{}: split '{}' has cases without a target; training needs targets", cfg.data.path,
@@ -85,7 +87,8 @@ void TrainData::load(const ResolvedConfig& rc, const DatasetReader& reader, cons
     vo.shards = 1;
     vo.seed = so.seed ^ 0x7A1D0000ull;  // its own stream, independent of the training patches
     vo.apply_augmentation = false;
-    val_stack_ = std::make_unique<StackedCache>(val_cache_->stack_shared());  // views, not a copy
+    // Views, not a copy; the maps, as the training cache's, for the val loss.
+    val_stack_ = std::make_unique<StackedCache>(val_cache_->stack_shared(cache_options.label_maps));
     val_sampler_ = std::make_unique<PatchSampler>(*val_stack_, vo);
   }
   LoaderOptions lo;

@@ -179,9 +179,9 @@ LossParts TrainStep::accumulate(const Batch& batch, bool capturing) {
   if (deep) {
     if (deep_weights_.size() != outs.size())
       deep_weights_ = deep_supervision_weights(static_cast<int64_t>(outs.size()));
-    parts = deep_supervision_parts(loss_, outs, batch.target, deep_weights_);
+    parts = deep_supervision_parts(loss_, outs, batch.target, deep_weights_, batch.maps);
   } else {
-    parts = loss_.parts(outs[0], batch.target, batch.mask);
+    parts = loss_.parts(outs[0], batch.target, batch.mask, batch.maps);
   }
   torch::Tensor loss = parts.total;
   if (accumulate_ > 1) {

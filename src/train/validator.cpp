@@ -162,7 +162,7 @@ void Validator::patches(int64_t epoch, ValStats& stats, TrainState& state) {
       out = net_.forward(image);
     }
     out = out.to(torch::kFloat);
-    loss_sum.add_(loss_(out, batch.target, batch.mask).detach().to(torch::kDouble));
+    loss_sum.add_(loss_(out, batch.target, batch.mask, batch.maps).detach().to(torch::kDouble));
     torch::Tensor p = out.argmax(1).unsqueeze(1) == classes;  // (N, K, d, h, w)
     const torch::Tensor y = batch.target.unsqueeze(1) == classes;
     if (rc_.info.ignore_label >= 0) p = p & (batch.target.unsqueeze(1) != rc_.info.ignore_label);  // voxels scored

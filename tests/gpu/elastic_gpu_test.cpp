@@ -1,7 +1,8 @@
 // Elastic deformation on the GPU sampler: the same draws as the host sampler (labels and masks
 // equal but for coordinates within rounding of a half voxel, trilinear images to float32 rounding),
 // and next_batch() with elastic captured in a CUDA graph (a host read or a draw-dependent shape
-// would make the capture fail). Every test skips itself where no CUDA device is present.
+// would make the capture fail); the cached ground-truth maps (train/truth_maps.h) cropped on the GPU
+// as on the host, and captured with the batch. Every test skips itself where no CUDA device is present.
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -9,6 +10,7 @@
 
 #include "u3d/data/device_sampler.h"
 #include "u3d/data/sampler.h"
+#include "u3d/train/truth_maps.h"
 
 namespace u3d {
 namespace {
@@ -57,10 +59,11 @@ SamplerOptions options() {
   return o;
 }
 
-StackedCache gpu_cache(const std::vector<CachedCase>& c) {
+StackedCache gpu_cache(const std::vector<CachedCase>& c, const LabelMapFn& label_maps = {}) {
   CacheOptions co;
   co.device = kCuda;
   co.placement = CachePlacement::kGpu;
+  co.label_maps = label_maps;
   return StackedCache::from_cases(c, co);
 }
 
@@ -87,6 +90,31 @@ TEST(GpuElastic, DeviceSamplerEqualsTheHostSampler) {
       }
     }
     EXPECT_GT(elastic, 5);  // the comparison saw deformed samples
+  }
+}
+
+TEST(GpuElastic, TruthMapsOnTheGpuCacheEqualTheHosts) {
+  U3D_REQUIRE_CUDA();
+  const std::vector<CachedCase> c = cases(/*segmentation=*/true);
+  const LabelMapFn maps = truth_map_maker({/*skeleton=*/true, /*distance=*/true, /*num_classes=*/3, 2});
+  CacheOptions host_options;
+  host_options.label_maps = maps;
+  const StackedCache host_cache = StackedCache::from_cases(c, host_options), device_cache = gpu_cache(c, maps);
+  ASSERT_NE(device_cache.skeleton(), nullptr);
+  ASSERT_TRUE(device_cache.distance()->arena.is_cuda());
+  const SamplerOptions o = options();
+  const PatchSampler host(host_cache, o), on_gpu(device_cache, o);
+  DeviceSampler device(on_gpu);
+  device.set_epoch(2, 5);
+  for (int64_t step = 0; step < 5; ++step) {
+    const RawBatch a = device.raw_batch(step), h = host.raw_batch(2, step);
+    ASSERT_TRUE(a.skeleton.is_cuda());
+    const int64_t voxels = h.skeleton.numel();
+    EXPECT_LE((a.skeleton.cpu() != h.skeleton).sum().item<int64_t>(), voxels / 10000) << "skeleton, step " << step;
+    EXPECT_TRUE(torch::allclose(a.distance.cpu(), h.distance, 1e-4, 1e-2)) << "distance, step " << step;
+    const Batch b = on_gpu.finalizer()(a);
+    EXPECT_TRUE(b.maps.distance.is_cuda());
+    EXPECT_EQ(b.maps.skeleton.sizes(), b.target.sizes());
   }
 }
 

@@ -46,6 +46,8 @@ TEST(SurfaceTraining, EveryLossTermIsLoggedAndTheyAddUpToTheTrainLoss) {
   test::write_text(dir / "surf.yaml", surface_config());
   r = test::run_trainer({"--config", "surf.yaml"}, dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // skeleton_recall and boundary read the ground-truth maps the cache made once per case.
+  EXPECT_NE(r.output.find("skeleton uint8, distance[1] float16"), std::string::npos) << r.output;
   const auto rows = read_csv(dir / "runs" / "surf" / "metrics.csv");
   ASSERT_EQ(rows.size(), 2u);
   const std::vector<std::pair<std::string, double>> terms = {{"loss_ce", 1.0},
@@ -72,6 +74,23 @@ TEST(SurfaceTraining, EveryLossTermIsLoggedAndTheyAddUpToTheTrainLoss) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto scored = read_csv(dir / "runs" / "surf" / "predictions" / "val_metrics.csv");
   EXPECT_GE(scored.size(), 2u);  // at least one case and the mean
+}
+
+TEST(SurfaceTraining, WithoutCachedMapsTheTermsMakeThemPerBatch) {
+  test::TempDir dir;
+  auto r =
+      test::run_trainer({"synth", "--task", "surface", "--cases", "4", "--size", "16", "--out", "s.h5"}, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  test::write_text(dir / "surf.yaml", surface_config());
+  r = test::run_trainer(
+      {"--config", "surf.yaml", "--set", "training.cache_truth_maps=false", "--set", "training.epochs=1"}, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("skeleton uint8"), std::string::npos) << r.output;
+  const auto rows = read_csv(dir / "runs" / "surf" / "metrics.csv");
+  ASSERT_EQ(rows.size(), 1u);
+  for (const char* column : {"loss_skeleton_recall", "loss_boundary"}) {
+    EXPECT_TRUE(std::isfinite(std::stod(rows[0].at(column)))) << column;
+  }
 }
 
 TEST(SurfaceTraining, AListTermThatDoesNotFitTheTaskIsOneLineExit2) {

@@ -33,8 +33,11 @@ struct RawBatch {
   std::vector<torch::Tensor> images;  // per cache image field: (N, Cf, d, h, w); float32 with affine
   torch::Tensor target;               // (N, 1, d, h, w) cache target dtype (float32 with affine), or undefined
   torch::Tensor mask;                 // (N, 1, d, h, w) uint8, or undefined
-  torch::Tensor plan;                 // (N, kPlanColumns) float64
-  std::vector<int64_t> cases;         // cache index per sample (host copy; empty from the device sampler)
+  // The cache's ground-truth maps (StackedCache::skeleton / distance), cropped like the labels:
+  torch::Tensor skeleton;      // (N, 1, d, h, w) uint8, nearest neighbour; or undefined
+  torch::Tensor distance;      // (N, Cd, d, h, w) float16 (float32 when resampled, trilinear); or undefined
+  torch::Tensor plan;          // (N, kPlanColumns) float64
+  std::vector<int64_t> cases;  // cache index per sample (host copy; empty from the device sampler)
   int64_t epoch = -1, step = -1;
 
   int64_t bytes() const;
@@ -44,11 +47,22 @@ struct RawBatch {
   void copy_to(RawBatch& dst, bool non_blocking) const;
 };
 
+// The ground truth's skeleton and signed distance of a segmentation batch, made once per case when
+// the cache loads (train/truth_maps.h, training.cache_truth_maps) and cropped with the patch, for the
+// skeleton_recall and boundary loss terms; undefined: those terms make them from the labels per batch.
+struct TruthMaps {
+  torch::Tensor skeleton;  // (N, d, h, w) uint8: class k (1..K-1) on class k's skeleton, else 0
+  torch::Tensor distance;  // (N, K-1, d, h, w) float32: signed Euclidean distance to class k's
+                           // boundary in voxels, < 0 inside (-1 on its boundary voxels), > 0 outside
+  bool empty() const { return !skeleton.defined() && !distance.defined(); }
+};
+
 // A training batch on its device.
 struct Batch {
   torch::Tensor image;         // (N, C, d, h, w) float32
   torch::Tensor target;        // regression: (N, 1, d, h, w) float32; segmentation: (N, d, h, w) int64
   torch::Tensor mask;          // (N, 1, d, h, w) float32 in {0, 1}, or undefined
+  TruthMaps maps;              // segmentation with cached ground-truth maps; else empty
   std::vector<int64_t> cases;  // cache index of each sample (empty when sampled on the GPU)
   int64_t epoch = -1, step = -1;
 

@@ -14,6 +14,12 @@
 // Compact dtypes: image channels are kept as raw values (after the clip of a clip:LO:HI
 // normalisation) in the smallest dtype that holds every case's values exactly: uint8 (masks,
 // labels 0..255), int16 (CT in HU), else float32, or float16 with data.cache_float16 (lossy).
+//
+// Ground-truth maps (segmentation, when CacheOptions::label_maps is set: the training loss has a
+// skeleton_recall or boundary term and training.cache_truth_maps is on): the labels' skeleton
+// (uint8, 1 channel) and signed distance (float16, one channel per foreground class), made once per
+// case in the loading threads (train/truth_maps.h) and kept beside the labels: 1 + 2 (K - 1) more
+// bytes per voxel.
 // Normalisation is an affine map per case and channel applied to crops: (raw - sub) / div in
 // float32, equal to Preprocessor::image. Regression targets stay in target units (float32, or
 // float16 with data.cache_float16) and are divided by data.target_scale per batch; labels and
@@ -40,6 +46,15 @@ struct CachedCase {
   torch::Tensor raw_target;  // regression: (D, H, W) float32 in target units (metrics); else undefined
   std::array<double, 3> spacing = {1, 1, 1};
 };
+
+// Per-case fields derived from a case's labels, made once when a cache loads (the loss terms'
+// ground-truth maps; train/truth_maps.h makes them, the cache only stores and crops them).
+struct LabelMaps {
+  torch::Tensor skeleton;  // (D, H, W) uint8: class k on class k's skeleton, else 0; or undefined
+  torch::Tensor distance;  // (Cd, D, H, W) float32 signed distance per foreground class, voxels; or undefined
+};
+// labels: (D, H, W) uint8 as cached (the ignore label included), on the CPU.
+using LabelMapFn = std::function<LabelMaps(const torch::Tensor& labels)>;
 
 // How a cache reads a case (raw, in DatasetReader::read_case's form); empty: reader.read_case. The
 // trainer passes CheckedReader::read (preflight.h), so each case is read and checked once.
@@ -68,8 +83,8 @@ class TensorCache {
   // The cases stacked for patch sampling (nnU-Net's validation patches), held once: the returned
   // cache holds every image as float32 in one field (identity normalisation), the targets and
   // masks as they are, on the CPU; each case's image, target and mask here become views into it.
-  // The cases' values do not change. raw_target stays per case.
-  StackedCache stack_shared();
+  // The cases' values do not change. raw_target stays per case. label_maps: as CacheOptions'.
+  StackedCache stack_shared(const LabelMapFn& label_maps = {});
 
  private:
   std::vector<CachedCase> cases_;
@@ -84,19 +99,21 @@ struct CacheOptions {
   double gpu_share = 0.5;                              // data.gpu_cache_share
   int64_t limit_bytes = -1;                            // at most this much may be used (-1: what the machine has free)
   CaseSource read;                                     // how cases are read (empty: reader.read_case)
+  LabelMapFn label_maps;  // segmentation: each case's ground-truth maps, made at load (empty: none)
 };
 
-enum class FieldKind { kImage, kTarget, kMask };
+enum class FieldKind { kImage, kTarget, kMask, kSkeleton, kDistance };
 
 // One field of the arena.
 struct CacheField {
   FieldKind kind = FieldKind::kImage;
   torch::ScalarType dtype = torch::kFloat;
-  // Image fields: the input channels this field holds, ascending; target and mask: {0}.
+  // Image fields: the input channels this field holds, ascending; target, mask and skeleton: {0};
+  // distance: {0 .. K-2}, one per foreground class.
   std::vector<int64_t> channels;
   torch::Tensor arena;  // 1-D, dtype, on the cache's device (page-locked when pinned)
   int64_t channel_count() const { return static_cast<int64_t>(channels.size()); }
-  std::string name() const;  // "image[ct]", "image[4 channels]", "target", "mask"
+  std::string name() const;  // "image[channel 0]", "image[4 channels]", "target", "mask", "skeleton", "distance"
 };
 
 class StackedCache {
@@ -128,6 +145,10 @@ class StackedCache {
   const CacheField* mask() const { return mask_.arena.defined() ? &mask_ : nullptr; }
   bool has_targets() const { return target() != nullptr; }
   bool has_masks() const { return mask() != nullptr; }
+  // The labels' ground-truth maps (CacheOptions::label_maps): skeleton (1, D, H, W) uint8 and
+  // distance (K-1, D, H, W) float16 per case; nullptr when not made.
+  const CacheField* skeleton() const { return skeleton_.arena.defined() ? &skeleton_ : nullptr; }
+  const CacheField* distance() const { return distance_.arena.defined() ? &distance_ : nullptr; }
   bool segmentation() const { return segmentation_; }  // target holds labels
 
   // (Cf, D, H, W) view of case i in a field (on the cache's device).
@@ -158,7 +179,7 @@ class StackedCache {
   std::vector<int64_t> offsets_;  // voxel offset of each case; offsets_[N] = total voxels
   int64_t in_channels_ = 0;
   std::vector<CacheField> image_fields_;
-  CacheField target_, mask_;
+  CacheField target_, mask_, skeleton_, distance_;
   bool segmentation_ = false;
   torch::Tensor norm_sub_, norm_div_;
   double target_scale_ = 1.0;

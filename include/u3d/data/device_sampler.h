@@ -61,6 +61,7 @@ class DeviceSampler {
   torch::Tensor corners_;       // (8, 1, 1, 3) int64: trilinear tap offsets
   torch::Tensor elastic_keys_;  // (1, 3 G^3) int64: stream offsets of slots kSlotElasticGrid + i (elastic only)
   std::vector<torch::Tensor> field_channel_;  // per field (image fields, target, mask): (1, Cf, 1) int64 0..Cf-1
+  torch::Tensor distance_channel_;            // (1, K-1, 1) int64 for the cache's distance field
 };
 
 }  // namespace u3d

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "u3d/core/config.h"
+#include "u3d/data/batch.h"
 #include "u3d/io/dataset.h"
 #include "u3d/train/topology_losses.h"
 
@@ -76,22 +77,32 @@ torch::Tensor downsample_labels(const torch::Tensor& labels, const std::array<in
 
 class Loss;
 // sum_i weights[i] * loss(outputs[i], labels down-sampled to outputs[i]); outputs (N, K, ...) finest
-// first; zero weights are skipped. deep_supervision_parts also weights the terms the same way.
+// first; zero weights are skipped. deep_supervision_parts also weights the terms the same way, and
+// down-samples the ground-truth maps with the labels (truth_maps.h, downsample_maps).
 torch::Tensor deep_supervision_loss(const Loss& loss, const std::vector<torch::Tensor>& outputs,
                                     const torch::Tensor& labels, const std::vector<double>& weights);
 LossParts deep_supervision_parts(const Loss& loss, const std::vector<torch::Tensor>& outputs,
-                                 const torch::Tensor& labels, const std::vector<double>& weights);
+                                 const torch::Tensor& labels, const std::vector<double>& weights,
+                                 const TruthMaps& maps = {});
 
 // The training loss: a resolved named loss (l1, ..., dice_ce: unchanged values) or the weighted sum
 // of a list's terms (train/topology_losses.h for cldice, skeleton_recall, boundary). With an ignore
-// label, segmentation terms leave those voxels out (valid = labels != ignore_label).
+// label, segmentation terms leave those voxels out (valid = labels != ignore_label). With ground-truth
+// maps (Batch::maps, made once per case in the cache), skeleton_recall reads the cached skeleton and
+// boundary the cached Euclidean distance (/ boundary_distance, clamped to [-1, 1]); without them both
+// make theirs from the labels (soft skeleton; truncated chessboard distance).
 class Loss {
  public:
   explicit Loss(LossKind kind, LossOptions options = {});
   // `spec` resolved (resolve_loss): no auto.
   explicit Loss(const LossSpec& spec, LossOptions options = {});
-  torch::Tensor operator()(const torch::Tensor& output, const torch::Tensor& target, const torch::Tensor& mask) const;
-  LossParts parts(const torch::Tensor& output, const torch::Tensor& target, const torch::Tensor& mask) const;
+  torch::Tensor operator()(const torch::Tensor& output, const torch::Tensor& target, const torch::Tensor& mask,
+                           const TruthMaps& maps = {}) const;
+  LossParts parts(const torch::Tensor& output, const torch::Tensor& target, const torch::Tensor& mask,
+                  const TruthMaps& maps = {}) const;
+  // Whether a term reads a ground-truth map: what the cache must make (truth_maps.h).
+  bool uses_skeleton() const;
+  bool uses_distance() const;
   LossKind kind() const { return kind_; }  // kAuto for the list form
   // The list form's term names, in order ("ce", "cldice"); empty for a named loss.
   const std::vector<std::string>& term_names() const { return logged_; }
@@ -100,7 +111,8 @@ class Loss {
  private:
   enum class Term { kCe, kDice, kClDice, kSkeletonRecall, kBoundary, kL1, kMaskedL1, kMse, kMaskedMse };
   torch::Tensor term(Term t, const torch::Tensor& output, const torch::Tensor& target, const torch::Tensor& mask,
-                     const torch::Tensor& valid) const;
+                     const torch::Tensor& valid, const TruthMaps& maps) const;
+  bool has(Term t) const;
   // Data-parallel: the ranks' mean mask count (LossOptions::rank_mean); undefined for one process.
   torch::Tensor rank_mean_count(const torch::Tensor& mask) const;
   LossKind kind_ = LossKind::kAuto;

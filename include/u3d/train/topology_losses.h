@@ -60,6 +60,11 @@ torch::Tensor skeleton_of_labels(const torch::Tensor& labels, int64_t num_classe
 torch::Tensor skeleton_recall_loss(const torch::Tensor& logits, const torch::Tensor& labels, const torch::Tensor& valid,
                                    int64_t iterations = 3, double smooth = kSkeletonSmooth,
                                    const BatchSum& over_ranks = {});
+// The same with the ground-truth skeleton given: skeleton (N, K-1, D, H, W) float {0, 1} of the
+// foreground classes (e.g. the cache's, train/truth_maps.h), read as 0 where invalid.
+torch::Tensor skeleton_recall_given(const torch::Tensor& logits, const torch::Tensor& skeleton,
+                                    const torch::Tensor& valid, double smooth = kSkeletonSmooth,
+                                    const BatchSum& over_ranks = {});
 
 // Signed chessboard distance of mask (N, C, D, H, W) float {0, 1} (C = 1 or K), by iterated 3x3x3 max
 // pooling, in voxels, float32, no gradient: sdf = d_out - d_in, where outside the mask
@@ -73,6 +78,11 @@ torch::Tensor truncated_distance(const torch::Tensor& mask, int64_t max_distance
 // background). Minimal (negative) when p_k = 1 exactly inside the ground truth.
 torch::Tensor boundary_loss(const torch::Tensor& logits, const torch::Tensor& labels, const torch::Tensor& valid,
                             int64_t max_distance = 8, const BatchSum& over_ranks = {});
+// The same with the distance term given: sdf (N, K-1, D, H, W) float, the foreground classes'
+// signed distances already scaled (boundary_loss: truncated_distance / max_distance; the cache's
+// Euclidean maps: train/truth_maps.h), no gradient.
+torch::Tensor boundary_loss_given(const torch::Tensor& logits, const torch::Tensor& sdf, const torch::Tensor& valid,
+                                  const BatchSum& over_ranks = {});
 
 // Weighted cross-entropy with PyTorch's weighted-mean semantics (weight= and ignore):
 // -sum(w[y] log softmax(logits)[y] v) / sum(w[y] v), as log_softmax and a one-hot product

@@ -1,0 +1,103 @@
+#include "u3d/train/truth_maps.h"
+
+#include <cmath>
+
+#include "u3d/core/errors.h"
+#include "u3d/evaluate/segmentation_eval.h"
+#include "u3d/train/losses.h"
+#include "u3d/train/topology_losses.h"
+
+namespace u3d {
+namespace {
+
+// Labels as int64 with every label outside 0..K-1 (the ignore label) read as background.
+torch::Tensor classes_of(const torch::Tensor& labels, int64_t num_classes) {
+  if (labels.dim() != 3) {
+    throw ConfigError(fmt::format("ground-truth maps: expected (D, H, W) labels, got {} dimensions", labels.dim()));
+  }
+  const torch::Tensor l = labels.to(torch::kLong);
+  return l.masked_fill(l.ge(num_classes).logical_or(l.lt(0)), 0);
+}
+
+}  // namespace
+
+torch::Tensor label_skeleton(const torch::Tensor& labels, int64_t num_classes, int64_t iterations) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor l = classes_of(labels, num_classes);
+  torch::Tensor out = torch::zeros(l.sizes(), torch::kUInt8);
+  for (int64_t k = 1; k < num_classes; ++k) {  // one class at a time: one (D, H, W) float volume alive
+    const torch::Tensor mask = l.eq(k).to(torch::kFloat).view({1, 1, l.size(0), l.size(1), l.size(2)});
+    const torch::Tensor skel = u3d::soft_skeleton(mask, iterations)[0][0];
+    out.masked_fill_(skel.gt(0.5), static_cast<uint8_t>(k));
+  }
+  return out;
+}
+
+torch::Tensor signed_distance(const torch::Tensor& labels, int64_t num_classes) {
+  const torch::Tensor l = classes_of(labels, num_classes);
+  const std::array<double, 3> voxel = {1, 1, 1};
+  std::vector<torch::Tensor> out;
+  for (int64_t k = 1; k < num_classes; ++k) {
+    const torch::Tensor inside = l.eq(k);
+    const torch::Tensor to_class = distance_transform(inside, voxel);                // 0 inside
+    const torch::Tensor to_other = distance_transform(inside.logical_not(), voxel);  // 0 outside
+    out.push_back((to_class - to_other).clamp(-kDistanceCap, kDistanceCap).to(torch::kFloat));
+  }
+  return torch::stack(out);
+}
+
+TruthMapOptions truth_map_options(const Config& cfg, const DatasetInfo& info) {
+  TruthMapOptions o;
+  if (info.task != Task::kSegmentation || !cfg.training.cache_truth_maps) return o;
+  for (const auto& t : cfg.training.loss.terms) {
+    o.skeleton = o.skeleton || t.name == "skeleton_recall";
+    o.distance = o.distance || t.name == "boundary";
+  }
+  o.num_classes = info.num_classes;
+  o.skeleton_iterations = cfg.training.skeleton_iterations;
+  return o;
+}
+
+LabelMapFn truth_map_maker(const TruthMapOptions& o) {
+  if (!o.skeleton && !o.distance) return {};
+  return [o](const torch::Tensor& labels) {
+    LabelMaps m;
+    if (o.skeleton) m.skeleton = label_skeleton(labels, o.num_classes, o.skeleton_iterations);
+    if (o.distance) m.distance = signed_distance(labels, o.num_classes);
+    return m;
+  };
+}
+
+TruthMaps truth_maps_of(const torch::Tensor& labels, const TruthMapOptions& options) {
+  TruthMaps out;
+  const LabelMapFn make = truth_map_maker(options);
+  if (!make) return out;
+  std::vector<torch::Tensor> skeletons, distances;
+  const torch::Tensor host = labels.cpu();
+  for (int64_t i = 0; i < host.size(0); ++i) {
+    const LabelMaps m = make(host[i]);
+    if (m.skeleton.defined()) skeletons.push_back(m.skeleton);
+    if (m.distance.defined()) distances.push_back(m.distance);
+  }
+  if (!skeletons.empty()) out.skeleton = torch::stack(skeletons).to(labels.device());
+  if (!distances.empty()) out.distance = torch::stack(distances).to(labels.device());
+  return out;
+}
+
+TruthMaps downsample_maps(const TruthMaps& maps, const std::array<int64_t, 3>& factor) {
+  if (factor == std::array<int64_t, 3>{1, 1, 1}) return maps;
+  TruthMaps out;
+  if (maps.skeleton.defined()) {
+    namespace F = torch::nn::functional;
+    const torch::Tensor s = maps.skeleton.unsqueeze(1).to(torch::kFloat);  // (N, 1, d, h, w)
+    const std::vector<int64_t> kernel(factor.begin(), factor.end());
+    out.skeleton = F::max_pool3d(s, F::MaxPool3dFuncOptions(kernel).stride(kernel)).squeeze(1).to(torch::kUInt8);
+  }
+  if (maps.distance.defined()) {
+    const double scale = std::cbrt(static_cast<double>(factor[0] * factor[1] * factor[2]));
+    out.distance = downsample_labels(maps.distance, factor) / scale;
+  }
+  return out;
+}
+
+}  // namespace u3d
