@@ -106,8 +106,8 @@ LossParts deep_supervision_parts(const Loss& loss, const std::vector<torch::Tens
     std::array<int64_t, 3> factor{};
     for (int a = 0; a < 3; ++a)
       factor[static_cast<size_t>(a)] = labels.size(labels.dim() - 3 + a) / outputs[i].size(2 + a);
-    const LossParts p = loss.parts(outputs[i], downsample_labels(labels, factor), torch::Tensor(),
-                                   maps.empty() ? maps : downsample_maps(maps, factor));
+    const LossParts p =
+        loss.parts(outputs[i], downsample_labels(labels, factor), torch::Tensor(), downsample_maps(maps, factor));
     const torch::Tensor total = p.total * weights[i];
     sum.total = sum.total.defined() ? sum.total + total : total;
     if (p.terms.defined()) {

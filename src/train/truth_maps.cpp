@@ -48,11 +48,12 @@ torch::Tensor signed_distance(const torch::Tensor& labels, int64_t num_classes) 
 
 TruthMapOptions truth_map_options(const Config& cfg, const DatasetInfo& info) {
   TruthMapOptions o;
-  if (info.task != Task::kSegmentation || !cfg.training.cache_truth_maps) return o;
-  for (const auto& t : cfg.training.loss.terms) {
-    o.skeleton = o.skeleton || t.name == "skeleton_recall";
-    o.distance = o.distance || t.name == "boundary";
-  }
+  // Only the list form has these terms; Loss knows which of its terms read which map.
+  const LossSpec& spec = cfg.training.loss;
+  if (info.task != Task::kSegmentation || !cfg.training.cache_truth_maps || !spec.is_list()) return o;
+  const Loss loss(spec);
+  o.skeleton = loss.uses_skeleton();
+  o.distance = loss.uses_distance();
   o.num_classes = info.num_classes;
   o.skeleton_iterations = cfg.training.skeleton_iterations;
   return o;

@@ -54,7 +54,6 @@ struct TruthMaps {
   torch::Tensor skeleton;  // (N, d, h, w) uint8: class k (1..K-1) on class k's skeleton, else 0
   torch::Tensor distance;  // (N, K-1, d, h, w) float32: signed Euclidean distance to class k's
                            // boundary in voxels, < 0 inside (-1 on its boundary voxels), > 0 outside
-  bool empty() const { return !skeleton.defined() && !distance.defined(); }
 };
 
 // A training batch on its device.
