@@ -412,6 +412,15 @@ class Check:
                 s.fail(f"backend {r.get('dist_backend')}, expected nccl")
         except RuntimeError as ex:
             s.fail(str(ex))
+        try:  # the same step captured in a CUDA graph with its NCCL all-reduces (training.cuda_graph=on)
+            g = self.step_bench(s, cfg, ["training.precision=bf16", "training.cuda_graph=on"], steps, warmup,
+                                f"nccl-{n}-graph", nproc=n)
+            s.figures["graph_step_ms_median"] = g.get("step_ms_median")
+            s.figures["graph_samples_per_s"] = g.get("samples_per_s")
+            if not g.get("cuda_graph"):
+                s.fail(f"training.cuda_graph=on under NCCL: the graph was not replayed ({g.get('cuda_graph_note')})")
+        except RuntimeError as ex:
+            s.fail(str(ex))
         return s
 
     # ---- 4. PyTorch side by side ------------------------------------------------------------

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "u3d/app/benchmark.h"
@@ -39,6 +40,9 @@ std::string quoted(const std::string& s) {
   }
   return out + "\"";
 }
+
+// `v` with 4 decimals, or null when it was not measured (NaN).
+std::string json_number(double v) { return std::isnan(v) ? "null" : fmt::format("{:.4f}", v); }
 
 // The model and training keys as resolved (presets applied), as JSON members "key": "value", so
 // scripts/bench/compare.py builds the same network in PyTorch.
@@ -161,9 +165,10 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
     r.backend = dist->backend_name();
     r.gradient_bytes = grad_sync->buffer_bytes();
     r.buckets = static_cast<int64_t>(grad_sync->buckets().size());
-    grad_sync->set_enabled(false);
+    // A replayed graph holds the all-reduces: steps without them are not separable (NaN, "null").
     std::vector<double> local_ms, reduce_ms;
-    for (int64_t i = 0; i < options.steps; ++i) {
+    grad_sync->set_enabled(false);
+    for (int64_t i = 0; i < options.steps && !step.replayed(); ++i) {
       dist->barrier();
       sync(rt.device);
       const auto t0 = Clock::now();
@@ -176,7 +181,7 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
       dist->barrier();
       reduce_ms.push_back(1e3 * grad_sync->reduce_seconds());
     }
-    r.local_step_ms = percentile(local_ms, 50.0);
+    r.local_step_ms = local_ms.empty() ? std::nan("") : percentile(local_ms, 50.0);
     r.allreduce_ms = percentile(reduce_ms, 50.0);
   }
   const auto& f = step.features();
@@ -193,7 +198,9 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
   r.p90_ms = percentile(r.step_ms, 90.0);
   // Over every rank: the global batch per step.
   r.samples_per_second = r.median_ms > 0 ? 1e3 * static_cast<double>(n * micro * r.world_size) / r.median_ms : 0;
-  if (dist) {
+  if (dist && std::isnan(r.local_step_ms)) {
+    r.exposed_ms = r.hidden_share = r.scaling_efficiency = std::nan("");
+  } else if (dist) {
     r.exposed_ms = std::max(0.0, r.median_ms - r.local_step_ms);
     r.hidden_share = r.allreduce_ms > 0 ? std::clamp(1.0 - r.exposed_ms / r.allreduce_ms, 0.0, 1.0) : 0.0;
     r.scaling_efficiency = r.median_ms > 0 ? r.local_step_ms / r.median_ms : 0.0;
@@ -247,13 +254,20 @@ int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& option
     std::printf("  data-parallel  %lld ranks over %s; %s of gradients in %lld buckets\n",
                 static_cast<long long>(r.world_size), r.backend.c_str(),
                 human_bytes(static_cast<double>(r.gradient_bytes)).c_str(), static_cast<long long>(r.buckets));
-    std::printf(
-        "  all-reduce     %.3f ms alone; step %.3f ms with it, %.3f ms without: %.3f ms exposed, %.0f%% hidden "
-        "under backward\n",
-        r.allreduce_ms, r.median_ms, r.local_step_ms, r.exposed_ms, 100.0 * r.hidden_share);
-    std::printf(
-        "  scaling        %.1f%% efficiency (step without / with the all-reduce); %.2f samples/s over all ranks\n",
-        100.0 * r.scaling_efficiency, r.samples_per_second);
+    if (std::isnan(r.local_step_ms)) {
+      std::printf(
+          "  all-reduce     %.3f ms alone; step %.3f ms with it (captured in the CUDA graph: the step without it, "
+          "the exposed part and the scaling efficiency come from a run with training.cuda_graph=off)\n",
+          r.allreduce_ms, r.median_ms);
+    } else {
+      std::printf(
+          "  all-reduce     %.3f ms alone; step %.3f ms with it, %.3f ms without: %.3f ms exposed, %.0f%% hidden "
+          "under backward\n",
+          r.allreduce_ms, r.median_ms, r.local_step_ms, r.exposed_ms, 100.0 * r.hidden_share);
+      std::printf(
+          "  scaling        %.1f%% efficiency (step without / with the all-reduce); %.2f samples/s over all ranks\n",
+          100.0 * r.scaling_efficiency, r.samples_per_second);
+    }
   }
   const std::string json = fmt::format(
       "{{\"benchmark\": \"step\", \"tool\": \"trainer\", \"version\": {}, \"commit\": {}, \"torch\": {}, "
@@ -267,7 +281,7 @@ int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& option
       "\"peak_host_rss_bytes\": {}, \"forward_flops_per_sample\": {}, "
       "\"flops_per_step\": {}, \"tflops\": {:.6f}, \"data_wait_share\": 0, \"skipped_steps\": {}, "
       "\"world_size\": {}, \"dist_backend\": {}, \"gradient_bytes\": {}, \"buckets\": {}, \"allreduce_ms\": {:.4f}, "
-      "\"local_step_ms\": {:.4f}, \"exposed_ms\": {:.4f}, \"hidden_share\": {:.4f}, \"scaling_efficiency\": {:.4f}, "
+      "\"local_step_ms\": {}, \"exposed_ms\": {}, \"hidden_share\": {}, \"scaling_efficiency\": {}, "
       "\"resolved\": {{{}}}}}\n",
       quoted(std::string(version())), quoted(std::string(git_commit())), quoted(TORCH_VERSION), quoted(r.device),
       r.gpu_name.empty() ? "null" : quoted(r.gpu_name), quoted(to_string(cfg.model.architecture)), r.parameters,
@@ -278,8 +292,9 @@ int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& option
       r.peak_gpu_reserved_bytes >= 0 ? std::to_string(r.peak_gpu_reserved_bytes) : std::string("null"),
       r.peak_gpu_allocated_bytes >= 0 ? std::to_string(r.peak_gpu_allocated_bytes) : std::string("null"),
       r.peak_host_bytes, r.forward_flops_per_sample, r.flops_per_step, r.tflops, r.skipped_steps, r.world_size,
-      r.backend.empty() ? "null" : quoted(r.backend), r.gradient_bytes, r.buckets, r.allreduce_ms, r.local_step_ms,
-      r.exposed_ms, r.hidden_share, r.scaling_efficiency, resolved_keys(cfg));
+      r.backend.empty() ? "null" : quoted(r.backend), r.gradient_bytes, r.buckets, r.allreduce_ms,
+      json_number(r.local_step_ms), json_number(r.exposed_ms), json_number(r.hidden_share),
+      json_number(r.scaling_efficiency), resolved_keys(cfg));
   std::fputs(json.c_str(), stdout);
   std::fflush(stdout);
   return kExitOk;

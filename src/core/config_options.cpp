@@ -405,7 +405,9 @@ const std::vector<Option>& option_table() {
                   "(CUDA only; dynamic loss scaling kept on the device). Weights and optimizer stay float32"),
       make_option("training.cuda_graph", &C::training, &TrainingConfig::cuda_graph,
                   "Capture the whole training step in a CUDA graph and replay it; auto: when the device is CUDA "
-                  "and batch shapes are fixed (else eager, logging why); on: an error where it cannot"),
+                  "and batch shapes are fixed (else eager, logging why), and eager under data-parallel training; "
+                  "on: an error where it cannot, and under data-parallel training (NCCL) every rank captures the "
+                  "step with its all-reduces"),
       make_option("training.graph_warmup_steps", &C::training, &TrainingConfig::graph_warmup_steps,
                   "Eager steps on a side stream before the CUDA-graph capture (cuDNN autotuning, allocations)",
                   at_least<int64_t>(1)),

@@ -361,12 +361,15 @@ StackedCache StackedCache::load(const DatasetReader& reader, const std::vector<s
   const int64_t host_need = placement == CachePlacement::kPinned ? 2 * estimate : estimate;
   const int64_t need = placement == CachePlacement::kGpu ? estimate : host_need;
   if (available >= 0 && need > available) {
+    const int64_t map_bytes =
+        (cases[0].skeleton.defined() ? 1 : 0) + (cases[0].distance.defined() ? 2 * cases[0].distance.size(0) : 0);
     throw DataError(fmt::format(
-        "data.cache: the training split ({} cases) needs about {} in {}{} but only {} is available; use {}"
+        "data.cache: the training split ({} cases) needs about {} in {}{} but only {} is available; use {}{}"
         "data.cache_float16: true, fewer cases, or a machine with more memory",
         ids.size(), human_bytes(static_cast<double>(need)), placement_text(placement),
         placement == CachePlacement::kPinned ? " while loading" : "", human_bytes(static_cast<double>(available)),
-        placement == CachePlacement::kGpu ? "data.cache: pinned, " : ""));
+        placement == CachePlacement::kGpu ? "data.cache: pinned, " : "",
+        map_bytes > 0 ? fmt::format("training.cache_truth_maps: false ({} bytes a voxel of maps), ", map_bytes) : ""));
   }
   const auto t_read = Clock::now();
   parallel_items(static_cast<int64_t>(ids.size()) - 1, options.threads, [&](int64_t k) {

@@ -1,6 +1,8 @@
 #include "u3d/train/distributed.h"
 
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -201,6 +203,22 @@ void Distributed::barrier() {
     impl_->control->barrier()->wait();
   } catch (const std::exception& e) {
     fail("a barrier", e);
+  }
+}
+
+void Distributed::wait_for_device(const std::string& during) {
+  if (!comm_device_.is_cuda()) return;
+  at::cuda::CUDAEvent done;
+  done.record(c10::cuda::getCurrentCUDAStream(comm_device_.index()));
+  const auto deadline = std::chrono::steady_clock::now() + to_ms(timeout_s_);
+  auto pause = std::chrono::microseconds(50);
+  while (!done.query()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw DistributedError(
+          describe_failure(during, fmt::format("the device had not run the queued steps after {:g} s", timeout_s_)));
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(2 * pause, std::chrono::microseconds(2000));
   }
 }
 

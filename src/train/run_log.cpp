@@ -155,7 +155,9 @@ void RunLog::clear_progress() const {
 void RunLog::step(int64_t global_step, int64_t epoch, int64_t step_in_epoch, double lr, const torch::Tensor& loss,
                   const torch::Tensor& found_inf) {
   const int64_t every = rc_.cfg.logging.tensorboard_steps;
-  if (tb_ && every > 0 && global_step % every == 0) {
+  const bool tb_due = tb_ && every > 0 && global_step % every == 0;
+  if (before_read_ && (tb_due || step_csv_)) before_read_();
+  if (tb_due) {
     try {
       tb_->add_scalars(global_step, {{"step/train_loss", loss.item<double>()}, {"step/lr", lr}});
     } catch (const std::exception& e) {

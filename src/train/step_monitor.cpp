@@ -23,6 +23,7 @@ void StepMonitor::record(const torch::Tensor& loss, const torch::Tensor& found_i
 }
 
 StepMonitor::Totals StepMonitor::totals() const {
+  if (before_read_) before_read_();
   const torch::Tensor c = counters_.cpu();
   const auto* p = c.data_ptr<int64_t>();
   Totals t;

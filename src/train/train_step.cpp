@@ -152,10 +152,23 @@ void TrainStep::drop_graph(const std::string& refusal, const std::string& note, 
 void TrainStep::set_data_parallel(GradientSync* sync, Distributed* dist) {
   sync_ = sync;
   dist_ = dist;
-  drop_graph(
-      "training.cuda_graph: on is not available for data-parallel training yet (the gradient all-reduce is "
-      "launched from autograd hooks on the host); use auto or off",
-      "off: data-parallel steps are eager (CUDA graphs with NCCL not measured yet)", "data-parallel steps are eager");
+  if (!graph_) return;
+  if (cfg_.training.cuda_graph != Toggle::kOn) {
+    drop_graph("", "off: data-parallel steps are eager under auto (set training.cuda_graph: on to capture them)",
+               "data-parallel steps are eager under training.cuda_graph: auto (on captures them with the NCCL "
+               "all-reduces)");
+    return;
+  }
+  if (dist->backend_name() != "nccl") {
+    throw ConfigError(fmt::format(
+        "training.cuda_graph: on with data-parallel training needs training.dist_backend nccl, and this run uses {} "
+        "(its collectives run on the host, outside any graph); use nccl, or training.cuda_graph: auto or off",
+        dist->backend_name()));
+  }
+  spdlog::info(
+      "training step: data-parallel with a CUDA graph: every rank captures the same step, NCCL all-reduces "
+      "included, after {} warm-up steps",
+      cfg_.training.graph_warmup_steps);
 }
 
 LossParts TrainStep::accumulate(const Batch& batch, bool capturing) {

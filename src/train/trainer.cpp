@@ -239,6 +239,10 @@ void Trainer::build_model() {
       plant_value(params[0].mutable_grad(), std::numeric_limits<float>::infinity());  // any layout
     });
   }
+  std::function<void()> bounded_wait;  // no NCCL watchdog watches a replay's collectives: host reads bound their wait
+  if (sync_ && step_->features().cuda_graph)
+    bounded_wait = [d = dist_.get()] { d->wait_for_device("waiting for the device's replayed steps"); };
+  monitor_->set_before_read(bounded_wait);
   if (DeviceSampler* sampler = data_->loader().device_sampler(); sampler && step_->features().cuda_graph) {
     // data.cache: gpu: capture the sampler with the step, so one replay is one whole step.
     std::string why;
@@ -253,6 +257,7 @@ void Trainer::build_model() {
   validator_ = std::make_unique<Validator>(rc_, *data_, *reader_, runtime_.device, runtime_.threads, *net_, *loss_,
                                            step_->features().channels_last, faults_, dist_.get());
   if (main_rank()) log_ = std::make_unique<RunLog>(rc_, paths_);
+  if (log_) log_->set_before_read(bounded_wait);
   keeper_.set_writes(main_rank());  // other ranks keep the cadence, rank 0 writes
   keeper_.set_writer(
       [this](const std::filesystem::path& path) { save_checkpoint(path, checkpoint_info(), *net_, optimizer_.get()); });

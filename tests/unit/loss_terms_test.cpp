@@ -219,6 +219,22 @@ TEST(StepMonitorTerms, SumsTheTermsOfStepsThatWereNotSkippedAndSurvivesACheckpoi
   EXPECT_EQ(resumed.totals().term_sums, (std::vector<double>{0, 0}));
 }
 
+// The hook data-parallel graphs use to bound their wait for the device runs before each host read.
+TEST(StepMonitorTerms, CallsTheBeforeReadHookBeforeEachHostRead) {
+  StepMonitor m(torch::kCPU);
+  int calls = 0;
+  m.set_before_read([&] { ++calls; });
+  m.record(torch::tensor(1.5f), torch::zeros({}));
+  EXPECT_DOUBLE_EQ(m.totals().loss_sum, 1.5);
+  TrainState s;
+  m.store(s);
+  EXPECT_EQ(calls, 2);  // totals() and store()
+  m.set_before_read([] { throw DistributedError("rank 1 crashed"); });
+  EXPECT_THROW(m.totals(), DistributedError);  // the hook's error stops the read
+  m.set_before_read(nullptr);
+  EXPECT_DOUBLE_EQ(m.totals().loss_sum, 1.5);
+}
+
 TEST(DatasetIgnoreLabel, IsRecordedAndAllowedAboveTheClasses) {
   test::TempDir dir;
   DatasetInfo info;

@@ -6,9 +6,13 @@
 
 #include <cmath>
 
+#include "test_support.h"
 #include "u3d/core/errors.h"
+#include "u3d/data/cache.h"
 #include "u3d/data/device_sampler.h"
+#include "u3d/data/preprocess.h"
 #include "u3d/data/sampler.h"
+#include "u3d/io/dataset.h"
 #include "u3d/train/losses.h"
 #include "u3d/train/topology_losses.h"
 #include "u3d/train/truth_maps.h"
@@ -143,6 +147,25 @@ TEST(TruthMaps, CacheKeepsThemPerCase) {
     FAIL() << "expected a DataError";
   } catch (const DataError& e) {
     EXPECT_NE(std::string(e.what()).find("case 't0': ground-truth maps: no memory"), std::string::npos) << e.what();
+  }
+}
+
+// A cache that does not fit says how much of it the maps are, and how to go without them.
+TEST(TruthMaps, ACacheTooLargeNamesTheMapsShare) {
+  test::TempDir dir;
+  test::make_phantom(dir / "p.h5", Task::kSegmentation, 4, 12);
+  const DatasetReader reader(dir / "p.h5");
+  const Preprocessor pre(DataConfig{}, reader.info());
+  CacheOptions o;
+  o.label_maps = both_maps();
+  o.limit_bytes = 999;
+  try {
+    (void)StackedCache::load(reader, reader.split("train"), pre, o);
+    FAIL() << "expected a DataError";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("training.cache_truth_maps: false (5 bytes a voxel of maps)"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -79,6 +79,8 @@ struct StepBenchmarkResult {
   // every bucket alone (allreduce_ms), what of it the step waits for (exposed = step - local), the
   // share hidden under backward (1 - exposed / all-reduce), and the scaling efficiency
   // local / step (per-GPU throughput kept with communication; 1 = perfect). Medians, rank 0's.
+  // With a replayed CUDA graph (training.cuda_graph: on) the all-reduces are in the graph: local,
+  // exposed, hidden and efficiency are NaN (JSON null); a cuda_graph=off run gives them.
   int64_t world_size = 1;
   std::string backend;  // nccl | gloo
   int64_t gradient_bytes = 0, buckets = 0;

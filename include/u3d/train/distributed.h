@@ -65,6 +65,11 @@ class Distributed {
   // rank 0's tensors into every rank's, in place (any device; copied through comm_device()).
   void broadcast_(std::vector<torch::Tensor>& tensors);
   void barrier();  // host-side: every rank reached this point (device work may still run)
+  // Waits on the host until the device has run the work queued so far on the current stream, for at
+  // most training.dist_timeout_s; longer is a DistributedError naming the ranks gone. For host reads
+  // after replayed CUDA graphs, whose NCCL collectives no watchdog times out (a crashed rank would
+  // leave them waiting for ever). Nothing with Gloo (CPU tensors).
+  void wait_for_device(const std::string& during);
   // The element-wise maximum of `local` over the ranks, on the host: step-boundary decisions (a stop
   // signal on any rank, rank 0's checkpoint clock) that never wait for the device (with NCCL they
   // go through a second, Gloo, group on the CPU).

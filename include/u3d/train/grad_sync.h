@@ -13,8 +13,14 @@
 //
 // With gradient accumulation only the last micro-batch's backward reduces (the gradients have
 // summed in place by then); unscaling, the Inf/NaN check, clipping and the update come after
-// finish(), so every rank decides the same. Not for CUDA graphs (host hooks): data-parallel steps
-// are eager.
+// finish(), so every rank decides the same.
+//
+// CUDA graphs (training.cuda_graph: on, NCCL): the hooks run during the warm-up steps and the
+// capture; the capture records the copies into the buffers, the NCCL all-reduces (ProcessGroupNCCL
+// forks its stream from the capturing one and joins it again in wait()) and the copies back, in the
+// order this rank launched them, so each replay repeats them with no host work. Every rank captures
+// the same step after the same warm-up steps, so the replays' collectives match. set_enabled() and
+// arm() no longer change what a replay does.
 //
 // Timing (the step benchmark under torchrun): reduce_seconds() all-reduces the buckets once more,
 // alone, for the full cost of communication; steps with and without sync give the exposed part.

@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -81,6 +82,8 @@ class RunLog {
   // logging.tensorboard, every logging.tensorboard_steps the loss and lr (one host read).
   void step(int64_t global_step, int64_t epoch, int64_t step_in_epoch, double lr, const torch::Tensor& loss,
             const torch::Tensor& found_inf);
+  // Called before step()'s host reads (StepMonitor::set_before_read: a bounded wait for the device).
+  void set_before_read(std::function<void()> hook) { before_read_ = std::move(hook); }
   // The metrics row and the epoch summary line of `epoch`, which ended at `global_step`; `lr` is
   // its last step's learning rate.
   void epoch(int64_t epoch, int64_t global_step, const EpochStats& train, const std::optional<ValStats>& val,
@@ -95,6 +98,7 @@ class RunLog {
 
   const ResolvedConfig& rc_;
   const RunPaths& paths_;
+  std::function<void()> before_read_;
   std::unique_ptr<MetricsCsv> csv_;
   std::unique_ptr<MetricsCsv> step_csv_;  // logging.step_log
   std::chrono::steady_clock::time_point last_progress_;

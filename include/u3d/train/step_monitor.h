@@ -6,6 +6,8 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <functional>
+
 #include "u3d/train/checkpoint.h"
 
 namespace u3d {
@@ -28,7 +30,10 @@ class StepMonitor {
     int64_t skipped_in_a_row = 0;   // ending at the last recorded step
     int64_t longest_run = 0;        // longest run of consecutive skips since the last reset
   };
-  Totals totals() const;  // host read (synchronises with the device)
+  Totals totals() const;  // host read (synchronises with the device; calls the before-read hook first)
+  // Called before each host read: data-parallel training with a CUDA graph bounds the wait for the
+  // device there (Distributed::wait_for_device), as no NCCL watchdog watches a replay's collectives.
+  void set_before_read(std::function<void()> hook) { before_read_ = std::move(hook); }
 
   // New epoch: zeroes the epoch sums; the in-a-row counter carries over (a run may span epochs).
   void start_epoch();
@@ -38,6 +43,7 @@ class StepMonitor {
   void store(TrainState& state) const;  // host read
 
  private:
+  std::function<void()> before_read_;
   torch::Tensor loss_sum_;   // () float64
   torch::Tensor term_sums_;  // (T,) float64
   torch::Tensor counters_;   // (4,) int64: skipped (epoch), skipped (run), in a row, longest run

@@ -40,8 +40,11 @@
 // all-reduce (GradientSync, grad_sync.h), finish() waits for the averaged gradients before the
 // unscale, Inf/NaN check, clipping and update, so every rank takes the same decision; the loss (and
 // its terms) are averaged over the ranks too, so the monitor, the skip flag and metrics.csv see the
-// global batch's loss. Steps are eager: training.cuda_graph auto stays off (not measured with NCCL
-// yet), on is a ConfigError.
+// global batch's loss. training.cuda_graph: auto keeps data-parallel steps eager (graphs with NCCL
+// are not measured yet); on captures the whole step, the NCCL all-reduces included, on every rank
+// after the same warm-up steps (grad_sync.h), and is a ConfigError with Gloo (host collectives).
+// Inside a replay no NCCL watchdog watches the collectives: the trainer bounds its device waits
+// with Distributed::wait_for_device instead.
 //
 // The monitor's device sums are updated inside compute(), so a replayed graph updates them too; the
 // loss and found_inf that run() returns are the step's own tensors (a replayed graph's static
@@ -151,8 +154,9 @@ class TrainStep {
   // Test-only fault hook, called after backward with the parameters (to plant an Inf gradient);
   // forces eager steps (a host callback cannot run inside a replayed graph).
   void set_after_backward(std::function<void(const std::vector<torch::Tensor>& params)> hook);
-  // Data-parallel training: gradients averaged by `sync`, loss averaged over `dist`'s ranks; eager
-  // steps from here on. Both must outlive this. ConfigError with training.cuda_graph: on.
+  // Data-parallel training: gradients averaged by `sync`, loss averaged over `dist`'s ranks. Eager
+  // steps from here on with training.cuda_graph: auto; captured with on (NCCL only: ConfigError
+  // with Gloo). Both must outlive this.
   void set_data_parallel(GradientSync* sync, Distributed* dist);
   // Whether the last run() replayed a captured graph.
   bool replayed() const { return replayed_; }
