@@ -7,7 +7,9 @@
 #   3. the competition score of Dice+CE against Dice+CE+clDice+skeleton recall trained for the same
 #      wall-clock time on surface phantoms (NIfTI through import nnunet, so predictions are NIfTI
 #      files that `trainer evaluate surface` scores);
-#   4. the time the cache spends making the ground-truth maps at load, and its size with and without.
+#   4. the time the cache spends making the ground-truth maps at load, and its size with and without;
+#   5. the same for competition-sized cases (320^3; 4 surface phantoms, 3 of them in training), on one
+#      loading thread, so the maps' time is per case x 3.
 #
 #   scripts/bench/surface_losses.sh [MINUTES (default 5)] [PATCH (default [32,64,64])]
 # SECTIONS=1,4 runs only those sections (default: all).
@@ -33,7 +35,7 @@ print("median %.0f ms/step (p10 %.0f, p90 %.0f), peak RSS %.2f GiB, %.1f M param
       r["step_ms_p10"], r["step_ms_p90"], r["peak_host_rss_bytes"] / 2**30, r["parameters"] / 1e6))'
 }
 
-want() { [[ ",${SECTIONS:-0,1,2,3,4}," == *",$1,"* ]]; }
+want() { [[ ",${SECTIONS:-0,1,2,3,4,5}," == *",$1,"* ]]; }
 declare -A losses=(
   [dice_ce]="dice_ce"
   [+cldice]="[{name: ce}, {name: dice}, {name: cldice, weight: 0.5}]"
@@ -90,6 +92,16 @@ if want 4; then
 echo "== 4. ground-truth maps made at cache load (skeleton_recall + boundary, 2 loading threads), cache size"
 for cached in true false; do
   "$trainer" "${cfg[@]}" --set "training.loss=${losses[all]}" --set training.cache_truth_maps=$cached \
+    --benchmark data --workers 1 --benchmark-seconds 3 2>&1 |
+    grep -a -E 'data.cache: [0-9]+ cases|benchmark: cache' | sed "s/^/cache_truth_maps=$cached: /"
+done
+fi
+if want 5; then
+echo "== 5. ground-truth maps of 320^3 cases (configs/surface.yaml's loss list), 1 loading thread, cache size"
+[ -f surface_320.h5 ] || "$trainer" synth --task surface --cases 4 --size 320 --out surface_320.h5 > /dev/null
+for cached in true false; do
+  "$trainer" --config "$here/configs/surface.yaml" --set training.device=cpu --set training.threads=1 \
+    --set data.path=surface_320.h5 --set training.cache_truth_maps=$cached \
     --benchmark data --workers 1 --benchmark-seconds 3 2>&1 |
     grep -a -E 'data.cache: [0-9]+ cases|benchmark: cache' | sed "s/^/cache_truth_maps=$cached: /"
 done

@@ -10,13 +10,58 @@
 namespace u3d {
 namespace {
 
-// Labels as int64 with every label outside 0..K-1 (the ignore label) read as background.
+// Labels (uint8 stays uint8, other types int64) with every label outside 0..K-1 (the ignore label)
+// read as background.
 torch::Tensor classes_of(const torch::Tensor& labels, int64_t num_classes) {
   if (labels.dim() != 3) {
     throw ConfigError(fmt::format("ground-truth maps: expected (D, H, W) labels, got {} dimensions", labels.dim()));
   }
+  if (labels.scalar_type() == torch::kUInt8) return labels.masked_fill(labels.ge(num_classes), 0);
   const torch::Tensor l = labels.to(torch::kLong);
   return l.masked_fill(l.ge(num_classes).logical_or(l.lt(0)), 0);
+}
+
+// Binary morphology on (D, H, W) bool volumes: the minimum and maximum of 0/1 values are AND and
+// OR, so these equal topology_losses.h's soft erosion, dilation and skeleton of the mask as float,
+// exactly, at one byte a voxel (about 17 s against under 1 s for a 320^3 case on one core).
+// `x` combined with its two neighbours along `dim`; a missing neighbour (the border) is neutral.
+torch::Tensor with_neighbours(const torch::Tensor& x, int64_t dim, bool dilate) {
+  torch::Tensor out = x.clone();
+  const int64_t n = x.size(dim);
+  if (n < 2) return out;
+  torch::Tensor hi = out.narrow(dim, 1, n - 1), lo = out.narrow(dim, 0, n - 1);
+  if (dilate) {
+    hi.logical_or_(x.narrow(dim, 0, n - 1));
+    lo.logical_or_(x.narrow(dim, 1, n - 1));
+  } else {
+    hi.logical_and_(x.narrow(dim, 0, n - 1));
+    lo.logical_and_(x.narrow(dim, 1, n - 1));
+  }
+  return out;
+}
+
+// soft erosion: the minimum over the 6-neighbourhood and the voxel (three axis-wise minima).
+torch::Tensor binary_erode(const torch::Tensor& x) {
+  torch::Tensor out = with_neighbours(x, 0, /*dilate=*/false);
+  out.logical_and_(with_neighbours(x, 1, /*dilate=*/false));
+  return out.logical_and_(with_neighbours(x, 2, /*dilate=*/false));
+}
+
+// soft dilation: the maximum over the 3x3x3 block (separable).
+torch::Tensor binary_dilate(const torch::Tensor& x) {
+  return with_neighbours(with_neighbours(with_neighbours(x, 2, /*dilate=*/true), 1, /*dilate=*/true), 0,
+                         /*dilate=*/true);
+}
+
+// soft_skeleton of a 0/1 volume: relu(x - open(x)) is x AND NOT open(x), skel + relu(delta - skel *
+// delta) is skel OR delta.
+torch::Tensor binary_skeleton(torch::Tensor x, int64_t iterations) {
+  torch::Tensor skel = x.logical_and(binary_dilate(binary_erode(x)).logical_not());
+  for (int64_t i = 0; i < iterations; ++i) {
+    x = binary_erode(x);
+    skel.logical_or_(x.logical_and(binary_dilate(binary_erode(x)).logical_not()));
+  }
+  return skel;
 }
 
 }  // namespace
@@ -25,10 +70,9 @@ torch::Tensor label_skeleton(const torch::Tensor& labels, int64_t num_classes, i
   torch::NoGradGuard no_grad;
   const torch::Tensor l = classes_of(labels, num_classes);
   torch::Tensor out = torch::zeros(l.sizes(), torch::kUInt8);
-  for (int64_t k = 1; k < num_classes; ++k) {  // one class at a time: one (D, H, W) float volume alive
-    const torch::Tensor mask = l.eq(k).to(torch::kFloat).view({1, 1, l.size(0), l.size(1), l.size(2)});
-    const torch::Tensor skel = u3d::soft_skeleton(mask, iterations)[0][0];
-    out.masked_fill_(skel.gt(0.5), static_cast<uint8_t>(k));
+  if (iterations < 0) throw ConfigError(fmt::format("soft_skeleton: iterations {} must be >= 0", iterations));
+  for (int64_t k = 1; k < num_classes; ++k) {  // one class at a time (bool volumes)
+    out.masked_fill_(binary_skeleton(l.eq(k), iterations), static_cast<uint8_t>(k));
   }
   return out;
 }

@@ -73,6 +73,31 @@ TEST(TruthMaps, SkeletonIsEachClassesSoftSkeleton) {
   EXPECT_LT(expected.sum().item<int64_t>(), labels.eq(2).sum().item<int64_t>());  // thinner than the block
 }
 
+// The skeleton is made on bool volumes (AND/OR for min/max): it must equal the soft skeleton of
+// each class's 0/1 mask as float, on random masks of odd shapes (borders, axes of 1 and 2 voxels)
+// and on a thin-sheet phantom, for 0 to 4 iterations.
+TEST(TruthMaps, SkeletonOnBoolsEqualsTheFloatSoftSkeleton) {
+  torch::manual_seed(3);
+  std::vector<torch::Tensor> volumes;
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{7, 9, 11}, {1, 6, 5}, {2, 8, 3}, {12, 12, 12}}) {
+    for (double share : {0.3, 0.7, 0.95}) volumes.push_back((torch::rand(shape) < share).to(torch::kUInt8));
+  }
+  torch::Tensor sheet = torch::zeros({16, 20, 20}, torch::kUInt8);
+  sheet.index_put_({Slice(), Slice(8, 11), Slice()}, 1);     // a sheet 3 voxels thick
+  sheet.index_put_({Slice(4, 9), Slice(), Slice(5, 7)}, 1);  // a second one across it
+  volumes.push_back(sheet);
+  for (size_t v = 0; v < volumes.size(); ++v) {
+    const torch::Tensor& labels = volumes[v];
+    const torch::Tensor mask = labels.to(torch::kFloat).view({1, 1, labels.size(0), labels.size(1), labels.size(2)});
+    for (int64_t iterations = 0; iterations <= 4; ++iterations) {
+      const torch::Tensor expected = u3d::soft_skeleton(mask, iterations)[0][0] > 0.5;
+      EXPECT_TRUE(torch::equal(label_skeleton(labels, /*num_classes=*/2, iterations) == 1, expected))
+          << "volume " << v << ", " << iterations << " iterations";
+    }
+  }
+  EXPECT_THROW(label_skeleton(sheet, 2, -1), ConfigError);
+}
+
 TEST(TruthMaps, MadeOnlyForTheTermsThatReadThem) {
   Config cfg;
   DatasetInfo info;
