@@ -25,6 +25,25 @@ std::vector<std::string> cuda_args(const std::string& name) {
           "--set",    "training.dist_timeout_s=120"};
 }
 
+// The weights of run `a` after epoch 2 against run `b`'s: bitwise with one rank (its all-reduce is
+// a copy), else within `tolerance` relative to b's largest value per parameter.
+void expect_same_weights(const fs::path& dir, const std::string& a_run, const std::string& b_run, int world,
+                         double tolerance) {
+  auto weights = [&](const std::string& run) {
+    return test::load_network(dir / "runs" / run / "checkpoints" / "epoch_0002.pt")->parameters();
+  };
+  const auto a = weights(a_run), b = weights(b_run);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (world == 1) {
+      EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i << ": " << a_run << " must equal " << b_run;
+    } else {
+      const double scale = std::max(b[i].abs().max().item<double>(), 1e-12);
+      EXPECT_LT((a[i] - b[i]).abs().max().item<double>() / scale, tolerance) << "parameter " << i;
+    }
+  }
+}
+
 TEST(DataParallelCuda, NcclRanksTrainLikeThePlainRun) {
   U3D_REQUIRE_CUDA();
   test::TempDir dir;
@@ -45,18 +64,7 @@ TEST(DataParallelCuda, NcclRanksTrainLikeThePlainRun) {
             std::string::npos)
       << log;
 
-  auto weights = [](const fs::path& path) { return test::load_network(path)->parameters(); };
-  const auto a = weights(dir / "runs" / "nccl" / "checkpoints" / "epoch_0002.pt");
-  const auto b = weights(dir / "runs" / "plain" / "checkpoints" / "epoch_0002.pt");
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (world == 1) {
-      EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i << ": world size 1 must equal the plain run";
-    } else {
-      const double scale = std::max(b[i].abs().max().item<double>(), 1e-12);
-      EXPECT_LT((a[i] - b[i]).abs().max().item<double>() / scale, 1e-4) << "parameter " << i;
-    }
-  }
+  expect_same_weights(dir.path(), "nccl", "plain", world, /*tolerance=*/1e-4);
 }
 
 // training.cuda_graph: on under data-parallel training: every rank captures the whole step with its
@@ -87,18 +95,7 @@ TEST(DataParallelCuda, CapturedNcclStepsTrainLikeEagerOnes) {
   }
   EXPECT_NE(eager[0]->output().find("data-parallel steps are eager"), std::string::npos) << eager[0]->output();
 
-  auto weights = [](const fs::path& path) { return test::load_network(path)->parameters(); };
-  const auto a = weights(dir / "runs" / "graph" / "checkpoints" / "epoch_0002.pt");
-  const auto b = weights(dir / "runs" / "eager" / "checkpoints" / "epoch_0002.pt");
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (world == 1) {
-      EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i << ": replays must equal the eager steps";
-    } else {
-      const double scale = std::max(b[i].abs().max().item<double>(), 1e-12);
-      EXPECT_LT((a[i] - b[i]).abs().max().item<double>() / scale, 1e-5) << "parameter " << i;
-    }
-  }
+  expect_same_weights(dir.path(), "graph", "eager", world, /*tolerance=*/1e-5);
 }
 
 // Gloo's collectives run on the host: a graph cannot hold them, so `on` is a one-line config error.
