@@ -12,7 +12,8 @@
 #      loading thread, so the maps' time is per case x 3.
 #
 #   scripts/bench/surface_losses.sh [MINUTES (default 5)] [PATCH (default [32,64,64])]
-# SECTIONS=1,4 runs only those sections (default: all).
+# SECTIONS=1,4 runs only those sections (default: all). SEED=N sets experiment.seed (the draws of
+# samples, augmentations and initial weights; section 3 is one seed per run).
 # TRAINER overrides the executable (default build/release/trainer beside this script).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -21,7 +22,7 @@ minutes=${1:-5}
 patch=${2:-[32,64,64]}
 cfg=(--config "$here/configs/surface.yaml" --set training.device=cpu --set training.threads=2
      --set "data.patch_size=$patch" --set model.levels=4 --set model.base_filters=16
-     --set logging.progress_seconds=0 --set logging.plot=false)
+     --set logging.progress_seconds=0 --set logging.plot=false ${SEED:+--set experiment.seed=$SEED})
 
 [ -d Dataset777_Surface ] || "$trainer" synth --task surface --cases 24 --size 64 --format nnunet \
   --out Dataset777_Surface > /dev/null

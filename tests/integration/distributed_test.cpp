@@ -1,5 +1,6 @@
 // Data-parallel training over c10d/Gloo with 2 CPU processes: the same numbers as one process with
-// the global batch, one run folder, exact resume, c10d::Reducer's gradients, torchrun's launcher.
+// the global batch, one run folder, exact resume, c10d::Reducer's gradients, torchrun's launcher and
+// srun's variables.
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
@@ -148,6 +149,15 @@ class DataParallelRun : public ::testing::Test {
       }
     }
   }
+  // Runs `a` and `b` are the same bit for bit: the weights of their last checkpoint and every
+  // epoch's train_loss in metrics.csv.
+  void expect_same_run(const std::string& a, const std::string& b) const {
+    expect_same_weights(run(a) / "checkpoints" / "epoch_0002.pt", run(b) / "checkpoints" / "epoch_0002.pt",
+                        /*tolerance=*/0);
+    const auto ma = test::read_csv(run(a) / "metrics.csv"), mb = test::read_csv(run(b) / "metrics.csv");
+    ASSERT_EQ(ma.size(), mb.size());
+    for (size_t i = 0; i < ma.size(); ++i) EXPECT_EQ(ma[i].at("train_loss"), mb[i].at("train_loss")) << i;
+  }
   test::TempDir dir;
 };
 
@@ -225,11 +235,61 @@ TEST_F(DataParallelRun, ResumeUnderTwoRanksContinuesExactly) {
   EXPECT_NE(cut[0]->output().find("SIGTERM on another rank"), std::string::npos) << cut[0]->output();
   auto resumed = test::spawn_ranks(2, args("cut", 2, {"--resume"}), dir.path());
   for (int code : test::wait_all(resumed)) ASSERT_EQ(code, 0) << test::outputs(resumed);
-  expect_same_weights(run("cut") / "checkpoints" / "epoch_0002.pt", run("straight") / "checkpoints" / "epoch_0002.pt",
-                      /*tolerance=*/0);
-  const auto a = test::read_csv(run("straight") / "metrics.csv"), b = test::read_csv(run("cut") / "metrics.csv");
-  ASSERT_EQ(b.size(), a.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(b[i].at("train_loss"), a[i].at("train_loss")) << i;
+  expect_same_run("cut", "straight");
+}
+
+TEST_F(DataParallelRun, ResumesUnderAnotherWorldSizeAndSaysTheSampleOrderDiffers) {
+  // The checkpoint holds no rank-specific state: 2 ranks stopped in epoch 2 finish as one process,
+  // and one process stopped there finishes as 2 ranks; each resume says why its samples differ.
+  const std::map<std::string, std::string> stop = {{"U3D_TEST_FAULTS", "stop_micro@4"}};
+  auto two = test::spawn_ranks(2, args("shrink", 2), dir.path(), {}, {}, {{}, stop});
+  EXPECT_EQ(test::wait_all(two), (std::vector<int>{143, 143})) << test::outputs(two);
+  const auto one = test::run_trainer(args("shrink", 2, {"--resume"}), dir.path());
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_NE(one.output.find("written by 2 process(es), this run has 1: another global batch"), std::string::npos)
+      << one.output;
+  EXPECT_EQ(test::read_csv(run("shrink") / "metrics.csv").size(), 2u);
+
+  test::ProcessOptions o;
+  o.env = stop;
+  test::TrainerProcess single(args("grow", 2), dir.path(), o);
+  EXPECT_EQ(single.wait(300), 143) << single.output();
+  auto resumed = test::spawn_ranks(2, args("grow", 2, {"--resume"}), dir.path());
+  for (int code : test::wait_all(resumed)) ASSERT_EQ(code, 0) << test::outputs(resumed);
+  EXPECT_NE(resumed[0]->output().find("written by 1 process(es), this run has 2: another global batch"),
+            std::string::npos)
+      << resumed[0]->output();
+  EXPECT_EQ(test::read_csv(run("grow") / "metrics.csv").size(), 2u);
+  EXPECT_TRUE(fs::exists(run("grow") / "checkpoints" / "epoch_0002.pt"));
+}
+
+TEST_F(DataParallelRun, UnderSrunsVariablesTwoRanksMatchTheTorchrunOnes) {
+  // `srun --ntasks=2 trainer ...` on one node, by the variables srun sets (no Slurm here): rank 0
+  // hosts the store on the node list's first host at the port derived from SLURM_JOB_ID, and the
+  // run is bit for bit the one under torchrun's variables.
+  auto srun = test::spawn_srun_ranks(2, args("srun", 2), dir.path());
+  if (srun.empty()) GTEST_SKIP() << "no free TCP port in 20000..39999 for the derived store port";
+  for (int code : test::wait_all(srun)) ASSERT_EQ(code, 0) << test::outputs(srun);
+  EXPECT_NE(srun[0]->output().find("store localhost:"), std::string::npos) << srun[0]->output();
+  EXPECT_NE(srun[0]->output().find("this is rank 0 of 2 (local rank 0, slurm)"), std::string::npos)
+      << srun[0]->output();
+  auto spawned = test::spawn_ranks(2, args("spawned", 2), dir.path());
+  for (int code : test::wait_all(spawned)) ASSERT_EQ(code, 0) << test::outputs(spawned);
+  expect_same_run("srun", "spawned");
+}
+
+TEST_F(DataParallelRun, TwoTorchrunNodesOfOneRankEachMatchTheSpawnedRanks) {
+  // torchrun --nnodes=2 --nproc-per-node=1 with the c10d rendezvous, both agents on this machine:
+  // ranks 0 and 1 are each local rank 0 of their node; the numbers are the one-node run's.
+  auto nodes = test::torchrun_nodes(2, args("nodes", 2), dir.path());
+  if (nodes.empty()) GTEST_SKIP() << "no torch venv Python (U3D_TORCH_PYTHON) for torch.distributed.run";
+  for (int code : test::wait_all(nodes)) ASSERT_EQ(code, 0) << test::outputs(nodes);
+  const std::string log = test::outputs(nodes);  // rank 1 logs warnings only
+  EXPECT_NE(log.find("2 ranks over gloo (c10d)"), std::string::npos) << log;
+  EXPECT_NE(log.find("this is rank 0 of 2 (local rank 0, torchrun)"), std::string::npos) << log;
+  auto spawned = test::spawn_ranks(2, args("spawned", 2), dir.path());
+  for (int code : test::wait_all(spawned)) ASSERT_EQ(code, 0) << test::outputs(spawned);
+  expect_same_run("nodes", "spawned");
 }
 
 TEST_F(DataParallelRun, ThroughTorchrunTwoRanksMatchTheSpawnedOnesAndOneRankThePlainRun) {
@@ -238,8 +298,7 @@ TEST_F(DataParallelRun, ThroughTorchrunTwoRanksMatchTheSpawnedOnesAndOneRankTheP
   for (int code : test::wait_all(spawned)) ASSERT_EQ(code, 0) << test::outputs(spawned);
   auto two = test::torchrun(2, args("torchrun2", 2), dir.path());
   ASSERT_EQ(two->wait(300), 0) << two->output();
-  expect_same_weights(run("torchrun2") / "checkpoints" / "epoch_0002.pt",
-                      run("spawned") / "checkpoints" / "epoch_0002.pt", /*tolerance=*/0);
+  expect_same_run("torchrun2", "spawned");
 
   // World size 1 under torchrun: bit for bit the plain run.
   const auto plain = test::run_trainer(args("plain", 2), dir.path());
@@ -247,11 +306,7 @@ TEST_F(DataParallelRun, ThroughTorchrunTwoRanksMatchTheSpawnedOnesAndOneRankTheP
   auto single = test::torchrun(1, args("torchrun1", 2), dir.path());
   ASSERT_EQ(single->wait(300), 0) << single->output();
   EXPECT_NE(single->output().find("1 ranks over gloo"), std::string::npos) << single->output();
-  expect_same_weights(run("torchrun1") / "checkpoints" / "epoch_0002.pt",
-                      run("plain") / "checkpoints" / "epoch_0002.pt", /*tolerance=*/0);
-  const auto a = test::read_csv(run("plain") / "metrics.csv"), b = test::read_csv(run("torchrun1") / "metrics.csv");
-  ASSERT_EQ(b.size(), a.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(b[i].at("train_loss"), a[i].at("train_loss")) << i;
+  expect_same_run("torchrun1", "plain");
 }
 
 }  // namespace
