@@ -53,16 +53,6 @@ inline int64_t verified_periodic(const fs::path& checkpoints) {
   return n;
 }
 
-// Every parameter and buffer bit for bit.
-inline void expect_same_weights(const fs::path& a, const fs::path& b) {
-  Network na = load_network(a), nb = load_network(b);
-  const auto pa = na->named_parameters(), pb = nb->named_parameters();
-  ASSERT_EQ(pa.size(), pb.size());
-  for (const auto& item : pa) EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
-  const auto ba = na->named_buffers(), bb = nb->named_buffers();
-  for (const auto& item : ba) EXPECT_TRUE(torch::equal(item.value(), bb[item.key()])) << item.key();
-}
-
 // A test folder with an 8-case dose phantom (p.h5), tiny configs made from it, and the trainer
 // executable run in that folder.
 class PhantomRunTest : public ::testing::Test {

@@ -26,22 +26,11 @@ std::vector<std::string> cuda_args(const std::string& name) {
 }
 
 // The weights of run `a` after epoch 2 against run `b`'s: bitwise with one rank (its all-reduce is
-// a copy), else within `tolerance` relative to b's largest value per parameter.
+// a copy), else within `tolerance` relative to b's largest value per tensor.
 void expect_same_weights(const fs::path& dir, const std::string& a_run, const std::string& b_run, int world,
                          double tolerance) {
-  auto weights = [&](const std::string& run) {
-    return test::load_network(dir / "runs" / run / "checkpoints" / "epoch_0002.pt")->parameters();
-  };
-  const auto a = weights(a_run), b = weights(b_run);
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (world == 1) {
-      EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i << ": " << a_run << " must equal " << b_run;
-    } else {
-      const double scale = std::max(b[i].abs().max().item<double>(), 1e-12);
-      EXPECT_LT((a[i] - b[i]).abs().max().item<double>() / scale, tolerance) << "parameter " << i;
-    }
-  }
+  const auto checkpoint = [&](const std::string& run) { return dir / "runs" / run / "checkpoints" / "epoch_0002.pt"; };
+  test::expect_same_weights(checkpoint(a_run), checkpoint(b_run), world == 1 ? 0 : tolerance);
 }
 
 TEST(DataParallelCuda, NcclRanksTrainLikeThePlainRun) {

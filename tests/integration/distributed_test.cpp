@@ -137,23 +137,11 @@ class DataParallelRun : public ::testing::Test {
     return a;
   }
   fs::path run(const std::string& name) const { return dir / "runs" / name; }
-  void expect_same_weights(const fs::path& a, const fs::path& b, double tolerance) const {
-    const auto wa = test::checkpoint_tensors(a), wb = test::checkpoint_tensors(b);
-    ASSERT_EQ(wa.size(), wb.size());
-    for (const auto& [k, t] : wa) {
-      if (tolerance == 0) {
-        EXPECT_TRUE(torch::equal(t, wb.at(k))) << k;
-      } else {
-        const double scale = std::max(wb.at(k).abs().max().item<double>(), 1e-12);
-        EXPECT_LT((t - wb.at(k)).abs().max().item<double>() / scale, tolerance) << k;
-      }
-    }
-  }
   // Runs `a` and `b` are the same bit for bit: the weights of their last checkpoint and every
   // epoch's train_loss in metrics.csv.
   void expect_same_run(const std::string& a, const std::string& b) const {
-    expect_same_weights(run(a) / "checkpoints" / "epoch_0002.pt", run(b) / "checkpoints" / "epoch_0002.pt",
-                        /*tolerance=*/0);
+    test::expect_same_weights(run(a) / "checkpoints" / "epoch_0002.pt", run(b) / "checkpoints" / "epoch_0002.pt",
+                              /*tolerance=*/0);
     const auto ma = test::read_csv(run(a) / "metrics.csv"), mb = test::read_csv(run(b) / "metrics.csv");
     ASSERT_EQ(ma.size(), mb.size());
     for (size_t i = 0; i < ma.size(); ++i) EXPECT_EQ(ma[i].at("train_loss"), mb[i].at("train_loss")) << i;
@@ -185,7 +173,8 @@ TEST_F(DataParallelRun, TwoRanksTrainLikeOneProcessWithTheGlobalBatch) {
   EXPECT_TRUE(fs::exists(run("two") / "config.yaml"));
   EXPECT_TRUE(fs::exists(run("two") / "checkpoints" / "epoch_0002.pt"));
   // Parameters after 6 optimizer steps: relative 1e-5 (summation order differs).
-  expect_same_weights(run("two") / "checkpoints" / "epoch_0002.pt", run("one") / "checkpoints" / "epoch_0002.pt", 1e-5);
+  test::expect_same_weights(run("two") / "checkpoints" / "epoch_0002.pt", run("one") / "checkpoints" / "epoch_0002.pt",
+                            1e-5);
 }
 
 TEST_F(DataParallelRun, TopologyLossesGatherTheirBatchSumsOverTheRanks) {
@@ -220,8 +209,8 @@ TEST_F(DataParallelRun, TopologyLossesGatherTheirBatchSumsOverTheRanks) {
       EXPECT_NEAR(y, x, 1e-4 * std::abs(x) + 1e-7) << col << " of epoch " << i + 1;
     }
   }
-  expect_same_weights(run("seg_two") / "checkpoints" / "epoch_0002.pt",
-                      run("seg_one") / "checkpoints" / "epoch_0002.pt", 1e-5);
+  test::expect_same_weights(run("seg_two") / "checkpoints" / "epoch_0002.pt",
+                            run("seg_one") / "checkpoints" / "epoch_0002.pt", 1e-5);
 }
 
 TEST_F(DataParallelRun, ResumeUnderTwoRanksContinuesExactly) {

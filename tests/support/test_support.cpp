@@ -74,6 +74,20 @@ std::map<std::string, torch::Tensor> checkpoint_tensors(const fs::path& checkpoi
   return out;
 }
 
+void expect_same_weights(const fs::path& a, const fs::path& b, double tolerance) {
+  const auto wa = checkpoint_tensors(a), wb = checkpoint_tensors(b);
+  ASSERT_EQ(wa.size(), wb.size()) << a << " against " << b;
+  for (const auto& [k, t] : wa) {
+    ASSERT_EQ(wb.count(k), 1u) << k << " of " << a << " is not in " << b;
+    if (tolerance == 0) {
+      EXPECT_TRUE(torch::equal(t, wb.at(k))) << k << ": " << a << " must equal " << b;
+    } else {
+      const double scale = std::max(wb.at(k).abs().max().item<double>(), 1e-12);
+      EXPECT_LT((t - wb.at(k)).abs().max().item<double>() / scale, tolerance) << k << ": " << a << " against " << b;
+    }
+  }
+}
+
 std::optional<fs::path> torch_python() {
   if (const char* p = std::getenv("U3D_TORCH_PYTHON"); p && *p && fs::exists(p)) return fs::path(p);
   return std::nullopt;

@@ -103,6 +103,9 @@ class TrainerProcess {
 Network load_network(const fs::path& checkpoint);
 // Its parameters ("name") and buffers ("buffer:name"), on the CPU.
 std::map<std::string, torch::Tensor> checkpoint_tensors(const fs::path& checkpoint);
+// Every parameter and buffer of checkpoint `a` against `b`'s: bit for bit when `tolerance` is 0,
+// else within `tolerance` relative to b's largest magnitude per tensor.
+void expect_same_weights(const fs::path& a, const fs::path& b, double tolerance = 0);
 
 // The Python of the torch venv (torch.distributed.run, the wheel's launcher): U3D_TORCH_PYTHON,
 // which ctest sets to the venv this build used; nullopt when unset or missing.
