@@ -15,6 +15,7 @@
 #include "u3d/data/sampler.h"
 #include "u3d/io/dataset.h"
 #include "u3d/train/resolve.h"
+#include "u3d/train/train_step.h"
 #include "u3d/train/truth_maps.h"
 
 namespace u3d {
@@ -100,7 +101,8 @@ std::vector<DataBenchmarkRow> run_data_benchmark(const Config& cfg, const DataBe
   } else {
     spdlog::info("benchmark: no CUDA device: the pinned and gpu placements are not measured");
   }
-  const SamplerOptions so = sampler_options(rc.cfg, pre.channel_names());
+  SamplerOptions so = sampler_options(rc.cfg, pre.channel_names());
+  so.channels_last_images = resolve_channels_last(rc.cfg.model, rt.device);  // as training finishes them
   const int64_t steps = rc.steps_per_epoch;
   auto position = [&](int64_t k) { return std::make_pair(1 + k / steps, k % steps); };
 

@@ -29,6 +29,11 @@
 #include "u3d/train/train_step.h"
 #include "u3d/train/truth_maps.h"
 
+#if __has_include(<nvtx3/nvToolsExt.h>)  // header-only; nothing is loaded unless a profiler attaches
+#include <nvtx3/nvToolsExt.h>
+#define U3D_HAVE_NVTX 1
+#endif
+
 namespace u3d {
 namespace {
 
@@ -43,6 +48,17 @@ std::string quoted(const std::string& s) {
 
 // `v` with 4 decimals, or null when it was not measured (NaN).
 std::string json_number(double v) { return std::isnan(v) ? "null" : fmt::format("{:.4f}", v); }
+std::string json_bytes(int64_t v) { return v >= 0 ? std::to_string(v) : std::string("null"); }
+
+// The NVTX range "u3d.timed_steps" around the timed steps, so a profiler takes those alone (Nsight
+// Compute: ncu --nvtx --nvtx-include u3d.timed_steps/), not the warm-up's cuDNN autotuning trials.
+class TimedStepsRange {
+ public:
+#ifdef U3D_HAVE_NVTX
+  TimedStepsRange() { nvtxRangePushA("u3d.timed_steps"); }
+  ~TimedStepsRange() { nvtxRangePop(); }
+#endif
+};
 
 // The model and training keys as resolved (presets applied), as JSON members "key": "value", so
 // scripts/bench/compare.py builds the same network in PyTorch.
@@ -151,14 +167,22 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
   const MicroBatches micro_batches = [&batch](int64_t) { return batch; };  // the same batch for each micro-step
   for (int64_t i = 0; i < r.warmup; ++i) step.run(micro_batches);
   sync(rt.device);
+  r.warmup_skipped_steps = monitor.totals().skipped;  // fp16: the loss scale calibrates here
   if (rt.device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(rt.device.index());
   using Clock = std::chrono::steady_clock;
-  for (int64_t i = 0; i < options.steps; ++i) {
-    const auto t0 = Clock::now();
-    step.run(micro_batches);
-    sync(rt.device);
-    r.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  {
+    const TimedStepsRange range;
+    for (int64_t i = 0; i < options.steps; ++i) {
+      const auto t0 = Clock::now();
+      step.run(micro_batches);
+      sync(rt.device);
+      r.step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      if (i == 9) r.reserved_step10_bytes = gpu_memory_in_use(rt.device);
+    }
   }
+  r.reserved_last_bytes = gpu_memory_in_use(rt.device);
+  if (r.reserved_step10_bytes < 0) r.reserved_last_bytes = -1;
+  r.skipped_steps = monitor.totals().skipped - r.warmup_skipped_steps;
   r.steps = options.steps;
   if (dist) {  // the same steps without the gradient all-reduce, then the all-reduce alone
     r.world_size = dist->world_size();
@@ -213,8 +237,6 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
     r.peak_gpu_bytes = peaks.reserved;
   }
   r.peak_host_bytes = peak_memory_bytes(torch::kCPU);
-  const auto totals = monitor.totals();
-  r.skipped_steps = totals.skipped;
   return r;
 }
 
@@ -248,8 +270,13 @@ int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& option
                      human_bytes(static_cast<double>(r.peak_gpu_allocated_bytes)) + " allocated")
                         .c_str()
                   : ("n/a (CPU; host peak RSS " + human_bytes(static_cast<double>(r.peak_host_bytes)) + ")").c_str());
-  if (r.skipped_steps > 0)
-    std::printf("  skipped        %lld steps (non-finite loss or gradient)\n", static_cast<long long>(r.skipped_steps));
+  if (r.skipped_steps > 0 || r.warmup_skipped_steps > 0)
+    std::printf("  skipped        %lld timed steps (non-finite loss or gradient), %lld warm-up steps\n",
+                static_cast<long long>(r.skipped_steps), static_cast<long long>(r.warmup_skipped_steps));
+  if (r.reserved_step10_bytes >= 0)
+    std::printf("  memory held    %s after timed step 10, %s after the last\n",
+                human_bytes(static_cast<double>(r.reserved_step10_bytes)).c_str(),
+                human_bytes(static_cast<double>(r.reserved_last_bytes)).c_str());
   if (r.world_size > 1 || launch_env().launched) {
     std::printf("  data-parallel  %lld ranks over %s; %s of gradients in %lld buckets\n",
                 static_cast<long long>(r.world_size), r.backend.c_str(),
@@ -280,6 +307,7 @@ int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& option
       "\"peak_gpu_mem_bytes\": {}, \"peak_gpu_reserved_bytes\": {}, \"peak_gpu_allocated_bytes\": {}, "
       "\"peak_host_rss_bytes\": {}, \"forward_flops_per_sample\": {}, "
       "\"flops_per_step\": {}, \"tflops\": {:.6f}, \"data_wait_share\": 0, \"skipped_steps\": {}, "
+      "\"warmup_skipped_steps\": {}, \"reserved_step10_bytes\": {}, \"reserved_last_bytes\": {}, "
       "\"world_size\": {}, \"dist_backend\": {}, \"gradient_bytes\": {}, \"buckets\": {}, \"allreduce_ms\": {:.4f}, "
       "\"local_step_ms\": {}, \"exposed_ms\": {}, \"hidden_share\": {}, \"scaling_efficiency\": {}, "
       "\"resolved\": {{{}}}}}\n",
@@ -291,7 +319,8 @@ int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& option
       r.samples_per_second, r.peak_gpu_bytes >= 0 ? std::to_string(r.peak_gpu_bytes) : std::string("null"),
       r.peak_gpu_reserved_bytes >= 0 ? std::to_string(r.peak_gpu_reserved_bytes) : std::string("null"),
       r.peak_gpu_allocated_bytes >= 0 ? std::to_string(r.peak_gpu_allocated_bytes) : std::string("null"),
-      r.peak_host_bytes, r.forward_flops_per_sample, r.flops_per_step, r.tflops, r.skipped_steps, r.world_size,
+      r.peak_host_bytes, r.forward_flops_per_sample, r.flops_per_step, r.tflops, r.skipped_steps,
+      r.warmup_skipped_steps, json_bytes(r.reserved_step10_bytes), json_bytes(r.reserved_last_bytes), r.world_size,
       r.backend.empty() ? "null" : quoted(r.backend), r.gradient_bytes, r.buckets, r.allreduce_ms,
       json_number(r.local_step_ms), json_number(r.exposed_ms), json_number(r.hidden_share),
       json_number(r.scaling_efficiency), resolved_keys(cfg));

@@ -114,14 +114,18 @@ Runtime init_runtime(const Config& cfg) {
   rt.threads = host_threads(cfg);
   at::set_num_threads(static_cast<int>(rt.threads));
   torch::manual_seed(static_cast<uint64_t>(cfg.experiment.seed));
-  auto& ctx = at::globalContext();
-  const bool det = cfg.training.deterministic;
-  ctx.setDeterministicAlgorithms(det, /*warn_only=*/false);
-  ctx.setDeterministicCuDNN(det);
-  ctx.setBenchmarkCuDNN(!det);
-  ctx.setAllowTF32CuBLAS(!det);
-  ctx.setAllowTF32CuDNN(!det);
+  set_deterministic(cfg.training.deterministic);
   return rt;
+}
+
+void set_deterministic(bool on) {
+  if (on) prepare_deterministic_cuda();
+  auto& ctx = at::globalContext();
+  ctx.setDeterministicAlgorithms(on, /*warn_only=*/false);
+  ctx.setDeterministicCuDNN(on);
+  ctx.setBenchmarkCuDNN(!on);
+  ctx.setAllowTF32CuBLAS(!on);
+  ctx.setAllowTF32CuDNN(!on);
 }
 
 int64_t peak_memory_bytes(const torch::Device& device, int64_t* total) {

@@ -40,9 +40,9 @@ void reverse_row(const T* last, T* out, int64_t n) {
 // Exact strided copy for a signed-permutation transform: output axis j reads source axis a(j) in
 // direction s(j); converts T to Out (exactly: Out is T or float32).
 template <typename T, typename Out>
-void permute_copy(const T* src, const Shape3& dims, int64_t channels, const PatchTransform& t, Out* dst) {
+void permute_copy(const T* src, const Shape3& dims, int64_t channels, int64_t channel_stride, const PatchTransform& t,
+                  Out* dst) {
   const std::array<int64_t, 3> stride = {dims[1] * dims[2], dims[2], 1};
-  const int64_t volume = dims[0] * dims[1] * dims[2];
   std::array<int64_t, 3> step{};
   int64_t start = 0;
   for (int j = 0; j < 3; ++j) {
@@ -60,7 +60,7 @@ void permute_copy(const T* src, const Shape3& dims, int64_t channels, const Patc
   for (int64_t c = 0; c < channels; ++c) {
     for (int64_t i0 = 0; i0 < p0; ++i0) {
       for (int64_t i1 = 0; i1 < p1; ++i1) {
-        const T* row = src + c * volume + start + i0 * step[0] + i1 * step[1];
+        const T* row = src + c * channel_stride + start + i0 * step[0] + i1 * step[1];
         Out* out = dst + ((c * p0 + i0) * p1 + i1) * p2;
         if constexpr (std::is_same_v<T, Out>) {
           if (step[2] == 1) {
@@ -126,9 +126,8 @@ void for_each_source(const PatchTransform& t, F&& fn) {
 // computed once, then each channel is interpolated over the block (channel-planar data stays in
 // cache).
 template <typename T>
-void resample_linear(const T* src, const Shape3& dims, int64_t channels, const PatchTransform& t, const float* pad,
-                     float* dst) {
-  const int64_t volume = dims[0] * dims[1] * dims[2];
+void resample_linear(const T* src, const Shape3& dims, int64_t channels, int64_t channel_stride,
+                     const PatchTransform& t, const float* pad, float* dst) {
   const int64_t out_volume = t.patch[0] * t.patch[1] * t.patch[2];
   const int64_t hw = dims[1] * dims[2];
   const int64_t tap[8] = {0, 1, dims[2], dims[2] + 1, hw, hw + 1, hw + dims[2], hw + dims[2] + 1};
@@ -139,7 +138,7 @@ void resample_linear(const T* src, const Shape3& dims, int64_t channels, const P
   int64_t o = 0, filled = 0;
   auto flush = [&] {
     for (int64_t c = 0; c < channels; ++c) {
-      const T* s = src + c * volume;
+      const T* s = src + c * channel_stride;
       const float p = pad ? pad[c] : 0.0f;
       float* out = dst + c * out_volume + o;
       for (int64_t i = 0; i < filled; ++i) {
@@ -182,9 +181,8 @@ void resample_linear(const T* src, const Shape3& dims, int64_t channels, const P
 }
 
 template <typename T>
-void resample_nearest(const T* src, const Shape3& dims, int64_t channels, const PatchTransform& t, const float* pad,
-                      T* dst) {
-  const int64_t volume = dims[0] * dims[1] * dims[2];
+void resample_nearest(const T* src, const Shape3& dims, int64_t channels, int64_t channel_stride,
+                      const PatchTransform& t, const float* pad, T* dst) {
   const int64_t out_volume = t.patch[0] * t.patch[1] * t.patch[2];
   int64_t o = 0;
   for_each_source(t, [&](double q0, double q1, double q2) {
@@ -193,7 +191,7 @@ void resample_nearest(const T* src, const Shape3& dims, int64_t channels, const 
     const bool inside = z >= 0 && z < dims[0] && y >= 0 && y < dims[1] && x >= 0 && x < dims[2];
     const int64_t index = (z * dims[1] + y) * dims[2] + x;
     for (int64_t c = 0; c < channels; ++c) {
-      dst[c * out_volume + o] = inside ? src[c * volume + index] : static_cast<T>(pad ? pad[c] : 0.0f);
+      dst[c * out_volume + o] = inside ? src[c * channel_stride + index] : static_cast<T>(pad ? pad[c] : 0.0f);
     }
     ++o;
   });
@@ -279,13 +277,17 @@ torch::Tensor elastic_field(const torch::Tensor& control, const Shape3& patch) {
 
 void resample_patch(const torch::Tensor& src, const PatchTransform& t, Interp interp, const float* pad,
                     torch::Tensor& dst) {
-  TORCH_CHECK(src.dim() == 4 && src.is_contiguous() && src.device().is_cpu(),
-              "resample_patch: src must be (C, D, H, W)");
+  // Each channel's (D, H, W) block contiguous; the channels any stride apart (a cache arena's view).
+  auto dense = [&](int64_t d, int64_t stride) { return src.size(d) == 1 || src.stride(d) == stride; };
+  TORCH_CHECK(src.dim() == 4 && src.device().is_cpu() && dense(3, 1) && dense(2, src.size(3)) &&
+                  dense(1, src.size(2) * src.size(3)),
+              "resample_patch: src must be (C, D, H, W) with contiguous channels");
   TORCH_CHECK(dst.dim() == 4 && dst.is_contiguous() && dst.size(0) == src.size(0) && dst.size(1) == t.patch[0] &&
                   dst.size(2) == t.patch[1] && dst.size(3) == t.patch[2],
               "resample_patch: dst must be (C, d, h, w) contiguous");
   const Shape3 dims = {src.size(1), src.size(2), src.size(3)};
   const int64_t channels = src.size(0);
+  const int64_t channel_stride = src.stride(0);
   if (is_signed_permutation(t.matrix) && !t.displacement.defined()) {
     TORCH_CHECK(dst.scalar_type() == src.scalar_type() || dst.scalar_type() == torch::kFloat,
                 "resample_patch: an exact copy keeps the dtype or writes float32");
@@ -299,9 +301,9 @@ void resample_patch(const torch::Tensor& src, const PatchTransform& t, Interp in
     dispatch_dtype(src.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
       if (same) {
-        permute_copy<T, T>(src.data_ptr<T>(), dims, channels, t, dst.data_ptr<T>());
+        permute_copy<T, T>(src.data_ptr<T>(), dims, channels, channel_stride, t, dst.data_ptr<T>());
       } else {
-        permute_copy<T, float>(src.data_ptr<T>(), dims, channels, t, dst.data_ptr<float>());
+        permute_copy<T, float>(src.data_ptr<T>(), dims, channels, channel_stride, t, dst.data_ptr<float>());
       }
     });
     return;
@@ -310,13 +312,13 @@ void resample_patch(const torch::Tensor& src, const PatchTransform& t, Interp in
     TORCH_CHECK(dst.scalar_type() == torch::kFloat, "resample_patch: linear resampling writes float32");
     dispatch_dtype(src.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
-      resample_linear<T>(src.data_ptr<T>(), dims, channels, t, pad, dst.data_ptr<float>());
+      resample_linear<T>(src.data_ptr<T>(), dims, channels, channel_stride, t, pad, dst.data_ptr<float>());
     });
   } else {
     TORCH_CHECK(dst.scalar_type() == src.scalar_type(), "resample_patch: nearest resampling keeps the dtype");
     dispatch_dtype(src.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
-      resample_nearest<T>(src.data_ptr<T>(), dims, channels, t, pad, dst.data_ptr<T>());
+      resample_nearest<T>(src.data_ptr<T>(), dims, channels, channel_stride, t, pad, dst.data_ptr<T>());
     });
   }
 }

@@ -452,14 +452,16 @@ Shape3 StackedCache::min_shape() const {
 
 torch::Tensor StackedCache::view(const CacheField& field, int64_t i) const {
   const Shape3& s = shapes_[static_cast<size_t>(i)];
-  const int64_t cf = field.channel_count();
-  return field.arena.narrow(0, offsets_[static_cast<size_t>(i)] * cf, voxels(s) * cf).view({cf, s[0], s[1], s[2]});
+  return planes(field).narrow(1, offsets_[static_cast<size_t>(i)], voxels(s)).view({-1, s[0], s[1], s[2]});
+}
+
+torch::Tensor StackedCache::planes(const CacheField& field) const {
+  return field.arena.view({field.channel_count(), -1});
 }
 
 torch::Tensor StackedCache::stacked(const CacheField& field) const {
   if (!uniform_shape() || shapes_.empty()) return torch::Tensor();
-  const Shape3& s = shapes_.front();
-  return field.arena.view({size(), field.channel_count(), s[0], s[1], s[2]});
+  return field.arena.view({field.channel_count(), size(), shape(0)[0], shape(0)[1], shape(0)[2]}).transpose(0, 1);
 }
 
 torch::Tensor StackedCache::channel(int64_t i, int64_t c) const {

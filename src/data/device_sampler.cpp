@@ -96,19 +96,12 @@ DeviceSampler::DeviceSampler(const PatchSampler& host) : host_(host), device_(ho
       torch::stack({grid[0].reshape(-1), grid[1].reshape(-1), grid[2].reshape(-1)}, 1).to(device_);  // (S, 3) float64
   patch_ = torch::tensor({patch[0], patch[1], patch[2]}, torch::kLong).view({1, 3}).to(device_);
   half_ = torch::tensor({patch[0] / 2, patch[1] / 2, patch[2] / 2}, torch::kLong).to(device_);
-  std::vector<int64_t> corners;
-  for (int64_t k = 0; k < 8; ++k) corners.insert(corners.end(), {k >> 2, (k >> 1) & 1, k & 1});
-  corners_ = torch::tensor(corners, torch::kLong).view({8, 1, 1, 3}).to(device_);
   if (o.augment.elastic_prob > 0) {
     const int64_t g = o.augment.elastic_grid;
     std::vector<int64_t> keys(static_cast<size_t>(3 * g * g * g));
     for (size_t i = 0; i < keys.size(); ++i) keys[i] = bits((kSlotElasticGrid + i) * kGolden);
     elastic_keys_ = torch::tensor(keys, torch::kLong).view({1, -1}).to(device_);
   }
-  auto channel_range = [&](int64_t cf) { return torch::arange(cf, torch::kLong).view({1, cf, 1}).to(device_); };
-  for (const auto& f : cache.image_fields()) field_channel_.push_back(channel_range(f.channel_count()));
-  field_channel_.push_back(channel_range(1));  // target, mask and skeleton
-  if (const CacheField* d = cache.distance()) distance_channel_ = channel_range(d->channel_count());
 }
 
 void DeviceSampler::set_epoch(int64_t epoch, int64_t steps_per_epoch) {
@@ -252,50 +245,70 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
     q = q + disp.transpose(1, 2).to(torch::kDouble);
   }
 
-  const torch::Tensor extent = dims.view({n, 1, 3});
-  const torch::Tensor d_hw = geom.select(1, 2) * geom.select(1, 3);          // (N,)
-  const torch::Tensor volume = geom.select(1, 1) * d_hw;                     // (N,)
-  auto linear_index = [&](const torch::Tensor& at, torch::Tensor& inside) {  // at: (N, S, 3) int64
-    inside = at.ge(0).all(-1).logical_and(at.lt(extent).all(-1));            // (N, S)
-    const torch::Tensor lin =
-        (at.select(2, 0) * geom.select(1, 2).view({n, 1}) + at.select(2, 1)) * geom.select(1, 3).view({n, 1}) +
-        at.select(2, 2);
-    return lin.masked_fill(inside.logical_not(), 0);
+  // Reads go to each field's planes (Cf, V) (cache.h): one int64 column per patch voxel, (N, S),
+  // serves every channel at once (index_select of columns), never an (N, Cf, S) index tensor.
+  const torch::Tensor size_d = geom.select(1, 1).view({n, 1}), size_h = geom.select(1, 2).view({n, 1}),
+                      size_w = geom.select(1, 3).view({n, 1});        // (N, 1)
+  const torch::Tensor first_column = geom.select(1, 0).view({n, 1});  // (N, 1): the case's voxel offset
+  // Column of voxel (z, y, x) of each sample's case, 0 where `inside` is false: (N, S) int64.
+  auto column = [&](const torch::Tensor& z, const torch::Tensor& y, const torch::Tensor& x,
+                    const torch::Tensor& inside) {
+    return (first_column + (z * size_h + y) * size_w + x).masked_fill(inside.logical_not(), 0);
+  };
+  auto within = [](const torch::Tensor& v, const torch::Tensor& size) { return v.ge(0).logical_and(v.lt(size)); };
+  // (N, Cf, S) values of `planes` at `columns` (N, S): a view of the (Cf, N, S) gather.
+  auto take = [&](const torch::Tensor& planes, const torch::Tensor& columns) {
+    return planes.index_select(1, columns.view(-1)).view({planes.size(0), n, voxels}).transpose(0, 1);
+  };
+  // Nearest-neighbour (exact at integer coordinates) and trilinear sources, shared by every field.
+  torch::Tensor near_column, near_inside;  // (N, S)
+  auto nearest_source = [&] {
+    if (near_column.defined()) return;
+    const torch::Tensor at = torch::floor(q + 0.5).to(torch::kLong);  // (N, S, 3)
+    const torch::Tensor z = at.select(2, 0), y = at.select(2, 1), x = at.select(2, 2);
+    near_inside = within(z, size_d).logical_and(within(y, size_h)).logical_and(within(x, size_w));
+    near_column = column(z, y, x, near_inside);
+  };
+  // Trilinear: the lower corners and weights once; each of the 8 taps made when a field reads it, so
+  // one tap's (N, S) column, inside and weight are alive at a time.
+  torch::Tensor lower, weights;  // (N, S, 3) int64 and float32
+  struct Tap {
+    torch::Tensor column, inside, weight;  // (N, S) int64, bool, float32
+  };
+  auto tap = [&](int64_t k) {
+    if (!lower.defined()) {
+      const torch::Tensor floor = torch::floor(q);
+      weights = (q - floor).to(torch::kFloat);  // as the host's weights
+      lower = floor.to(torch::kLong);
+    }
+    const int64_t dz = k >> 2, dy = (k >> 1) & 1, dx = k & 1;
+    auto axis = [&](int64_t a, int64_t d) { return d ? lower.select(2, a) + 1 : lower.select(2, a); };
+    const torch::Tensor z = axis(0, dz), y = axis(1, dy), x = axis(2, dx);
+    Tap t;
+    t.inside = within(z, size_d).logical_and(within(y, size_h)).logical_and(within(x, size_w));
+    t.column = column(z, y, x, t.inside);
+    t.weight = (dz ? weights.select(2, 0) : 1 - weights.select(2, 0)) *
+               (dy ? weights.select(2, 1) : 1 - weights.select(2, 1)) *
+               (dx ? weights.select(2, 2) : 1 - weights.select(2, 2));
+    return t;
   };
   // One field, (N, Cf, d, h, w): nearest (exact at integer coordinates) or trilinear (float32).
-  auto gather = [&](const CacheField& f, const torch::Tensor& channel, bool linear, const torch::Tensor& pad) {
+  auto gather = [&](const CacheField& f, bool linear, const torch::Tensor& pad) {
     const int64_t cf = f.channel_count();
-    const torch::Tensor base =
-        (geom.select(1, 0) * cf).view({n, 1, 1}) + channel * volume.view({n, 1, 1});  // (N, Cf, 1)
-    auto read = [&](const torch::Tensor& at, torch::Tensor& inside) {
-      const torch::Tensor lin = linear_index(at, inside);
-      torch::Tensor v = f.arena.take(base + lin.view({n, 1, voxels}));  // (N, Cf, S)
-      return v;
+    const torch::Tensor planes = cache.planes(f);
+    auto fill_outside = [&](const torch::Tensor& v, const torch::Tensor& inside) {
+      return pad.defined() ? torch::where(inside.unsqueeze(1), v.to(torch::kFloat), pad.view({n, cf, 1}))
+                           : v.masked_fill(inside.logical_not().unsqueeze(1), 0);
     };
     torch::Tensor out;
     if (!linear) {
-      torch::Tensor inside;
-      out = read(torch::floor(q + 0.5).to(torch::kLong), inside);
-      if (pad.defined()) {
-        out = torch::where(inside.unsqueeze(1), out.to(torch::kFloat), pad.view({n, cf, 1}));
-      } else {
-        out = out.masked_fill(inside.logical_not().unsqueeze(1), 0);
-      }
+      nearest_source();
+      out = fill_outside(take(planes, near_column), near_inside);
     } else {
-      const torch::Tensor floor = torch::floor(q);
-      const torch::Tensor w = (q - floor).to(torch::kFloat);  // (N, S, 3), as the host's weights
-      const torch::Tensor corner = floor.to(torch::kLong);
       out = torch::zeros({n, cf, voxels}, fopt);
       for (int64_t k = 0; k < 8; ++k) {
-        const int64_t dz = k >> 2, dy = (k >> 1) & 1, dx = k & 1;
-        torch::Tensor inside;
-        torch::Tensor v = read(corner + corners_[k], inside).to(torch::kFloat);
-        v = pad.defined() ? torch::where(inside.unsqueeze(1), v, pad.view({n, cf, 1}))
-                          : v.masked_fill(inside.logical_not().unsqueeze(1), 0);
-        const torch::Tensor weight = (dz ? w.select(2, 0) : 1 - w.select(2, 0)) *
-                                     (dy ? w.select(2, 1) : 1 - w.select(2, 1)) *
-                                     (dx ? w.select(2, 2) : 1 - w.select(2, 2));  // (N, S)
-        out.add_(v * weight.unsqueeze(1));
+        const Tap t = tap(k);
+        out.add_(fill_outside(take(planes, t.column).to(torch::kFloat), t.inside) * t.weight.unsqueeze(1));
       }
     }
     return out.view({n, cf, patch[0], patch[1], patch[2]});
@@ -306,16 +319,12 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
   const auto& fields = cache.image_fields();
   for (size_t f = 0; f < fields.size(); ++f) {
     const torch::Tensor pad = resampled ? field_pad_[f].index_select(0, cases) : torch::Tensor();
-    raw.images.push_back(gather(fields[f], field_channel_[f], resampled, pad));
+    raw.images.push_back(gather(fields[f], resampled, pad));
   }
-  if (cache.target()) {
-    raw.target = gather(*cache.target(), field_channel_.back(), resampled && !cache.segmentation(), torch::Tensor());
-  }
-  if (cache.mask()) raw.mask = gather(*cache.mask(), field_channel_.back(), /*linear=*/false, torch::Tensor());
-  if (cache.skeleton()) {
-    raw.skeleton = gather(*cache.skeleton(), field_channel_.back(), /*linear=*/false, torch::Tensor());
-  }
-  if (cache.distance()) raw.distance = gather(*cache.distance(), distance_channel_, resampled, torch::Tensor());
+  if (cache.target()) raw.target = gather(*cache.target(), resampled && !cache.segmentation(), torch::Tensor());
+  if (cache.mask()) raw.mask = gather(*cache.mask(), /*linear=*/false, torch::Tensor());
+  if (cache.skeleton()) raw.skeleton = gather(*cache.skeleton(), /*linear=*/false, torch::Tensor());
+  if (cache.distance()) raw.distance = gather(*cache.distance(), resampled, torch::Tensor());
 
   // Intensity parameters per sample (identity where not drawn).
   auto draw = [&](double prob, uint64_t slot, const std::vector<double>& range, double identity) {

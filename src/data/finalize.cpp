@@ -42,8 +42,12 @@ at::Generator noise_generator(const torch::Device& device, uint64_t seed) {
 }  // namespace
 
 BatchFinalizer::BatchFinalizer(const StackedCache& cache, const AugmentConfig& augment,
-                               std::vector<int64_t> intensity_channels, uint64_t seed)
-    : cache_(cache), augment_(augment), intensity_channels_(std::move(intensity_channels)), seed_(seed) {}
+                               std::vector<int64_t> intensity_channels, uint64_t seed, at::MemoryFormat image_format)
+    : cache_(cache),
+      augment_(augment),
+      intensity_channels_(std::move(intensity_channels)),
+      seed_(seed),
+      image_format_(image_format) {}
 
 const BatchFinalizer::DeviceTables& BatchFinalizer::tables(const torch::Device& device) const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -94,10 +98,12 @@ Batch BatchFinalizer::operator()(const RawBatch& raw) const {
                            channels, b.image);
       });
     }
+    if (image_format_ != at::MemoryFormat::Contiguous) b.image = b.image.contiguous(image_format_);
   } else if (raw.images.size() == 1) {
-    b.image = first.to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
+    b.image = torch::empty(shape, fopt.memory_format(image_format_));
+    b.image.copy_(first);  // dtype and layout in one pass
   } else {
-    b.image = torch::empty(shape, fopt);
+    b.image = torch::empty(shape, fopt.memory_format(image_format_));
     for (size_t f = 0; f < raw.images.size(); ++f) {
       b.image.index_copy_(1, tb.field_channels[f], raw.images[f].to(torch::kFloat));
     }

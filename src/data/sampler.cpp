@@ -171,7 +171,9 @@ void PatchSampler::init() {
       foreground_.push_back(voxels.contiguous());
     }
   }
-  finalizer_ = std::make_unique<BatchFinalizer>(cache, options_.augment, intensity_channels_, options_.seed);
+  finalizer_ = std::make_unique<BatchFinalizer>(
+      cache, options_.augment, intensity_channels_, options_.seed,
+      options_.channels_last_images ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::Contiguous);
   fault_case_ = TestFaults::from_env().sampler_case;  // sampler_case@ID (faults.h)
 }
 

@@ -4,6 +4,7 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/model/checkpointing.h"
+#include "u3d/model/mean_pool.h"
 #include "u3d/model/openkbp_baseline.h"
 
 namespace u3d {
@@ -77,12 +78,10 @@ torch::Tensor ConvBlockImpl::forward(const torch::Tensor& x) {
 }
 
 ResidualBlockImpl::ResidualBlockImpl(int64_t in, int64_t out, int64_t stride, const ModelConfig& cfg)
-    : activation_(cfg.activation), negative_slope_(cfg.negative_slope) {
+    : stride_(stride), activation_(cfg.activation), negative_slope_(cfg.negative_slope) {
   conv1_ = register_module("conv1", ConvBlock(in, out, stride, cfg, ConvBlockShape{/*kernel=*/0, /*bias=*/true}));
   conv2_ = register_module(
       "conv2", ConvBlock(out, out, /*stride=*/1, cfg, ConvBlockShape{/*kernel=*/0, /*bias=*/true, /*activate=*/false}));
-  if (stride > 1)
-    pool_ = register_module("pool", torch::nn::AvgPool3d(torch::nn::AvgPool3dOptions(stride).stride(stride)));
   if (in != out) {
     project_ = register_module("project", ConvBlock(in, out, /*stride=*/1, cfg,
                                                     ConvBlockShape{/*kernel=*/1, /*bias=*/false, /*activate=*/false}));
@@ -94,7 +93,8 @@ ResidualBlockImpl::ResidualBlockImpl(int64_t in, int64_t out, int64_t stride, co
 }
 
 torch::Tensor ResidualBlockImpl::forward(const torch::Tensor& x) {
-  torch::Tensor skip = pool_ ? pool_(x) : x;
+  torch::Tensor skip =
+      mean_pool3d(x, stride_, /*by_view=*/x.is_cuda() && at::globalContext().deterministicAlgorithms());
   if (project_) skip = project_(skip);
   return activate(conv2_(conv1_(x)) + skip, activation_, negative_slope_);
 }

@@ -16,7 +16,8 @@
 #include "u3d/core/errors.h"
 #include "u3d/core/run.h"
 #include "u3d/model/unet.h"
-#include "u3d/train/amp.h"
+#include "u3d/train/losses.h"
+#include "u3d/train/optimizer.h"
 #include "u3d/train/train_step.h"
 
 namespace u3d {
@@ -171,32 +172,17 @@ void reset_peak_rss() {
 }
 
 // One forward_deep + sum-of-outputs loss + backward; the network is built inside (seed 0).
-void run_step(const ModelConfig& cfg, int64_t in_ch, int64_t out_ch, const Shape3& patch, int64_t batch,
-              const torch::Device& device, bool channels_last, int64_t optimizer_states, int64_t passes) {
+void run_step(const ModelConfig& cfg, int64_t in_ch, int64_t out_ch, const Shape3& patch, int64_t batch) {
   torch::manual_seed(0);
   Network net = build_network(cfg, in_ch, out_ch);
-  net->to(device);
-  if (channels_last) set_layout(*net, /*channels_last=*/true);
   net->train();
-  std::vector<torch::Tensor> states;  // stand-ins for the optimizer's moments
-  for (const auto& p : net->parameters()) {
-    for (int64_t s = 0; s < optimizer_states; ++s) states.push_back(torch::zeros_like(p));
+  const torch::Tensor x = torch::randn({batch, in_ch, patch[0], patch[1], patch[2]});
+  torch::Tensor loss;
+  for (const auto& out : net->forward_deep(x)) {
+    const torch::Tensor s = out.sum();
+    loss = loss.defined() ? loss + s : s;
   }
-  const auto mf = channels_last ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::Contiguous;
-  const torch::Tensor x =
-      torch::randn({batch, in_ch, patch[0], patch[1], patch[2]}, torch::TensorOptions().device(device)).contiguous(mf);
-  for (int64_t pass = 0; pass < passes; ++pass) {
-    torch::Tensor loss;
-    {
-      std::optional<AutocastGuard> autocast;
-      if (device.is_cuda()) autocast.emplace(device.type(), at::kBFloat16);
-      for (const auto& out : net->forward_deep(x)) {
-        const torch::Tensor s = out.to(torch::kFloat).sum();
-        loss = loss.defined() ? loss + s : s;
-      }
-    }
-    loss.backward();
-  }
+  loss.backward();
 }
 
 }  // namespace
@@ -205,34 +191,74 @@ int64_t measure_step_bytes_cpu(const ModelConfig& cfg, int64_t in_ch, int64_t ou
                                int64_t batch) {
   // Warm-up: the same step once (thread pools, oneDNN primitives, allocator), so what follows is a
   // steady-state step.
-  run_step(cfg, in_ch, out_ch, patch, batch, torch::kCPU, /*channels_last=*/false, /*optimizer_states=*/0,
-           /*passes=*/1);
+  run_step(cfg, in_ch, out_ch, patch, batch);
   ::malloc_trim(0);
   reset_peak_rss();
   const int64_t before = status_field("VmRSS");
-  run_step(cfg, in_ch, out_ch, patch, batch, torch::kCPU, /*channels_last=*/false, /*optimizer_states=*/0,
-           /*passes=*/1);
+  run_step(cfg, in_ch, out_ch, patch, batch);
   const int64_t peak = status_field("VmHWM");
   ::malloc_trim(0);
   return std::max<int64_t>(0, peak - before);
 }
 
-int64_t measure_step_bytes_cuda(const ModelConfig& cfg, int64_t in_ch, int64_t out_ch, const Shape3& patch,
+bool step_does_not_fit(const std::exception& e) {
+  if (is_out_of_memory(e)) return true;
+  const std::string what = e.what();
+  for (const char* sign : {"unable to find an engine", "CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED",
+                           "CUDNN_STATUS_NOT_ENOUGH_WORKSPACE", "out of memory"}) {
+    if (what.find(sign) != std::string::npos) return true;
+  }
+  return false;
+}
+
+int64_t measure_step_bytes_cuda(const ModelConfig& model, int64_t in_ch, int64_t out_ch, const Shape3& patch,
                                 int64_t batch, int64_t optimizer_states) {
   if (!torch::cuda::is_available()) throw CudaError("measuring a training step's GPU memory needs a CUDA device");
   const torch::Device device(torch::kCUDA, 0);
-  const bool channels_last = resolve_channels_last(cfg, device);
+  // The step as training runs it: bf16, eager, cuDNN autotuning on (its workspaces count).
+  Config cfg;
+  cfg.model = model;
+  cfg.data.batch_size = batch;
+  cfg.data.patch_size = patch;
+  cfg.training.device = Device::kCuda;
+  cfg.training.precision = Precision::kBf16;
+  cfg.training.cuda_graph = Toggle::kOff;
+  cfg.training.optimizer = optimizer_states == 1 ? OptimizerKind::kSgd : OptimizerKind::kAdamW;
+  const bool segmentation = out_ch > 1;
+  const Loss loss(segmentation ? LossKind::kDiceCe : LossKind::kMaskedL1);
+  auto& ctx = at::globalContext();
+  const bool autotune = ctx.benchmarkCuDNN();
+  ctx.setBenchmarkCuDNN(true);
   torch::cuda::synchronize();
   c10::cuda::CUDACachingAllocator::emptyCache();
   c10::cuda::CUDACachingAllocator::resetPeakStats(0);
   int64_t reserved = 0;
   try {
-    run_step(cfg, in_ch, out_ch, patch, batch, device, channels_last, optimizer_states, /*passes=*/2);
+    torch::manual_seed(0);
+    Network net = build_network(model, in_ch, out_ch);
+    net->to(device);
+    if (resolve_channels_last(model, device)) to_channels_last(*net);
+    Optimizer optimizer(cfg.training, net->parameters());
+    TrainStep step(cfg, device, *net, loss, optimizer, /*monitor=*/nullptr);
+    const auto f32 = torch::TensorOptions().device(device);
+    Batch b;
+    b.image = torch::randn({batch, in_ch, patch[0], patch[1], patch[2]}, f32);
+    if (segmentation) {
+      b.target = torch::randint(0, out_ch, {batch, patch[0], patch[1], patch[2]}, f32.dtype(torch::kLong));
+    } else {
+      b.target = torch::rand({batch, 1, patch[0], patch[1], patch[2]}, f32);
+      b.mask = torch::ones({batch, 1, patch[0], patch[1], patch[2]}, f32);
+    }
+    for (int64_t i = 0; i < 3; ++i) step.run(b);  // the first autotunes; then steady state, moments alive
     torch::cuda::synchronize();
     reserved = gpu_memory_peaks(device).reserved;
-  } catch (const c10::OutOfMemoryError&) {
+  } catch (const std::exception& e) {
+    ctx.setBenchmarkCuDNN(autotune);
+    if (!step_does_not_fit(e)) throw;
+    (void)cudaGetLastError();
     reserved = kStepOutOfMemory;
   }
+  ctx.setBenchmarkCuDNN(autotune);
   c10::cuda::CUDACachingAllocator::emptyCache();
   return reserved;
 }

@@ -2,6 +2,7 @@
 
 #include <ATen/core/CachingHostAllocator.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <fmt/ranges.h>
@@ -16,10 +17,15 @@ namespace u3d {
 // invalidated capture before the allocator leaves capture mode, and reset() releases the private
 // pool only after a successful capture. abandon() ends the stream's capture, takes the allocators
 // out of capture mode and releases the pool, so the process can report the error and exit cleanly.
+// It also hands the random generators back to eager use: capture_begin marks every generator
+// registered with the graph (the default CUDA generator always) as capturing, and only capture_end's
+// epilogue clears that; left set, the next eager dropout or rand would draw from the graph's
+// offsets. (CUDAGeneratorState::capture_epilogue is not exported; it clears the same public flag.)
 class CaptureGraph : public at::cuda::CUDAGraph {
  public:
   void abandon() noexcept {
     try {
+      for (auto& entry : captured_generator_states_) entry.first->capturing_ = false;
       cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
       if (cudaStreamIsCapturing(capture_stream_.stream(), &status) == cudaSuccess &&
           status != cudaStreamCaptureStatusNone) {

@@ -28,8 +28,8 @@ torch::Tensor masked_mse_loss(const torch::Tensor& pred, const torch::Tensor& ta
 
 torch::Tensor soft_dice_loss(const torch::Tensor& logits, const torch::Tensor& labels, double smooth) {
   const int64_t k = logits.size(1);
-  const auto probs = torch::softmax(logits.to(torch::kFloat), /*dim=*/1);          // (N, K, ...)
-  const auto onehot = torch::one_hot(labels, k).movedim(-1, 1).to(torch::kFloat);  // (N, K, ...)
+  const auto probs = torch::softmax(logits.to(torch::kFloat), /*dim=*/1);                        // (N, K, ...)
+  const auto onehot = one_hot_labels(labels, k, torch::kFloat, logits.suggest_memory_format());  // (N, K, ...)
   std::vector<int64_t> spatial;
   for (int64_t d = 2; d < logits.dim(); ++d) spatial.push_back(d);
   const auto inter = (probs * onehot).sum(spatial);             // (N, K)
@@ -47,8 +47,8 @@ torch::Tensor cross_entropy_loss(const torch::Tensor& logits, const torch::Tenso
 
 torch::Tensor cross_entropy_loss_deterministic(const torch::Tensor& logits, const torch::Tensor& labels) {
   const int64_t k = logits.size(1);
-  const torch::Tensor log_p = torch::log_softmax(logits.to(torch::kFloat), /*dim=*/1);      // (N, K, ...)
-  const torch::Tensor onehot = torch::one_hot(labels, k).movedim(-1, 1).to(torch::kFloat);  // (N, K, ...)
+  const torch::Tensor log_p = torch::log_softmax(logits.to(torch::kFloat), /*dim=*/1);  // (N, K, ...)
+  const torch::Tensor onehot = one_hot_labels(labels, k, torch::kFloat, logits.suggest_memory_format());
   return -(log_p * onehot).sum(/*dim=*/1).mean();
 }
 
@@ -215,7 +215,7 @@ torch::Tensor Loss::term(Term t, const torch::Tensor& output, const torch::Tenso
       return u3d::cldice_loss(output, target, valid, options_.skeleton_iterations, kSkeletonSmooth, options_.rank_sum);
     case Term::kSkeletonRecall:
       if (maps.skeleton.defined()) {  // the cache's: (N, d, h, w) class per voxel -> (N, K-1, d, h, w)
-        const torch::Tensor s = torch::one_hot(maps.skeleton.to(torch::kLong), output.size(1)).movedim(-1, 1);
+        const torch::Tensor s = one_hot_labels(maps.skeleton, output.size(1), torch::kFloat);
         return u3d::skeleton_recall_given(output, s.slice(/*dim=*/1, /*start=*/1), valid, kSkeletonSmooth,
                                           options_.rank_sum);
       }

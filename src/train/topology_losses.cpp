@@ -11,10 +11,8 @@ namespace {
 // labels there are read as background, so every foreground term (skeletons, products with g or s)
 // is already 0 there; multiplying those by v again would change nothing.
 
-bool pool_by_shifts(const torch::Tensor& x) { return x.is_cuda() && at::globalContext().deterministicAlgorithms(); }
-
 // Maximum (or minimum) of each voxel and its two neighbours along `dim`, the border padded with -inf
-// (+inf): max_pool3d with kernel 3 along that axis, stride 1, padding 1.
+// (+inf): max_pool3d with kernel 3 along that axis, stride 1, padding 1, without its int64 indices.
 torch::Tensor extreme3(const torch::Tensor& x, int64_t dim, bool take_max) {
   std::vector<int64_t> pad(static_cast<size_t>(2 * (x.dim() - dim)), 0);
   pad[pad.size() - 2] = 1;
@@ -26,27 +24,16 @@ torch::Tensor extreme3(const torch::Tensor& x, int64_t dim, bool take_max) {
   return take_max ? torch::maximum(torch::maximum(a, b), c) : torch::minimum(torch::minimum(a, b), c);
 }
 
-torch::Tensor erode(const torch::Tensor& x, bool by_shifts) {
-  if (by_shifts) {
-    return torch::minimum(torch::minimum(extreme3(x, 2, /*take_max=*/false), extreme3(x, 3, /*take_max=*/false)),
-                          extreme3(x, 4, /*take_max=*/false));
-  }
-  namespace F = torch::nn::functional;
-  const auto p1 = -F::max_pool3d(-x, F::MaxPool3dFuncOptions({3, 1, 1}).stride(1).padding({1, 0, 0}));
-  const auto p2 = -F::max_pool3d(-x, F::MaxPool3dFuncOptions({1, 3, 1}).stride(1).padding({0, 1, 0}));
-  const auto p3 = -F::max_pool3d(-x, F::MaxPool3dFuncOptions({1, 1, 3}).stride(1).padding({0, 0, 1}));
-  return torch::minimum(torch::minimum(p1, p2), p3);
+torch::Tensor erode(const torch::Tensor& x) {
+  return torch::minimum(torch::minimum(extreme3(x, 2, /*take_max=*/false), extreme3(x, 3, /*take_max=*/false)),
+                        extreme3(x, 4, /*take_max=*/false));
 }
 
-torch::Tensor dilate(const torch::Tensor& x, bool by_shifts) {
-  if (by_shifts) {
-    return extreme3(extreme3(extreme3(x, 4, /*take_max=*/true), 3, /*take_max=*/true), 2, /*take_max=*/true);
-  }
-  namespace F = torch::nn::functional;
-  return F::max_pool3d(x, F::MaxPool3dFuncOptions(3).stride(1).padding(1));
+torch::Tensor dilate(const torch::Tensor& x) {
+  return extreme3(extreme3(extreme3(x, 4, /*take_max=*/true), 3, /*take_max=*/true), 2, /*take_max=*/true);
 }
 
-torch::Tensor opening(const torch::Tensor& x, bool by_shifts) { return dilate(erode(x, by_shifts), by_shifts); }
+torch::Tensor opening(const torch::Tensor& x) { return dilate(erode(x)); }
 
 void check_volume(const torch::Tensor& x, const char* what) {
   if (x.dim() != 5) {
@@ -54,13 +41,13 @@ void check_volume(const torch::Tensor& x, const char* what) {
   }
 }
 
-torch::Tensor skeleton(torch::Tensor x, int64_t iterations, bool by_shifts) {
+torch::Tensor skeleton(torch::Tensor x, int64_t iterations) {
   check_volume(x, "soft_skeleton");
   if (iterations < 0) throw ConfigError(fmt::format("soft_skeleton: iterations {} must be >= 0", iterations));
-  torch::Tensor skel = torch::relu(x - opening(x, by_shifts));
+  torch::Tensor skel = torch::relu(x - opening(x));
   for (int64_t i = 0; i < iterations; ++i) {
-    x = erode(x, by_shifts);
-    const torch::Tensor delta = torch::relu(x - opening(x, by_shifts));
+    x = erode(x);
+    const torch::Tensor delta = torch::relu(x - opening(x));
     skel = skel + torch::relu(delta - skel * delta);
   }
   return skel;
@@ -78,11 +65,6 @@ torch::Tensor clean_labels(const torch::Tensor& labels, const torch::Tensor& val
 
 torch::Tensor zero_invalid(const torch::Tensor& x, const torch::Tensor& v5) {
   return v5.defined() ? torch::where(v5, x, 0.0) : x;
-}
-
-// (N, K, D, H, W) float32 one-hot of labels with K classes.
-torch::Tensor one_hot_5d(const torch::Tensor& labels, int64_t k) {
-  return torch::one_hot(labels, k).movedim(-1, 1).to(torch::kFloat);
 }
 
 // softmax(logits) of the foreground classes, float32, zeroed at invalid voxels: (N, K-1, D, H, W).
@@ -107,21 +89,23 @@ torch::Tensor sum_per_class(const torch::Tensor& x, const BatchSum& over_ranks) 
 
 }  // namespace
 
-torch::Tensor soft_erode(const torch::Tensor& x) { return erode(x, pool_by_shifts(x)); }
-torch::Tensor soft_dilate(const torch::Tensor& x) { return dilate(x, pool_by_shifts(x)); }
-torch::Tensor soft_open(const torch::Tensor& x) { return opening(x, pool_by_shifts(x)); }
-torch::Tensor soft_skeleton(const torch::Tensor& x, int64_t iterations) {
-  return skeleton(x, iterations, pool_by_shifts(x));
+torch::Tensor one_hot_labels(const torch::Tensor& labels, int64_t k, torch::ScalarType dtype, at::MemoryFormat format) {
+  std::vector<int64_t> size = labels.sizes().vec();
+  size.insert(size.begin() + 1, k);
+  const torch::Tensor out = torch::empty(size, labels.options().dtype(dtype).memory_format(format)).zero_();
+  return out.scatter_(/*dim=*/1, labels.unsqueeze(1).to(torch::kLong), /*value=*/1);
 }
-torch::Tensor soft_skeleton_by_shifts(const torch::Tensor& x, int64_t iterations) {
-  return skeleton(x, iterations, /*by_shifts=*/true);
-}
+
+torch::Tensor soft_erode(const torch::Tensor& x) { return erode(x); }
+torch::Tensor soft_dilate(const torch::Tensor& x) { return dilate(x); }
+torch::Tensor soft_open(const torch::Tensor& x) { return opening(x); }
+torch::Tensor soft_skeleton(const torch::Tensor& x, int64_t iterations) { return skeleton(x, iterations); }
 
 torch::Tensor cldice_loss(const torch::Tensor& logits, const torch::Tensor& labels, const torch::Tensor& valid,
                           int64_t iterations, double smooth, const BatchSum& over_ranks) {
   const torch::Tensor v5 = valid_5d(valid);
   const torch::Tensor p = foreground_probs(logits, v5);  // (N, K-1, ...), 0 where invalid
-  const torch::Tensor g = one_hot_5d(clean_labels(labels, valid), logits.size(1)).slice(1, 1);
+  const torch::Tensor g = one_hot_labels(clean_labels(labels, valid), logits.size(1)).slice(1, 1);
   const torch::Tensor skel_p = u3d::soft_skeleton(p, iterations);
   torch::Tensor skel_g;
   {
@@ -138,7 +122,7 @@ torch::Tensor cldice_loss(const torch::Tensor& logits, const torch::Tensor& labe
 
 torch::Tensor skeleton_of_labels(const torch::Tensor& labels, int64_t num_classes, int64_t iterations) {
   torch::NoGradGuard no_grad;
-  return u3d::soft_skeleton(one_hot_5d(labels, num_classes), iterations);
+  return u3d::soft_skeleton(one_hot_labels(labels, num_classes), iterations);
 }
 
 torch::Tensor skeleton_recall_loss(const torch::Tensor& logits, const torch::Tensor& labels, const torch::Tensor& valid,
@@ -146,7 +130,7 @@ torch::Tensor skeleton_recall_loss(const torch::Tensor& logits, const torch::Ten
   torch::Tensor s;
   {
     torch::NoGradGuard no_grad;  // the background's skeleton is not needed: foreground channels only
-    s = u3d::soft_skeleton(one_hot_5d(clean_labels(labels, valid), logits.size(1)).slice(1, 1), iterations);
+    s = u3d::soft_skeleton(one_hot_labels(clean_labels(labels, valid), logits.size(1)).slice(1, 1), iterations);
   }
   return u3d::skeleton_recall_given(logits, s, valid, smooth, over_ranks);
 }
@@ -165,14 +149,13 @@ torch::Tensor truncated_distance(const torch::Tensor& mask, int64_t max_distance
   if (max_distance < 1)
     throw ConfigError(fmt::format("truncated_distance: max_distance {} must be >= 1", max_distance));
   torch::NoGradGuard no_grad;
-  const bool by_shifts = false;  // no backward here: max_pool3d's forward is deterministic
   const torch::Tensor m = mask.detach().gt(0.5).to(torch::kFloat);
   // 1 + the number of steps k = 1 .. max_distance-1 after which dilate^k(seed) has not reached a voxel.
   const auto steps_to_reach = [&](const torch::Tensor& seed) {
     torch::Tensor reached = seed;
     torch::Tensor d = torch::ones_like(seed);
     for (int64_t k = 1; k < max_distance; ++k) {
-      reached = dilate(reached, by_shifts);
+      reached = dilate(reached);
       d = d + (1.0 - reached);
     }
     return d;
@@ -183,7 +166,7 @@ torch::Tensor truncated_distance(const torch::Tensor& mask, int64_t max_distance
 
 torch::Tensor boundary_loss(const torch::Tensor& logits, const torch::Tensor& labels, const torch::Tensor& valid,
                             int64_t max_distance, const BatchSum& over_ranks) {
-  const torch::Tensor g = one_hot_5d(clean_labels(labels, valid), logits.size(1)).slice(1, 1);
+  const torch::Tensor g = one_hot_labels(clean_labels(labels, valid), logits.size(1)).slice(1, 1);
   const torch::Tensor sdf = u3d::truncated_distance(g, max_distance) / static_cast<double>(max_distance);
   return u3d::boundary_loss_given(logits, sdf, valid, over_ranks);
 }
@@ -209,7 +192,7 @@ torch::Tensor weighted_cross_entropy(const torch::Tensor& logits, const torch::T
                                   class_weights.size(), k, k));
   }
   const torch::Tensor log_p = torch::log_softmax(logits.to(torch::kFloat), /*dim=*/1);  // (N, K, ...)
-  torch::Tensor w_onehot = one_hot_5d(clean_labels(labels, valid), k);                  // w[y] at channel y
+  torch::Tensor w_onehot = one_hot_labels(clean_labels(labels, valid), k);              // w[y] at channel y
   if (!class_weights.empty()) {
     // Filled on the device (no host-to-device copy, which a CUDA graph capture would refuse).
     const torch::Tensor w = torch::empty({k}, log_p.options());
@@ -234,7 +217,7 @@ torch::Tensor masked_soft_dice_loss(const torch::Tensor& logits, const torch::Te
   const int64_t k = logits.size(1);
   const torch::Tensor v5 = valid_5d(valid);
   const torch::Tensor probs = zero_invalid(torch::softmax(logits.to(torch::kFloat), /*dim=*/1), v5);  // (N, K, ...)
-  const torch::Tensor onehot = zero_invalid(one_hot_5d(clean_labels(labels, valid), k), v5);
+  const torch::Tensor onehot = zero_invalid(one_hot_labels(clean_labels(labels, valid), k), v5);
   std::vector<int64_t> spatial;
   for (int64_t d = 2; d < logits.dim(); ++d) spatial.push_back(d);
   const torch::Tensor inter = (probs * onehot).sum(spatial);             // (N, K)

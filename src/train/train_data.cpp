@@ -7,6 +7,7 @@
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/data/preflight.h"
+#include "u3d/train/train_step.h"
 #include "u3d/train/truth_maps.h"
 
 namespace u3d {
@@ -78,6 +79,7 @@ void TrainData::load(const ResolvedConfig& rc, const DatasetReader& reader, cons
     }
   }
   SamplerOptions so = sampler_options(cfg, pre_->channel_names());
+  so.channels_last_images = resolve_channels_last(cfg.model, runtime.device);  // the step's layout
   so.shard = rc.rank;
   so.shards = rc.world_size;
   sampler_ = std::make_unique<PatchSampler>(*train_cache_, so);

@@ -87,6 +87,29 @@ TEST(GpuData, GpuResidentSamplingEqualsTheHostSampler) {
   }
 }
 
+// A channels-last network's batches leave the GPU sampler and the pinned ring in ChannelsLast3d
+// order, with the host sampler's values (the finalizer converts dtype and layout in one pass).
+TEST(GpuData, ChannelsLastBatchesFromEveryDeviceSource) {
+  U3D_REQUIRE_CUDA();
+  test::TempDir dir;
+  test::make_phantom(dir / "p.h5", Task::kDose, 6, 24);
+  const StackedCache host_cache = load(dir / "p.h5", CachePlacement::kMemory);
+  SamplerOptions o = sampler_options(false);
+  const PatchSampler host(host_cache, o);
+  o.channels_last_images = true;
+  for (const CachePlacement placement : {CachePlacement::kGpu, CachePlacement::kPinned}) {
+    const StackedCache cache = load(dir / "p.h5", placement);
+    const PatchSampler sampler(cache, o);
+    BatchLoader loader(sampler, LoaderOptions{kCuda, 1, 2, 4, -1, true});
+    for (int64_t step = 0; step < 3; ++step) {
+      const Batch a = loader.next(1, step);
+      ASSERT_TRUE(a.image.is_cuda());
+      EXPECT_TRUE(a.image.is_contiguous(at::MemoryFormat::ChannelsLast3d)) << step;
+      EXPECT_TRUE(torch::equal(a.image.cpu(), host.batch(1, step).image)) << step;
+    }
+  }
+}
+
 TEST(GpuData, PinnedStagingRingDeliversTheHostBatchesOnTheDevice) {
   U3D_REQUIRE_CUDA();
   test::TempDir dir;

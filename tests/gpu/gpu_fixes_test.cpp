@@ -7,6 +7,7 @@
 #include <torch/cuda.h>
 
 #include "test_support.h"
+#include "u3d/plan/memory_model.h"
 #include "u3d/train/losses.h"
 #include "u3d/train/optimizer.h"
 #include "u3d/train/step_monitor.h"
@@ -21,14 +22,6 @@ namespace {
 const torch::Device kCuda(torch::kCUDA, 0);
 constexpr const char* kCaptured = "captured in a CUDA graph";
 constexpr const char* kSamplerCaptured = "GPU sampler is captured";
-
-void deterministic_cuda(bool on) {
-  auto& ctx = at::globalContext();
-  ctx.setDeterministicCuDNN(on);
-  ctx.setBenchmarkCuDNN(!on);
-  ctx.setAllowTF32CuDNN(!on);
-  ctx.setAllowTF32CuBLAS(!on);
-}
 
 struct StepRun {
   std::vector<float> losses;
@@ -55,7 +48,9 @@ StepRun run_steps(Config cfg, Network net, const Loss& loss, const std::function
 
 TEST(GpuFixes, SegmentationStepWithDeepSupervisionCapturesAndEqualsEager) {
   U3D_REQUIRE_CUDA();
-  deterministic_cuda(true);
+  // The trainer's deterministic path (deterministic algorithms too): CUDA's nll_loss2d forward sums
+  // with atomics, so cross-entropy is bitwise repeatable only through cross_entropy_loss_deterministic.
+  const test::Deterministic deterministic;
   Config cfg;
   cfg.model.levels = 4;
   cfg.model.base_filters = 4;
@@ -77,7 +72,38 @@ TEST(GpuFixes, SegmentationStepWithDeepSupervisionCapturesAndEqualsEager) {
   const StepRun graph = run_steps(cfg, build_network(cfg.model, 1, 3), loss, batch, Toggle::kOn, 6);
   EXPECT_TRUE(graph.replayed);
   EXPECT_EQ(graph.losses, eager.losses);
-  deterministic_cuda(false);
+}
+
+// training.deterministic with a residual-encoder net: the skip path's pooling (mean_pool3d) has a
+// deterministic backward on CUDA (avg_pool3d's throws there), so the step runs and repeats exactly,
+// eager and captured.
+TEST(GpuFixes, ResidualEncoderStepsRepeatExactlyUnderDeterministicAlgorithms) {
+  U3D_REQUIRE_CUDA();
+  const test::Deterministic deterministic;
+  Config cfg;
+  cfg.model.architecture = Architecture::kResEncUNet;
+  cfg.model.levels = 4;
+  cfg.model.base_filters = 4;
+  cfg.model.deep_supervision = true;
+  cfg.training.device = Device::kCuda;
+  cfg.training.precision = Precision::kFp32;
+  cfg.training.lr = 1e-3;
+  auto batch = [](int64_t i) {
+    torch::manual_seed(90 + static_cast<uint64_t>(i));
+    Batch b;
+    b.image = torch::randn({2, 1, 32, 32, 32}).to(kCuda);
+    b.target = torch::randint(0, 3, {2, 32, 32, 32}, torch::kLong).to(kCuda);
+    return b;
+  };
+  const Loss loss(LossKind::kDiceCe);
+  std::vector<StepRun> runs;
+  for (const Toggle graph : {Toggle::kOff, Toggle::kOff, Toggle::kOn}) {
+    torch::manual_seed(6);
+    runs.push_back(run_steps(cfg, build_network(cfg.model, 1, 3), loss, batch, graph, 5));
+  }
+  EXPECT_EQ(runs[0].losses, runs[1].losses);
+  EXPECT_TRUE(runs[2].replayed);
+  EXPECT_EQ(runs[2].losses, runs[0].losses);
 }
 
 TEST(GpuFixes, OpenKbpBaselineStepWithBatchNormAndDropoutCaptures) {
@@ -243,6 +269,29 @@ TEST(GpuFixes, ResumeWithGraphAndGpuCacheContinuesBitForBit) {
   EXPECT_NE(resumed.output.find(kCaptured), std::string::npos) << resumed.output;
   EXPECT_EQ(column(dir / "runs/c/metrics.csv", "train_loss"), column(dir / "runs/r/metrics.csv", "train_loss"));
   EXPECT_EQ(column(dir / "runs/c/metrics.csv", "val_mae"), column(dir / "runs/r/metrics.csv", "val_mae"));
+}
+
+// plan --device cuda measures the real step (loss, optimizer step, cuDNN autotuning): a small net
+// fits and grows with the batch; a step far beyond the GPU is "does not fit", never an error, and
+// the device works afterwards.
+TEST(GpuFixes, PlanMeasuresTheRealStepAndReportsWhatDoesNotFit) {
+  U3D_REQUIRE_CUDA();
+  ModelConfig m;
+  m.levels = 4;
+  m.base_filters = 8;
+  m.deep_supervision = true;
+  const int64_t one = measure_step_bytes_cuda(m, 1, 3, {64, 64, 64}, 1, /*optimizer_states=*/1);
+  const int64_t two = measure_step_bytes_cuda(m, 1, 3, {64, 64, 64}, 2, /*optimizer_states=*/1);
+  EXPECT_GT(one, 0);
+  EXPECT_LT(one, kStepOutOfMemory);
+  EXPECT_GT(two, one);
+  const int64_t dose = measure_step_bytes_cuda(m, 3, 1, {64, 64, 64}, 1, /*optimizer_states=*/2);
+  EXPECT_GT(dose, 0);
+  EXPECT_LT(dose, kStepOutOfMemory);
+  ModelConfig huge = m;
+  huge.base_filters = 64;
+  EXPECT_EQ(measure_step_bytes_cuda(huge, 1, 3, {256, 256, 256}, 64, 1), kStepOutOfMemory);
+  EXPECT_EQ(torch::ones({4}, torch::TensorOptions().device(kCuda)).sum().item<float>(), 4.0f);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
+#include <regex>
+
 #include "test_support.h"
 #include "u3d/core/errors.h"
 #include "u3d/train/cuda_graph.h"
@@ -54,7 +56,7 @@ struct CudaRun {
   std::vector<double> scales;
   bool replayed = false;
   int64_t applied = 0;
-  int64_t peak_allocated = 0;  // bytes, since the run started (train_cuda resets the peak)
+  int64_t peak_allocated = 0;  // bytes, over the steps after the first (train_cuda resets the peak then)
 };
 
 CudaRun train_cuda(const Config& cfg, int64_t steps, int64_t inf_at = -1) {
@@ -88,6 +90,10 @@ CudaRun train_cuda(const Config& cfg, int64_t steps, int64_t inf_at = -1) {
     const torch::Tensor l =
         micro == 1 ? step.run(cuda_batch(i)) : step.run([&](int64_t m) { return cuda_batch(i * micro + m); });
     run.losses.push_back(l.item<float>());
+    if (i == 0) {  // the first step's allocations (cuDNN's algorithm search, lazy state) are not the step's
+      torch::cuda::synchronize();
+      c10::cuda::CUDACachingAllocator::resetPeakStats(kCuda.index());
+    }
     run.skipped.push_back(step.found_inf().item<float>());
     if (step.scaler()) run.scales.push_back(step.scaler()->scale_value());
   }
@@ -148,12 +154,14 @@ TEST(GpuTrainStep, Fp16StepCapturesAndReplays) {
 // A host read inside the step makes the capture fail: with `on` and with `auto` that is a one-line
 // TrainingError naming the failure and training.cuda_graph: off (never a silent fallback). The
 // capture is ended and its private pool released, so the caching allocator holds no more than
-// before the capture once its cache is emptied, and the device keeps working.
+// before the capture once its cache is emptied, and the device keeps working, random draws included
+// (the step draws dropout masks in the capture).
 TEST(GpuTrainStep, AHostSyncInsideTheStepFailsTheCaptureWithAOneLineError) {
   U3D_REQUIRE_CUDA();
   auto syncing = [](const MicroBatches& micro, bool) {
     const Batch b = micro(0);
-    const float v = b.image.sum().item<float>();  // host synchronisation
+    const torch::Tensor noisy = torch::dropout(b.image, /*p=*/0.5, /*train=*/true);  // draws in the capture
+    const float v = noisy.sum().item<float>();                                       // host synchronisation
     return StepOutputs{torch::full({}, v, b.image.options()), torch::zeros({}, b.image.options())};
   };
   for (const bool required : {true, false}) {
@@ -181,6 +189,18 @@ TEST(GpuTrainStep, AHostSyncInsideTheStepFailsTheCaptureWithAOneLineError) {
     ASSERT_EQ(cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream().stream(), &status), cudaSuccess);
     EXPECT_EQ(status, cudaStreamCaptureStatusNone);
     EXPECT_EQ(torch::ones({4}, torch::TensorOptions().device(kCuda)).sum().item<float>(), 4.0f);
+    // The default generator is out of capture mode: seeded eager draws repeat, and dropout works.
+    const auto on_cuda = torch::TensorOptions().device(kCuda);
+    torch::manual_seed(11);
+    const torch::Tensor r1 = torch::rand({4096}, on_cuda);
+    torch::manual_seed(11);
+    const torch::Tensor r2 = torch::rand({4096}, on_cuda);
+    EXPECT_TRUE(torch::equal(r1, r2));
+    EXPECT_FALSE(torch::equal(r1, torch::rand({4096}, on_cuda)));
+    const torch::Tensor kept = torch::dropout(torch::ones({4096}, on_cuda), /*p=*/0.5, /*train=*/true).ne(0);
+    const int64_t n_kept = kept.sum().item<int64_t>();
+    EXPECT_GT(n_kept, 1500);
+    EXPECT_LT(n_kept, 2600);
     // A new allocation after the failure comes from the ordinary pool and can be freed again.
     { const torch::Tensor big = torch::empty({64 << 20}, torch::TensorOptions().device(kCuda)); }
     torch::cuda::synchronize();
@@ -211,10 +231,17 @@ TEST(GpuTrainStep, StepBenchmarkOnCudaReportsPeakMemoryAndReplays) {
   test::make_phantom(dir / "p.h5", Task::kDose, 4, 32);
   test::write_text(dir / "b.yaml", test::tiny_config("p.h5", "b"));
   const auto r =
-      test::run_trainer({"--config", "b.yaml", "--benchmark", "--steps", "10", "--set", "training.device=cuda", "--set",
+      test::run_trainer({"--config", "b.yaml", "--benchmark", "--steps", "20", "--set", "training.device=cuda", "--set",
                          "training.deterministic=false", "--set", "data.patch_size=32"},
                         dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Memory held after timed step 10 and after step 20 of one process: a replayed graph holds steady.
+  std::smatch m10, m20;
+  ASSERT_TRUE(std::regex_search(r.output, m10, std::regex("\"reserved_step10_bytes\": ([0-9]+)"))) << r.output;
+  ASSERT_TRUE(std::regex_search(r.output, m20, std::regex("\"reserved_last_bytes\": ([0-9]+)"))) << r.output;
+  EXPECT_GT(std::stoll(m10[1]), 0);
+  EXPECT_EQ(std::stoll(m20[1]), std::stoll(m10[1]));
+  EXPECT_NE(r.output.find("\"skipped_steps\": 0,"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("\"peak_gpu_mem_bytes\": null"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\"peak_gpu_mem_bytes\": "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\"precision\": \"bf16\""), std::string::npos) << r.output;
@@ -255,9 +282,12 @@ TEST(GpuTrainStep, CheckpointedAndAccumulatedStepsReplayLikeEagerStepsBitwise) {
   EXPECT_NE(eager_acc.losses, plain.losses);  // other batches: the comparison is not vacuous
 }
 
+// The activations' share of the peak: cuDNN autotuning off (deterministic cuDNN settings), so both
+// runs use the same heuristic algorithms and workspaces, and the peak is taken over the steps after
+// the first (train_cuda), so neither run's algorithm search or lazy state counts.
 TEST(GpuTrainStep, ActivationCheckpointingLowersThePeakMemory) {
   U3D_REQUIRE_CUDA();
-  Config cfg = cuda_cfg(Precision::kBf16, Toggle::kOff, false);
+  Config cfg = cuda_cfg(Precision::kBf16, Toggle::kOff, /*deterministic=*/true);
   cfg.model.levels = 4;
   cfg.model.base_filters = 16;
   const CudaRun plain = train_cuda(cfg, 3);

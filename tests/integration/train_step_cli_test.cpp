@@ -47,6 +47,9 @@ TEST_F(TrainStepCli, StepBenchmarkPrintsATableAndOneJsonLine) {
   EXPECT_EQ(field(j, "device"), "\"cpu\"");
   EXPECT_EQ(field(j, "gpu"), "null");
   EXPECT_EQ(field(j, "peak_gpu_mem_bytes"), "null");
+  EXPECT_EQ(field(j, "reserved_step10_bytes"), "null");  // GPU memory held after timed step 10 and the last
+  EXPECT_EQ(field(j, "reserved_last_bytes"), "null");
+  EXPECT_EQ(field(j, "warmup_skipped_steps"), "0");
   EXPECT_EQ(field(j, "precision"), "\"fp32\"");  // auto on CPU
   EXPECT_EQ(field(j, "channels_last"), "false");
   EXPECT_EQ(field(j, "cuda_graph"), "false");

@@ -19,6 +19,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "u3d/core/run.h"
 #include "u3d/io/synth.h"
 #include "u3d/train/checkpoint.h"
 
@@ -256,6 +257,9 @@ NoTf32::~NoTf32() {
   at::globalContext().setAllowTF32CuBLAS(cublas_);
   at::globalContext().setAllowTF32CuDNN(cudnn_);
 }
+
+Deterministic::Deterministic() { set_deterministic(true); }
+Deterministic::~Deterministic() { set_deterministic(false); }
 
 std::string tiny_config(const fs::path& dataset, const std::string& name, Task task) {
   std::ostringstream s;

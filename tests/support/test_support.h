@@ -53,6 +53,16 @@ class NoTf32 {
   bool cublas_, cudnn_;
 };
 
+// training.deterministic's switches (set_deterministic, core/run.h: deterministic algorithms too,
+// as the trainer runs) while alive, then all off again.
+class Deterministic {
+ public:
+  Deterministic();
+  ~Deterministic();
+  Deterministic(const Deterministic&) = delete;
+  Deterministic& operator=(const Deterministic&) = delete;
+};
+
 fs::path trainer_path();
 fs::path source_dir();
 // Runs the trainer binary with `args` (each passed as one argument) in folder `cwd`.

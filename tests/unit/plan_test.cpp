@@ -303,5 +303,20 @@ TEST(MemoryModel, EstimateWithinToleranceOfTheCpuMeasurementOutsideTheCalibratio
   EXPECT_THROW(estimate_step_bytes(m, 1, 3, {36, 64, 32}, 2, 4), ConfigError);  // 36 does not divide by 8
 }
 
+// plan --device cuda: besides out-of-memory errors, what cuDNN and cuBLAS say near a full GPU means
+// "does not fit"; any other failure is a real error.
+TEST(MemoryModel, CudnnAndCublasAllocationFailuresMeanDoesNotFit) {
+  EXPECT_TRUE(step_does_not_fit(std::bad_alloc()));
+  EXPECT_TRUE(step_does_not_fit(std::runtime_error(
+      "cuDNN Frontend error: [cudnn_frontend] Error: No execution plans support the graph. unable to find an "
+      "engine to execute this computation")));
+  EXPECT_TRUE(step_does_not_fit(std::runtime_error("CUDNN_BACKEND_TENSOR_DESCRIPTOR: CUDNN_STATUS_ALLOC_FAILED")));
+  EXPECT_TRUE(step_does_not_fit(
+      std::runtime_error("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")));
+  EXPECT_TRUE(step_does_not_fit(std::runtime_error("CUDA out of memory. Tried to allocate 2.00 GiB")));
+  EXPECT_FALSE(step_does_not_fit(std::runtime_error("Given groups=1, weight of size [8, 1, 3, 3, 3], expected input")));
+  EXPECT_FALSE(step_does_not_fit(ConfigError("model.levels: 9 is outside [1, 8]")));
+}
+
 }  // namespace
 }  // namespace u3d

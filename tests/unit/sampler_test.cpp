@@ -55,6 +55,24 @@ TEST(Sampler, ShapesAndDtypes) {
   EXPECT_EQ(b.mask.scalar_type(), torch::kFloat);
 }
 
+// A channels-last network gets its images finished in ChannelsLast3d order (one pass on a GPU),
+// with the same values; targets and masks keep their layout.
+TEST(Sampler, ChannelsLastImagesHoldTheSameValues) {
+  const auto cache = aligned_cache();
+  SamplerOptions cl = options();
+  cl.augment.intensity_prob = 1.0;  // the in-place intensity transforms keep the layout
+  cl.augment.gamma_prob = 1.0;
+  SamplerOptions plain = cl;
+  cl.channels_last_images = true;
+  const Batch a = PatchSampler(cache, plain).batch(1, 2);
+  const Batch b = PatchSampler(cache, cl).batch(1, 2);
+  EXPECT_TRUE(a.image.is_contiguous());
+  EXPECT_TRUE(b.image.is_contiguous(at::MemoryFormat::ChannelsLast3d));
+  EXPECT_FALSE(b.image.is_contiguous());
+  EXPECT_TRUE(torch::equal(a.image, b.image));
+  EXPECT_TRUE(torch::equal(a.target, b.target));
+}
+
 TEST(Sampler, CropsAndFlipsKeepImageTargetAndCaseAligned) {
   const auto cache = aligned_cache();
   const PatchSampler s(cache, options(/*flip=*/0.5));

@@ -105,11 +105,49 @@ TEST(TopologyLosses, SoftSkeletonOfCubeHasCentreNotCorners) {
   EXPECT_EQ(u3d::soft_skeleton(cube, /*iterations=*/1).sum().item<float>(), 0.0f);
 }
 
+TEST(TopologyLosses, OneHotLabelsScatterIntoTheComputeDtypeAndLayout) {
+  torch::manual_seed(5);
+  const torch::Tensor labels = torch::randint(0, 4, {2, 5, 6, 7}, torch::kLong);
+  const torch::Tensor ref = torch::one_hot(labels, 4).movedim(-1, 1);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const torch::Tensor a = u3d::one_hot_labels(labels, 4, dtype);
+    EXPECT_EQ(a.scalar_type(), dtype);
+    EXPECT_TRUE(a.is_contiguous());
+    EXPECT_TRUE(torch::equal(a.to(torch::kLong), ref));
+  }
+  const torch::Tensor cl =
+      u3d::one_hot_labels(labels.to(torch::kUInt8), 4, torch::kFloat, at::MemoryFormat::ChannelsLast3d);
+  EXPECT_TRUE(cl.is_contiguous(at::MemoryFormat::ChannelsLast3d));
+  EXPECT_TRUE(torch::equal(cl.to(torch::kLong), ref));
+  EXPECT_ANY_THROW(u3d::one_hot_labels(labels + 1, 4));  // class 4 of 4
+}
+
+// The reference soft skeleton (clDice's soft_skeleton.py) with max_pool3d, as a test oracle.
+torch::Tensor max_pool_skeleton(torch::Tensor x, int64_t iterations) {
+  namespace F = torch::nn::functional;
+  auto erode = [](const torch::Tensor& t) {
+    const auto p1 = -F::max_pool3d(-t, F::MaxPool3dFuncOptions({3, 1, 1}).stride(1).padding({1, 0, 0}));
+    const auto p2 = -F::max_pool3d(-t, F::MaxPool3dFuncOptions({1, 3, 1}).stride(1).padding({0, 1, 0}));
+    const auto p3 = -F::max_pool3d(-t, F::MaxPool3dFuncOptions({1, 1, 3}).stride(1).padding({0, 0, 1}));
+    return torch::minimum(torch::minimum(p1, p2), p3);
+  };
+  auto open = [&](const torch::Tensor& t) {
+    return F::max_pool3d(erode(t), F::MaxPool3dFuncOptions(3).stride(1).padding(1));
+  };
+  torch::Tensor skel = torch::relu(x - open(x));
+  for (int64_t i = 0; i < iterations; ++i) {
+    x = erode(x);
+    const torch::Tensor delta = torch::relu(x - open(x));
+    skel = skel + torch::relu(delta - skel * delta);
+  }
+  return skel;
+}
+
 TEST(TopologyLosses, SoftSkeletonByShiftsEqualsMaxPool) {
   torch::manual_seed(3);
   const torch::Tensor x = torch::rand({2, 3, 6, 7, 8}, torch::requires_grad());
-  const torch::Tensor a = u3d::soft_skeleton(x, /*iterations=*/3);
-  const torch::Tensor b = u3d::soft_skeleton_by_shifts(x, /*iterations=*/3);
+  const torch::Tensor a = max_pool_skeleton(x, /*iterations=*/3);
+  const torch::Tensor b = u3d::soft_skeleton(x, /*iterations=*/3);
   EXPECT_TRUE(torch::equal(a, b));
   const torch::Tensor ga = torch::autograd::grad({a.sum()}, {x})[0];
   const torch::Tensor gb = torch::autograd::grad({b.sum()}, {x})[0];

@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "u3d/model/mean_pool.h"
 #include "u3d/model/openkbp_baseline.h"
 #include "u3d/model/unet.h"
 
@@ -127,6 +128,35 @@ TEST(OpenKbpBaseline, FinalPoolingIgnoresPadding) {
   net->eval();
   const auto y = net->forward(torch::randn({1, 1, 64, 64, 64}));
   EXPECT_TRUE(torch::allclose(y, torch::full_like(y, 2.0))) << "min " << y.min().item<float>();
+}
+
+// The residual block's skip pooling by a view and a mean (deterministic on CUDA) is avg_pool3d(s, s):
+// values and gradients, contiguous and channels-last, sizes that divide by the stride and sizes that
+// do not.
+TEST(MeanPool, EqualsAvgPoolForwardAndBackward) {
+  namespace F = torch::nn::functional;
+  torch::manual_seed(3);
+  for (const auto& size : std::vector<std::vector<int64_t>>{{2, 3, 8, 8, 8}, {1, 4, 9, 7, 10}}) {
+    for (const bool channels_last : {false, true}) {
+      for (const int64_t stride : {2, 3}) {
+        torch::Tensor base = torch::randn(size, torch::kDouble);
+        if (channels_last) base = base.contiguous(torch::MemoryFormat::ChannelsLast3d);
+        const torch::Tensor a = base.clone().requires_grad_(true);
+        const torch::Tensor b = base.clone().requires_grad_(true);
+        const torch::Tensor ours = mean_pool3d(a, stride, /*by_view=*/true);
+        const torch::Tensor ref = F::avg_pool3d(b, F::AvgPool3dFuncOptions(stride).stride(stride));
+        EXPECT_TRUE(torch::equal(mean_pool3d(b.detach(), stride, /*by_view=*/false), ref.detach()));
+        ASSERT_EQ(ours.sizes(), ref.sizes());
+        EXPECT_TRUE(torch::allclose(ours, ref, /*rtol=*/1e-12, /*atol=*/1e-12));
+        const torch::Tensor up = torch::randn(ref.sizes(), torch::kDouble);
+        (ours * up).sum().backward();
+        (ref * up).sum().backward();
+        EXPECT_TRUE(torch::allclose(a.grad(), b.grad(), /*rtol=*/1e-12, /*atol=*/1e-12));
+      }
+    }
+  }
+  const torch::Tensor x = torch::randn({1, 2, 4, 4, 4});
+  EXPECT_TRUE(mean_pool3d(x, 1, /*by_view=*/true).is_same(x));
 }
 
 }  // namespace

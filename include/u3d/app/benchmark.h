@@ -19,7 +19,8 @@
 // read, so the data-wait share is 0): W warm-up steps (at least training.graph_warmup_steps + 1 with
 // a CUDA graph, so every timed step is a replay), then N steps each timed to the device's end
 // (torch::cuda::synchronize). It prints a table and one JSON line ({"benchmark": "step", ...}):
-// step time median/p10/p90, samples/s, peak GPU memory (null on CPU), FLOPs per step from the
+// step time median/p10/p90, samples/s, peak GPU memory (null on CPU), the memory held after the 10th
+// and the last timed step, skipped steps (timed and warm-up apart), FLOPs per step from the
 // network definition (3 x forward_flops() x batch), achieved TFLOP/s, data-wait share, the features
 // on, device, version and commit.
 #pragma once
@@ -73,7 +74,12 @@ struct StepBenchmarkResult {
   int64_t peak_gpu_reserved_bytes = -1;   // caching allocator's peak reserved, the graph's pool included
   int64_t peak_gpu_allocated_bytes = -1;  // peak bytes in tensors
   int64_t peak_host_bytes = 0;            // peak resident set of the process
-  int64_t skipped_steps = 0;
+  int64_t skipped_steps = 0;              // timed steps skipped (non-finite loss or gradient)
+  int64_t warmup_skipped_steps = 0;       // warm-up steps skipped (fp16's loss-scale calibration: expected)
+  // GPU memory the caching allocator holds (reserved) after the 10th timed step and after the last,
+  // in this one process (the same autotuned algorithms): growth between them is a leak. -1 on CPU
+  // or with fewer than 10 timed steps.
+  int64_t reserved_step10_bytes = -1, reserved_last_bytes = -1;
   // Under torchrun or srun (data-parallel; world_size 1 otherwise): the timed steps above include
   // the bucketed gradient all-reduce; the same steps without it (local_step_ms), the all-reduce of
   // every bucket alone (allreduce_ms), what of it the step waits for (exposed = step - local), the

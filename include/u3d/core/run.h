@@ -40,6 +40,11 @@ Runtime init_runtime(const Config& cfg);
 // bmm) is deterministic only with a fixed workspace, and PyTorch refuses every cuBLAS call under
 // deterministic algorithms without it. Must run before the first cuBLAS handle is made.
 void prepare_deterministic_cuda();
+// training.deterministic's process-wide switches, as init_runtime applies them: deterministic
+// algorithms (an op without a deterministic kernel throws), deterministic cuDNN without autotuning,
+// no TF32; prepare_deterministic_cuda() first when on. The GPU tests call it to run the trainer's own
+// deterministic path.
+void set_deterministic(bool on);
 // Threads for parallel host work (loading): training.threads, or cores - 1.
 int64_t host_threads(const Config& cfg);
 // Threads that load the training cache at start-up: training.threads, or one per core.

@@ -65,7 +65,8 @@ torch::Tensor elastic_field(const torch::Tensor& control, const Shape3& patch);
 
 enum class Interp { kNearest, kLinear };
 
-// Resamples one field of one case into a patch on the CPU. src: (Cf, D, H, W) contiguous, any of
+// Resamples one field of one case into a patch on the CPU. src: (Cf, D, H, W), each channel's
+// block contiguous and the channels any stride apart (a StackedCache view), any of
 // uint8/int16/float16/float32. dst: (Cf, d, h, w) contiguous; for a signed-permutation matrix
 // without displacement an exact copy (dst dtype = src dtype); otherwise kLinear writes float32
 // (trilinear) and kNearest src's dtype. Voxels outside the case take pad[c] (per channel, in src

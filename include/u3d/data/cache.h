@@ -5,11 +5,14 @@
 // StackedCache   the training split pre-stacked per field in compact dtypes, in RAM, page-locked RAM
 //                or GPU memory (data.cache); what the patch samplers (sampler.h) crop from.
 //
-// StackedCache layout: "per-case tensors in one arena". Each field (the image channels of one
-// dtype, the target, the loss mask) is one contiguous 1-D buffer holding every case's
-// (Cf, D, H, W) block back to back; case i starts at voxel_offset(i) * Cf. Cases may differ in
-// size; nothing is padded. When they all have one shape, stacked(field) is the (N, Cf, D, H, W)
-// view of the same memory. A crop is a strided copy (host) or one gather over the arena (device).
+// StackedCache layout: "per-case tensors in one arena", channel-major. Each field (the image
+// channels of one dtype, the target, the loss mask) is one contiguous 1-D buffer viewed as planes
+// (Cf, V): channel c of every case back to back in row c, V the voxels of all cases; case i's
+// (D, H, W) block of channel c starts at column voxel_offset(i). Cases may differ in size; nothing
+// is padded. view(field, i) is the (Cf, D, H, W) view of case i (each channel's block contiguous,
+// the channels V apart); when all cases have one shape, stacked(field) is the (N, Cf, D, H, W) view
+// of the same memory. A crop is a strided copy (host) or, on the device, one gather of the patch's
+// (N x S) voxel columns from planes(field): one index per voxel for every channel at once.
 //
 // Compact dtypes: image channels are kept as raw values (after the clip of a clip:LO:HI
 // normalisation) in the smallest dtype that holds every case's values exactly: uint8 (masks,
@@ -153,6 +156,8 @@ class StackedCache {
 
   // (Cf, D, H, W) view of case i in a field (on the cache's device).
   torch::Tensor view(const CacheField& field, int64_t i) const;
+  // (Cf, V) view of a whole field: row c holds channel c of every case, case i from column voxel_offset(i).
+  torch::Tensor planes(const CacheField& field) const;
   // (N, Cf, D, H, W) view of a field when uniform_shape(); undefined otherwise.
   torch::Tensor stacked(const CacheField& field) const;
   // (D, H, W) raw view of input channel c of case i.

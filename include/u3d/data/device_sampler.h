@@ -1,6 +1,8 @@
 // Patch sampling on the cache's device (the GPU for data.cache: gpu): PatchSampler's plans
 // (sampler.h) computed as tensor ops: the counter-based stream, case table, crop origins, foreground
-// choice and one gather per field, all with static shapes and no host synchronisation, so a step
+// choice and one gather per field (and trilinear tap) of the patch voxels' columns from the field's
+// channel-major planes (cache.h: an (N, S) int64 index serves every channel), all with static shapes
+// and no host synchronisation, so a step
 // needs no host work and can be captured in a CUDA graph. Its integer choices equal PatchSampler's
 // bit for bit; affine and elastic coordinates agree to rounding (the elastic control values are the
 // host's draws, upsampled by the same elastic_field(); augment.h). Batches are finalised by the
@@ -58,10 +60,7 @@ class DeviceSampler {
   torch::Tensor epoch_key_;     // 0-dim int64: the epoch's part of every sample's stream seed
   torch::Tensor offsets_;       // (S, 3) float64: patch voxel offsets p - pc (coordinates in float64, as the host)
   torch::Tensor patch_, half_;  // (1, 3), (3,) int64: patch size and patch / 2
-  torch::Tensor corners_;       // (8, 1, 1, 3) int64: trilinear tap offsets
   torch::Tensor elastic_keys_;  // (1, 3 G^3) int64: stream offsets of slots kSlotElasticGrid + i (elastic only)
-  std::vector<torch::Tensor> field_channel_;  // per field (image fields, target, mask): (1, Cf, 1) int64 0..Cf-1
-  torch::Tensor distance_channel_;            // (1, K-1, 1) int64 for the cache's distance field
 };
 
 }  // namespace u3d

@@ -23,10 +23,14 @@ namespace u3d {
 // regression targets / target_scale as (N, 1, d, h, w) float32, labels as (N, d, h, w) int64, masks
 // as (N, 1, d, h, w) float32. Noise fields come from a generator seeded by (seed, epoch, step) on
 // that device (so CPU and CUDA runs draw different noise; each is deterministic).
+// `image_format`: the memory order of the finished images, ChannelsLast3d for a channels-last
+// network (SamplerOptions::channels_last_images): on a GPU the raw fields are converted to float32
+// straight into that layout (one pass), so neither the step nor a captured graph's static input
+// converts again; on the CPU one more pass after normalising. The values are the same either way.
 class BatchFinalizer {
  public:
   BatchFinalizer(const StackedCache& cache, const AugmentConfig& augment, std::vector<int64_t> intensity_channels,
-                 uint64_t seed);
+                 uint64_t seed, at::MemoryFormat image_format = at::MemoryFormat::Contiguous);
   Batch operator()(const RawBatch& raw) const;
 
  private:
@@ -41,6 +45,7 @@ class BatchFinalizer {
   AugmentConfig augment_;
   std::vector<int64_t> intensity_channels_;
   uint64_t seed_;
+  at::MemoryFormat image_format_;
   mutable std::mutex mutex_;
   mutable std::map<std::string, DeviceTables> tables_;  // by device; nodes never move
 };

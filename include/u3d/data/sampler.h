@@ -34,6 +34,9 @@ struct SamplerOptions {
   int64_t max_foreground_voxels = 10000;   // per case, subsampled deterministically (as nnU-Net)
   double pad_value = 0.0;                  // image value (normalised units) outside the volume
   bool apply_augmentation = true;          // false: plain crops (validation patches)
+  // Finished images in ChannelsLast3d memory order (BatchFinalizer): set for a channels-last network
+  // (resolve_channels_last, train_step.h), so the batch reaches the step in the layout it takes.
+  bool channels_last_images = false;
   // Data-parallel share: batch `step` of this sampler is batch step * shards + shard of one sampler
   // with the same options, so the shards' batches together are what one process draws.
   int64_t shard = 0, shards = 1;

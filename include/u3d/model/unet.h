@@ -55,9 +55,10 @@ TORCH_MODULE(ConvBlock);
 // nnU-Net's residual basic block (BasicBlockD of dynamic_network_architectures), the unit of the
 // residual encoder: activation(conv2(conv1(x)) + skip(x)), where conv1 is conv -> norm ->
 // activation (with the stride), conv2 is conv -> norm, and skip is the identity, average pooling
-// by the stride when there is one, and a 1x1x1 convolution (no bias) -> norm when in != out. Convolutions
-// carry a bias (nnU-Net's conv_bias); conv2's norm starts at weight 0, bias 0, so each block starts
-// as its skip path (nnU-Net's init_last_bn_before_add_to_0).
+// by the stride when there is one (model/mean_pool.h: deterministic on CUDA), and a 1x1x1 convolution
+// (no bias) -> norm when in != out. Convolutions carry a bias (nnU-Net's conv_bias); conv2's norm
+// starts at weight 0, bias 0, so each block starts as its skip path (nnU-Net's
+// init_last_bn_before_add_to_0).
 // (N, in, D, H, W) -> (N, out, D / stride, H / stride, W / stride)
 class ResidualBlockImpl : public torch::nn::Module {
  public:
@@ -66,8 +67,8 @@ class ResidualBlockImpl : public torch::nn::Module {
 
  private:
   ConvBlock conv1_{nullptr}, conv2_{nullptr};
-  torch::nn::AvgPool3d pool_{nullptr};  // stride > 1
-  ConvBlock project_{nullptr};          // in != out
+  int64_t stride_;              // skip path: mean_pool3d by the stride
+  ConvBlock project_{nullptr};  // in != out
   Activation activation_;
   double negative_slope_;
 };

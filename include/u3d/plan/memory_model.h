@@ -48,6 +48,7 @@
 // planner keeps a margin (PlanOptions::margin) and can measure candidates on the GPU instead.
 #pragma once
 #include <cstdint>
+#include <exception>
 
 #include "u3d/core/config.h"
 
@@ -85,14 +86,19 @@ int64_t measure_step_bytes_cpu(const ModelConfig& cfg, int64_t in_ch, int64_t ou
 // Relative error the estimate keeps to measure_step_bytes_cpu (the calibration's worst, rounded up).
 inline constexpr double kEstimateTolerance = 0.20;
 
-// Returned by measure_step_bytes_cuda when the step ran out of GPU memory.
+// Returned by measure_step_bytes_cuda when the step does not fit the GPU.
 inline constexpr int64_t kStepOutOfMemory = INT64_MAX;
-// The same on CUDA device 0 as training runs it: bf16 autocast, the layout of
-// resolve_channels_last(cfg, cuda) (train_step.h), `optimizer_states` float32 tensors per
-// parameter allocated beside the weights, two forward/backward passes (the second with the
-// gradients of the first alive, as in steady state). Returns the caching allocator's peak
-// reserved bytes (what nvidia-smi sees), or kStepOutOfMemory. The cache is emptied before and
-// after. CudaError without a CUDA device.
+// Whether a failed step means "does not fit": an out-of-memory error (is_out_of_memory, core/run.h)
+// or what cuDNN and cuBLAS report near a full GPU instead ("unable to find an engine" when no
+// algorithm's workspace fits, CUDNN_STATUS_ALLOC_FAILED, CUBLAS_STATUS_ALLOC_FAILED, ...).
+bool step_does_not_fit(const std::exception& e);
+// One real training step's GPU memory on CUDA device 0, as training runs it (TrainStep): bf16
+// autocast, the layout of resolve_channels_last(cfg, cuda) (train_step.h), the loss of the task
+// (dice_ce with out_ch > 1 and deep supervision as configured, else masked_l1), the optimizer
+// (sgd with momentum for optimizer_states 1, else adamw) with its step, cuDNN autotuning on (its
+// workspaces count), eager; three steps (the first autotunes). Returns the caching allocator's peak
+// reserved bytes (what nvidia-smi sees), or kStepOutOfMemory when step_does_not_fit. The cache is
+// emptied before and after. CudaError without a CUDA device.
 int64_t measure_step_bytes_cuda(const ModelConfig& cfg, int64_t in_ch, int64_t out_ch, const Shape3& patch,
                                 int64_t batch, int64_t optimizer_states = 2);
 

@@ -25,6 +25,13 @@ namespace u3d {
 using BatchSum = std::function<torch::Tensor(const torch::Tensor&)>;
 constexpr double kSkeletonSmooth = 1.0;  // cldice_loss, skeleton_recall_loss
 
+// (N, D, H, W) integer labels in [0, K) -> (N, K, D, H, W) {0, 1} in `dtype`, scattered straight
+// into a zeroed tensor of `format` (pass the logits' suggest_memory_format(), so element-wise
+// products with them run in one layout): no int64 one-hot (8 bytes per voxel and class) moved and
+// copied to float. Labels outside [0, K) are an error (an index check; on CUDA a device assert).
+torch::Tensor one_hot_labels(const torch::Tensor& labels, int64_t k, torch::ScalarType dtype = torch::kFloat,
+                             at::MemoryFormat format = at::MemoryFormat::Contiguous);
+
 // Soft morphology of clDice (Shit et al., CVPR 2021, reference soft_skeleton.py), on x (N, C, D, H, W)
 // float in [0, 1], same shape out. Pooling pads with -inf: the volume's border is neither foreground
 // nor background. soft_erode: minimum over the 6-neighbourhood (three separable min-pools, kernels
@@ -35,14 +42,12 @@ torch::Tensor soft_open(const torch::Tensor& x);
 // skel = relu(x - open(x)); `iterations` times: x = erode(x), delta = relu(x - open(x)),
 // skel += relu(delta - skel * delta). Binary in, binary out. The skeleton of objects thicker than
 // about 2 * iterations + 1 voxels is incomplete (their centre is never reached).
-// These four pool with max_pool3d, except on CUDA under deterministic algorithms (training.deterministic),
-// where max_pool3d's backward has no deterministic kernel: there they take the minimum or maximum of
-// shifted slices, which is soft_skeleton_by_shifts.
+// These four take the minimum or maximum of shifted slices (torch::minimum / torch::maximum over a
+// padded copy), never max_pool3d: the same values, but no int64 indices kept for the backward pass
+// (8 bytes per voxel and class and pooling, in every iteration) and an element-wise backward that is
+// deterministic on CUDA (max_pool3d's has no deterministic kernel). Where neighbours tie they share
+// the gradient instead of max_pool3d's one winner.
 torch::Tensor soft_skeleton(const torch::Tensor& x, int64_t iterations);
-// soft_skeleton by shifted slices and element-wise torch::minimum / torch::maximum: the same values,
-// an element-wise (deterministic) backward; where neighbours tie, they share the gradient instead of
-// max_pool3d's one winner.
-torch::Tensor soft_skeleton_by_shifts(const torch::Tensor& x, int64_t iterations);
 
 // 1 - mean over foreground classes of clDice_k = 2 tprec tsens / (tprec + tsens), with
 // p = softmax(logits) * valid, g = one_hot(labels), sums over the whole batch and volume:

@@ -1,0 +1,15 @@
+// Average pooling with kernel == stride (the residual block's skip path, nnU-Net's AvgPool3d(s, s)):
+// (N, C, D, H, W) -> (N, C, D / s, H / s, W / s), trailing voxels that do not fill a window dropped
+// (avg_pool3d's floor). `by_view`: as a view of the windows and a mean over them, equal to
+// avg_pool3d to float rounding, whose backward is an expand: used on CUDA under deterministic
+// algorithms (training.deterministic), where avg_pool3d's backward has no deterministic kernel and
+// throws; no host reads or data-dependent shapes, so a CUDA graph captures it. Otherwise avg_pool3d
+// itself (a traced export then stays valid for other input shapes).
+#pragma once
+#include <torch/torch.h>
+
+namespace u3d {
+
+torch::Tensor mean_pool3d(const torch::Tensor& x, int64_t stride, bool by_view);
+
+}  // namespace u3d
