@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# gpu-check: proves on any machine that every GPU path of trainer works and measures how fast,
-# against PyTorch on the same GPU; on a machine without CUDA it runs every CPU part and marks each
-# GPU section SKIPPED with the reason.
-#   scripts/gpu-check.sh [--out DIR] [--quick] [--openkbp DIR|openkbp-sample.tar.xz] [--minutes M]
-# Writes DIR/gpu-report.md and DIR/gpu-report.json. Runs from the release bundle or a build tree
+# gpu-check: the figures that matter from a GPU box, in the order of their value, inside a hard time
+# limit, in a report folder that holds what finished even when the check is killed.
+#   scripts/gpu-check.sh [--deadline SECONDS] [--report DIR] [--work DIR] [--only SECTIONS]
+#                        [--openkbp DIR|openkbp-sample.tar.xz] [--minutes M] [--quick] [--plan]
+# DIR gets gpu-report.md, gpu-report.json and logs.tar.gz (nothing else), rewritten after every
+# command; work files go to --work (default under /tmp). Without CUDA every GPU section is SKIPPED
+# with the reason and the CPU rehearsals run. Runs from the release bundle or a build tree
 # (build/release, or U3D_BUILD_DIR). Needs python3 (standard library; torch for the PyTorch side:
 # U3D_PYTHON names another Python). Exit 0: nothing failed; 1: a section FAILed; 2: bad arguments.
+# Sections and flags: scripts/bench/gpu_check.py; README.md, "gpu-check".
 set -euo pipefail
 here="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)"
 py="${U3D_PYTHON:-python3}"

@@ -111,6 +111,26 @@ def unet_args(keys):
             "--checkpointing", k["model.activation_checkpointing"], "--accumulate", k["training.accumulate_steps"]]
 
 
+def pytorch_argv(ours, keys, filters, steps, warmup, variants):
+    """pytorch_step.py's options for the step the trainer's JSON line `ours` timed (config keys
+    `keys`, its "resolved" member applied): same batch, patch, channels, precision and layout.
+    gpu-check sends the same options to its torch process (scripts/bench/torch_side.py)."""
+    arch = ours.get("architecture", keys.get("model.architecture", "unet"))
+    patch = ours["patch"]
+    if len(set(patch)) != 1:
+        sys.exit(f"pytorch_step.py takes cubic patches; the config's patch is {patch}")
+    device = "cuda" if ours["device"].startswith("cuda") else "cpu"
+    argv = ["--device", device, "--filters", str(filters), "--batch", str(ours["batch"]), "--size", str(patch[0]),
+            "--steps", str(steps), "--warmup", str(warmup), "--precision", ours["precision"], "--variants", variants,
+            "--in-channels", str(ours["in_channels"])]
+    if arch in ("unet", "resenc_unet"):
+        argv += ["--arch", "unet" if arch == "unet" else "resenc", "--out-channels", str(ours["out_channels"])]
+        argv += unet_args(keys)
+    if not ours["channels_last"]:
+        argv.append("--no-channels-last")
+    return argv
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--config", default=os.path.join(ROOT, "configs", "openkbp_baseline.yaml"))
@@ -135,19 +155,8 @@ def main():
     ours = ours[0]
     keys.update(ours.get("resolved", {}))  # the trainer's resolved keys (model.preset applied) win
     arch = ours.get("architecture", arch)
-    patch = ours["patch"]
-    if len(set(patch)) != 1:
-        sys.exit(f"pytorch_step.py takes cubic patches; the config's patch is {patch}")
-    device = "cuda" if ours["device"].startswith("cuda") else "cpu"
-    cmd = [args.python, os.path.join(HERE, "pytorch_step.py"), "--device", device, "--filters", str(args.filters),
-           "--batch", str(ours["batch"]), "--size", str(patch[0]), "--steps", str(args.steps), "--warmup",
-           str(args.warmup), "--precision", ours["precision"], "--variants", args.variants,
-           "--in-channels", str(ours["in_channels"])]
-    if arch in ("unet", "resenc_unet"):
-        cmd += ["--arch", "unet" if arch == "unet" else "resenc", "--out-channels", str(ours["out_channels"])]
-        cmd += unet_args(keys)
-    if not ours["channels_last"]:
-        cmd.append("--no-channels-last")
+    cmd = [args.python, os.path.join(HERE, "pytorch_step.py")]
+    cmd += pytorch_argv(ours, keys, args.filters, args.steps, args.warmup, args.variants)
     theirs = json_lines(run(cmd))
     if not theirs:
         sys.exit("pytorch_step.py printed no JSON line")

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Top kernels of one PyTorch training step of the OpenKBP baseline (pytorch_step.py's network and
-step), by GPU time, from the PyTorch profiler. Prints the profiler table and one JSON line
-{"benchmark": "kernels", "tool": "pytorch-eager", "top": [{"name", "gpu_ms", "share", "calls"}, ...]}.
+step), by GPU time, from the PyTorch profiler. Only the timed steps are profiled: --warmup steps run
+first without the profiler (cuDNN's autotuning trials happen there), then the profiler's schedule
+skips one more step (wait) and discards one (its own warm-up) before it records --steps steps, each
+inside a record_function range "u3d.timed_step"; kernels are summed over the recorded steps only.
+Prints the profiler table (to stderr) and one JSON line {"benchmark": "kernels", "tool":
+"pytorch-eager", "top": [{"name", "gpu_ms", "share", "calls"}, ...], "profiled_steps": N}.
 
     python3 scripts/bench/profile_step.py --filters 64 --batch 2 --size 128 --steps 3 --top 15
 """
@@ -11,13 +15,15 @@ import os
 import sys
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pytorch_step import OpenKbpBaseline  # noqa: E402
 
+RANGE = "u3d.timed_step"
 
-def main():
+
+def make_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--filters", type=int, default=64)
@@ -26,7 +32,11 @@ def main():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--top", type=int, default=15)
-    a = p.parse_args()
+    return p
+
+
+def profile_steps(a):
+    """The kernels JSON (a dict) for parsed options `a`."""
     dev = torch.device(a.device)
     torch.backends.cudnn.benchmark = True
     mf = torch.channels_last_3d
@@ -34,6 +44,7 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=2e-4, fused=dev.type == "cuda")
     x = torch.rand((a.batch, 11, a.size, a.size, a.size), device=dev).to(memory_format=mf)
     y = torch.rand((a.batch, 1, a.size, a.size, a.size), device=dev).to(memory_format=mf)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -42,25 +53,34 @@ def main():
         loss.backward()
         opt.step()
 
-    for _ in range(a.warmup):
+    for _ in range(a.warmup):  # autotuning and allocations: outside the profiler
         step()
+    sync()
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
-    with profile(activities=acts) as prof:
-        for _ in range(a.steps):
-            step()
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
+    with profile(activities=acts, schedule=schedule(wait=1, warmup=1, active=a.steps)) as prof:
+        for _ in range(2 + a.steps):
+            with record_function(RANGE):
+                step()
+            sync()
+            prof.step()
     key = "self_device_time_total" if dev.type == "cuda" else "self_cpu_time_total"
-    events = [e for e in prof.key_averages() if getattr(e, key, 0) > 0]
-    if dev.type == "cuda":  # kernels only: events that ran on the device and are not CPU-side ops
+    averages = prof.key_averages()
+    events = [e for e in averages if getattr(e, key, 0) > 0 and e.key != RANGE]
+    if dev.type == "cuda":  # kernels only: events that ran on the device, not CPU-side ops
         events = [e for e in events if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA] or events
     events.sort(key=lambda e: getattr(e, key), reverse=True)
     total = sum(getattr(e, key) for e in events) or 1
-    print(prof.key_averages().table(sort_by=key, row_limit=a.top))
+    ranges = next((e.count for e in averages if e.key == RANGE), 0)
+    print(averages.table(sort_by=key, row_limit=a.top), file=sys.stderr)
     top = [{"name": e.key, "gpu_ms": getattr(e, key) / 1e3 / a.steps, "share": getattr(e, key) / total,
             "calls": e.count // a.steps} for e in events[:a.top]]
-    print(json.dumps({"benchmark": "kernels", "tool": "pytorch-eager", "device": str(dev), "steps": a.steps,
-                      "time_per_step_ms": total / 1e3 / a.steps, "top": top}))
+    return {"benchmark": "kernels", "tool": "pytorch-eager", "device": str(dev), "steps": a.steps,
+            "profiled_steps": ranges, "warmup_steps_unprofiled": a.warmup + 2,
+            "time_per_step_ms": total / 1e3 / a.steps, "top": top}
+
+
+def main():
+    print(json.dumps(profile_steps(make_parser().parse_args())))
 
 
 if __name__ == "__main__":

@@ -432,7 +432,7 @@ def run(variant, args):
     }
 
 
-def main():
+def make_parser():  # also parses torch_side.py's requests, in its one process
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--filters", type=int, default=64)
@@ -471,7 +471,11 @@ def main():
     g.add_argument("--accumulate", type=int, default=1, help="training.accumulate_steps: micro-batches per step")
     p.add_argument("--params-only", action="store_true",
                    help="print {\"benchmark\": \"params\", \"parameters\": N, ...} for the network and stop")
-    args = p.parse_args()
+    return p
+
+
+def main():
+    args = make_parser().parse_args()
     if args.params_only:
         torch.manual_seed(0)
         m = build(args)

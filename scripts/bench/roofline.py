@@ -25,6 +25,24 @@ def timed(fn, reps):
     return best
 
 
+def measure(n=8192, copy_gib=2.0, reps=10):
+    """The roofline's JSON (a dict); also what scripts/bench/torch_side.py returns for it."""
+    x = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    y = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    inner = 10
+    t = timed(lambda: [torch.mm(x, y) for _ in range(inner)], reps) / inner
+    tflops = 2 * n ** 3 / t / 1e12
+    elems = int(copy_gib * 2 ** 30 / 4)
+    src = torch.empty(elems, device="cuda", dtype=torch.float32)
+    dst = torch.empty_like(src)
+    tc = timed(lambda: dst.copy_(src), reps)
+    bw = 2 * elems * 4 / tc / 1e9
+    props = torch.cuda.get_device_properties(0)
+    return {"benchmark": "roofline", "gpu": props.name, "memory_bytes": props.total_memory,
+            "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+            "bf16_tflops": tflops, "bandwidth_gb_s": bw, "matmul_n": n, "copy_bytes": elems * 4}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--n", type=int, default=8192)
@@ -34,22 +52,7 @@ def main():
     if not torch.cuda.is_available():
         print("roofline.py: no CUDA device", file=sys.stderr)
         sys.exit(3)
-    n = a.n
-    x = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    y = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    inner = 10
-    t = timed(lambda: [torch.mm(x, y) for _ in range(inner)], a.reps) / inner
-    tflops = 2 * n ** 3 / t / 1e12
-    elems = int(a.copy_gib * 2 ** 30 / 4)
-    src = torch.empty(elems, device="cuda", dtype=torch.float32)
-    dst = torch.empty_like(src)
-    tc = timed(lambda: dst.copy_(src), a.reps)
-    bw = 2 * elems * 4 / tc / 1e9
-    props = torch.cuda.get_device_properties(0)
-    print(json.dumps({"benchmark": "roofline", "gpu": props.name, "memory_bytes": props.total_memory,
-                      "torch": torch.__version__, "cuda": torch.version.cuda,
-                      "cudnn": torch.backends.cudnn.version(), "bf16_tflops": tflops, "bandwidth_gb_s": bw,
-                      "matmul_n": n, "copy_bytes": elems * 4}))
+    print(json.dumps(measure(a.n, a.copy_gib, a.reps)))
 
 
 if __name__ == "__main__":

@@ -1,43 +1,48 @@
 #!/usr/bin/env bash
-# ctest gpu_check.quick (label integration): scripts/gpu-check.sh --quick on this build tree writes
-# gpu-report.md and gpu-report.json with the date, commit and machine; without CUDA every GPU section
-# is SKIPPED with a reason and no CPU part FAILs; with CUDA nothing FAILs.
+# ctest gpu_check.rehearsal (label integration): the CPU rehearsal of scripts/gpu-check.sh.
+# 1. `--deadline 60` on this build tree finishes inside the deadline and leaves a report folder of
+#    at most 8 plain files (gpu-report.md, gpu-report.json, logs.tar.gz), none over 16 MiB, no
+#    sub-folder; the JSON has the date, commit, machine and every section with its estimate and
+#    measured time; without CUDA every GPU section is SKIPPED with a reason (never PASS) and no CPU
+#    rehearsal FAILs; the archive holds each command's log.
+# 2. `--plan --deadline 500`: sections 1-4 are estimated at 300 s or less on an H100 and all start.
+# 3. A second run killed with SIGKILL while section 4 runs leaves a valid report of the sections
+#    finished before it (state done), the running one marked running, the rest pending, the logs
+#    of the finished commands, and no process of the check alive.
 #   tests/bundle/gpu_check_test.sh BUILD_DIR [VENV_PYTHON]
 set -euo pipefail
 BUILD="$(cd "$1" && pwd)"
 PY="${2:-python3}"
 SRC="$(cd "$(dirname "$0")/../.." && pwd)"
 T="$(mktemp -d "${TMPDIR:-/tmp}/u3d-gpu-check-test-XXXXXX")"
-trap 'rm -rf "$T"' EXIT
+pid=""
+trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$T"' EXIT
+export U3D_BUILD_DIR="$BUILD" U3D_PYTHON="$PY"
+fail() { echo "FAIL: $*"; exit 1; }
+
+echo "== 1. the rehearsal: --deadline 60"
 rc=0
-U3D_BUILD_DIR="$BUILD" U3D_PYTHON="$PY" "$SRC/scripts/gpu-check.sh" --quick --out "$T/r" || rc=$?
-[ -s "$T/r/gpu-report.md" ] || { echo "FAIL: no gpu-report.md"; exit 1; }
-[ -s "$T/r/gpu-report.json" ] || { echo "FAIL: no gpu-report.json"; exit 1; }
-cat "$T/r/gpu-report.md"
-"$PY" - "$T/r/gpu-report.json" "$rc" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-rc = int(sys.argv[2])
-errors = []
-for k in ("date", "commit", "machine"):
-    if not r.get(k):
-        errors.append(f"no {k}")
-if r["commit"] == "unknown":
-    errors.append("commit unknown")
-ids = [s["id"] for s in r["sections"]]
-if len(ids) != 8:
-    errors.append(f"8 sections expected, got {ids}")
-for s in r["sections"]:
-    if s["cpu_status"] == "FAIL":
-        errors.append(f"{s['id']}: CPU part FAIL: {s['cpu_reason']}")
-    if not r["cuda"]:
-        if s["status"] != "SKIPPED" or not s["reason"]:
-            errors.append(f"{s['id']}: GPU part {s['status']} without CUDA (expected SKIPPED with a reason)")
-    elif s["status"] == "FAIL":
-        errors.append(f"{s['id']}: FAIL: {s['reason']}")
-if r["overall"] != "PASS" or rc != 0:
-    errors.append(f"overall {r['overall']}, exit {rc}")
-if errors:
-    sys.exit("FAIL: " + "; ".join(errors))
-print(f"PASS ({r['seconds']} s)")
-PY
+start=$(date +%s)
+timeout 120 "$SRC/scripts/gpu-check.sh" --deadline 60 --report "$T/r" --work "$T/w" || rc=$?
+took=$(( $(date +%s) - start ))
+[ -s "$T/r/gpu-report.md" ] || fail "no gpu-report.md"
+cat "$T/r/gpu-report.md" | head -n 24
+python3 "$SRC/tests/bundle/gpu_check_report.py" full "$T/r" "$rc" "$took" || fail "the rehearsal's report"
+
+echo "== 2. the plan: --plan --deadline 500"
+"$SRC/scripts/gpu-check.sh" --plan --deadline 500 > "$T/plan.json" 2> "$T/plan.txt" || fail "--plan exit $?"
+cat "$T/plan.txt"
+python3 "$SRC/tests/bundle/gpu_check_report.py" plan "$T/plan.json" || fail "the plan"
+
+echo "== 3. SIGKILL while section 4 runs (a training run of the kill-and-resume rehearsal)"
+"$SRC/scripts/gpu-check.sh" --deadline 60 --report "$T/k" --work "$T/wk" > "$T/k.log" 2>&1 &
+pid=$!
+python3 "$SRC/tests/bundle/gpu_check_report.py" wait "$T/k" 4 60 || { cat "$T/k.log"; fail "section 4 never ran"; }
+sleep 0.5  # a command of section 4 is running now
+kill -9 "$pid"
+wait "$pid" 2>/dev/null || true
+pid=""
+sleep 1
+python3 "$SRC/tests/bundle/gpu_check_report.py" alive "$T/wk" || fail "the killed check left processes"
+python3 "$SRC/tests/bundle/gpu_check_report.py" killed "$T/k" 4 || fail "the killed check's report"
+echo "PASS (rehearsal ${took} s)"
