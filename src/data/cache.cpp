@@ -126,9 +126,10 @@ Shape3 TensorCache::min_shape() const {
   return s;
 }
 
-StackedCache TensorCache::stack_shared(const LabelMapFn& label_maps) {
+StackedCache TensorCache::stack_shared(const LabelMapFn& label_maps, CachePlacement placement) {
   CacheOptions options;
   options.label_maps = label_maps;
+  options.placement = placement;
   StackedCache s = StackedCache::from_cases(cases_, options, /*keep_float32=*/true);
   const CacheField& image = s.image_fields().front();
   for (int64_t i = 0; i < size(); ++i) {
@@ -141,6 +142,15 @@ StackedCache TensorCache::stack_shared(const LabelMapFn& label_maps) {
     if (c.mask.defined() && s.mask()) c.mask = s.view(*s.mask(), i);
   }
   return s;
+}
+
+void TensorCache::pin_memory() {
+  if (!torch::cuda::is_available()) return;
+  for (CachedCase& c : cases_) {
+    for (torch::Tensor* t : {&c.image, &c.target, &c.mask, &c.raw_target}) {
+      if (t->defined() && !t->is_pinned()) *t = t->pin_memory();
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

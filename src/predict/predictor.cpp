@@ -55,7 +55,8 @@ void sliding_window_predict(NetworkImpl& net, const torch::Tensor& image, const 
   const bool was_training = net.is_training();
   net.eval();
   // Pad axes smaller than the patch (at the end, with 0 = the mean of a z-scored channel).
-  torch::Tensor x = image.to(device, torch::kFloat);
+  // Asynchronous from page-locked memory (the validation cache on CUDA); a pageable image is staged.
+  torch::Tensor x = image.to(device, torch::kFloat, /*non_blocking=*/true);
   const Shape3 shape = {x.size(1), x.size(2), x.size(3)};
   const Shape3 padded = {std::max(shape[0], o.patch[0]), std::max(shape[1], o.patch[1]),
                          std::max(shape[2], o.patch[2])};
@@ -72,7 +73,7 @@ void sliding_window_predict(NetworkImpl& net, const torch::Tensor& image, const 
 
   const torch::Tensor weight =
       (o.gaussian ? gaussian_importance_map(o.patch) : torch::ones({o.patch[0], o.patch[1], o.patch[2]}))
-          .to(device);  // (d, h, w)
+          .to(device, /*non_blocking=*/true);  // (d, h, w)
   // Batches of windows. When a D start has at least a batch of windows, batches do not cross to
   // the next D start, so the rolling buffer needs only a patch depth of rows.
   const size_t bs = static_cast<size_t>(std::max<int64_t>(1, o.batch_size));

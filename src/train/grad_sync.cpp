@@ -49,17 +49,45 @@ GradientSync::GradientSync(std::vector<torch::Tensor> params, Distributed& dist,
   }
   buckets_ = gradient_buckets(params_, bucket_bytes, first_bucket_bytes);
   bucket_of_.assign(params_.size(), 0);
+  bucket_slot_.assign(params_.size(), 0);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     auto bucket = std::make_unique<Bucket>();
     bucket->params = buckets_[b];
     int64_t n = 0;
     for (size_t i : bucket->params) {
       bucket_of_[i] = b;
+      bucket_slot_[i] = bucket->offsets.size();
       bucket->offsets.push_back(n);
       n += params_[i].numel();
     }
     bucket->buffer = torch::zeros({n}, params_[bucket->params[0]].options().requires_grad(false));
     state_.push_back(std::move(bucket));
+  }
+  bind_gradients();
+}
+
+torch::Tensor GradientSync::bucket_view(size_t param) const {
+  const torch::Tensor& p = params_[param];
+  const Bucket& b = *state_[bucket_of_[param]];
+  const int64_t offset = b.offsets[bucket_slot_[param]];
+  // The parameter's own strides (channels_last_3d included), as DDP's gradient_as_bucket_view: the
+  // fused optimizer and the foreach kernels walk a parameter and its gradient in memory order.
+  if (p.is_non_overlapping_and_dense()) return b.buffer.as_strided(p.sizes(), p.strides(), offset);
+  return b.buffer.narrow(0, offset, p.numel()).view(p.sizes());
+}
+
+void GradientSync::bind_gradients() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    torch::Tensor& g = params_[i].mutable_grad();
+    const torch::Tensor view = bucket_view(i);
+    if (g.defined() && g.data_ptr() == view.data_ptr() && g.strides() == view.strides()) continue;
+    if (g.defined()) {
+      view.copy_(g);  // a gradient set from outside (a layout change, a test) keeps its values
+    } else {
+      view.zero_();  // none: zero, as an unused parameter's
+    }
+    g = view;
   }
 }
 
@@ -87,6 +115,7 @@ void GradientSync::arm(bool reduce) {
     }
     hooked_ = true;
   }
+  bind_gradients();  // host checks only, unless something replaced a gradient since the last step
   const std::lock_guard<std::mutex> lock(mutex_);
   armed_ = reduce && enabled_;
   next_launch_ = 0;
@@ -113,17 +142,8 @@ void GradientSync::launch_ready() {
 
 void GradientSync::launch(Bucket& b) {
   torch::NoGradGuard no_grad;
-  for (size_t k = 0; k < b.params.size(); ++k) {
-    const torch::Tensor& p = params_[b.params[k]];
-    torch::Tensor slice = b.buffer.narrow(0, b.offsets[k], p.numel()).view(p.sizes());
-    const torch::Tensor& g = p.grad();
-    if (g.defined()) {
-      slice.copy_(g);
-    } else {
-      slice.zero_();  // no gradient on this rank: it adds nothing to the sum
-    }
-  }
-  // The mean over ranks (as DDP: divided before the sum; exact for 1, 2, 4, 8 ranks).
+  // The gradients are views into the buffer (bind_gradients): nothing to copy in. The mean over
+  // ranks (as DDP: divided before the sum; exact for 1, 2, 4, 8 ranks).
   if (dist_.world_size() > 1) b.buffer.div_(static_cast<double>(dist_.world_size()));
   std::vector<torch::Tensor> tensors{b.buffer};
   b.work = dist_.group()->allreduce(tensors);
@@ -136,35 +156,32 @@ void GradientSync::finish() {
   armed_ = false;
   for (; next_launch_ < state_.size(); ++next_launch_) launch(*state_[next_launch_]);  // unused parameters
   lock.unlock();
-  torch::NoGradGuard no_grad;
   for (auto& b : state_) {
     try {
-      b->work->wait();
+      b->work->wait();  // the averaged gradients are in place: nothing to copy out
     } catch (const std::exception& e) {
       dist_.fail("the gradient all-reduce", e);
-    }
-    for (size_t k = 0; k < b->params.size(); ++k) {
-      torch::Tensor& p = params_[b->params[k]];
-      const torch::Tensor slice = b->buffer.narrow(0, b->offsets[k], p.numel()).view(p.sizes());
-      torch::Tensor& g = p.mutable_grad();
-      if (g.defined()) {
-        g.copy_(slice);
-      } else {
-        g = torch::empty_like(p).copy_(slice);
-      }
     }
     b->work.reset();
   }
 }
 
+std::vector<torch::Tensor> GradientSync::bucket_buffers() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& b : state_) out.push_back(b->buffer);
+  return out;
+}
+
 double GradientSync::reduce_seconds() {
   if (params_.empty()) return 0;
   const bool cuda = params_[0].is_cuda();
+  std::vector<torch::Tensor> scratch;  // the buffers hold the gradients: reduce copies
+  for (const auto& b : state_) scratch.push_back(b->buffer.clone());
   if (cuda) torch::cuda::synchronize();
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  for (auto& b : state_) {
-    std::vector<torch::Tensor> tensors{b->buffer};
+  for (auto& buffer : scratch) {
+    std::vector<torch::Tensor> tensors{buffer};
     works.push_back(dist_.group()->allreduce(tensors));
   }
   for (auto& w : works) w->wait();

@@ -1,58 +1,121 @@
 #include "u3d/train/step_monitor.h"
 
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAStream.h>
+
 namespace u3d {
 
+struct StepMonitor::CopyEvent {
+  at::cuda::CUDAEvent event;
+};
+
 StepMonitor::StepMonitor(const torch::Device& device, int64_t terms)
-    : loss_sum_(torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device))),
-      term_sums_(torch::zeros({terms}, torch::TensorOptions().dtype(torch::kDouble).device(device))),
-      counters_(torch::zeros({4}, torch::TensorOptions().dtype(torch::kLong).device(device))) {}
+    : terms_(terms),
+      state_(torch::zeros({1 + terms + 4}, torch::TensorOptions().dtype(torch::kDouble).device(device))) {
+  if (device.is_cuda()) {
+    const auto pinned = torch::TensorOptions().dtype(torch::kDouble).pinned_memory(true);
+    read_host_ = torch::zeros({state_.numel()}, pinned);
+    async_host_ = torch::zeros({state_.numel()}, pinned);
+    copied_ = std::make_unique<CopyEvent>();
+  }
+  latest_.totals.term_sums.assign(static_cast<size_t>(terms_), 0.0);
+}
+
+StepMonitor::~StepMonitor() = default;
 
 void StepMonitor::record(const torch::Tensor& loss, const torch::Tensor& found_inf, const torch::Tensor& terms) {
   torch::NoGradGuard no_grad;
-  const torch::Tensor skip = found_inf.to(torch::kLong);  // () 0/1
-  const torch::Tensor finite_loss =
-      torch::where(found_inf > 0, torch::zeros_like(loss_sum_), loss.detach().to(torch::kDouble));
-  loss_sum_.add_(finite_loss);
-  if (terms.defined() && term_sums_.numel() == terms.numel()) {
-    term_sums_.add_(terms.detach().to(torch::kDouble) * (1 - found_inf.to(torch::kDouble)));
+  const torch::Tensor skip = found_inf.to(torch::kDouble);  // () 0/1
+  torch::Tensor sum = loss_sum();
+  sum.add_(torch::where(found_inf > 0, torch::zeros_like(sum), loss.detach().to(torch::kDouble)));
+  if (terms.defined() && terms_ == terms.numel()) {
+    term_sums().add_(terms.detach().to(torch::kDouble) * (1 - skip));
   }
-  counters_.narrow(0, 0, 2).add_(skip);                      // skipped: epoch, run
-  const torch::Tensor in_a_row = (counters_[2] + 1) * skip;  // reset to 0 by a good step
-  counters_[2].copy_(in_a_row);
-  counters_[3].copy_(torch::maximum(counters_[3], in_a_row));
+  const torch::Tensor c = counters();
+  c.narrow(0, 0, 2).add_(skip);                      // skipped: epoch, run
+  const torch::Tensor in_a_row = (c[2] + 1) * skip;  // reset to 0 by a good step
+  c[2].copy_(in_a_row);
+  c[3].copy_(torch::maximum(c[3], in_a_row));
+}
+
+StepMonitor::Totals StepMonitor::unpack(const double* p) const {
+  Totals t;
+  t.loss_sum = p[0];
+  t.term_sums.assign(p + 1, p + 1 + terms_);
+  const double* c = p + 1 + terms_;
+  t.skipped = static_cast<int64_t>(c[0]);
+  t.skipped_total = static_cast<int64_t>(c[1]);
+  t.skipped_in_a_row = static_cast<int64_t>(c[2]);
+  t.longest_run = static_cast<int64_t>(c[3]);
+  return t;
 }
 
 StepMonitor::Totals StepMonitor::totals() const {
   if (before_read_) before_read_();
-  const torch::Tensor c = counters_.cpu();
-  const auto* p = c.data_ptr<int64_t>();
-  Totals t;
-  t.loss_sum = loss_sum_.item<double>();
-  const torch::Tensor terms = term_sums_.cpu();
-  t.term_sums.assign(terms.data_ptr<double>(), terms.data_ptr<double>() + terms.numel());
-  t.skipped = p[0];
-  t.skipped_total = p[1];
-  t.skipped_in_a_row = p[2];
-  t.longest_run = p[3];
-  return t;
+  if (!state_.is_cuda()) {
+    const torch::Tensor host = state_.cpu();  // the state itself on the CPU
+    return unpack(host.data_ptr<double>());
+  }
+  read_host_.copy_(state_);  // the one synchronous copy
+  return unpack(read_host_.data_ptr<double>());
+}
+
+void StepMonitor::request(int64_t steps) {
+  if (!state_.is_cuda()) {
+    latest_.totals = totals();
+    latest_.steps = steps;
+    return;
+  }
+  poll();  // a completed copy is taken before the buffer is written again
+  async_host_.copy_(state_, /*non_blocking=*/true);
+  copied_->event.record(c10::cuda::getCurrentCUDAStream(state_.device().index()));
+  in_flight_ = true;
+  in_flight_steps_ = steps;
+  in_flight_epoch_ = epoch_;
+}
+
+void StepMonitor::poll() {
+  if (!in_flight_ || !copied_->event.query()) return;
+  in_flight_ = false;
+  if (in_flight_epoch_ != epoch_) return;  // the sums of an ended epoch
+  latest_.totals = unpack(async_host_.data_ptr<double>());
+  latest_.steps = in_flight_steps_;
+}
+
+StepMonitor::Snapshot StepMonitor::latest() {
+  poll();
+  return latest_;
 }
 
 void StepMonitor::start_epoch() {
-  loss_sum_.zero_();
-  term_sums_.zero_();
-  counters_[0].zero_();
+  loss_sum().zero_();
+  term_sums().zero_();
+  counters()[0].zero_();
+  ++epoch_;
+  latest_ = Snapshot{};
+  latest_.totals.term_sums.assign(static_cast<size_t>(terms_), 0.0);
 }
 
-void StepMonitor::reset_longest_run() { counters_[3].copy_(counters_[2]); }
+void StepMonitor::reset_longest_run() {
+  const torch::Tensor c = counters();
+  c[3].copy_(c[2]);
+}
 
 void StepMonitor::restore(const TrainState& s) {
-  loss_sum_.fill_(s.epoch_loss_sum);
-  term_sums_.zero_();
-  if (static_cast<int64_t>(s.epoch_term_sums.size()) == term_sums_.numel() && term_sums_.numel() > 0) {
-    term_sums_.copy_(torch::tensor(s.epoch_term_sums, torch::kDouble));
+  std::vector<double> packed(static_cast<size_t>(state_.numel()), 0.0);
+  packed[0] = s.epoch_loss_sum;
+  if (static_cast<int64_t>(s.epoch_term_sums.size()) == terms_) {
+    std::copy(s.epoch_term_sums.begin(), s.epoch_term_sums.end(), packed.begin() + 1);
   }
-  counters_.copy_(
-      torch::tensor({s.epoch_skipped, s.skipped_total, s.skipped_in_a_row, s.skipped_in_a_row}, torch::kLong));
+  const auto c = packed.begin() + 1 + terms_;
+  c[0] = static_cast<double>(s.epoch_skipped);
+  c[1] = static_cast<double>(s.skipped_total);
+  c[2] = static_cast<double>(s.skipped_in_a_row);
+  c[3] = static_cast<double>(s.skipped_in_a_row);
+  state_.copy_(torch::tensor(packed, torch::kDouble));
+  ++epoch_;
+  latest_ = Snapshot{};
+  latest_.totals.term_sums.assign(static_cast<size_t>(terms_), 0.0);
 }
 
 void StepMonitor::store(TrainState& s) const {

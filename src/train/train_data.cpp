@@ -90,9 +90,13 @@ void TrainData::load(const ResolvedConfig& rc, const DatasetReader& reader, cons
     vo.seed = so.seed ^ 0x7A1D0000ull;  // its own stream, independent of the training patches
     vo.apply_augmentation = false;
     // Views, not a copy; the maps, as the training cache's, for the val loss.
-    val_stack_ = std::make_unique<StackedCache>(val_cache_->stack_shared(cache_options.label_maps));
+    val_stack_ = std::make_unique<StackedCache>(val_cache_->stack_shared(
+        cache_options.label_maps, runtime.device.is_cuda() ? CachePlacement::kPinned : CachePlacement::kMemory));
     val_sampler_ = std::make_unique<PatchSampler>(*val_stack_, vo);
   }
+  // Validation on CUDA copies the val cases to the GPU every epoch: from page-locked memory, so the
+  // copies are asynchronous (what stack_shared already placed there stays).
+  if (val_cache_ && runtime.device.is_cuda()) val_cache_->pin_memory();
   LoaderOptions lo;
   lo.device = runtime.device;
   lo.workers = data_workers(cfg);

@@ -373,8 +373,11 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
       if (log_) log_->step(state_.global_step, epoch, step + 1, lr, loss, last_found_inf_);
       if (state_.global_step % cfg().training.max_nonfinite_steps == 0) check_nonfinite();
       if (log_ && log_->progress_due() && step + 1 < steps) {
-        const auto totals = monitor_->totals();  // the only host read between checks
-        const int64_t counted = state_.step_in_epoch - totals.skipped;
+        // An asynchronous snapshot: the newest whose copy has completed (CUDA), never a wait.
+        monitor_->request(state_.step_in_epoch);
+        const StepMonitor::Snapshot snapshot = monitor_->latest();
+        const StepMonitor::Totals& totals = snapshot.totals;
+        const int64_t counted = snapshot.steps - totals.skipped;
         const double elapsed = seconds_since(t0);
         const double per_step = elapsed / static_cast<double>(step + 1 - first_step);
         Progress p;

@@ -55,12 +55,15 @@ ValStats Validator::full_volumes(int64_t epoch, const std::function<bool()>& sto
                           /*mirror=*/false,
                           /*autocast=*/inference_autocast(cfg.training, device_),  // as the training step
                           /*channels_last=*/channels_last_};
-  std::vector<double> losses, metrics;
+  // Per case, on the device: (1 + M,) float64, the loss and the metric's values (segmentation: the
+  // Dice of each foreground class; regression: the MAE), read back once after the last case.
+  std::vector<torch::Tensor> scores;
   std::vector<PatientDoseMetrics> dose_metrics;
   ValStats preview;  // its preview_* fields
   const auto& cases = data_.val_cache()->cases();
   const int64_t n = static_cast<int64_t>(cases.size());
   const int64_t rank = dist_ ? dist_->rank() : 0, world = dist_ ? dist_->world_size() : 1;
+  const bool segmentation = pre.task() == Task::kSegmentation;
   for (int64_t round = 0; round * world < n; ++round) {  // data-parallel: case round * W + rank
     if (stopping()) {
       ValStats interrupted;
@@ -71,34 +74,49 @@ ValStats Validator::full_volumes(int64_t epoch, const std::function<bool()>& sto
     const auto& c = cases[static_cast<size_t>(round * world + rank)];
     if (faults_.slow_val_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(faults_.slow_val_ms));
     const torch::Tensor out = sliding_window_predict(net_, c.image, sw, device_);  // (K, D, H, W)
-    const torch::Tensor target = c.target.to(device_);
-    const torch::Tensor mask = c.mask.defined() ? c.mask.unsqueeze(0).to(device_, torch::kFloat) : torch::Tensor();
-    const torch::Tensor batch_target =
-        pre.task() == Task::kSegmentation ? target.unsqueeze(0).to(torch::kLong) : target.unsqueeze(0);
-    losses.push_back(loss_(out.unsqueeze(0), batch_target, mask).item<double>());
-    const torch::Tensor pred_on_device = finalize_prediction(out, pre);
+    // The val cache is page-locked on CUDA (TrainData): asynchronous copies.
+    const torch::Tensor target = c.target.to(device_, /*non_blocking=*/true);
+    const torch::Tensor mask =
+        c.mask.defined() ? c.mask.unsqueeze(0).to(device_, torch::kFloat, /*non_blocking=*/true) : torch::Tensor();
+    const torch::Tensor batch_target = segmentation ? target.unsqueeze(0).to(torch::kLong) : target.unsqueeze(0);
+    const torch::Tensor case_loss = loss_(out.unsqueeze(0), batch_target, mask).detach().to(torch::kDouble).view({1});
+    const torch::Tensor pred = finalize_prediction(out, pre);  // (D, H, W) on the device
+    const torch::Tensor raw_target =
+        c.raw_target.defined() ? c.raw_target.to(device_, /*non_blocking=*/true) : torch::Tensor();
     if (dose_eval_) {
       // On the device: the prediction in Gy, scored as its submission file would be.
       const torch::Tensor dose_mask = c.mask.defined() ? c.mask[0] : torch::ones_like(c.raw_target, torch::kUInt8);
       dose_metrics.push_back(
-          dose_eval_->evaluate(c.id, pred_on_device, c.raw_target.to(device_), dose_mask.to(device_)));
+          dose_eval_->evaluate(c.id, pred, raw_target, dose_mask.to(device_, /*non_blocking=*/true)));
     }
-    const torch::Tensor pred = pred_on_device.cpu();
     if (cfg.logging.tensorboard && preview.preview_case.empty()) {
       const int64_t mid = pred.size(0) / 2;
       preview.preview_case = c.id;
       preview.preview_input = c.image[0][mid].to(torch::kCPU, torch::kFloat);
-      preview.preview_target =
-          (pre.task() == Task::kSegmentation ? c.target : c.raw_target)[mid].to(torch::kCPU, torch::kFloat);
-      preview.preview_prediction = pred[mid].to(torch::kFloat);
+      preview.preview_target = (segmentation ? c.target : c.raw_target)[mid].to(torch::kCPU, torch::kFloat);
+      preview.preview_prediction = pred[mid].to(torch::kCPU, torch::kFloat);
     }
-    if (pre.task() == Task::kSegmentation) {
+    torch::Tensor metric;
+    if (segmentation) {
       // The ignore label's voxels count for no class: the prediction takes the label there too.
       const int64_t ignore = rc_.info.ignore_label;
-      const torch::Tensor scored = ignore >= 0 ? pred.masked_fill(c.target.to(pred.device()) == ignore, ignore) : pred;
-      metrics.push_back(nan_mean(dice_per_class(scored, c.target, rc_.info.num_classes)));
+      const torch::Tensor scored = ignore >= 0 ? pred.masked_fill(target == ignore, ignore) : pred;
+      metric = dice_per_class_tensor(scored, target, rc_.info.num_classes);  // (K - 1,)
     } else {
-      metrics.push_back(masked_mae(pred, c.raw_target, c.mask.defined() ? c.mask[0] : torch::Tensor()));
+      metric = masked_mae_tensor(pred, raw_target, mask.defined() ? mask[0][0] : torch::Tensor()).view({1});
+    }
+    scores.push_back(torch::cat({case_loss, metric}));
+  }
+  // The one host read of the epoch's losses and metrics.
+  std::vector<double> losses, metrics;
+  if (!scores.empty()) {
+    const torch::Tensor host = torch::stack(scores).cpu();  // (cases of this rank, 1 + M) float64
+    const auto h = host.accessor<double, 2>();
+    for (int64_t i = 0; i < h.size(0); ++i) {
+      losses.push_back(h[i][0]);
+      std::vector<double> values;
+      for (int64_t j = 1; j < h.size(1); ++j) values.push_back(h[i][j]);
+      metrics.push_back(segmentation ? nan_mean(values) : values.at(0));
     }
   }
   if (faults_.nan_val.count(epoch)) return ValStats{};  // test fault: every value NaN
@@ -180,9 +198,12 @@ void Validator::patches(int64_t epoch, ValStats& stats, TrainState& state) {
     dist_->all_reduce_(l);
     loss_sum = l.reshape({});
   }
-  const torch::Tensor host = counts_all.cpu();  // the one host read
+  // The one host read: the counts (exact in float64) and the loss sum in one tensor.
+  const torch::Tensor packed =
+      torch::cat({counts_all.reshape({-1}).to(torch::kDouble), loss_sum.reshape({1}).to(counts_all.device())}).cpu();
+  const torch::Tensor host = packed.narrow(0, 0, 3 * k).to(torch::kLong).view({3, k});
   const auto h = host.accessor<int64_t, 2>();
-  const double loss_total = loss_sum.item<double>();
+  const double loss_total = packed[3 * k].item<double>();
   std::vector<double> dice;
   for (int64_t c = 1; c < k; ++c) {
     const double denom = static_cast<double>(2 * h[0][c] + h[1][c] + h[2][c]);

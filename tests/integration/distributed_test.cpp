@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "ranks.h"
@@ -15,6 +16,8 @@
 #include "u3d/train/checkpoint.h"
 #include "u3d/train/distributed.h"
 #include "u3d/train/grad_sync.h"
+#include "u3d/train/optimizer.h"
+#include "u3d/train/train_step.h"
 
 namespace u3d {
 namespace {
@@ -118,6 +121,89 @@ TEST(DataParallel, BucketerEqualsReducerAndOneProcessWithTheGlobalBatch) {
   }
   // Summation order differs from one process: not bitwise, relative 1e-5.
   EXPECT_LT(max_relative_difference(ours0, expected), 1e-5);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gradients as views into the buckets (DDP's gradient_as_bucket_view): a channels-last network,
+// the optimizer zeroing in place and two accumulated micro-batches per step, no copy in or out.
+// Runs only as a rank (U3D_DIST_BUCKET_VIEWS_OUT set by DataParallel.GradientsAreViewsIntoTheBuckets...).
+
+// Whether `t`'s memory lies inside `buffer`'s.
+bool inside(const torch::Tensor& t, const torch::Tensor& buffer) {
+  const auto* begin = static_cast<const char*>(buffer.data_ptr());
+  const auto* at = static_cast<const char*>(t.data_ptr());
+  return at >= begin && at + t.numel() * t.element_size() <= begin + buffer.numel() * buffer.element_size();
+}
+
+TEST(DistributedWorker, GradientsInTheBuckets) {
+  const char* out = std::getenv("U3D_DIST_BUCKET_VIEWS_OUT");
+  if (!out) GTEST_SKIP() << "a rank process of DataParallel.GradientsAreViewsIntoTheBuckets...";
+  torch::set_num_threads(1);
+  const LaunchEnv env = read_launch_env();
+  TrainingConfig t;
+  t.dist_backend = DistBackend::kGloo;
+  t.dist_timeout_s = 60;
+  auto dist = Distributed::join(env, t, torch::kCPU);
+  const auto [x, y] = global_batch();
+  const int64_t per_rank = kSamples / env.world_size, micro = per_rank / 2;
+
+  Network net = worker_network();
+  to_channels_last(*net);  // before the optimizer, as the trainer
+  Optimizer opt(t, net->parameters());
+  GradientSync sync(opt.params(), *dist, /*bucket_bytes=*/4096, /*first_bucket_bytes=*/1024);
+  ASSERT_GT(sync.buckets().size(), 2u);
+  const std::vector<torch::Tensor> buffers = sync.bucket_buffers();
+  const std::vector<torch::Tensor>& params = opt.params();
+  ASSERT_TRUE(std::any_of(params.begin(), params.end(), [](const torch::Tensor& p) { return !p.is_contiguous(); }))
+      << "no channels-last weight to test";
+  auto expect_views = [&](const std::string& when) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      const torch::Tensor& g = params[i].grad();
+      ASSERT_TRUE(g.defined()) << when << ": parameter " << i;
+      EXPECT_TRUE(std::any_of(buffers.begin(), buffers.end(), [&](const torch::Tensor& b) { return inside(g, b); }))
+          << when << ": parameter " << i << "'s gradient is not in a bucket";
+      EXPECT_EQ(g.strides(), params[i].strides()) << when << ": parameter " << i;
+    }
+  };
+  expect_views("before the first step");
+  for (int step = 0; step < 2; ++step) {
+    opt.zero_grad();
+    for (int64_t m = 0; m < 2; ++m) {  // two micro-batches: the mean over the rank's samples
+      sync.arm(/*reduce=*/m == 1);
+      const int64_t first = env.rank * per_rank + m * micro;
+      (torch::mse_loss(net->forward(x.narrow(0, first, micro)), y.narrow(0, first, micro)) / 2.0).backward();
+    }
+    sync.finish();
+    expect_views("after step " + std::to_string(step));
+    if (step == 0) torch::save(grads_of(net), (fs::path(out) / ("views" + std::to_string(env.rank) + ".pt")).string());
+    opt.step(torch::zeros({}));
+  }
+  // A gradient replaced from outside goes back into its bucket, with its values, at the next arm().
+  const torch::Tensor& p0 = params[0];
+  p0.mutable_grad() = torch::full_like(p0, 3.0);
+  sync.arm(/*reduce=*/false);
+  expect_views("after a gradient was replaced");
+  EXPECT_TRUE(p0.grad().eq(3.0).all().item<bool>());
+  dist->barrier();
+}
+
+TEST(DataParallel, GradientsAreViewsIntoTheBucketsAndEqualOneProcessWithTheGlobalBatch) {
+  test::TempDir dir;
+  auto ranks = test::spawn_ranks(2, {"--gtest_filter=DistributedWorker.GradientsInTheBuckets"}, dir.path(),
+                                 {{"U3D_DIST_BUCKET_VIEWS_OUT", dir.path().string()}}, {}, {}, "/proc/self/exe");
+  for (int code : test::wait_all(ranks, 120)) ASSERT_EQ(code, 0) << test::outputs(ranks);
+
+  Network one = worker_network();  // one process, the whole global batch, one backward
+  to_channels_last(*one);
+  const auto [x, y] = global_batch();
+  torch::mse_loss(one->forward(x), y).backward();
+  const auto expected = grads_of(one);
+  const auto views0 = load_tensors(dir / "views0.pt"), views1 = load_tensors(dir / "views1.pt");
+  ASSERT_EQ(views0.size(), expected.size());
+  for (size_t i = 0; i < views0.size(); ++i) {
+    EXPECT_TRUE(torch::equal(views0[i], views1[i])) << "parameter " << i << ": the ranks' averaged gradients differ";
+  }
+  EXPECT_LT(max_relative_difference(views0, expected), 1e-5);
 }
 
 // ---------------------------------------------------------------------------------------------

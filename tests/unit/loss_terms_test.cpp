@@ -235,6 +235,38 @@ TEST(StepMonitorTerms, CallsTheBeforeReadHookBeforeEachHostRead) {
   EXPECT_DOUBLE_EQ(m.totals().loss_sum, 1.5);
 }
 
+// The status line's snapshot: on the CPU request() reads at once, so latest() is exact and tagged
+// with the caller's step count; a new epoch drops the old epoch's snapshot.
+TEST(StepMonitorTerms, SnapshotsAreExactOnTheCpuAndBelongToTheirEpoch) {
+  StepMonitor m(torch::kCPU, /*terms=*/1);
+  int calls = 0;
+  m.set_before_read([&] { ++calls; });
+  EXPECT_EQ(m.latest().steps, 0);
+  EXPECT_EQ(m.latest().totals.term_sums, (std::vector<double>{0}));
+  m.record(torch::tensor(1.5f), torch::zeros({}), torch::tensor({0.5f}));
+  m.record(torch::tensor(7.0f), torch::ones({}), torch::tensor({7.0f}));
+  m.request(/*steps=*/2);
+  EXPECT_EQ(calls, 1);  // a host read on the CPU
+  const StepMonitor::Snapshot s = m.latest();
+  EXPECT_EQ(s.steps, 2);
+  EXPECT_DOUBLE_EQ(s.totals.loss_sum, 1.5);
+  EXPECT_EQ(s.totals.term_sums, (std::vector<double>{0.5}));
+  EXPECT_EQ(s.totals.skipped, 1);
+  EXPECT_EQ(s.totals.skipped_in_a_row, 1);
+  const StepMonitor::Totals t = m.totals();
+  EXPECT_EQ(t.loss_sum, s.totals.loss_sum);
+  EXPECT_EQ(t.skipped_total, s.totals.skipped_total);
+  EXPECT_EQ(t.longest_run, s.totals.longest_run);
+  m.start_epoch();
+  EXPECT_EQ(m.latest().steps, 0);
+  EXPECT_DOUBLE_EQ(m.latest().totals.loss_sum, 0.0);
+  m.record(torch::tensor(2.0f), torch::zeros({}), torch::tensor({1.0f}));
+  m.request(/*steps=*/1);
+  EXPECT_DOUBLE_EQ(m.latest().totals.loss_sum, 2.0);
+  EXPECT_EQ(m.latest().totals.skipped, 0);
+  EXPECT_EQ(m.latest().totals.skipped_total, 1);  // the run's count carries over
+}
+
 TEST(DatasetIgnoreLabel, IsRecordedAndAllowedAboveTheClasses) {
   test::TempDir dir;
   DatasetInfo info;

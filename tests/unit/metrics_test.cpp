@@ -27,6 +27,33 @@ TEST(Metrics, DiceByHand) {
   EXPECT_DOUBLE_EQ(nan_mean(d), 2.0 / 3.0);
 }
 
+// Validation keeps the per-case values on the device and reads them once: the tensor forms equal
+// the host ones bit for bit (the CPU run's val metrics do not change).
+TEST(Metrics, DeviceFormsEqualTheHostValues) {
+  torch::manual_seed(5);
+  const auto p = torch::rand({4, 5, 6}) * 70, t = torch::rand({4, 5, 6}) * 70;
+  const auto m = (torch::rand({1, 4, 5, 6}) > 0.3).to(torch::kUInt8);
+  for (const auto& mask : {m, torch::Tensor(), torch::zeros_like(m)}) {
+    const torch::Tensor v = masked_mae_tensor(p, t, mask);
+    EXPECT_EQ(v.dim(), 0);
+    EXPECT_EQ(v.scalar_type(), torch::kDouble);
+    const double host = masked_mae(p, t, mask);
+    if (std::isnan(host)) {
+      EXPECT_TRUE(std::isnan(v.item<double>()));
+    } else {
+      EXPECT_EQ(v.item<double>(), host);
+    }
+  }
+  const auto pred = torch::randint(0, 4, {4, 5, 6}, torch::kUInt8),
+             ref = torch::randint(0, 3, {4, 5, 6}, torch::kUInt8);
+  const torch::Tensor d = dice_per_class_tensor(pred, ref, 5);  // class 4 absent from both
+  const auto host = dice_per_class(pred, ref, 5);
+  ASSERT_EQ(d.numel(), 4);
+  for (int64_t k = 0; k < 3; ++k) EXPECT_EQ(d[k].item<double>(), host[static_cast<size_t>(k)]) << k;
+  EXPECT_TRUE(std::isnan(d[3].item<double>()));
+  EXPECT_EQ(dice_per_class_tensor(pred, ref, 1).numel(), 0);
+}
+
 TEST(Metrics, ImprovementRules) {
   const double nan = std::nan("");
   EXPECT_TRUE(is_improvement(1.0, nan, false));

@@ -85,9 +85,13 @@ class TensorCache {
 
   // The cases stacked for patch sampling (nnU-Net's validation patches), held once: the returned
   // cache holds every image as float32 in one field (identity normalisation), the targets and
-  // masks as they are, on the CPU; each case's image, target and mask here become views into it.
-  // The cases' values do not change. raw_target stays per case. label_maps: as CacheOptions'.
-  StackedCache stack_shared(const LabelMapFn& label_maps = {});
+  // masks as they are, on the CPU (`placement` kPinned: page-locked, with CUDA); each case's image,
+  // target and mask here become views into it. The cases' values do not change. raw_target stays
+  // per case. label_maps: as CacheOptions'.
+  StackedCache stack_shared(const LabelMapFn& label_maps = {}, CachePlacement placement = CachePlacement::kMemory);
+  // Moves each case's tensors to page-locked memory, so their copies to the GPU are asynchronous
+  // (validation on CUDA); tensors already page-locked (stack_shared's views) stay. Without CUDA: nothing.
+  void pin_memory();
 
  private:
   std::vector<CachedCase> cases_;

@@ -12,10 +12,15 @@ namespace u3d {
 // Mean |pred - target| over voxels where mask != 0 (every voxel when mask is undefined).
 // pred, target: (D, H, W) float; mask: (D, H, W) or (1, D, H, W).
 double masked_mae(const torch::Tensor& pred, const torch::Tensor& target, const torch::Tensor& mask);
+// The same as a () float64 tensor on pred's device, NaN for an empty mask; no host read (validation
+// stacks the cases' values and reads them once).
+torch::Tensor masked_mae_tensor(const torch::Tensor& pred, const torch::Tensor& target, const torch::Tensor& mask);
 
 // Dice of each foreground class 1..K-1 between two label volumes (D, H, W). A class absent from
 // both gives NaN (left out of means), a class in only one gives 0.
 std::vector<double> dice_per_class(const torch::Tensor& pred, const torch::Tensor& labels, int64_t num_classes);
+// The same as a (K-1,) float64 tensor on pred's device; no host read.
+torch::Tensor dice_per_class_tensor(const torch::Tensor& pred, const torch::Tensor& labels, int64_t num_classes);
 // Mean over the finite values; NaN when there are none.
 double nan_mean(const std::vector<double>& values);
 

@@ -2,7 +2,8 @@
 // split as a StackedCache with its patch sampler and batch loader (loader.h: batches ready on the
 // device, made ahead of the loop), and the validation split as a TensorCache with, for nnU-Net's
 // pseudo-Dice, a patch sampler over the same cases (no augmentation, its own random stream) that
-// crops from the same memory (TensorCache::stack_shared: the split is held once).
+// crops from the same memory (TensorCache::stack_shared: the split is held once). Training on CUDA,
+// the validation split is page-locked, so validation's copies to the GPU are asynchronous.
 //
 //   const TrainData data(rc, reader, runtime);   // resolve.h: rc checked before anything loads
 //   Batch b = data.loader().next(epoch, step);
