@@ -54,9 +54,15 @@ void sliding_window_predict(NetworkImpl& net, const torch::Tensor& image, const 
   torch::NoGradGuard no_grad;
   const bool was_training = net.is_training();
   net.eval();
+  // Channel by channel: each channel's block is contiguous (a cache arena's view, data/cache.h, has
+  // its channels apart), so copies from page-locked memory (the validation cache on CUDA) stay
+  // asynchronous; a pageable image is staged.
+  torch::Tensor x = image;
+  if (x.device() != device || x.scalar_type() != torch::kFloat) {
+    x = torch::empty(image.sizes(), torch::TensorOptions().dtype(torch::kFloat).device(device));
+    for (int64_t c = 0; c < image.size(0); ++c) x[c].copy_(image[c], /*non_blocking=*/true);
+  }
   // Pad axes smaller than the patch (at the end, with 0 = the mean of a z-scored channel).
-  // Asynchronous from page-locked memory (the validation cache on CUDA); a pageable image is staged.
-  torch::Tensor x = image.to(device, torch::kFloat, /*non_blocking=*/true);
   const Shape3 shape = {x.size(1), x.size(2), x.size(3)};
   const Shape3 padded = {std::max(shape[0], o.patch[0]), std::max(shape[1], o.patch[1]),
                          std::max(shape[2], o.patch[2])};
