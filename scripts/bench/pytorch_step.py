@@ -21,6 +21,12 @@ PyTorch is a benchmark here, never a dependency of the trainer.
     python3 scripts/bench/pytorch_step.py --device cpu --filters 4 --size 32 --steps 3   # smoke test
     python3 scripts/bench/pytorch_step.py --arch unet --out-channels 4 --size 128 --batch 2   # nnU-Net-like
     python3 scripts/bench/pytorch_step.py --arch unet --params-only --levels 4 --base-filters 4 --max-filters 12
+    python3 scripts/bench/pytorch_step.py --arch mlperf_unet3d --size 128 --batch 2   # the MLPerf 3D U-Net
+
+--arch mlperf_unet3d: the MLPerf Training 3D U-Net (model.preset mlperf_unet3d), the network of
+scripts/python/u3d_model.py (MlperfUNet3d: the reference's layers and names) with the unet step
+above and the MLPerf recipe's defaults (3 classes, no deep supervision, SGD lr 0.8, momentum 0.9,
+no weight decay, no clipping); --levels/--base-filters/--max-filters/--kernel-size/--norm apply.
 """
 import argparse
 import json
@@ -312,7 +318,24 @@ def deep_supervision_loss(outs, labels, weights):
     return total
 
 
+def build_mlperf(args):
+    """The MLPerf 3D U-Net of scripts/python/u3d_model.py (the trainer's mlperf_unet3d)."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    import u3d_model
+    cfg = {"architecture": "mlperf_unet3d", "levels": args.levels, "base_filters": args.base_filters,
+           "max_filters": args.max_filters, "kernel_size": args.kernel_size, "norm": args.norm, "activation": "relu"}
+    return u3d_model.build(cfg, args.in_channels or 1, args.out_channels).train()
+
+
+MLPERF_DEFAULTS = {"out_channels": 3, "deep_supervision": 0, "lr": 0.8, "momentum": 0.9, "weight_decay": 0.0,
+                   "grad_clip_norm": 0.0}  # configs/mlperf_unet3d.yaml, unless given on the command line
+
+
 def build(args):
+    if args.arch == "mlperf_unet3d":
+        return build_mlperf(args)
     if args.arch == "openkbp":
         return OpenKbpBaseline(args.in_channels or 11, args.filters)
     if args.arch == "resenc":
@@ -418,7 +441,8 @@ def run(variant, args):
         "gpu": torch.cuda.get_device_name(0) if dev.type == "cuda" else None,
         "precision": args.precision, "channels_last": args.channels_last, "batch": args.batch,
         "patch": [args.size] * 3,
-        "architecture": {"unet": "unet", "resenc": "resenc_unet", "openkbp": "openkbp_baseline"}[args.arch],
+        "architecture": {"unet": "unet", "resenc": "resenc_unet", "openkbp": "openkbp_baseline",
+                         "mlperf_unet3d": "mlperf_unet3d"}[args.arch],
         "accumulate_steps": args.accumulate, "activation_checkpointing": args.checkpointing,
         "filters": args.filters if args.arch == "openkbp" else args.base_filters, "in_channels": cin,
         "out_channels": 1 if args.arch == "openkbp" else args.out_channels, "steps": args.steps,
@@ -443,9 +467,10 @@ def main():
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="bf16")
     p.add_argument("--no-channels-last", dest="channels_last", action="store_false")
     p.add_argument("--variants", default="eager,compile")
-    p.add_argument("--arch", choices=["openkbp", "unet", "resenc"], default="openkbp",
+    p.add_argument("--arch", choices=["openkbp", "unet", "resenc", "mlperf_unet3d"], default="openkbp",
                    help="openkbp: the OpenKBP baseline (--filters); unet: model.architecture unet (below); "
-                        "resenc: nnU-Net's residual-encoder U-Net (model.architecture resenc_unet)")
+                        "resenc: nnU-Net's residual-encoder U-Net (model.architecture resenc_unet); "
+                        "mlperf_unet3d: the MLPerf 3D U-Net (model.preset mlperf_unet3d)")
     p.add_argument("--in-channels", type=int, default=0, help="0: 11 (openkbp) or 1 (unet)")
     g = p.add_argument_group("--arch unet: the model.* and training.* keys (defaults: "
                              "configs/segmentation_nnunet_like.yaml)")
@@ -471,7 +496,12 @@ def main():
     g.add_argument("--accumulate", type=int, default=1, help="training.accumulate_steps: micro-batches per step")
     p.add_argument("--params-only", action="store_true",
                    help="print {\"benchmark\": \"params\", \"parameters\": N, ...} for the network and stop")
+    given = set(a.split("=", 1)[0].lstrip("-").replace("-", "_") for a in __import__("sys").argv[1:] if a.startswith("--"))
     args = p.parse_args()
+    if args.arch == "mlperf_unet3d":  # the MLPerf recipe's defaults for what the command line leaves out
+        for key, value in MLPERF_DEFAULTS.items():
+            if key not in given:
+                setattr(args, key, value)
     if args.params_only:
         torch.manual_seed(0)
         m = build(args)
