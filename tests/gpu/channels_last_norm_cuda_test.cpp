@@ -51,7 +51,7 @@ TEST(ChannelsLastNormCuda, ForwardAndBackwardCaptureInACudaGraph) {
     return y;
   };
   const auto side = c10::cuda::getStreamFromPool();
-  side.wait(c10::cuda::getCurrentCUDAStream());  // the stream orders below through the side stream
+  torch::cuda::synchronize();  // the inputs are ready before the side stream uses them
   torch::Tensor y_static;
   at::cuda::CUDAGraph graph;
   {
