@@ -111,7 +111,9 @@ int main(int argc, char** argv) {
 
   u3d::SynthCommand synth;
   auto* synth_app = app.add_subcommand("synth", "Make a phantom dataset (HDF5, format v1)");
-  synth_app->add_option("--task", synth.task, "dose | segmentation | surface")->capture_default_str();
+  synth_app
+      ->add_option("--task", synth.task, "dose | segmentation | surface | kits (KiTS19-like CT, 1.6 mm, varied sizes)")
+      ->capture_default_str();
   synth_app->add_option("--cases", synth.cases, "Number of cases")->capture_default_str();
   synth_app->add_option("--size", synth.size, "Volume size: S or D,H,W voxels")->capture_default_str();
   synth_app->add_option("--out", synth.out, "Output file")->required();

@@ -12,7 +12,8 @@ layout the PyTorch variants then use, so both time the same work. The PyTorch ne
 config's model.architecture:
 - openkbp_baseline: the trainer side is run with training.loss=l1 (PyTorch's step is an unmasked
   MAE); --filters must be the config's base filter count.
-- unet, resenc_unet: the model.* and training.* keys as the trainer resolved them (its JSON's
+- unet, resenc_unet, mlperf_unet3d (model.preset mlperf_unet3d, configs/mlperf_unet3d.yaml: the
+  MLPerf 3D U-Net; pytorch_step.py --arch mlperf_unet3d): the model.* and training.* keys as the trainer resolved them (its JSON's
   "resolved" member: presets applied; activation checkpointing and accumulate_steps included)
   become pytorch_step.py --arch unet|resenc's options; a segmentation dataset must be
   given (data.path: `trainer synth --task segmentation` will do; only its header is read) so that
@@ -82,16 +83,16 @@ UNET_DEFAULTS = {  # include/u3d/core/config.h ModelConfig / TrainingConfig defa
 }
 
 
-def unet_args(keys):
+def unet_args(keys, arch="unet"):
     """pytorch_step.py --arch unet options for the config keys; exits when the config uses what the
-    PyTorch mirror does not have."""
+    PyTorch mirror does not have (mlperf_unet3d: relu, as the reference)."""
     k = dict(UNET_DEFAULTS)
     k.update(keys)
     boolean = lambda v: "1" if v.lower() in ("true", "on", "yes", "1") else "0"
     unsupported = []
     if k["model.norm"] not in ("instance", "none"):
         unsupported.append(f"model.norm {k['model.norm']}")
-    if k["model.activation"] != "leaky_relu":
+    if k["model.activation"] != ("relu" if arch == "mlperf_unet3d" else "leaky_relu"):
         unsupported.append(f"model.activation {k['model.activation']}")
     if k["training.optimizer"] != "sgd":
         unsupported.append(f"training.optimizer {k['training.optimizer']}")
@@ -123,9 +124,10 @@ def pytorch_argv(ours, keys, filters, steps, warmup, variants):
     argv = ["--device", device, "--filters", str(filters), "--batch", str(ours["batch"]), "--size", str(patch[0]),
             "--steps", str(steps), "--warmup", str(warmup), "--precision", ours["precision"], "--variants", variants,
             "--in-channels", str(ours["in_channels"])]
-    if arch in ("unet", "resenc_unet"):
-        argv += ["--arch", "unet" if arch == "unet" else "resenc", "--out-channels", str(ours["out_channels"])]
-        argv += unet_args(keys)
+    if arch in ("unet", "resenc_unet", "mlperf_unet3d"):
+        argv += ["--arch", {"unet": "unet", "resenc_unet": "resenc", "mlperf_unet3d": "mlperf_unet3d"}[arch],
+                 "--out-channels", str(ours["out_channels"])]
+        argv += unet_args(keys, arch)
     if not ours["channels_last"]:
         argv.append("--no-channels-last")
     return argv
@@ -141,6 +143,9 @@ def main():
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--variants", default="eager,compile")
     p.add_argument("--set", action="append", default=[], help="extra trainer --set overrides")
+    p.add_argument("--trainer-graph", choices=["config", "both"], default="config",
+                   help="both: also run the trainer with training.cuda_graph off (CUDA only; the first run keeps "
+                        "the config's setting and is the one the ratios use)")
     args = p.parse_args()
 
     keys = config_sections(args.config, args.set)
@@ -153,6 +158,11 @@ def main():
     if len(ours) != 1:
         sys.exit("trainer --benchmark printed no JSON line")
     ours = ours[0]
+    extra = []  # more trainer rows (--trainer-graph both)
+    if args.trainer_graph == "both" and ours["device"].startswith("cuda"):
+        extra = json_lines(run(cmd + ["--set", "training.cuda_graph=off"]))
+        for r in extra:
+            r["tool"] = r.get("tool", "trainer") + "-nograph"
     keys.update(ours.get("resolved", {}))  # the trainer's resolved keys (model.preset applied) win
     arch = ours.get("architecture", arch)
     cmd = [args.python, os.path.join(HERE, "pytorch_step.py")]
@@ -161,7 +171,7 @@ def main():
     if not theirs:
         sys.exit("pytorch_step.py printed no JSON line")
 
-    rows = [ours] + theirs
+    rows = [ours] + extra + theirs
     for r in rows:
         print(json.dumps(r))
     print(f"{'tool':>16} {'median ms':>10} {'p10':>9} {'p90':>9} {'samples/s':>10} {'TFLOP/s':>8} {'peak GiB':>9}")

@@ -21,6 +21,12 @@ PyTorch is a benchmark here, never a dependency of the trainer.
     python3 scripts/bench/pytorch_step.py --device cpu --filters 4 --size 32 --steps 3   # smoke test
     python3 scripts/bench/pytorch_step.py --arch unet --out-channels 4 --size 128 --batch 2   # nnU-Net-like
     python3 scripts/bench/pytorch_step.py --arch unet --params-only --levels 4 --base-filters 4 --max-filters 12
+    python3 scripts/bench/pytorch_step.py --arch mlperf_unet3d --size 128 --batch 2   # the MLPerf 3D U-Net
+
+--arch mlperf_unet3d: the MLPerf Training 3D U-Net (model.preset mlperf_unet3d), the network of
+scripts/python/u3d_model.py (MlperfUNet3d: the reference's layers and names) with the unet step
+above and the MLPerf recipe's defaults (3 classes, no deep supervision, SGD lr 0.8, momentum 0.9,
+no weight decay, no clipping); --levels/--base-filters/--max-filters/--kernel-size/--norm apply.
 """
 import argparse
 import json
@@ -30,244 +36,8 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torch.utils.checkpoint
 
-
-class OpenKbpBaseline(nn.Module):
-    """Six 4x4x4 stride-2 'same' convolutions down (f, 2f, 4f, 8f, 8f, 8f; no bias; BN momentum
-    0.01 eps 1e-3 except the last; LeakyReLU 0.2), five 4x4x4 stride-2 transposed convolutions up
-    (8f, 8f, 4f, 2f, f; no bias; BN; channel dropout 0.2 on the 2nd and 4th; ReLU), the 2nd to 5th
-    taking the concatenation with the matching encoder output, then a final transposed convolution
-    (bias) of [up5, enc1] to 1 channel, 3x3x3 average pooling (stride 1, 'same', padding left out of
-    the average) and ReLU. 116,975,361 parameters at f = 64 with 11 input channels."""
-
-    def __init__(self, in_channels=11, f=64):
-        super().__init__()
-        enc = [f, 2 * f, 4 * f, 8 * f, 8 * f, 8 * f]
-        self.down = nn.ModuleList()
-        self.down_bn = nn.ModuleList()
-        prev = in_channels
-        for i, c in enumerate(enc):
-            self.down.append(nn.Conv3d(prev, c, 4, stride=2, padding=1, bias=False))
-            self.down_bn.append(nn.BatchNorm3d(c, momentum=0.01, eps=1e-3) if i < 5 else nn.Identity())
-            prev = c
-        dec = [8 * f, 8 * f, 4 * f, 2 * f, f]
-        skips = [None, enc[4], enc[3], enc[2], enc[1]]
-        self.up = nn.ModuleList()
-        self.up_bn = nn.ModuleList()
-        prev = enc[5]
-        for c, s in zip(dec, skips):
-            cin = prev + (s or 0)
-            self.up.append(nn.ConvTranspose3d(cin, c, 4, stride=2, padding=1, bias=False))
-            self.up_bn.append(nn.BatchNorm3d(c, momentum=0.01, eps=1e-3))
-            prev = c
-        self.drop = nn.Dropout3d(0.2)
-        self.final = nn.ConvTranspose3d(prev + enc[0], 1, 4, stride=2, padding=1, bias=True)
-
-    def forward(self, x):
-        e = []
-        for conv, bn in zip(self.down, self.down_bn):
-            x = F.leaky_relu(bn(conv(x)), 0.2)
-            e.append(x)
-        y = e[5]
-        for i, (conv, bn) in enumerate(zip(self.up, self.up_bn)):
-            if i > 0:
-                y = torch.cat([y, e[5 - i]], dim=1)
-            y = bn(conv(y))
-            if i in (1, 3):
-                y = self.drop(y)
-            y = F.relu(y)
-        y = self.final(torch.cat([y, e[0]], dim=1))
-        y = F.avg_pool3d(y, 3, stride=1, padding=1, count_include_pad=False)
-        return F.relu(y)
-
-
-class ConvBlock(nn.Module):
-    """conv (bias only without a norm) -> [channel dropout] -> [instance norm, affine] -> LeakyReLU: the
-    trainer's ConvBlockImpl with norm: instance|none and activation: leaky_relu."""
-
-    def __init__(self, cin, cout, stride, a):
-        super().__init__()
-        k = a.kernel_size
-        self.conv = nn.Conv3d(cin, cout, k, stride=stride, padding=k // 2, bias=a.norm == "none")
-        self.dropout = nn.Dropout3d(a.dropout) if a.dropout > 0 else None
-        # LibTorch's InstanceNorm3d defaults: eps 1e-5; affine, no running statistics (unet.cpp).
-        self.norm = nn.InstanceNorm3d(cout, affine=True, track_running_stats=False) if a.norm == "instance" else None
-        self.slope = a.negative_slope
-
-    def forward(self, x):
-        y = self.conv(x)
-        if self.dropout is not None:
-            y = self.dropout(y)
-        if self.norm is not None:
-            y = self.norm(y)
-        return F.leaky_relu(y, self.slope)
-
-
-class UNet(nn.Module):
-    """src/model/unet.cpp: `levels` stages of min(base * 2^l, max) filters and `convs` ConvBlocks, the
-    first of stages l > 0 with stride 2; the decoder up-samples with 2x2x2 stride-2 transposed
-    convolutions (bias), concatenates [up, skip] and applies `convs` ConvBlocks; a 1x1x1 head (bias);
-    with deep supervision a 1x1x1 head on decoder stages 1 .. levels - 2. forward() returns the
-    full-resolution logits alone (what the trainer's FLOP count runs); forward_deep() full resolution
-    first, then 1/2, 1/4, ..."""
-
-    def __init__(self, in_channels, out_channels, a):
-        super().__init__()
-        self.levels = a.levels
-        f = [min(a.base_filters << l, a.max_filters) for l in range(a.levels)]
-        self.encoder = nn.ModuleList()
-        prev = in_channels
-        for l in range(a.levels):
-            self.encoder.append(nn.Sequential(*[
-                ConvBlock(prev if c == 0 else f[l], f[l], 2 if (l > 0 and c == 0) else 1, a)
-                for c in range(a.convs_per_level)]))
-            prev = f[l]
-        self.up = nn.ModuleList()
-        self.decoder = nn.ModuleList()
-        for l in range(a.levels - 2, -1, -1):  # deepest first
-            self.up.append(nn.ConvTranspose3d(f[l + 1], f[l], 2, stride=2))
-            self.decoder.append(nn.Sequential(*[
-                ConvBlock(2 * f[l] if c == 0 else f[l], f[l], 1, a) for c in range(a.convs_per_level)]))
-        self.checkpointing = getattr(a, "checkpointing", "off")
-        self.head = nn.Conv3d(f[0], out_channels, 1)
-        self.deep_heads = nn.ModuleList(
-            [nn.Conv3d(f[l], out_channels, 1) for l in range(1, a.levels - 1)] if a.deep_supervision else [])
-        for m in self.modules():  # init_weights(): Kaiming normal (fan in, leaky_relu), zero biases
-            if isinstance(m, (nn.Conv3d, nn.ConvTranspose3d)):
-                nn.init.kaiming_normal_(m.weight, a=a.negative_slope, mode="fan_in", nonlinearity="leaky_relu")
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-
-    def run(self, x, deep):
-        skips = []
-        ckpt = getattr(self, "checkpointing", "off")
-        for stage in self.encoder:
-            x = staged(stage, x, ckpt != "off" and self.training)
-            skips.append(x)
-        for i, (up, stage) in enumerate(zip(self.up, self.decoder)):
-            l = self.levels - 2 - i
-            x = staged(stage, torch.cat([up(x), skips[l]], dim=1), ckpt == "all" and self.training)
-            if deep is not None and 1 <= l <= len(self.deep_heads):
-                deep.append(self.deep_heads[l - 1](x))
-        return self.head(x)
-
-    def forward(self, x):
-        return self.run(x, None)
-
-    def forward_deep(self, x):
-        if len(self.deep_heads) == 0:
-            return [self.forward(x)]
-        deep = []  # coarsest first while decoding
-        full = self.run(x, deep)
-        return [full] + deep[::-1]
-
-
-def conv_norm_act(cin, cout, k, stride, bias, slope):
-    """nnU-Net's ConvDropoutNormReLU: conv ('same' padding) -> InstanceNorm3d (eps 1e-5, affine) ->
-    LeakyReLU, or without the activation when slope is None."""
-    layers = [nn.Conv3d(cin, cout, k, stride=stride, padding=k // 2, bias=bias),
-              nn.InstanceNorm3d(cout, eps=1e-5, affine=True)]
-    if slope is not None:
-        layers.append(nn.LeakyReLU(slope))
-    return nn.Sequential(*layers)
-
-
-class ResidualBlockD(nn.Module):
-    """nnU-Net's residual basic block 'D': act(conv2(conv1(x)) + skip(x)); conv1 conv-norm-act with the
-    stride, conv2 conv-norm; skip: average pooling (kernel = stride) when strided, then a 1x1x1
-    convolution without bias and a norm when the width changes."""
-
-    def __init__(self, cin, cout, stride, a):
-        super().__init__()
-        k, s = a.kernel_size, a.negative_slope
-        self.conv1 = conv_norm_act(cin, cout, k, stride, True, s)
-        self.conv2 = conv_norm_act(cout, cout, k, 1, True, None)
-        skip = []
-        if stride != 1:
-            skip.append(nn.AvgPool3d(stride, stride))
-        if cin != cout:
-            skip.append(conv_norm_act(cin, cout, 1, 1, False, None))
-        self.skip = nn.Sequential(*skip)
-        self.slope = s
-
-    def forward(self, x):
-        return F.leaky_relu(self.conv2(self.conv1(x)) + self.skip(x), self.slope)
-
-
-class ResEncUNet(nn.Module):
-    """nnU-Net's ResidualEncoderUNet (package dynamic_network_architectures), built from the
-    configuration nnU-Net publishes in its ResEnc plans (nnUNetResEncUNet{M,L,XL}Plans.json:
-    n_stages = --levels, features_per_stage min(32 * 2^s, 320), kernel 3, strides 1, 2, 2, ...,
-    n_blocks_per_stage 1, 3, 4, 6, 6, 6, n_conv_per_stage_decoder 1, conv_bias true, InstanceNorm3d
-    eps 1e-5 affine, LeakyReLU 0.01): a stem conv-norm-act, per stage residual blocks (the first
-    strided), then per decoder stage a transposed convolution (kernel = stride, bias), the
-    concatenation with the skip, n_conv conv-norm-act blocks and a 1x1x1 segmentation layer (bias);
-    nnU-Net builds a segmentation layer for every decoder stage whether or not deep supervision is
-    on, so compare its count with the trainer's deep_supervision: true. No code of nnU-Net's is used;
-    the init follows its InitWeights_He(1e-2) and init_last_bn_before_add_to_0."""
-
-    def __init__(self, in_channels, out_channels, a):
-        super().__init__()
-        n = a.levels
-        f = [min(a.base_filters << s, a.max_filters) for s in range(n)]
-        blocks = [int(b) for b in a.blocks_per_level.split(",")] if a.blocks_per_level else \
-            [1, 3, 4, 6, 6, 6, 6, 6][:n]
-        self.stem = conv_norm_act(in_channels, f[0], a.kernel_size, 1, True, a.negative_slope)
-        self.stages = nn.ModuleList()
-        prev = f[0]
-        for s in range(n):
-            stride = 1 if s == 0 else 2
-            self.stages.append(nn.Sequential(*[
-                ResidualBlockD(prev if b == 0 else f[s], f[s], stride if b == 0 else 1, a) for b in range(blocks[s])]))
-            prev = f[s]
-        self.transpconvs = nn.ModuleList()
-        self.dec = nn.ModuleList()
-        self.seg_layers = nn.ModuleList()
-        for s in range(1, n):  # from the bottleneck up
-            below, skip = f[-s], f[-(s + 1)]
-            self.transpconvs.append(nn.ConvTranspose3d(below, skip, 2, stride=2, bias=True))
-            self.dec.append(nn.Sequential(*[
-                conv_norm_act(2 * skip if c == 0 else skip, skip, a.kernel_size, 1, True, a.negative_slope)
-                for c in range(a.convs_per_level)]))
-            self.seg_layers.append(nn.Conv3d(skip, out_channels, 1, bias=True))
-        self.checkpointing = getattr(a, "checkpointing", "off")
-        for m in self.modules():
-            if isinstance(m, (nn.Conv3d, nn.ConvTranspose3d)):
-                nn.init.kaiming_normal_(m.weight, a=1e-2)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-        for m in self.modules():
-            if isinstance(m, ResidualBlockD):
-                nn.init.zeros_(m.conv2[1].weight)
-                nn.init.zeros_(m.conv2[1].bias)
-
-    def run(self, x, deep):
-        skips = []
-        x = self.stem(x)
-        for stage in self.stages:
-            x = staged(stage, x, self.checkpointing != "off" and self.training)
-            skips.append(x)
-        outs = []
-        for i, (up, stage) in enumerate(zip(self.transpconvs, self.dec)):
-            x = staged(stage, torch.cat([up(x), skips[-(i + 2)]], dim=1), self.checkpointing == "all" and self.training)
-            if deep is not None or i == len(self.dec) - 1:
-                outs.append(self.seg_layers[i](x))
-        return outs[::-1]  # full resolution first
-
-    def forward(self, x):
-        return self.run(x, None)[0]
-
-    def forward_deep(self, x):
-        return self.run(x, [])
-
-
-def staged(stage, x, checkpoint):
-    """stage(x), through torch.utils.checkpoint (non-reentrant) when asked: the trainer's
-    model.activation_checkpointing."""
-    if checkpoint:
-        return torch.utils.checkpoint.checkpoint(stage, x, use_reentrant=False)
-    return stage(x)
+from pytorch_nets import OpenKbpBaseline, ResEncUNet, UNet  # the networks, beside this file
 
 
 def soft_dice_loss(logits, labels, smooth=1e-5):
@@ -312,7 +82,24 @@ def deep_supervision_loss(outs, labels, weights):
     return total
 
 
+def build_mlperf(args):
+    """The MLPerf 3D U-Net of scripts/python/u3d_model.py (the trainer's mlperf_unet3d)."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    import u3d_model
+    cfg = {"architecture": "mlperf_unet3d", "levels": args.levels, "base_filters": args.base_filters,
+           "max_filters": args.max_filters, "kernel_size": args.kernel_size, "norm": args.norm, "activation": "relu"}
+    return u3d_model.build(cfg, args.in_channels or 1, args.out_channels).train()
+
+
+MLPERF_DEFAULTS = {"out_channels": 3, "deep_supervision": 0, "lr": 0.8, "momentum": 0.9, "weight_decay": 0.0,
+                   "grad_clip_norm": 0.0}  # configs/mlperf_unet3d.yaml, unless given on the command line
+
+
 def build(args):
+    if args.arch == "mlperf_unet3d":
+        return build_mlperf(args)
     if args.arch == "openkbp":
         return OpenKbpBaseline(args.in_channels or 11, args.filters)
     if args.arch == "resenc":
@@ -418,7 +205,8 @@ def run(variant, args):
         "gpu": torch.cuda.get_device_name(0) if dev.type == "cuda" else None,
         "precision": args.precision, "channels_last": args.channels_last, "batch": args.batch,
         "patch": [args.size] * 3,
-        "architecture": {"unet": "unet", "resenc": "resenc_unet", "openkbp": "openkbp_baseline"}[args.arch],
+        "architecture": {"unet": "unet", "resenc": "resenc_unet", "openkbp": "openkbp_baseline",
+                         "mlperf_unet3d": "mlperf_unet3d"}[args.arch],
         "accumulate_steps": args.accumulate, "activation_checkpointing": args.checkpointing,
         "filters": args.filters if args.arch == "openkbp" else args.base_filters, "in_channels": cin,
         "out_channels": 1 if args.arch == "openkbp" else args.out_channels, "steps": args.steps,
@@ -443,9 +231,10 @@ def make_parser():  # also parses torch_side.py's requests, in its one process
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="bf16")
     p.add_argument("--no-channels-last", dest="channels_last", action="store_false")
     p.add_argument("--variants", default="eager,compile")
-    p.add_argument("--arch", choices=["openkbp", "unet", "resenc"], default="openkbp",
+    p.add_argument("--arch", choices=["openkbp", "unet", "resenc", "mlperf_unet3d"], default="openkbp",
                    help="openkbp: the OpenKBP baseline (--filters); unet: model.architecture unet (below); "
-                        "resenc: nnU-Net's residual-encoder U-Net (model.architecture resenc_unet)")
+                        "resenc: nnU-Net's residual-encoder U-Net (model.architecture resenc_unet); "
+                        "mlperf_unet3d: the MLPerf 3D U-Net (model.preset mlperf_unet3d)")
     p.add_argument("--in-channels", type=int, default=0, help="0: 11 (openkbp) or 1 (unet)")
     g = p.add_argument_group("--arch unet: the model.* and training.* keys (defaults: "
                              "configs/segmentation_nnunet_like.yaml)")
@@ -474,8 +263,20 @@ def make_parser():  # also parses torch_side.py's requests, in its one process
     return p
 
 
+def parse_args(argv=None):
+    """make_parser().parse_args(argv), with the MLPerf recipe's defaults for what argv leaves out."""
+    argv = __import__("sys").argv[1:] if argv is None else list(argv)
+    args = make_parser().parse_args(argv)
+    if args.arch == "mlperf_unet3d":
+        given = {a.split("=", 1)[0].lstrip("-").replace("-", "_") for a in argv if a.startswith("--")}
+        for key, value in MLPERF_DEFAULTS.items():
+            if key not in given:
+                setattr(args, key, value)
+    return args
+
+
 def main():
-    args = make_parser().parse_args()
+    args = parse_args()
     if args.params_only:
         torch.manual_seed(0)
         m = build(args)

@@ -41,7 +41,7 @@ def handle(req):
         return roofline.measure(req.get("n", 8192), req.get("copy_gib", 2.0), req.get("reps", 5))
     if op == "step":
         import pytorch_step
-        args = pytorch_step.make_parser().parse_args(req["argv"])
+        args = pytorch_step.parse_args(req["argv"])
         out = []
         for variant in args.variants.split(","):
             r = pytorch_step.run(variant, args)

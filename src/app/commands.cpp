@@ -197,8 +197,11 @@ int synth_command(const SynthCommand& cmd) {
   } else if (cmd.task == "surface") {
     o.task = Task::kSegmentation;
     o.kind = PhantomKind::kSurface;
+  } else if (cmd.task == "kits") {
+    o.task = Task::kSegmentation;
+    o.kind = PhantomKind::kKits;
   } else {
-    throw UsageError(fmt::format("synth: --task '{}': expected dose, segmentation or surface", cmd.task));
+    throw UsageError(fmt::format("synth: --task '{}': expected dose, segmentation, surface or kits", cmd.task));
   }
   o.cases = cmd.cases;
   o.size = parse_size(cmd.size);

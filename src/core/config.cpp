@@ -132,7 +132,19 @@ void apply_model_preset(Config& cfg) {
     if (!fits) break;
     ++levels;
   }
-  const std::vector<std::pair<std::string, std::string>> values = {
+  // The MLPerf 3D U-Net (model/mlperf_unet3d.h): the reference's fixed network.
+  const std::vector<std::pair<std::string, std::string>> mlperf = {
+      {"model.architecture", "mlperf_unet3d"},
+      {"model.levels", "6"},
+      {"model.base_filters", "32"},
+      {"model.max_filters", "320"},
+      {"model.kernel_size", "3"},
+      {"model.norm", "instance"},
+      {"model.activation", "relu"},
+      {"model.convs_per_level", "2"},
+      {"model.deep_supervision", "false"},
+  };
+  const std::vector<std::pair<std::string, std::string>> resenc = {
       {"model.architecture", "resenc_unet"},
       {"model.levels", std::to_string(levels)},
       {"model.base_filters", "32"},
@@ -145,7 +157,7 @@ void apply_model_preset(Config& cfg) {
       {"model.blocks_per_level", "[1, 3, 4, 6, 6, 6, 6, 6]"},
   };
   const std::string where = "model.preset: " + to_string(cfg.model.preset);
-  for (const auto& [key, value] : values) {
+  for (const auto& [key, value] : cfg.model.preset == ModelPreset::kMlperfUNet3d ? mlperf : resenc) {
     if (!cfg.origin.count(key)) find_option(key)->set(cfg, YAML::Load(value), where);
   }
 }
@@ -255,6 +267,20 @@ void validate(const Config& cfg) {
       static_cast<int64_t>(m.blocks_per_level.size()) < m.levels) {
     throw ConfigError(fmt::format("{}: model.blocks_per_level: {} entries for model.levels = {}; give one per level",
                                   origin_of(cfg, "model.blocks_per_level"), m.blocks_per_level.size(), m.levels));
+  }
+  if (m.architecture == Architecture::kMlperfUNet3d) {
+    const auto refuse = [&](const std::string& key, const std::string& value, const std::string& want) {
+      throw ConfigError(
+          fmt::format("{}: {}: {} does not apply to model.architecture = mlperf_unet3d (the MLPerf "
+                      "reference network); set it to {}",
+                      origin_of(cfg, key), key, value, want));
+    };
+    if (m.levels < 2) refuse("model.levels", std::to_string(m.levels), "at least 2");
+    if (m.deep_supervision) refuse("model.deep_supervision", "true", "false");
+    if (m.dropout > 0) refuse("model.dropout", fmt::format("{}", m.dropout), "0");
+    if (m.activation_checkpointing != Checkpointing::kOff) {
+      refuse("model.activation_checkpointing", to_string(m.activation_checkpointing), "off");
+    }
   }
   if (m.architecture == Architecture::kOpenKbpBaseline && m.activation_checkpointing != Checkpointing::kOff) {
     throw ConfigError(

@@ -38,9 +38,10 @@ U3D_ENUM_NAMES(Norm, {Norm::kBatch, "batch"}, {Norm::kInstance, "instance"}, {No
 U3D_ENUM_NAMES(Activation, {Activation::kRelu, "relu"}, {Activation::kLeakyRelu, "leaky_relu"},
                {Activation::kGelu, "gelu"}, {Activation::kElu, "elu"})
 U3D_ENUM_NAMES(Architecture, {Architecture::kUNet, "unet"}, {Architecture::kResEncUNet, "resenc_unet"},
-               {Architecture::kOpenKbpBaseline, "openkbp_baseline"})
+               {Architecture::kOpenKbpBaseline, "openkbp_baseline"}, {Architecture::kMlperfUNet3d, "mlperf_unet3d"})
 U3D_ENUM_NAMES(ModelPreset, {ModelPreset::kNone, "none"}, {ModelPreset::kResEncM, "resenc_m"},
-               {ModelPreset::kResEncL, "resenc_l"}, {ModelPreset::kResEncXL, "resenc_xl"})
+               {ModelPreset::kResEncL, "resenc_l"}, {ModelPreset::kResEncXL, "resenc_xl"},
+               {ModelPreset::kMlperfUNet3d, "mlperf_unet3d"})
 U3D_ENUM_NAMES(Checkpointing, {Checkpointing::kOff, "off"}, {Checkpointing::kEncoder, "encoder"},
                {Checkpointing::kAll, "all"})
 U3D_ENUM_NAMES(OutputActivation, {OutputActivation::kNone, "none"}, {OutputActivation::kRelu, "relu"},

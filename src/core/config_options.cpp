@@ -285,11 +285,17 @@ const std::vector<Option>& option_table() {
                   "instance norm, leaky_relu 0.01, blocks_per_level 1,3,4,6,6,6,..., one decoder convolution per "
                   "stage, levels from the patch (down-sampling while every axis keeps >= 4 voxels, at most 8). The "
                   "three share one network, as in nnU-Net; they differ in the GPU memory its planner fills with "
-                  "patch and batch (M 8 GB, L 24 GB, XL 40 GB; docs/performance.md)"),
+                  "patch and batch (M 8 GB, L 24 GB, XL 40 GB; docs/performance.md). mlperf_unet3d: the MLPerf "
+                  "Training 3D U-Net (KiTS19) with the reference's parameter names: architecture mlperf_unet3d, "
+                  "levels 6, base_filters 32, max_filters 320, kernel 3, instance norm, relu, two convolutions per "
+                  "stage, no deep supervision (31.19 M parameters for 1 channel and 3 classes; "
+                  "configs/mlperf_unet3d.yaml)"),
       make_option("model.architecture", &C::model, &ModelConfig::architecture,
                   "Network family: unet (plain convolution stages), resenc_unet (nnU-Net's residual-encoder U-Net: "
-                  "a stem convolution, residual blocks in the encoder, plain decoder) or openkbp_baseline (the "
-                  "OpenKBP challenge's network, f = base_filters; the other model keys do not apply)"),
+                  "a stem convolution, residual blocks in the encoder, plain decoder), openkbp_baseline (the "
+                  "OpenKBP challenge's network, f = base_filters; the other model keys do not apply) or "
+                  "mlperf_unet3d (the MLPerf 3D U-Net, model.preset mlperf_unet3d: levels, filters, kernel, norm and "
+                  "activation apply; no deep supervision, dropout or activation checkpointing)"),
       make_option("model.levels", &C::model, &ModelConfig::levels, "Resolution stages of the U-Net",
                   in_range<int64_t>(1, 8)),
       make_option("model.base_filters", &C::model, &ModelConfig::base_filters,
@@ -333,8 +339,7 @@ const std::vector<Option>& option_table() {
       // training
       make_option("model.channels_last", &C::model, &ModelConfig::channels_last,
                   "Weights and activations in channels-last 3D layout (NDHWC) for cuDNN; auto: on with CUDA for "
-                  "networks with batch norm or none (the OpenKBP baseline), off with instance or group norm (they "
-                  "make their input contiguous) and on CPU"),
+                  "every network (instance and group norm keep the layout, model/channels_last_norm.h), off on CPU"),
       make_option("training.device", &C::training, &TrainingConfig::device, "auto: CUDA when available, else CPU"),
       make_option("training.threads", &C::training, &TrainingConfig::threads,
                   "Intra-op CPU threads; 0: cores - 1; at most 4 per core", at_least<int64_t>(0)),

@@ -248,11 +248,77 @@ CaseData surface_case(const Shape3& size, Rng& rng) {
   return c;
 }
 
+// ---- KiTS19-like phantom ------------------------------------------------------------------
+
+// Abdominal CT (HU) as the MLPerf 3D U-Net benchmark sees KiTS19 after its preprocessing: resampled
+// to 1.6 mm isotropic from a native slice thickness of 0.5-5 mm (the partial volume of a thick
+// slice: a box blur along z over thickness / 1.6 voxels; labels by nearest neighbour, unblurred),
+// at least `size` per axis (the benchmark pads every volume to the patch) and up to 2x (z) and
+// 1.35x (y, x) larger. Air -1000, fat -100, soft tissue 40, spine 500, kidneys 160 (cortex,
+// contrast phase) around a 100 HU medulla, one tumour of 50-90 HU grown out of a kidney's surface;
+// noise 20 HU. Labels: 0 background, 1 kidney, 2 tumour.
+CaseData kits_case(const Shape3& size, Rng& rng) {
+  const Shape3 shape = {static_cast<int64_t>(std::llround(size[0] * rng.uniform(1.0, 2.0))),
+                        static_cast<int64_t>(std::llround(size[1] * rng.uniform(1.0, 1.35))),
+                        static_cast<int64_t>(std::llround(size[2] * rng.uniform(1.0, 1.35)))};
+  const Grid g = make_grid(shape);
+  const Ellipsoid body{0.0, rng.uniform(-0.05, 0.05), rng.uniform(-0.05, 0.05),
+                       4.0, rng.uniform(0.75, 0.9),   rng.uniform(0.85, 0.95)};
+  const Ellipsoid inner{0.0, body.cy, body.cx, 4.0, body.ry - 0.08, body.rx - 0.08};  // inside the fat layer
+  const Ellipsoid spine{0.0, body.cy + 0.45, 0.0, 4.0, 0.1, 0.1};
+  const double kz = rng.uniform(-0.25, 0.25);
+  const Ellipsoid kidney_l{kz + rng.uniform(-0.05, 0.05), 0.3, -0.4, rng.uniform(0.25, 0.35), rng.uniform(0.14, 0.18),
+                           rng.uniform(0.1, 0.13)};
+  const Ellipsoid kidney_r{kz + rng.uniform(-0.05, 0.05), 0.3, 0.4, rng.uniform(0.25, 0.35), rng.uniform(0.14, 0.18),
+                           rng.uniform(0.1, 0.13)};
+  const Ellipsoid& host = rng.bernoulli(0.5) ? kidney_l : kidney_r;
+  const double angle = rng.uniform(0.0, 6.283185307179586), tr = rng.uniform(0.35, 0.8);
+  const Ellipsoid tumour{host.cz + rng.uniform(-0.6, 0.6) * host.rz,
+                         host.cy + 0.8 * host.ry * std::sin(angle),
+                         host.cx + 0.8 * host.rx * std::cos(angle),
+                         tr * host.ry * 1.5,
+                         tr * host.ry,
+                         tr * host.ry};
+  const Tensor in_body = radius(g, body) < 1.0, in_inner = radius(g, inner) < 1.0;
+  const Tensor rl = radius(g, kidney_l), rr = radius(g, kidney_r);
+  const Tensor kidney_m = ((rl < 1.0) | (rr < 1.0)) & in_body;
+  const Tensor medulla_m = ((rl < 0.6) | (rr < 0.6)) & in_body;
+  const Tensor tumour_m = (radius(g, tumour) < 1.0) & in_body;
+  Tensor labels = torch::zeros(g.z.sizes(), torch::kUInt8);
+  labels.masked_fill_(kidney_m, 1);
+  labels.masked_fill_(tumour_m, 2);
+
+  auto gen = noise_generator(rng);
+  Tensor image = torch::full(g.z.sizes(), -1000.0f);
+  image.masked_fill_(in_body, -100.0f);
+  image.masked_fill_(in_inner, 40.0f);
+  image.masked_fill_(radius(g, spine) < 1.0, 500.0f);
+  image.masked_fill_(kidney_m, 160.0f);
+  image.masked_fill_(medulla_m, 100.0f);
+  const double tumour_hu = rng.uniform(50.0, 90.0);
+  image = torch::where(tumour_m, tumour_hu + 15.0f * torch::sin(9.0 * g.z + 7.0 * g.x), image);
+  const double thickness_mm = rng.uniform(0.5, 5.0);  // native slice thickness, resampled to 1.6 mm
+  const int64_t blur = 2 * std::max<int64_t>(0, std::llround(thickness_mm / 1.6 / 2.0)) + 1;
+  if (blur > 1) {
+    image = torch::avg_pool3d(image.unsqueeze(0).unsqueeze(0), {blur, 1, 1}, {1, 1, 1}, {blur / 2, 0, 0},
+                              /*ceil_mode=*/false, /*count_include_pad=*/false)
+                .squeeze(0)
+                .squeeze(0);
+  }
+  image = image + 20.0f * torch::randn(g.z.sizes(), gen);
+
+  CaseData c;
+  c.image = image.unsqueeze(0).contiguous();  // (1, D, H, W) HU
+  c.target = labels;                          // (D, H, W) uint8
+  c.spacing = {1.6, 1.6, 1.6};
+  return c;
+}
+
 }  // namespace
 
 DatasetInfo phantom_info(Task task, PhantomKind kind) {
-  if (task == Task::kDose && kind == PhantomKind::kSurface) {
-    throw UsageError("synth: the surface phantom is a segmentation task, not a dose task");
+  if (task == Task::kDose && kind != PhantomKind::kOrgans) {
+    throw UsageError("synth: the surface and kits phantoms are segmentation tasks, not dose tasks");
   }
   DatasetInfo info;
   info.task = task;
@@ -261,6 +327,12 @@ DatasetInfo phantom_info(Task task, PhantomKind kind) {
     info.target_name = "dose";
     info.target_units = "Gy";
     info.description = "u3d phantom: dose prediction";
+  } else if (kind == PhantomKind::kKits) {
+    info.channel_names = {"ct"};
+    info.target_name = "labels";
+    info.num_classes = 3;
+    info.class_names = {"background", "kidney", "tumour"};
+    info.description = "u3d phantom: KiTS19-like kidney and tumour segmentation (1.6 mm)";
   } else if (kind == PhantomKind::kSurface) {
     info.channel_names = {"image"};
     info.target_name = "labels";
@@ -279,13 +351,16 @@ DatasetInfo phantom_info(Task task, PhantomKind kind) {
 }
 
 CaseData make_phantom_case(Task task, const Shape3& size, uint64_t seed, int64_t index, PhantomKind kind) {
-  const bool surface = kind == PhantomKind::kSurface;
-  if (task == Task::kDose && surface) {
-    throw UsageError("synth: the surface phantom is a segmentation task, not a dose task");
+  const bool surface = kind == PhantomKind::kSurface, kits = kind == PhantomKind::kKits;
+  if (task == Task::kDose && kind != PhantomKind::kOrgans) {
+    throw UsageError("synth: the surface and kits phantoms are segmentation tasks, not dose tasks");
   }
-  Rng rng(seed, static_cast<uint64_t>(index), task == Task::kDose ? 0xD05E : (surface ? 0x5F4CE : 0x5E6));
-  CaseData c =
-      task == Task::kDose ? dose_case(size, rng) : (surface ? surface_case(size, rng) : segmentation_case(size, rng));
+  Rng rng(seed, static_cast<uint64_t>(index),
+          task == Task::kDose ? 0xD05E : (surface ? 0x5F4CE : (kits ? 0x4B175 : 0x5E6)));
+  CaseData c = task == Task::kDose ? dose_case(size, rng)
+               : surface           ? surface_case(size, rng)
+               : kits              ? kits_case(size, rng)
+                                   : segmentation_case(size, rng);
   c.id = fmt::format("case_{:03d}", index);
   return c;
 }
@@ -333,14 +408,16 @@ void write_phantom_nnunet_raw(const PhantomOptions& o, const std::filesystem::pa
   if (info.ignore_label >= 0) labels += fmt::format(", \"ignore\": {}", info.ignore_label);
   write_file_atomic(
       dir / "dataset.json",
-      fmt::format("{{\n  \"channel_names\": {{\"0\": \"phantom\"}},\n  \"labels\": {{{}}},\n"
-                  "  \"numTraining\": {},\n  \"file_ending\": \".nii.gz\",\n"
-                  "  \"description\": \"u3d {} phantoms (trainer synth --format nnunet)\"\n}}\n",
-                  labels, o.cases - n_test, o.kind == PhantomKind::kSurface ? "surface" : "segmentation"));
+      fmt::format(
+          "{{\n  \"channel_names\": {{\"0\": \"phantom\"}},\n  \"labels\": {{{}}},\n"
+          "  \"numTraining\": {},\n  \"file_ending\": \".nii.gz\",\n"
+          "  \"description\": \"u3d {} phantoms (trainer synth --format nnunet)\"\n}}\n",
+          labels, o.cases - n_test,
+          o.kind == PhantomKind::kSurface ? "surface" : (o.kind == PhantomKind::kKits ? "kits" : "segmentation")));
   for (int64_t i = 0; i < o.cases; ++i) {
     const CaseData c = make_phantom_case(Task::kSegmentation, o.size, o.seed, i, o.kind);
     const bool test = i >= o.cases - n_test;
-    const SourceGeometry g = plain_geometry(o.size, c.spacing);
+    const SourceGeometry g = plain_geometry({c.target.size(0), c.target.size(1), c.target.size(2)}, c.spacing);
     write_nifti(dir / (test ? "imagesTs" : "imagesTr") / (c.id + "_0000.nii.gz"), c.image[0], g);
     write_nifti(dir / (test ? "labelsTs" : "labelsTr") / (c.id + ".nii.gz"), c.target, g);
   }

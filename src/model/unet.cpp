@@ -3,8 +3,10 @@
 #include <ATen/record_function.h>
 
 #include "u3d/core/errors.h"
+#include "u3d/model/channels_last_norm.h"
 #include "u3d/model/checkpointing.h"
 #include "u3d/model/mean_pool.h"
+#include "u3d/model/mlperf_unet3d.h"
 #include "u3d/model/openkbp_baseline.h"
 
 namespace u3d {
@@ -13,14 +15,13 @@ namespace {
 torch::nn::AnyModule make_norm(Norm norm, int64_t channels, int64_t groups) {
   switch (norm) {
     case Norm::kBatch: return torch::nn::AnyModule(torch::nn::BatchNorm3d(channels));
-    case Norm::kInstance:
-      return torch::nn::AnyModule(torch::nn::InstanceNorm3d(
-          torch::nn::InstanceNorm3dOptions(channels).affine(true).track_running_stats(false)));
+    // Instance and group norm keep a channels-last layout (model/channels_last_norm.h).
+    case Norm::kInstance: return torch::nn::AnyModule(ChannelsLastNorm(channels, /*groups=*/0));
     case Norm::kGroup: {
       // Largest divisor of `channels` not above the requested group count.
       int64_t g = std::min(groups, channels);
       while (channels % g != 0) --g;
-      return torch::nn::AnyModule(torch::nn::GroupNorm(torch::nn::GroupNormOptions(g, channels)));
+      return torch::nn::AnyModule(ChannelsLastNorm(channels, g));
     }
     case Norm::kNone: break;
   }
@@ -73,6 +74,10 @@ ConvBlockImpl::ConvBlockImpl(int64_t in, int64_t out, int64_t stride, const Mode
 torch::Tensor ConvBlockImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = conv_(x);
   if (dropout_) y = dropout_(y);
+  if (auto* norm = norm_.is_empty() ? nullptr : norm_.ptr()->as<ChannelsLastNormImpl>()) {  // norm + activation fused
+    const auto fused = activate_ ? fusable_activation(activation_) : std::optional(NormActivation::kNone);
+    if (fused) return norm->forward_act(y, *fused, negative_slope_);
+  }
   if (!norm_.is_empty()) y = norm_.forward(y);
   return activate_ ? activate(y, activation_, negative_slope_) : y;
 }
@@ -202,6 +207,7 @@ Network build_network(const ModelConfig& cfg, int64_t in_channels, int64_t out_c
     case Architecture::kUNet:
     case Architecture::kResEncUNet: return std::make_shared<UNet3dImpl>(cfg, in_channels, out_channels);
     case Architecture::kOpenKbpBaseline: return std::make_shared<OpenKbpBaselineImpl>(cfg, in_channels, out_channels);
+    case Architecture::kMlperfUNet3d: return std::make_shared<MlperfUNet3dImpl>(cfg, in_channels, out_channels);
   }
   throw ConfigError("model.architecture: unknown architecture");
 }

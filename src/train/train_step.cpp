@@ -1,10 +1,12 @@
 #include "u3d/train/train_step.h"
 
+#include <c10/util/strides.h>
 #include <spdlog/spdlog.h>
 
 #include <vector>
 
 #include "u3d/core/errors.h"
+#include "u3d/model/channels_last_norm.h"
 #include "u3d/train/cuda_graph.h"
 #include "u3d/train/distributed.h"
 #include "u3d/train/grad_sync.h"
@@ -35,16 +37,15 @@ bool resolve_channels_last(const ModelConfig& cfg, const torch::Device& device) 
     case Toggle::kOff: return false;
     case Toggle::kAuto: break;
   }
-  const Norm norm = network_norm(cfg);
-  return device.is_cuda() && (norm == Norm::kBatch || norm == Norm::kNone);
+  return device.is_cuda();  // every norm keeps NDHWC (model/channels_last_norm.h; docs/performance.md)
 }
 
 std::string channels_last_reason(const ModelConfig& cfg, const torch::Device& device) {
   if (cfg.channels_last != Toggle::kAuto) return fmt::format("model.channels_last: {}", to_string(cfg.channels_last));
   if (!device.is_cuda()) return "auto: off on CPU";
   switch (network_norm(cfg)) {
-    case Norm::kInstance: return "auto: off with instance norm (at::instance_norm makes its input contiguous)";
-    case Norm::kGroup: return "auto: off with group norm (it makes its input contiguous)";
+    case Norm::kInstance: return "auto: on with instance norm (channels-last instance norm)";
+    case Norm::kGroup: return "auto: on with group norm (channels-last group norm)";
     case Norm::kBatch: return "auto: on with batch norm (cuDNN keeps NDHWC)";
     case Norm::kNone: return "auto: on without norm";
   }
@@ -54,22 +55,25 @@ std::string channels_last_reason(const ModelConfig& cfg, const torch::Device& de
 void to_channels_last(torch::nn::Module& module) {
   torch::NoGradGuard no_grad;
   for (auto& p : module.parameters()) {
-    if (p.dim() == 5) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast3d));
+    if (p.dim() == 5) p.set_data(strictly_channels_last(p));  // also 1-channel weights (model/channels_last_norm.h)
   }
   for (auto& b : module.buffers()) {
-    if (b.dim() == 5) b.set_data(b.contiguous(at::MemoryFormat::ChannelsLast3d));
+    if (b.dim() == 5) b.set_data(strictly_channels_last(b));
   }
 }
 
 void set_layout(torch::nn::Module& module, bool channels_last) {
-  const auto format = channels_last ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::Contiguous;
   torch::NoGradGuard no_grad;
-  for (auto& p : module.parameters()) {
-    if (p.dim() == 5 && !p.is_contiguous(format)) p.set_data(p.contiguous(format));
-  }
-  for (auto& b : module.buffers()) {
-    if (b.dim() == 5 && !b.is_contiguous(format)) b.set_data(b.contiguous(format));
-  }
+  auto relayout = [channels_last](torch::Tensor& t) {
+    if (t.dim() != 5) return;
+    const bool plain = t.strides() == c10::IntArrayRef(c10::contiguous_strides(t.sizes()));
+    const torch::Tensor u = channels_last ? strictly_channels_last(t)
+                            : plain       ? t
+                                          : torch::empty_like(t, at::MemoryFormat::Contiguous).copy_(t);
+    if (!u.is_same(t)) t.set_data(u);
+  };
+  for (auto& p : module.parameters()) relayout(p);
+  for (auto& b : module.buffers()) relayout(b);
 }
 
 void plant_value(torch::Tensor& t, double value) {

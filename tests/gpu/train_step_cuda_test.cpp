@@ -246,7 +246,7 @@ TEST(GpuTrainStep, StepBenchmarkOnCudaReportsPeakMemoryAndReplays) {
   EXPECT_NE(r.output.find("\"peak_gpu_mem_bytes\": "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\"precision\": \"bf16\""), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\"cuda_graph\": true"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("\"channels_last\": false"), std::string::npos) << r.output;  // instance norm: auto is off
+  EXPECT_NE(r.output.find("\"channels_last\": true"), std::string::npos) << r.output;  // auto: on with every norm
   EXPECT_EQ(r.output.find("\"peak_gpu_reserved_bytes\": null"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("\"peak_gpu_allocated_bytes\": null"), std::string::npos) << r.output;
   // With batch norm, auto is channels-last.

@@ -125,7 +125,7 @@ TEST_F(Cli, SynthWritesAndRefusesToOverwrite) {
   EXPECT_EQ(run_trainer({"synth", "--out", "s.h5", "--force", "--cases", "3"}, dir.path()).exit_code, 0);
   EXPECT_EQ(DatasetReader(dir / "s.h5").info().case_ids.size(), 3u);
   expect_error(run_trainer({"synth", "--out", "t.h5", "--task", "detection"}, dir.path()), 2,
-               "expected dose, segmentation or surface");
+               "expected dose, segmentation, surface or kits");
 }
 
 TEST_F(Cli, ConfigReferenceListsKeysAndMatchesTheDocs) {

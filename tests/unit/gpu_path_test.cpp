@@ -114,14 +114,18 @@ TEST(GpuPathFixes, DeterministicModeSetsTheCublasWorkspaceUnlessTheUserDid) {
   }
 }
 
-// Channels-last only where it pays: instance and group norm make their input contiguous.
-TEST(GpuPathFixes, ChannelsLastAutoFollowsTheNetworksNorm) {
+// Channels-last for every network on CUDA: instance and group norm keep NDHWC
+// (model/channels_last_norm.h; issue 33).
+TEST(GpuPathFixes, ChannelsLastAutoIsOnForEveryNormOnCuda) {
   ModelConfig m;
   m.norm = Norm::kInstance;
-  EXPECT_FALSE(resolve_channels_last(m, kCudaDevice));
-  EXPECT_NE(channels_last_reason(m, kCudaDevice).find("instance norm"), std::string::npos);
+  EXPECT_TRUE(resolve_channels_last(m, kCudaDevice));
+  EXPECT_NE(channels_last_reason(m, kCudaDevice).find("on with instance norm"), std::string::npos);
   m.norm = Norm::kGroup;
-  EXPECT_FALSE(resolve_channels_last(m, kCudaDevice));
+  EXPECT_TRUE(resolve_channels_last(m, kCudaDevice));
+  m.architecture = Architecture::kMlperfUNet3d;
+  EXPECT_TRUE(resolve_channels_last(m, kCudaDevice));
+  m.architecture = Architecture::kUNet;
   m.norm = Norm::kBatch;
   EXPECT_TRUE(resolve_channels_last(m, kCudaDevice));
   m.norm = Norm::kNone;

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "test_support.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
@@ -58,6 +60,29 @@ TEST(Synth, SegmentationCaseHasEveryLabel) {
   ASSERT_EQ(c.image.sizes(), (torch::IntArrayRef{1, 32, 32, 32}));
   for (int k = 0; k < 4; ++k) EXPECT_GT((c.target == k).sum().item<int64_t>(), 0) << "label " << k;
   EXPECT_EQ(c.target.max().item<uint8_t>(), 3);
+}
+
+TEST(Synth, KitsCasesAreCtAt1p6MmWithKidneyAndTumourInVariedSizes) {
+  std::set<std::vector<int64_t>> shapes;
+  for (int64_t i = 0; i < 4; ++i) {
+    const auto c = make_phantom_case(Task::kSegmentation, {32, 32, 32}, 0, i, PhantomKind::kKits);
+    const auto t = c.target.sizes();
+    EXPECT_GE(t[0], 32);
+    EXPECT_LE(t[0], 64);
+    EXPECT_GE(t[1], 32);
+    EXPECT_LE(t[2], 44);
+    EXPECT_EQ(c.image.sizes().slice(1), t);
+    shapes.insert(t.vec());
+    EXPECT_EQ(c.spacing, (std::array<double, 3>{1.6, 1.6, 1.6}));
+    EXPECT_LT(c.image.min().item<float>(), -800.0f);  // air in HU
+    EXPECT_GT((c.target == 1).sum().item<int64_t>(), 0) << "kidney";
+    EXPECT_GT((c.target == 2).sum().item<int64_t>(), 0) << "tumour";
+    EXPECT_EQ(c.target.max().item<int>(), 2);
+  }
+  EXPECT_GT(shapes.size(), 1u) << "the volumes vary in size";
+  const auto info = phantom_info(Task::kSegmentation, PhantomKind::kKits);
+  EXPECT_EQ(info.num_classes, 3);
+  EXPECT_THROW(phantom_info(Task::kDose, PhantomKind::kKits), UsageError);
 }
 
 TEST(Synth, DatasetHasSplits) {

@@ -23,8 +23,8 @@ using Shape3 = std::array<int64_t, 3>;  // (D, H, W) in voxels
 enum class Device { kAuto, kCpu, kCuda };
 enum class Norm { kBatch, kInstance, kGroup, kNone };
 enum class Activation { kRelu, kLeakyRelu, kGelu, kElu };
-enum class Architecture { kUNet, kResEncUNet, kOpenKbpBaseline };
-enum class ModelPreset { kNone, kResEncM, kResEncL, kResEncXL };
+enum class Architecture { kUNet, kResEncUNet, kOpenKbpBaseline, kMlperfUNet3d };
+enum class ModelPreset { kNone, kResEncM, kResEncL, kResEncXL, kMlperfUNet3d };
 enum class Checkpointing { kOff, kEncoder, kAll };
 enum class OutputActivation { kNone, kRelu, kSigmoid };
 enum class OptimizerKind { kAdam, kAdamW, kSgd };
@@ -102,8 +102,9 @@ struct AugmentConfig {
 };
 
 struct ModelConfig {
-  // resenc_m|l|xl: nnU-Net's residual-encoder U-Net (include/u3d/model/unet.h) for every model key
-  // the config does not set; applied by load_config before validate().
+  // resenc_m|l|xl: nnU-Net's residual-encoder U-Net (include/u3d/model/unet.h); mlperf_unet3d: the
+  // MLPerf 3D U-Net (include/u3d/model/mlperf_unet3d.h); for every model key the config does not
+  // set; applied by load_config before validate().
   ModelPreset preset = ModelPreset::kNone;
   Architecture architecture = Architecture::kUNet;
   int64_t levels = 4;           // resolution stages; patch dims must divide by 2^(levels-1)

@@ -13,6 +13,11 @@
 //                a disc cut out; one noisy image channel (sheets brighter, a smooth bias field); labels
 //                0 background, 1 surface, 2 unlabeled (the ignore label, DatasetInfo::ignore_label) on one
 //                or two random slabs (a band of slices or a box) whatever lies there.
+// kits:          KiTS19-like abdominal CT (PhantomKind::kKits): one CT channel "ct" in HU at 1.6 mm
+//                isotropic (as the MLPerf 3D U-Net benchmark resamples KiTS19; a native slice
+//                thickness of 0.5-5 mm leaves its partial-volume blur along z), labels 0 background,
+//                1 kidney, 2 tumour; each case at least `size` per axis and up to 2x (D) and 1.35x
+//                (H, W) larger, so the volumes vary in size as the benchmark's do.
 // The same (task, kind, size, seed, index) always gives the same case, bit for bit.
 #pragma once
 #include <filesystem>
@@ -22,11 +27,11 @@
 namespace u3d {
 
 // Which segmentation phantom; the dose task has one kind (kOrgans stands for it).
-enum class PhantomKind { kOrgans, kSurface };
+enum class PhantomKind { kOrgans, kSurface, kKits };
 
 struct PhantomOptions {
   Task task = Task::kDose;
-  PhantomKind kind = PhantomKind::kOrgans;  // segmentation only; kSurface with the dose task: UsageError
+  PhantomKind kind = PhantomKind::kOrgans;  // segmentation only; kSurface/kKits with the dose task: UsageError
   int64_t cases = 24;
   Shape3 size = {32, 32, 32};
   uint64_t seed = 0;
@@ -34,7 +39,8 @@ struct PhantomOptions {
   double test_fraction = 0.0;  // share in "test"; the rest is "train"
 };
 
-// kSurface: num_classes 2 {background, surface}, ignore_label 2. UsageError for (kDose, kSurface).
+// kSurface: num_classes 2 {background, surface}, ignore_label 2; kKits: 3 {background, kidney, tumour}.
+// UsageError for kDose with kSurface or kKits.
 DatasetInfo phantom_info(Task task, PhantomKind kind = PhantomKind::kOrgans);
 CaseData make_phantom_case(Task task, const Shape3& size, uint64_t seed, int64_t index,
                            PhantomKind kind = PhantomKind::kOrgans);

@@ -20,10 +20,10 @@
 //
 // model.channels_last: weights (to_channels_last(), before the optimizer is made, so its moments
 // share the layout) and each input batch in ChannelsLast3d, the layout cuDNN's fastest 3D kernels
-// use. at::instance_norm (and group norm) make their input contiguous, so with those norms every
-// block would convert the layout twice per pass: `auto` picks channels-last only for networks
-// whose norm keeps it (batch norm, none; the OpenKBP baseline), on CUDA, until GPU measurements
-// say otherwise (channels_last_choice() says why).
+// use. at::instance_norm (and group norm) would make their input contiguous, converting the layout
+// twice per block and pass; the networks' instance and group norms keep NDHWC instead
+// (model/channels_last_norm.h), so `auto` picks channels-last for every network on CUDA, until
+// GPU measurements say otherwise (channels_last_reason() says why).
 //
 // training.accumulate_steps = N (gradient accumulation): one optimizer step runs N micro-batches
 // (zero_grad once; per micro-batch forward, loss / N, backward, the gradients summing in place),
@@ -92,12 +92,11 @@ struct StepFeatures {
 
 // The norm the network's blocks use: model.norm, batch norm for the OpenKBP baseline.
 Norm network_norm(const ModelConfig& cfg);
-// model.channels_last for `device`: on/off as set; auto is on with CUDA for networks whose norm
-// keeps the layout (batch norm or none; the OpenKBP baseline), off with instance or group norm and
-// on CPU.
+// model.channels_last for `device`: on/off as set; auto is on with CUDA (every norm keeps the
+// layout) and off on CPU.
 bool resolve_channels_last(const ModelConfig& cfg, const torch::Device& device);
-// Why resolve_channels_last() decided as it did, for the log: "auto: off with instance norm
-// (at::instance_norm makes its input contiguous)".
+// Why resolve_channels_last() decided as it did, for the log: "auto: on with instance norm
+// (channels-last instance norm)".
 std::string channels_last_reason(const ModelConfig& cfg, const torch::Device& device);
 // Converts every 5-D parameter and buffer of `module` to ChannelsLast3d in place (set_data: the
 // tensors keep their identity, so an optimizer made before still holds them; make it after, so its
