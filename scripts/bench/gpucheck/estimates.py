@@ -17,11 +17,14 @@ H100 = {
     "roofline": 4.0,           # 8192^2 bf16 matmuls and a 2 GiB copy, 5 repetitions each
     "autotune_openkbp": 15.0,  # cuDNN autotune of the OpenKBP baseline's 3D convolutions at 128^3
     "autotune_nnunet": 20.0,   # the same for the nnU-Net-like network (more layers)
+    "autotune_mlperf": 20.0,   # the same for the MLPerf 3D U-Net (6 levels)
     "capture": 3.0,            # CUDA-graph capture after the eager warm-up steps
     "step_openkbp": 0.05,      # one 128^3 batch-2 bf16 step of the OpenKBP baseline (1.29 TFLOP)
     "step_nnunet": 0.20,       # one 128^3 batch-2 bf16 step of the nnU-Net-like network (~5.7 TFLOP)
+    "step_mlperf": 0.03,       # one 128^3 batch-2 bf16 step of the MLPerf 3D U-Net (5.7 TFLOP; NVIDIA: 27.7 ms)
     "synth_small": 3.0,        # trainer synth, 32^3 phantoms
     "synth_128": 20.0,         # trainer synth, 8 phantoms of 128^3
+    "synth_kits": 15.0,        # trainer synth --task kits, 4 cases from 128^3 up
     "tiny_step": 0.01,         # a 32^3 step of a small U-Net with the step log's loss read
     "tiny_epoch_extra": 1.0,   # per epoch: validation, checkpoint, metrics row
     "export": 4.0,             # trainer export --format safetensors
@@ -80,7 +83,7 @@ def suite_seconds(tests):
 
 
 def trainer_bench(net, steps, warmup, graph):
-    """trainer --benchmark of `net` (openkbp | nnunet) on the GPU."""
+    """trainer --benchmark of `net` (openkbp | nnunet | mlperf) on the GPU."""
     k = H100
     return (k["trainer_start"] + k["autotune_" + net] + (k["capture"] if graph else 0)
             + (steps + warmup) * k["step_" + net])

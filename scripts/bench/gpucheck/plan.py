@@ -17,11 +17,11 @@ from .runner import Check, DeadlineHit
 from .sections_more import DataBench, Profile, Variants
 from .sections_openkbp import OpenKbp
 from .sections_resume import KillResume
-from .sections_step import Compile, StepTime
+from .sections_step import Compile, Mlperf, StepTime
 from .sections_tests import CoreSuites, Facts, OtherSuites, TrainerBroken, split_tests
 
-SPECS = [Facts(), CoreSuites(), StepTime(), KillResume(), OtherSuites(), Variants(), DataBench(), Profile(),
-         Compile(), OpenKbp()]
+SPECS = [Facts(), CoreSuites(), StepTime(), KillResume(), Mlperf(), OtherSuites(), Variants(), DataBench(),
+         Profile(), Compile(), OpenKbp()]
 
 
 def parse_only(text):

@@ -24,7 +24,7 @@ def free_port():
 
 
 class Variants(Spec):
-    num, sid, title = 6, "nccl-fp16", "Data-parallel NCCL (world size 1) with the captured step; the fp16 captured step"
+    num, sid, title = 7, "nccl-fp16", "Data-parallel NCCL (world size 1) with the captured step; the fp16 captured step"
 
     def estimate(self, check):
         t = 2 * E.trainer_bench("openkbp", STEPS, WARMUP, True) + E.trainer_bench("openkbp", STEPS, WARMUP, False)
@@ -61,7 +61,7 @@ class Variants(Spec):
 
 
 class DataBench(Spec):
-    num, sid, title = 7, "data", "--benchmark data: gpu and pinned placements, 128^3, batch 2, flips / affine"
+    num, sid, title = 8, "data", "--benchmark data: gpu and pinned placements, 128^3, batch 2, flips / affine"
 
     def estimate(self, check):
         k = E.H100
@@ -128,7 +128,7 @@ def ncu_top(out, top=15):
 
 
 class Profile(Spec):
-    num, sid, title = 8, "profile", "Profile: top kernels of the timed steps (PyTorch profiler; ncu for the trainer)"
+    num, sid, title = 9, "profile", "Profile: top kernels of the timed steps (PyTorch profiler; ncu for the trainer)"
 
     def ncu(self):
         return shutil.which("ncu") or next((p for p in ("/usr/local/cuda/bin/ncu",) if os.access(p, os.X_OK)), None)

@@ -1,4 +1,4 @@
-"""Section 10, only with --openkbp DIR|openkbp-sample.tar.xz: the OpenKBP sample end to end on the
+"""Section 11, only with --openkbp DIR|openkbp-sample.tar.xz: the OpenKBP sample end to end on the
 GPU: import, training with the GPU cache and CUDA graphs for --minutes (training.max_minutes),
 prediction with TTA on the validation split and `trainer evaluate openkbp`."""
 import os
@@ -33,7 +33,7 @@ def openkbp_import(check, s):
 
 
 class OpenKbp(Spec):
-    num, sid, title = 10, "openkbp", "OpenKBP sample end to end: import, train (GPU cache, graph), predict (TTA), evaluate"
+    num, sid, title = 11, "openkbp", "OpenKBP sample end to end: import, train (GPU cache, graph), predict (TTA), evaluate"
 
     def unavailable(self, check):
         return None if check.args.openkbp else "no --openkbp DIR given"

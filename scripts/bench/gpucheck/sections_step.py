@@ -1,8 +1,9 @@
 """Section 3: the step time of the OpenKBP baseline and of the nnU-Net-like network, the trainer's
 step with the CUDA graph on and off against the same step in PyTorch eager, on the same GPU in the
 same call (the PyTorch side in the one torch process), plus the roofline and the step's memory
-growth (reserved after the 10th and after the last timed step of one process). Section 9:
-torch.compile of the same OpenKBP step on the PyTorch side."""
+growth (reserved after the 10th and after the last timed step of one process). Section 5: the MLPerf
+3D U-Net (configs/mlperf_unet3d.yaml, 128^3, batch 2, bf16) the same way, against NVIDIA's 72.2
+samples/s per H100. Section 10: torch.compile of the OpenKBP and MLPerf steps on the PyTorch side."""
 import os
 import sys
 
@@ -15,6 +16,8 @@ import compare  # noqa: E402  (standard library only: the config reader and pyto
 
 KBP_CFG = os.path.join(ROOT, "configs", "openkbp_baseline.yaml")
 NNUNET_CFG = os.path.join(ROOT, "configs", "segmentation_nnunet_like.yaml")
+MLPERF_CFG = os.path.join(ROOT, "configs", "mlperf_unet3d.yaml")
+MLPERF_H100_SAMPLES_PER_S = 72.2  # NVIDIA's MLPerf Training v4.0 3D U-Net, per H100 (docs/performance.md)
 STEPS, WARMUP, MEM_STEPS = 20, 5, 40  # timed steps; untimed first; the memory run's timed steps
 MEM_GROWTH_LIMIT = 0.05                # reserved after the last step over after the 10th, at most +5 %
 FIGS = ("step_ms_median", "step_ms_p10", "step_ms_p90", "samples_per_s", "tflops", "peak_gpu_mem_bytes",
@@ -171,27 +174,68 @@ class StepTime(Spec):
             s.rehearsal_fail(str(ex))
 
 
-class Compile(Spec):
-    num, sid, title = 9, "torch-compile", "torch.compile of the OpenKBP-baseline step on the PyTorch side"
+class Mlperf(Spec):
+    num, sid, title = 5, "mlperf", "MLPerf 3D U-Net (128^3, batch 2, bf16), graph on/off, against PyTorch eager"
 
     def estimate(self, check):
         k = E.H100
-        t = E.torch_start(check) + k["compile"] + E.torch_step("openkbp", STEPS, WARMUP)
-        return t, f"inductor compile {k['compile']:.0f} s + autotune and {STEPS + WARMUP} steps"
+        parts = [E.torch_start(check), k["synth_kits"], E.trainer_bench("mlperf", STEPS, WARMUP, True),
+                 E.trainer_bench("mlperf", STEPS, WARMUP, False), E.torch_step("mlperf", STEPS, WARMUP)]
+        return sum(parts), (f"KiTS-like phantoms {k['synth_kits']:.0f} s; 2 trainer benchmarks (cuDNN autotune "
+                            f"{k['autotune_mlperf']:.0f} s, steps x {k['step_mlperf'] * 1e3:.0f} ms); the PyTorch "
+                            "eager step in the torch process")
 
     def run(self, check, s):
-        got = check.shared.get("openkbp_baseline_graph")
-        if not got:
-            s.skip("section 3 did not time the trainer's OpenKBP step (nothing to compare with)")
-            return
-        g, cfg, sets = got
+        f = s.figures.setdefault("mlperf_unet3d", {})
         try:
-            r = pytorch(check, s, g, cfg, sets, STEPS, WARMUP, variants="compile")
+            kits = check.synth(s, "kits128.h5", 128, 4, task="kits")
+            sets = [f"data.path={kits}", "training.precision=bf16"]
+            g = bench(check, s, MLPERF_CFG, sets + ["training.cuda_graph=on"], STEPS, WARMUP, "mlperf-graph")
+            f["trainer_graph"] = figures(check, g)
+            judge_step(s, "mlperf graph on", g, True)
+            check.shared["mlperf_unet3d_graph"] = (g, MLPERF_CFG, sets)
+            if g.get("samples_per_s"):
+                f["share_of_nvidia_72_2_samples_per_s"] = round(g["samples_per_s"] / MLPERF_H100_SAMPLES_PER_S, 3)
+            e = bench(check, s, MLPERF_CFG, sets + ["training.cuda_graph=off"], STEPS, WARMUP, "mlperf-eager")
+            f["trainer_eager"] = figures(check, e)
+            judge_step(s, "mlperf graph off", e, False)
+            pt = pytorch(check, s, g, MLPERF_CFG, sets, STEPS, WARMUP)
+            f["pytorch_eager"] = {k: pt.get(k) for k in ("step_ms_median", "step_ms_p10", "step_ms_p90", "tflops",
+                                                         "peak_gpu_mem_bytes", "torch")}
+            f.update(compare_figures(g, e, pt))
+            if not f["parameters_equal"]:
+                s.fail(f"mlperf_unet3d: PyTorch's network has {pt.get('parameters')} parameters, the trainer's "
+                       f"{g.get('parameters')}: not the same network")
         except RuntimeError as ex:
-            s.fail(str(ex))
-            return
-        s.figures = {"pytorch_compile": {k: r.get(k) for k in ("step_ms_median", "step_ms_p10", "step_ms_p90", "tflops",
-                                                               "peak_gpu_mem_bytes")},
-                     "trainer_graph_ms": g.get("step_ms_median")}
-        if r.get("step_ms_median") and g.get("step_ms_median"):
-            s.figures["speedup_trainer_graph_vs_pytorch_compile"] = round(r["step_ms_median"] / g["step_ms_median"], 3)
+            s.fail(f"mlperf_unet3d: {ex}")
+
+
+class Compile(Spec):
+    num, sid, title = 10, "torch-compile", "torch.compile of the OpenKBP-baseline and MLPerf steps on the PyTorch side"
+    NETS = (("openkbp_baseline", "openkbp"), ("mlperf_unet3d", "mlperf"))
+
+    def estimate(self, check):
+        k = E.H100
+        t = E.torch_start(check) + sum(k["compile"] + E.torch_step(net, STEPS, WARMUP) for _, net in self.NETS)
+        return t, f"inductor compile {k['compile']:.0f} s + autotune and {STEPS + WARMUP} steps, per network"
+
+    def run(self, check, s):
+        for name, _ in self.NETS:
+            got = check.shared.get(name + "_graph")
+            if not got:
+                s.notes.append(f"{name}: the trainer's step was not timed before (nothing to compare with)")
+                continue
+            g, cfg, sets = got
+            try:
+                r = pytorch(check, s, g, cfg, sets, STEPS, WARMUP, variants="compile")
+            except RuntimeError as ex:
+                s.fail(f"{name}: {ex}")
+                continue
+            f = s.figures.setdefault(name, {})
+            f["pytorch_compile"] = {k: r.get(k) for k in ("step_ms_median", "step_ms_p10", "step_ms_p90", "tflops",
+                                                          "peak_gpu_mem_bytes")}
+            f["trainer_graph_ms"] = g.get("step_ms_median")
+            if r.get("step_ms_median") and g.get("step_ms_median"):
+                f["speedup_trainer_graph_vs_pytorch_compile"] = round(r["step_ms_median"] / g["step_ms_median"], 3)
+        if not s.figures:
+            s.skip("sections 3 and 5 timed no trainer step (nothing to compare with)")

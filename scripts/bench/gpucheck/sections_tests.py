@@ -265,7 +265,7 @@ class CoreSuites(Spec):
 
 
 class OtherSuites(CoreSuites):
-    num, sid, title = 5, "other-suites", "The other GPU suites, one process each"
+    num, sid, title = 6, "other-suites", "The other GPU suites, one process each"
 
     def groups(self, check):
         return check.shared.get("others") or {}
