@@ -46,25 +46,36 @@ StepRun run_steps(Config cfg, Network net, const Loss& loss, const std::function
   return r;
 }
 
-TEST(GpuFixes, SegmentationStepWithDeepSupervisionCapturesAndEqualsEager) {
-  U3D_REQUIRE_CUDA();
-  // The trainer's deterministic path (deterministic algorithms too): CUDA's nll_loss2d forward sums
-  // with atomics, so cross-entropy is bitwise repeatable only through cross_entropy_loss_deterministic.
-  const test::Deterministic deterministic;
+// A 4-level segmentation net with deep supervision, fp32 on CUDA, and its batches: (2, 1, 32^3)
+// images and 3-class labels, seeded by `seed` + step.
+Config segmentation_cfg(Architecture architecture) {
   Config cfg;
+  cfg.model.architecture = architecture;
   cfg.model.levels = 4;
   cfg.model.base_filters = 4;
   cfg.model.deep_supervision = true;
   cfg.training.device = Device::kCuda;
   cfg.training.precision = Precision::kFp32;
   cfg.training.lr = 1e-3;
-  auto batch = [](int64_t i) {
-    torch::manual_seed(50 + static_cast<uint64_t>(i));
+  return cfg;
+}
+std::function<Batch(int64_t)> segmentation_batches(uint64_t seed) {
+  return [seed](int64_t i) {
+    torch::manual_seed(seed + static_cast<uint64_t>(i));
     Batch b;
     b.image = torch::randn({2, 1, 32, 32, 32}).to(kCuda);
     b.target = torch::randint(0, 3, {2, 32, 32, 32}, torch::kLong).to(kCuda);
     return b;
   };
+}
+
+TEST(GpuFixes, SegmentationStepWithDeepSupervisionCapturesAndEqualsEager) {
+  U3D_REQUIRE_CUDA();
+  // The trainer's deterministic path (deterministic algorithms too): CUDA's nll_loss2d forward sums
+  // with atomics, so cross-entropy is bitwise repeatable only through cross_entropy_loss_deterministic.
+  const test::Deterministic deterministic;
+  const Config cfg = segmentation_cfg(Architecture::kUNet);
+  const auto batch = segmentation_batches(50);
   const Loss loss(LossKind::kDiceCe);
   torch::manual_seed(4);
   const StepRun eager = run_steps(cfg, build_network(cfg.model, 1, 3), loss, batch, Toggle::kOff, 6);
@@ -80,21 +91,8 @@ TEST(GpuFixes, SegmentationStepWithDeepSupervisionCapturesAndEqualsEager) {
 TEST(GpuFixes, ResidualEncoderStepsRepeatExactlyUnderDeterministicAlgorithms) {
   U3D_REQUIRE_CUDA();
   const test::Deterministic deterministic;
-  Config cfg;
-  cfg.model.architecture = Architecture::kResEncUNet;
-  cfg.model.levels = 4;
-  cfg.model.base_filters = 4;
-  cfg.model.deep_supervision = true;
-  cfg.training.device = Device::kCuda;
-  cfg.training.precision = Precision::kFp32;
-  cfg.training.lr = 1e-3;
-  auto batch = [](int64_t i) {
-    torch::manual_seed(90 + static_cast<uint64_t>(i));
-    Batch b;
-    b.image = torch::randn({2, 1, 32, 32, 32}).to(kCuda);
-    b.target = torch::randint(0, 3, {2, 32, 32, 32}, torch::kLong).to(kCuda);
-    return b;
-  };
+  const Config cfg = segmentation_cfg(Architecture::kResEncUNet);
+  const auto batch = segmentation_batches(90);
   const Loss loss(LossKind::kDiceCe);
   std::vector<StepRun> runs;
   for (const Toggle graph : {Toggle::kOff, Toggle::kOff, Toggle::kOn}) {

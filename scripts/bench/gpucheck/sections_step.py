@@ -63,6 +63,18 @@ def judge_step(s, key, r, graph):
         s.fail(f"{key}: {r['skipped_steps']} timed steps skipped (non-finite)")
 
 
+def pytorch_side(s, f, name, ours_graph, ours_eager, theirs):
+    """The PyTorch step's figures beside the trainer's in `f`; FAIL when the networks differ."""
+    f["pytorch_eager"] = {k: theirs.get(k) for k in ("step_ms_median", "step_ms_p10", "step_ms_p90", "tflops",
+                                                     "peak_gpu_mem_bytes", "torch")}
+    f.update(compare_figures(ours_graph, ours_eager, theirs))
+    if not f["parameters_equal"]:
+        s.fail(f"{name}: PyTorch's network has {theirs.get('parameters')} parameters, the trainer's "
+               f"{ours_graph.get('parameters')}: not the same network")
+    if not f["flops_equal"]:
+        s.notes.append(f"{name}: FLOPs per step differ between the trainer and PyTorch")
+
+
 def compare_figures(ours_graph, ours_eager, theirs):
     f = {"pytorch_eager_ms": theirs.get("step_ms_median"), "parameters": ours_graph.get("parameters"),
          "parameters_equal": ours_graph.get("parameters") == theirs.get("parameters"),
@@ -128,15 +140,7 @@ class StepTime(Spec):
                 judge_step(s, f"{name} graph off", e, False)
                 if not check.shared.get("python_has_torch"):
                     raise RuntimeError(f"no torch in {check.python} for the PyTorch side (set U3D_PYTHON)")
-                pt = pytorch(check, s, g, cfg, sets, STEPS, WARMUP)
-                f["pytorch_eager"] = {k: pt.get(k) for k in ("step_ms_median", "step_ms_p10", "step_ms_p90", "tflops",
-                                                             "peak_gpu_mem_bytes", "torch")}
-                f.update(compare_figures(g, e, pt))
-                if not f["parameters_equal"]:
-                    s.fail(f"{name}: PyTorch's network has {pt.get('parameters')} parameters, the trainer's "
-                           f"{g.get('parameters')}: not the same network")
-                if not f["flops_equal"]:
-                    s.notes.append(f"{name}: FLOPs per step differ between the trainer and PyTorch")
+                pytorch_side(s, f, name, g, e, pytorch(check, s, g, cfg, sets, STEPS, WARMUP))
             except RuntimeError as ex:
                 s.fail(f"{name}: {ex}")
 
@@ -199,13 +203,9 @@ class Mlperf(Spec):
             e = bench(check, s, MLPERF_CFG, sets + ["training.cuda_graph=off"], STEPS, WARMUP, "mlperf-eager")
             f["trainer_eager"] = figures(check, e)
             judge_step(s, "mlperf graph off", e, False)
-            pt = pytorch(check, s, g, MLPERF_CFG, sets, STEPS, WARMUP)
-            f["pytorch_eager"] = {k: pt.get(k) for k in ("step_ms_median", "step_ms_p10", "step_ms_p90", "tflops",
-                                                         "peak_gpu_mem_bytes", "torch")}
-            f.update(compare_figures(g, e, pt))
-            if not f["parameters_equal"]:
-                s.fail(f"mlperf_unet3d: PyTorch's network has {pt.get('parameters')} parameters, the trainer's "
-                       f"{g.get('parameters')}: not the same network")
+            if not check.shared.get("python_has_torch"):
+                raise RuntimeError(f"no torch in {check.python} for the PyTorch side (set U3D_PYTHON)")
+            pytorch_side(s, f, "mlperf_unet3d", g, e, pytorch(check, s, g, MLPERF_CFG, sets, STEPS, WARMUP))
         except RuntimeError as ex:
             s.fail(f"mlperf_unet3d: {ex}")
 
