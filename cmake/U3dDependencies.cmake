@@ -7,6 +7,7 @@ find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(HDF5 REQUIRED COMPONENTS C)
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)  # SHA-256 (core/sha256.cpp)
+find_package(nlohmann_json 3.11 REQUIRED)  # every JSON file we read or write (header-only)
 find_package(TIFF REQUIRED)  # 3D TIFF volumes (io/tiff.cpp, `trainer import tiff`): TIFF::TIFF
 
 # yaml-cpp 0.7 exports the plain target `yaml-cpp`; newer releases add `yaml-cpp::yaml-cpp`.
