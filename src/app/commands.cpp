@@ -23,8 +23,8 @@
 #include "u3d/evaluate/cross_validation.h"
 #include "u3d/io/synth.h"
 #include "u3d/io/tiff.h"
+#include "u3d/model/checkpoint.h"
 #include "u3d/predict/predictor.h"
-#include "u3d/train/checkpoint.h"
 #include "u3d/train/resolve.h"
 #include "u3d/train/trainer.h"
 

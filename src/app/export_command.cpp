@@ -18,10 +18,10 @@
 #include "u3d/core/files.h"
 #include "u3d/core/version.h"
 #include "u3d/io/dataset.h"
+#include "u3d/model/checkpoint.h"
 #include "u3d/model/model_export.h"
 #include "u3d/model/unet.h"
-#include "u3d/train/checkpoint.h"
-#include "u3d/train/progress_plot.h"
+#include "u3d/monitor/progress_plot.h"
 
 namespace fs = std::filesystem;
 

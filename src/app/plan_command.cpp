@@ -13,6 +13,7 @@
 #include "u3d/core/text.h"
 #include "u3d/io/dataset.h"
 #include "u3d/plan/planner.h"
+#include "u3d/train/step_probe.h"
 
 namespace u3d {
 namespace {
@@ -61,7 +62,7 @@ int plan_command(const PlanCommand& cmd) {
   o.gpu_memory_gib = cmd.gpu_memory_gib;
   o.measure_on_cuda = cmd.device == "cuda";
   o.threads = cmd.threads;
-  const Plan plan = o.measure_on_cuda ? make_plan_measured(fp, o) : make_plan(fp, o);
+  const Plan plan = o.measure_on_cuda ? make_plan_measured(fp, o, run_training_steps) : make_plan(fp, o);
   if (plan.lowres_plan) refuse_existing(lowres_out, cmd.force);
   const std::string name = cmd.name.empty() ? data.stem().string() : cmd.name;
   write_file_atomic(out, plan_yaml(plan, fp, cmd.data, name));

@@ -18,16 +18,16 @@
 #include "u3d/evaluate/metrics.h"
 #include "u3d/io/dataset.h"
 #include "u3d/io/openkbp.h"
+#include "u3d/model/autocast.h"
+#include "u3d/model/checkpoint.h"
+#include "u3d/model/layout.h"
 #include "u3d/model/unet.h"
 #include "u3d/predict/ensemble.h"
 #include "u3d/predict/openkbp_submission.h"
 #include "u3d/predict/postprocess.h"
 #include "u3d/predict/prediction_output.h"
 #include "u3d/predict/predictor.h"
-#include "u3d/train/amp.h"
-#include "u3d/train/checkpoint.h"
 #include "u3d/train/resolve.h"
-#include "u3d/train/train_step.h"
 
 namespace u3d {
 namespace {

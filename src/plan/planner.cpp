@@ -277,11 +277,11 @@ Plan make(const DatasetFingerprint& fp, const PlanOptions& options, const Measur
 
 Plan make_plan(const DatasetFingerprint& fp, const PlanOptions& options) { return make(fp, options, nullptr); }
 
-Plan make_plan_measured(const DatasetFingerprint& fp, const PlanOptions& options) {
+Plan make_plan_measured(const DatasetFingerprint& fp, const PlanOptions& options, const TrainingSteps& steps) {
   if (!torch::cuda::is_available()) throw CudaError("plan --device cuda: no CUDA device to measure on");
-  return make(fp, options, [](const ModelConfig& m, int64_t in, int64_t out, const Shape3& p, int64_t batch) {
+  return make(fp, options, [&steps](const ModelConfig& m, int64_t in, int64_t out, const Shape3& p, int64_t batch) {
     const int64_t states = m.deep_supervision ? 1 : 2;  // the recipes: sgd (segmentation), adamw (dose)
-    return measure_step_bytes_cuda(m, in, out, p, batch, states);
+    return measure_step_bytes_cuda(steps, m, in, out, p, batch, states);
   });
 }
 

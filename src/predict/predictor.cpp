@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "u3d/train/amp.h"
+#include "u3d/model/autocast.h"
 
 namespace u3d {
 

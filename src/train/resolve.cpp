@@ -3,7 +3,7 @@
 #include "u3d/core/errors.h"
 #include "u3d/data/folds.h"
 #include "u3d/data/sampler.h"
-#include "u3d/train/amp.h"
+#include "u3d/model/autocast.h"
 #include "u3d/train/losses.h"
 #include "u3d/train/resume.h"
 

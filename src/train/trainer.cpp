@@ -107,7 +107,7 @@ TrainState Trainer::finish() {
     checkpoint_barrier();
   } else {
     keeper_.on_finish();
-    if (log_) log_->done(state_);
+    if (log_) log_->done(run_position(state_));
   }
   flush_logs();
   return state_;
@@ -256,7 +256,7 @@ void Trainer::build_model() {
   schedule_ = std::make_unique<LrSchedule>(cfg().training, cfg().training.epochs * rc_.steps_per_epoch);
   validator_ = std::make_unique<Validator>(rc_, *data_, *reader_, runtime_.device, runtime_.threads, *net_, *loss_,
                                            step_->features().channels_last, faults_, dist_.get());
-  if (main_rank()) log_ = std::make_unique<RunLog>(rc_, paths_);
+  if (main_rank()) log_ = std::make_unique<RunLog>(run_log_settings(rc_), paths_);
   if (log_) log_->set_before_read(bounded_wait);
   keeper_.set_writes(main_rank());  // other ranks keep the cadence, rank 0 writes
   keeper_.set_writer(
@@ -314,7 +314,7 @@ void Trainer::record_run() {
   if (!main_rank()) return;  // rank 0 writes the run folder
   write_file_atomic(paths_.config, fmt::format("# resolved config of run '{}' (trainer {} {})\n{}",
                                                cfg().experiment.name, version(), git_commit(), to_yaml(cfg())));
-  log_->begin(options_.resume ? std::optional<TrainState>(state_) : std::nullopt);
+  log_->begin(options_.resume ? std::optional<RunPosition>(run_position(state_)) : std::nullopt);
   // A named loss as resolved (auto -> dice_ce); a list as written.
   const std::string loss = loss_->term_names().empty() ? to_string(loss_->kind()) : get_value(cfg(), "training.loss");
   log_->banner(runtime_, count_parameters(*net_), loss);

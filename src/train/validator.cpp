@@ -8,8 +8,8 @@
 
 #include "u3d/evaluate/dose_metrics.h"
 #include "u3d/evaluate/metrics.h"
+#include "u3d/model/autocast.h"
 #include "u3d/predict/predictor.h"
-#include "u3d/train/amp.h"
 #include "u3d/train/distributed.h"
 
 namespace u3d {

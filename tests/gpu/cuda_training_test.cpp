@@ -2,8 +2,8 @@
 #include <gtest/gtest.h>
 
 #include "test_support.h"
+#include "u3d/model/checkpoint.h"
 #include "u3d/predict/predictor.h"
-#include "u3d/train/checkpoint.h"
 
 namespace u3d {
 namespace {

@@ -8,8 +8,8 @@
 
 #include "ranks.h"
 #include "test_support.h"
+#include "u3d/model/checkpoint.h"
 #include "u3d/model/unet.h"
-#include "u3d/train/checkpoint.h"
 #include "u3d/train/distributed.h"
 
 namespace u3d {

@@ -11,6 +11,7 @@
 #include "u3d/train/losses.h"
 #include "u3d/train/optimizer.h"
 #include "u3d/train/step_monitor.h"
+#include "u3d/train/step_probe.h"
 #include "u3d/train/train_step.h"
 
 namespace u3d {
@@ -278,17 +279,17 @@ TEST(GpuFixes, PlanMeasuresTheRealStepAndReportsWhatDoesNotFit) {
   m.levels = 4;
   m.base_filters = 8;
   m.deep_supervision = true;
-  const int64_t one = measure_step_bytes_cuda(m, 1, 3, {64, 64, 64}, 1, /*optimizer_states=*/1);
-  const int64_t two = measure_step_bytes_cuda(m, 1, 3, {64, 64, 64}, 2, /*optimizer_states=*/1);
+  const int64_t one = measure_step_bytes_cuda(run_training_steps, m, 1, 3, {64, 64, 64}, 1, /*optimizer_states=*/1);
+  const int64_t two = measure_step_bytes_cuda(run_training_steps, m, 1, 3, {64, 64, 64}, 2, /*optimizer_states=*/1);
   EXPECT_GT(one, 0);
   EXPECT_LT(one, kStepOutOfMemory);
   EXPECT_GT(two, one);
-  const int64_t dose = measure_step_bytes_cuda(m, 3, 1, {64, 64, 64}, 1, /*optimizer_states=*/2);
+  const int64_t dose = measure_step_bytes_cuda(run_training_steps, m, 3, 1, {64, 64, 64}, 1, /*optimizer_states=*/2);
   EXPECT_GT(dose, 0);
   EXPECT_LT(dose, kStepOutOfMemory);
   ModelConfig huge = m;
   huge.base_filters = 64;
-  EXPECT_EQ(measure_step_bytes_cuda(huge, 1, 3, {256, 256, 256}, 64, 1), kStepOutOfMemory);
+  EXPECT_EQ(measure_step_bytes_cuda(run_training_steps, huge, 1, 3, {256, 256, 256}, 64, 1), kStepOutOfMemory);
   EXPECT_EQ(torch::ones({4}, torch::TensorOptions().device(kCuda)).sum().item<float>(), 4.0f);
 }
 

@@ -7,8 +7,8 @@
 
 #include "test_support.h"
 #include "u3d/core/config.h"
+#include "u3d/model/checkpoint.h"
 #include "u3d/model/unet.h"
-#include "u3d/train/checkpoint.h"
 
 namespace u3d {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "test_support.h"
 #include "u3d/core/config.h"
-#include "u3d/train/checkpoint.h"
+#include "u3d/model/checkpoint.h"
 
 namespace u3d {
 namespace {

@@ -21,7 +21,7 @@
 
 #include "u3d/core/run.h"
 #include "u3d/io/synth.h"
-#include "u3d/train/checkpoint.h"
+#include "u3d/model/checkpoint.h"
 
 namespace u3d::test {
 

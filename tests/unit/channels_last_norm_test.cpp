@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "u3d/model/autocast.h"
 #include "u3d/model/channels_last_norm.h"
-#include "u3d/train/amp.h"
 
 namespace u3d {
 namespace {

@@ -6,6 +6,7 @@
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/core/logging.h"
+#include "u3d/monitor/metrics_csv.h"
 
 namespace u3d {
 namespace {

@@ -11,9 +11,9 @@
 #include "test_support.h"
 #include "u3d/core/config.h"
 #include "u3d/core/errors.h"
+#include "u3d/model/autocast.h"
 #include "u3d/model/checkpointing.h"
 #include "u3d/model/unet.h"
-#include "u3d/train/amp.h"
 #include "u3d/train/train_step.h"
 
 namespace u3d {

@@ -1,7 +1,7 @@
-// The terminal status line of logging.progress bar (train/run_log.h): what it shows and its width.
+// The terminal status line of logging.progress bar (monitor/status_line.h): what it shows and its width.
 #include <gtest/gtest.h>
 
-#include "u3d/train/run_log.h"
+#include "u3d/monitor/status_line.h"
 
 namespace u3d {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "test_support.h"
 #include "u3d/core/errors.h"
-#include "u3d/train/progress_plot.h"
+#include "u3d/monitor/progress_plot.h"
 
 namespace u3d {
 namespace {

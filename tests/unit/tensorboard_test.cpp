@@ -18,7 +18,7 @@
 
 #include "test_support.h"
 #include "u3d/core/errors.h"
-#include "u3d/train/tensorboard.h"
+#include "u3d/monitor/tensorboard.h"
 
 namespace u3d {
 namespace {

@@ -190,7 +190,7 @@ struct PlanCommand {
 int plan_command(const PlanCommand& cmd);
 
 // `trainer plot RUN_DIR [--out FILE.png]`: progress.png and progress.svg from <run>/metrics.csv
-// (train/progress_plot.h), also for a run still going or written by an older version.
+// (monitor/progress_plot.h), also for a run still going or written by an older version.
 struct PlotCommand {
   std::string run_dir;
   std::string out;  // default <run>/progress.png; the .svg beside it

@@ -217,8 +217,8 @@ struct LoggingConfig {
   ProgressMode progress = ProgressMode::kAuto;  // a redrawn status line on a terminal, else plain lines
   double progress_seconds = 30.0;  // lines mode: a progress line inside an epoch at most this often; 0: none
   bool step_log = false;           // <run>/steps.csv: every step's loss (debugging; reads the loss each step)
-  bool plot = true;                // <run>/progress.png and .svg after every epoch (train/progress_plot.h)
-  bool tensorboard = false;        // <run>/tensorboard/events.out.tfevents.* (train/tensorboard.h)
+  bool plot = true;                // <run>/progress.png and .svg after every epoch (monitor/progress_plot.h)
+  bool tensorboard = false;        // <run>/tensorboard/events.out.tfevents.* (monitor/tensorboard.h)
   int64_t tensorboard_steps = 50;  // with tensorboard: train loss and lr every this many steps; 0: per epoch only
 };
 

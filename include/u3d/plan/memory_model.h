@@ -49,6 +49,7 @@
 #pragma once
 #include <cstdint>
 #include <exception>
+#include <functional>
 
 #include "u3d/core/config.h"
 
@@ -92,14 +93,19 @@ inline constexpr int64_t kStepOutOfMemory = INT64_MAX;
 // or what cuDNN and cuBLAS report near a full GPU instead ("unable to find an engine" when no
 // algorithm's workspace fits, CUDNN_STATUS_ALLOC_FAILED, CUBLAS_STATUS_ALLOC_FAILED, ...).
 bool step_does_not_fit(const std::exception& e);
-// One real training step's GPU memory on CUDA device 0, as training runs it (TrainStep): bf16
-// autocast, the layout of resolve_channels_last(cfg, cuda) (train_step.h), the loss of the task
-// (dice_ce with out_ch > 1 and deep supervision as configured, else masked_l1), the optimizer
-// (sgd with momentum for optimizer_states 1, else adamw) with its step, cuDNN autotuning on (its
-// workspaces count), eager; three steps (the first autotunes). Returns the caching allocator's peak
-// reserved bytes (what nvidia-smi sees), or kStepOutOfMemory when step_does_not_fit. The cache is
-// emptied before and after. CudaError without a CUDA device.
-int64_t measure_step_bytes_cuda(const ModelConfig& cfg, int64_t in_ch, int64_t out_ch, const Shape3& patch,
-                                int64_t batch, int64_t optimizer_states = 2);
+// Runs one real training step three times on CUDA device 0, as training runs it (TrainStep): bf16
+// autocast, the layout of resolve_channels_last(cfg, cuda) (model/layout.h), the loss of the task
+// (dice_ce with out_ch > 1 and deep supervision as configured, else masked_l1), the optimizer (sgd
+// with momentum for optimizer_states 1, else adamw) with its step, eager; the first step autotunes.
+// Training provides it (run_training_steps, train/step_probe.h) and `trainer plan` hands it in, so
+// planning needs nothing of training.
+using TrainingSteps = std::function<void(const ModelConfig& cfg, int64_t in_ch, int64_t out_ch, const Shape3& patch,
+                                         int64_t batch, int64_t optimizer_states)>;
+// One real training step's GPU memory on CUDA device 0: `steps` run with cuDNN autotuning on (its
+// workspaces count). Returns the caching allocator's peak reserved bytes (what nvidia-smi sees),
+// or kStepOutOfMemory when step_does_not_fit. The cache is emptied before and after. CudaError
+// without a CUDA device.
+int64_t measure_step_bytes_cuda(const TrainingSteps& steps, const ModelConfig& cfg, int64_t in_ch, int64_t out_ch,
+                                const Shape3& patch, int64_t batch, int64_t optimizer_states = 2);
 
 }  // namespace u3d

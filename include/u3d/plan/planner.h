@@ -39,6 +39,7 @@
 
 #include "u3d/core/config.h"
 #include "u3d/plan/fingerprint.h"
+#include "u3d/plan/memory_model.h"
 
 namespace u3d {
 
@@ -78,9 +79,10 @@ struct Plan {
 // The plan from the memory model alone. ConfigError for an unknown task, a task the dataset does
 // not hold, or a budget that not even the smallest patch fits.
 Plan make_plan(const DatasetFingerprint& fp, const PlanOptions& options);
-// The same, each candidate measured with measure_step_bytes_cuda instead of estimated (the
-// estimate still orders the search). CudaError without a CUDA device.
-Plan make_plan_measured(const DatasetFingerprint& fp, const PlanOptions& options);
+// The same, each candidate measured with measure_step_bytes_cuda(steps, ...) instead of estimated
+// (the estimate still orders the search); `steps`: training's real step (run_training_steps,
+// train/step_probe.h). CudaError without a CUDA device.
+Plan make_plan_measured(const DatasetFingerprint& fp, const PlanOptions& options, const TrainingSteps& steps);
 
 // The commented YAML experiment: a header (how it was made, fingerprint_table()), then every chosen
 // value with a `# reason` comment. Only keys of docs/config.md; training.device auto; data.val_split

@@ -20,7 +20,7 @@
 
 #include "u3d/core/config.h"
 #include "u3d/core/run.h"
-#include "u3d/train/checkpoint.h"
+#include "u3d/model/checkpoint.h"
 
 namespace u3d {
 

@@ -27,10 +27,11 @@
 #include <vector>
 
 #include "u3d/core/config.h"
+#include "u3d/model/checkpointed_state.h"
 
 namespace u3d {
 
-class Optimizer {
+class Optimizer : public CheckpointedState {
  public:
   // Adam/AdamW: betas, eps 1e-8, weight_decay (AdamW: decoupled; Adam: L2 added to the gradient).
   // SGD: momentum, nesterov (needs momentum > 0), weight_decay (L2), dampening 0.
@@ -67,8 +68,8 @@ class Optimizer {
 
   // State into / out of a checkpoint archive: kind, learning rate, step counters, moments or
   // momentum buffers. load() checks kind and shapes and throws CheckpointError on a mismatch.
-  void save(torch::serialize::OutputArchive& archive) const;
-  void load(torch::serialize::InputArchive& archive);
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
 
  private:
   OptimizerKind kind_;

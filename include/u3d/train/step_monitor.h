@@ -22,7 +22,7 @@
 #include <functional>
 #include <memory>
 
-#include "u3d/train/checkpoint.h"
+#include "u3d/model/checkpoint.h"
 
 namespace u3d {
 

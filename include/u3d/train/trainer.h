@@ -6,7 +6,7 @@
 //   TrainStep         one optimizer step, eager or a replayed CUDA graph (train_step.h)
 //   Validator         whole-volume and patch validation, the monitored value (validator.h)
 //   CheckpointKeeper  when and what to checkpoint, write failures (checkpoint_keeper.h)
-//   RunLog            console lines, metrics.csv, steps.csv (run_log.h)
+//   RunLog            console lines, metrics.csv, steps.csv (monitor/run_log.h)
 //
 //   Trainer trainer(cfg, TrainOptions{});
 //   trainer.fit();   // check_run_folder -> setup_runtime -> load_data (resolve, caches; then
@@ -44,15 +44,15 @@
 #include "u3d/core/launch_env.h"
 #include "u3d/core/run.h"
 #include "u3d/io/dataset.h"
+#include "u3d/model/checkpoint.h"
 #include "u3d/model/unet.h"
-#include "u3d/train/checkpoint.h"
 #include "u3d/train/checkpoint_keeper.h"
 #include "u3d/train/distributed.h"
 #include "u3d/train/grad_sync.h"
 #include "u3d/train/losses.h"
 #include "u3d/train/optimizer.h"
 #include "u3d/train/resolve.h"
-#include "u3d/train/run_log.h"
+#include "u3d/train/run_monitoring.h"
 #include "u3d/train/schedule.h"
 #include "u3d/train/step_monitor.h"
 #include "u3d/train/train_data.h"

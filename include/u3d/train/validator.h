@@ -21,8 +21,9 @@
 #include <memory>
 
 #include "u3d/core/faults.h"
+#include "u3d/model/checkpoint.h"
 #include "u3d/model/unet.h"
-#include "u3d/train/checkpoint.h"
+#include "u3d/monitor/epoch_stats.h"
 #include "u3d/train/losses.h"
 #include "u3d/train/resolve.h"
 #include "u3d/train/train_data.h"
@@ -31,21 +32,6 @@ namespace u3d {
 
 class DoseEvaluator;
 class Distributed;
-
-struct ValStats {
-  double loss = std::numeric_limits<double>::quiet_NaN();
-  double metric = std::numeric_limits<double>::quiet_NaN();  // the task metric (ResolvedConfig::metric)
-  bool complete = true;                                      // false: interrupted by a stop signal
-  // OpenKBP scores (Gy) when dose metrics are scored (ResolvedConfig::scores_dose); NaN otherwise.
-  double dose_score = std::numeric_limits<double>::quiet_NaN();
-  double dvh_score = std::numeric_limits<double>::quiet_NaN();
-  double pseudo_dice = std::numeric_limits<double>::quiet_NaN();      // val patches, this epoch
-  double pseudo_dice_ema = std::numeric_limits<double>::quiet_NaN();  // its running EMA
-  // With logging.tensorboard: the middle slice along D of the first val case, (H, W) float32 on the
-  // CPU: its first input channel, its target (labels or target units) and the prediction.
-  std::string preview_case;
-  torch::Tensor preview_input, preview_target, preview_prediction;
-};
 
 class Validator {
  public:

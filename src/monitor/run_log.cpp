@@ -1,4 +1,4 @@
-#include "u3d/train/run_log.h"
+#include "u3d/monitor/run_log.h"
 
 #include <spdlog/spdlog.h>
 
@@ -9,8 +9,8 @@
 #include "u3d/core/text.h"
 
 #include "u3d/core/version.h"
-#include "u3d/train/progress_plot.h"
-#include "u3d/train/tensorboard.h"
+#include "u3d/monitor/progress_plot.h"
+#include "u3d/monitor/tensorboard.h"
 
 namespace u3d {
 namespace {
@@ -32,41 +32,8 @@ std::string slice_png(const torch::Tensor& slice, double lo, double hi) {
 
 }  // namespace
 
-std::string clock_text(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "--";
-  const auto s = static_cast<int64_t>(std::llround(seconds));
-  if (s < 3600) return fmt::format("{}:{:02d}", s / 60, s % 60);
-  return fmt::format("{}:{:02d}:{:02d}", s / 3600, (s / 60) % 60, s % 60);
-}
-
-std::string progress_bar_line(const Progress& p, int64_t epochs, int64_t steps, int columns) {
-  const double done = steps > 0 ? std::clamp(static_cast<double>(p.step) / static_cast<double>(steps), 0.0, 1.0) : 0;
-  constexpr int kBarWidth = 20;
-  const int filled = static_cast<int>(done * kBarWidth);
-  const std::string bar = std::string(static_cast<size_t>(filled), '#') + std::string(kBarWidth - filled, '-');
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  const std::string gpu = p.gpu_bytes < 0 ? ""
-                          : p.gpu_total > 0
-                              ? fmt::format(" | GPU {:.1f}/{:.1f} GiB", static_cast<double>(p.gpu_bytes) / kGiB,
-                                            static_cast<double>(p.gpu_total) / kGiB)
-                              : fmt::format(" | GPU {:.1f} GiB", static_cast<double>(p.gpu_bytes) / kGiB);
-  const std::string skipped = p.skipped > 0 ? fmt::format(" | {} skipped", p.skipped) : "";
-  // Narrow terminals lose the drawn bar first, then the lr and the data-wait share, then GPU memory.
-  std::string line;
-  for (int detail = 3; detail >= 0; --detail) {
-    line = fmt::format("epoch {}/{}{} {:3.0f}% {}/{} | {:.2f} it/s | ETA {} run {} | loss {:.5f}{}{}{}{}", p.epoch,
-                       epochs, detail == 3 ? " [" + bar + "]" : "", 100.0 * done, p.step, steps, p.steps_per_second,
-                       clock_text(p.seconds_left), clock_text(p.run_seconds_left), p.loss,
-                       detail >= 2 ? fmt::format(" | lr {:.2e}", p.lr) : "",
-                       detail >= 2 ? fmt::format(" | data {:.0f}%", 100.0 * p.data_share) : "", detail >= 1 ? gpu : "",
-                       skipped);
-    if (columns <= 1 || static_cast<int>(line.size()) < columns) return line;
-  }
-  line.resize(static_cast<size_t>(columns - 1));  // the last column stays free: no wrap
-  return line;
-}
-
-RunLog::RunLog(const ResolvedConfig& rc, const RunPaths& paths) : rc_(rc), paths_(paths) {
+RunLog::RunLog(RunLogSettings settings, const RunPaths& paths) : settings_(std::move(settings)), paths_(paths) {
+  const RunLogSettings& rc = settings_;
   switch (rc.cfg.logging.progress) {
     case ProgressMode::kAuto: (console_is_terminal() ? bar_ : lines_) = true; break;
     case ProgressMode::kBar: bar_ = true; break;
@@ -74,10 +41,10 @@ RunLog::RunLog(const ResolvedConfig& rc, const RunPaths& paths) : rc_(rc), paths
     case ProgressMode::kOff: break;
   }
   std::vector<std::string> columns = {
-      "epoch", "step",          "lr",           "train_loss", "val_loss",           rc.metric.name,
+      "epoch", "step",          "lr",           "train_loss", "val_loss",           rc.metric_name,
       "best",  "epoch_seconds", "data_seconds", "data_share", "samples_per_second", "skipped_steps"};
-  if (rc.validates_patches()) columns.insert(columns.begin() + 6, {"val_pseudo_dice", "val_pseudo_dice_ema"});
-  if (rc.scores_dose())
+  if (rc.validates_patches) columns.insert(columns.begin() + 6, {"val_pseudo_dice", "val_pseudo_dice_ema"});
+  if (rc.scores_dose)
     columns.insert(std::find(columns.begin(), columns.end(), "best"), {"val_dose_score", "val_dvh_score"});
   std::vector<std::string> terms;  // training.loss as a list: each term's epoch mean after train_loss
   for (const auto& t : rc.cfg.training.loss.terms) terms.push_back("loss_" + t.name);
@@ -91,8 +58,8 @@ RunLog::RunLog(const ResolvedConfig& rc, const RunPaths& paths) : rc_(rc), paths
 
 RunLog::~RunLog() = default;
 
-void RunLog::begin(const std::optional<TrainState>& resumed) {
-  if (rc_.cfg.logging.tensorboard) {
+void RunLog::begin(const std::optional<RunPosition>& resumed) {
+  if (settings_.cfg.logging.tensorboard) {
     tb_ = std::make_unique<TensorBoardWriter>(paths_.root / "tensorboard");  // IoError naming the folder
     tb_->session_start(resumed ? resumed->global_step + 1 : 0);
   }
@@ -108,7 +75,7 @@ void RunLog::begin(const std::optional<TrainState>& resumed) {
 void RunLog::banner(const Runtime& runtime, int64_t parameters, const std::string& loss) const {
   spdlog::info("trainer {} ({}), LibTorch {}, device {}, {} threads", version(), git_commit(), TORCH_VERSION,
                runtime.device.str(), runtime.threads);
-  const auto& cfg = rc_.cfg;
+  const auto& cfg = settings_.cfg;
   const int64_t micro = cfg.training.accumulate_steps;
   spdlog::info(
       "model: {} with {} trainable parameters{}; loss {}; {} steps per epoch of {} samples{}{}",
@@ -116,18 +83,18 @@ void RunLog::banner(const Runtime& runtime, int64_t parameters, const std::strin
       cfg.model.activation_checkpointing == Checkpointing::kOff
           ? ""
           : fmt::format(", activation checkpointing ({})", to_string(cfg.model.activation_checkpointing)),
-      loss, rc_.steps_per_epoch, cfg.data.batch_size * micro,
+      loss, settings_.steps_per_epoch, cfg.data.batch_size * micro,
       micro > 1 ? fmt::format(" ({} micro-batches of {} accumulated per optimizer step)", micro, cfg.data.batch_size)
                 : "",
-      rc_.world_size > 1
-          ? fmt::format(" per rank, {} over {} ranks", cfg.data.batch_size * micro * rc_.world_size, rc_.world_size)
-          : "");
-  spdlog::info("resolved config (also in {}):\n{}", paths_.config.string(), describe(rc_.cfg));
+      settings_.world_size > 1 ? fmt::format(" per rank, {} over {} ranks",
+                                             cfg.data.batch_size * micro * settings_.world_size, settings_.world_size)
+                               : "");
+  spdlog::info("resolved config (also in {}):\n{}", paths_.config.string(), describe(settings_.cfg));
 }
 
 bool RunLog::progress_due() const {
   constexpr double kRedrawSeconds = 0.25;
-  const double seconds = rc_.cfg.logging.progress_seconds;
+  const double seconds = settings_.cfg.logging.progress_seconds;
   const double every = bar_     ? (seconds > 0 ? std::min(seconds, kRedrawSeconds) : kRedrawSeconds)
                        : lines_ ? seconds
                                 : 0.0;
@@ -137,13 +104,13 @@ bool RunLog::progress_due() const {
 void RunLog::progress(const Progress& p) {
   last_progress_ = std::chrono::steady_clock::now();
   if (bar_) {
-    set_status_line(progress_bar_line(p, rc_.cfg.training.epochs, rc_.steps_per_epoch, console_columns()));
+    set_status_line(progress_bar_line(p, settings_.cfg.training.epochs, settings_.steps_per_epoch, console_columns()));
     return;
   }
   spdlog::info(
       "epoch {}/{} step {}/{} loss {:.5f} lr {:.3g} {:.1f} samples/s, data wait {:.0f}%, epoch ends in {:.0f} "
       "s, run in {}{}",
-      p.epoch, rc_.cfg.training.epochs, p.step, rc_.steps_per_epoch, p.loss, p.lr, p.samples_per_second,
+      p.epoch, settings_.cfg.training.epochs, p.step, settings_.steps_per_epoch, p.loss, p.lr, p.samples_per_second,
       100.0 * p.data_share, p.seconds_left, clock_text(p.run_seconds_left),
       p.skipped > 0 ? fmt::format(", {} steps skipped (NaN/Inf)", p.skipped) : "");
 }
@@ -154,7 +121,7 @@ void RunLog::clear_progress() const {
 
 void RunLog::step(int64_t global_step, int64_t epoch, int64_t step_in_epoch, double lr, const torch::Tensor& loss,
                   const torch::Tensor& found_inf) {
-  const int64_t every = rc_.cfg.logging.tensorboard_steps;
+  const int64_t every = settings_.cfg.logging.tensorboard_steps;
   const bool tb_due = tb_ && every > 0 && global_step % every == 0;
   if (before_read_ && (tb_due || step_csv_)) before_read_();
   if (tb_due) {
@@ -186,7 +153,7 @@ void RunLog::epoch(int64_t epoch, int64_t global_step, const EpochStats& train, 
       {"lr", fmt::format("{:.6g}", lr)},
       {"train_loss", fmt_metric(train.train_loss)},
       {"val_loss", value(&ValStats::loss)},
-      {rc_.metric.name, value(&ValStats::metric)},
+      {settings_.metric_name, value(&ValStats::metric)},
       {"val_dose_score", value(&ValStats::dose_score)},
       {"val_dvh_score", value(&ValStats::dvh_score)},
       {"val_pseudo_dice", value(&ValStats::pseudo_dice)},
@@ -198,7 +165,7 @@ void RunLog::epoch(int64_t epoch, int64_t global_step, const EpochStats& train, 
       {"samples_per_second", fmt::format("{:.3f}", sps)},
       {"skipped_steps", std::to_string(train.skipped)},
   };
-  const auto& terms = rc_.cfg.training.loss.terms;
+  const auto& terms = settings_.cfg.training.loss.terms;
   for (size_t i = 0; i < terms.size(); ++i) {
     row["loss_" + terms[i].name] = i < train.term_losses.size() ? fmt_metric(train.term_losses[i]) : std::string();
   }
@@ -208,18 +175,18 @@ void RunLog::epoch(int64_t epoch, int64_t global_step, const EpochStats& train, 
   const std::string timing = fmt::format("{:.1f} s, {:.1f} samples/s, data wait {:.1f} s ({:.0f}%)", train.seconds, sps,
                                          train.data_seconds, 100.0 * data_share);
   if (val) {
-    const std::string dose =
-        rc_.scores_dose() ? fmt::format(" val_dose_score {:.4f} val_dvh_score {:.4f}", val->dose_score, val->dvh_score)
-                          : "";
+    const std::string dose = settings_.scores_dose ? fmt::format(" val_dose_score {:.4f} val_dvh_score {:.4f}",
+                                                                 val->dose_score, val->dvh_score)
+                                                   : "";
     const std::string pseudo = std::isfinite(val->pseudo_dice) ? fmt::format(" pseudo_dice {:.4f} (ema {:.4f})",
                                                                              val->pseudo_dice, val->pseudo_dice_ema)
                                                                : "";
     const std::string metric =
-        std::isfinite(val->metric) ? fmt::format(" {} {:.4f}", rc_.metric.name, val->metric) : "";
-    spdlog::info("epoch {}/{}: train_loss {:.5f} val_loss {:.5f}{}{}{}{} | {}", epoch, rc_.cfg.training.epochs,
+        std::isfinite(val->metric) ? fmt::format(" {} {:.4f}", settings_.metric_name, val->metric) : "";
+    spdlog::info("epoch {}/{}: train_loss {:.5f} val_loss {:.5f}{}{}{}{} | {}", epoch, settings_.cfg.training.epochs,
                  train.train_loss, val->loss, metric, dose, pseudo, improved ? " (best)" : "", timing);
   } else {
-    spdlog::info("epoch {}/{}: train_loss {:.5f} | {}", epoch, rc_.cfg.training.epochs, train.train_loss, timing);
+    spdlog::info("epoch {}/{}: train_loss {:.5f} | {}", epoch, settings_.cfg.training.epochs, train.train_loss, timing);
   }
   flush_logs();
 }
@@ -232,14 +199,14 @@ void RunLog::view_failed(const std::string& what, const std::exception& e) {
 
 void RunLog::epoch_views(int64_t global_step, const std::map<std::string, std::string>& row,
                          const std::optional<ValStats>& val) {
-  const auto& logging = rc_.cfg.logging;
+  const auto& logging = settings_.cfg.logging;
   std::optional<MetricsTable> table;
   if (logging.plot || tb_) {
     try {
       table = read_metrics_csv(paths_.metrics);
       if (logging.plot) {
         write_progress_plot(*table, PlotFiles{paths_.root / "progress.png", paths_.root / "progress.svg"},
-                            rc_.cfg.experiment.name);
+                            settings_.cfg.experiment.name);
       }
     } catch (const std::exception& e) {
       view_failed("progress.png", e);
@@ -257,17 +224,18 @@ void RunLog::epoch_views(int64_t global_step, const std::map<std::string, std::s
     tb_->add_scalars(global_step, scalars);
     if (table) {
       constexpr int kTensorBoardPlotSide = 900;
-      tb_->add_image("progress", global_step,
-                     render_progress_png(*table, rc_.cfg.experiment.name, kTensorBoardPlotSide, kTensorBoardPlotSide),
-                     kTensorBoardPlotSide, kTensorBoardPlotSide, /*channels=*/3);
+      tb_->add_image(
+          "progress", global_step,
+          render_progress_png(*table, settings_.cfg.experiment.name, kTensorBoardPlotSide, kTensorBoardPlotSide),
+          kTensorBoardPlotSide, kTensorBoardPlotSide, /*channels=*/3);
     }
     if (val && val->preview_input.defined()) {
       const auto& t = val->preview_target;
-      const bool labels = rc_.task() == Task::kSegmentation;
+      const bool labels = settings_.labels;
       // Target and prediction on one scale: the label range, or the target's range.
       const double lo = labels ? 0.0 : t.min().item<double>();
       const double hi =
-          labels ? static_cast<double>(std::max<int64_t>(1, rc_.info.num_classes - 1)) : t.max().item<double>();
+          labels ? static_cast<double>(std::max<int64_t>(1, settings_.num_classes - 1)) : t.max().item<double>();
       const int h = static_cast<int>(t.size(0)), w = static_cast<int>(t.size(1));
       const std::string prefix = "val/" + val->preview_case + "/";
       tb_->add_image(prefix + "input", global_step, slice_png(val->preview_input, 0, 0), h, w, 1);
@@ -280,10 +248,10 @@ void RunLog::epoch_views(int64_t global_step, const std::map<std::string, std::s
   }
 }
 
-void RunLog::done(const TrainState& state) const {
+void RunLog::done(const RunPosition& state) const {
   clear_progress();
   spdlog::info("done: {} epochs, {} steps; best {} {} at epoch {}; run folder {}", state.epoch, state.global_step,
-               rc_.monitor_name, fmt_metric(state.best_metric), state.best_epoch, paths_.root.string());
+               settings_.monitor_name, fmt_metric(state.best_metric), state.best_epoch, paths_.root.string());
   flush_logs();
 }
 

@@ -24,30 +24,9 @@
 #include <string>
 #include <vector>
 
+#include "u3d/monitor/metrics_csv.h"
+
 namespace u3d {
-
-// metrics.csv as columns of doubles: values[col][row], NaN where a field is empty or not a number
-// ("nan"/"inf" text parses to NaN/Inf). read_metrics_csv() gives rows in increasing epoch order.
-struct MetricsTable {
-  std::vector<std::string> columns;
-  std::vector<std::vector<double>> values;  // values[col][row]
-
-  // The column named `name`, nullptr when the file has none.
-  const std::vector<double>* column(const std::string& name) const {
-    for (size_t c = 0; c < columns.size() && c < values.size(); ++c) {
-      if (columns[c] == name) return &values[c];
-    }
-    return nullptr;
-  }
-  size_t rows() const { return values.empty() ? 0 : values.front().size(); }
-};
-
-// Reads `path`. A last line without its newline (a crash mid-write) is ignored, as are blank lines
-// and '\r'. A row whose epoch is <= an earlier row's (a resume from an earlier checkpoint that did
-// not truncate the file) replaces the rows from that epoch on, so epochs increase strictly.
-// IoError naming the file when it cannot be read, is empty or has no "epoch" column, and naming
-// the file and line for a row with the wrong number of fields or an epoch that is not a number.
-MetricsTable read_metrics_csv(const std::filesystem::path& path);
 
 // 8-bit RGB.
 struct Rgb {

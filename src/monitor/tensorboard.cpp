@@ -1,4 +1,4 @@
-#include "u3d/train/tensorboard.h"
+#include "u3d/monitor/tensorboard.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>

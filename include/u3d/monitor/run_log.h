@@ -1,8 +1,8 @@
 // What a run reports as it goes: the console and train.log lines (banner, progress inside an epoch,
 // the epoch summary, the end), metrics.csv (one row per epoch) and, with logging.step_log,
 // steps.csv (one row per step), and the epoch-level views of them: <run>/progress.png and .svg
-// (logging.plot, train/progress_plot.h) and TensorBoard event files (logging.tensorboard,
-// train/tensorboard.h: tags epoch/<metrics.csv column> and step/train_loss, step/lr at the global
+// (logging.plot, monitor/progress_plot.h) and TensorBoard event files (logging.tensorboard,
+// monitor/tensorboard.h: tags epoch/<metrics.csv column> and step/train_loss, step/lr at the global
 // step; images progress and val/input, val/target, val/prediction). A plot or TensorBoard write
 // that fails is a warning, never the end of the run.
 //
@@ -15,59 +15,53 @@
 
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
 
+#include "u3d/core/config.h"
 #include "u3d/core/logging.h"
 #include "u3d/core/run.h"
-#include "u3d/train/checkpoint.h"
-#include "u3d/train/resolve.h"
-#include "u3d/train/validator.h"
+#include "u3d/monitor/epoch_stats.h"
+#include "u3d/monitor/metrics_csv.h"
+#include "u3d/monitor/status_line.h"
 
 namespace u3d {
 
 class TensorBoardWriter;
 
-struct EpochStats {
-  double train_loss = 0;
-  std::vector<double> term_losses;  // per term of a training.loss list: the epoch's mean (loss_<name>)
-  double seconds = 0;               // training time of the whole epoch (before a resume too), s
-  double data_seconds = 0;          // the part of it the loop waited for batches (BatchLoader::wait_seconds)
-  int64_t samples = 0;
-  int64_t skipped = 0;  // steps skipped for a non-finite loss or gradient norm
+// What the run log needs of the run's resolved config (train/run_monitoring.h makes it from a
+// ResolvedConfig).
+struct RunLogSettings {
+  Config cfg;                      // the resolved config: logging, epochs, loss terms, experiment name
+  std::string metric_name;         // the task metric's metrics.csv column (val_mae | val_dice)
+  std::string monitor_name;        // checkpoint.monitor's column, e.g. "val_dose_score"
+  bool validates_patches = false;  // val_pseudo_dice and val_pseudo_dice_ema columns
+  bool scores_dose = false;        // val_dose_score and val_dvh_score columns
+  bool labels = false;             // segmentation: the previews on the label scale
+  int64_t num_classes = 0;         // labels: 0 .. num_classes - 1
+  int64_t steps_per_epoch = 0;
+  int64_t world_size = 1;  // data-parallel processes
 };
 
-// The numbers of one progress report inside an epoch (a status-line redraw or a progress line).
-struct Progress {
-  int64_t epoch = 0, step = 0;  // step: steps done in the epoch
-  double loss = 0, lr = 0;
-  double samples_per_second = 0;
-  double steps_per_second = 0;
-  double data_share = 0;        // waiting for batches / elapsed
-  double seconds_left = 0;      // estimated, to the epoch's end
-  double run_seconds_left = 0;  // estimated, to the run's end (training steps only, validation not counted)
-  int64_t skipped = 0;          // steps skipped (NaN/Inf) so far in the epoch
-  int64_t gpu_bytes = -1;       // GPU memory held by the caching allocator (reserved); -1: not on a GPU
-  int64_t gpu_total = 0;        // the GPU's memory; 0: unknown
+// Where the run stands (from the training state, train/run_monitoring.h): at a resume, and at the end.
+struct RunPosition {
+  int64_t epoch = 0;        // completed epochs
+  int64_t global_step = 0;  // steps taken
+  double best_metric = std::numeric_limits<double>::quiet_NaN();
+  int64_t best_epoch = 0;
 };
-
-// The status line of logging.progress bar, cut to `columns`:
-// "epoch 3/100 [#######-----]  45% 120/266 | 3.21 it/s | ETA 0:45 run 4:10:07 | loss 0.45210 | lr 1.00e-03 |
-//  data 3% | GPU 41.2/79.6 GiB" (no GPU part when p.gpu_bytes < 0).
-std::string progress_bar_line(const Progress& p, int64_t epochs, int64_t steps, int columns);
-// "1:02:03", "4:05" (minutes:seconds under an hour), "--" for a negative or non-finite time.
-std::string clock_text(double seconds);
 
 class RunLog {
  public:
-  RunLog(const ResolvedConfig& rc, const RunPaths& paths);
+  RunLog(RunLogSettings settings, const RunPaths& paths);
   ~RunLog();
   // metrics.csv (and steps.csv): fresh files, or, after a resume, kept through the checkpoint's
   // epoch and global step (rows written after it are dropped and written again). TensorBoard: a
   // new events file starting with a session start at the next step, so TensorBoard drops the
   // events a killed run wrote after the checkpoint.
-  void begin(const std::optional<TrainState>& resumed);
+  void begin(const std::optional<RunPosition>& resumed);
   void banner(const Runtime& runtime, int64_t parameters, const std::string& loss) const;
   // Whether a progress report is due: a quarter second (or logging.progress_seconds when shorter)
   // since the last redraw of the status line (bar), logging.progress_seconds since the last
@@ -88,7 +82,7 @@ class RunLog {
   // its last step's learning rate.
   void epoch(int64_t epoch, int64_t global_step, const EpochStats& train, const std::optional<ValStats>& val,
              bool improved, double lr);
-  void done(const TrainState& state) const;
+  void done(const RunPosition& state) const;
 
  private:
   // progress.png/.svg and the TensorBoard events of the epoch ending at `global_step`.
@@ -96,7 +90,7 @@ class RunLog {
                    const std::optional<ValStats>& val);
   void view_failed(const std::string& what, const std::exception& e);
 
-  const ResolvedConfig& rc_;
+  const RunLogSettings settings_;
   const RunPaths& paths_;
   std::function<void()> before_read_;
   std::unique_ptr<MetricsCsv> csv_;

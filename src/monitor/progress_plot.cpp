@@ -1,4 +1,4 @@
-#include "u3d/train/progress_plot.h"
+#include "u3d/monitor/progress_plot.h"
 
 #include <cairo-svg.h>
 #include <cairo.h>
@@ -18,26 +18,6 @@ namespace u3d {
 namespace {
 
 constexpr double kNaN = NAN, kPi = 3.14159265358979323846;
-
-// Comma-separated fields, blanks around each removed; NaN where empty or not a whole number
-// (strtod reads "nan", "inf", "-inf").
-std::vector<std::string> split_fields(std::string_view line) {
-  std::vector<std::string> fields;
-  for (size_t start = 0;;) {
-    const size_t comma = std::min(line.find(',', start), line.size());
-    const std::string_view f = line.substr(start, comma - start);
-    const size_t first = std::min(f.find_first_not_of(" \t"), f.size());
-    fields.emplace_back(f.substr(first, f.find_last_not_of(" \t") + 1 - first));
-    if (comma == line.size()) return fields;
-    start = comma + 1;
-  }
-}
-
-double parse_value(const std::string& field) {
-  char* end = nullptr;
-  const double v = std::strtod(field.c_str(), &end);
-  return field.empty() || *end != '\0' ? kNaN : v;
-}
 
 struct SeriesInfo {
   const char* column;
@@ -405,45 +385,6 @@ std::string render(const MetricsTable& table, const std::string& title, int widt
 }
 
 }  // namespace
-
-MetricsTable read_metrics_csv(const std::filesystem::path& path) {
-  std::istringstream in(read_file(path));  // IoError naming the path
-  const std::string name = path.string();
-  MetricsTable table;
-  size_t epoch_col = 0;
-  std::string line;
-  for (size_t line_no = 1; std::getline(in, line); ++line_no) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    if (table.columns.empty()) {  // the header
-      table.columns = split_fields(line);
-      table.values.assign(table.columns.size(), {});
-      epoch_col = std::find(table.columns.begin(), table.columns.end(), "epoch") - table.columns.begin();
-      if (epoch_col == table.columns.size()) {
-        throw IoError(
-            fmt::format("{}: line {}: no \"epoch\" column in the header (expected metrics.csv)", name, line_no));
-      }
-      continue;
-    }
-    if (in.eof()) break;  // a last line without its newline: a row cut short by a crash
-    const auto fields = split_fields(line);
-    if (fields.size() != table.columns.size()) {
-      throw IoError(fmt::format("{}: line {}: {} fields, expected {} as in the header", name, line_no, fields.size(),
-                                table.columns.size()));
-    }
-    const double epoch = parse_value(fields[epoch_col]);
-    if (!std::isfinite(epoch)) {
-      throw IoError(fmt::format("{}: line {}: epoch \"{}\" is not a number", name, line_no, fields[epoch_col]));
-    }
-    while (table.rows() > 0 && table.values[epoch_col].back() >= epoch) {  // resumed from an earlier epoch
-      for (auto& column : table.values) column.pop_back();
-    }
-    for (size_t c = 0; c < fields.size(); ++c) table.values[c].push_back(parse_value(fields[c]));
-  }
-  if (table.columns.empty())
-    throw IoError(fmt::format("{}: empty, expected a header line with an \"epoch\" column", name));
-  return table;
-}
 
 Rgb series_color(const std::string& column) {
   const SeriesInfo* info = series_info(column);

@@ -1,0 +1,38 @@
+// The numbers an epoch reports (metrics.csv, the epoch line, TensorBoard): the training side
+// (EpochStats, from the trainer) and the validation side (ValStats, from train/validator.h).
+#pragma once
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace u3d {
+
+struct EpochStats {
+  double train_loss = 0;
+  std::vector<double> term_losses;  // per term of a training.loss list: the epoch's mean (loss_<name>)
+  double seconds = 0;               // training time of the whole epoch (before a resume too), s
+  double data_seconds = 0;          // the part of it the loop waited for batches (BatchLoader::wait_seconds)
+  int64_t samples = 0;
+  int64_t skipped = 0;  // steps skipped for a non-finite loss or gradient norm
+};
+
+struct ValStats {
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  double metric = std::numeric_limits<double>::quiet_NaN();  // the task metric (its metrics.csv column:
+                                                             // RunLogSettings::metric_name)
+  bool complete = true;                                      // false: interrupted by a stop signal
+  // OpenKBP scores (Gy) when dose metrics are scored (RunLogSettings::scores_dose); NaN otherwise.
+  double dose_score = std::numeric_limits<double>::quiet_NaN();
+  double dvh_score = std::numeric_limits<double>::quiet_NaN();
+  double pseudo_dice = std::numeric_limits<double>::quiet_NaN();      // val patches, this epoch
+  double pseudo_dice_ema = std::numeric_limits<double>::quiet_NaN();  // its running EMA
+  // With logging.tensorboard: the middle slice along D of the first val case, (H, W) float32 on the
+  // CPU: its first input channel, its target (labels or target units) and the prediction.
+  std::string preview_case;
+  torch::Tensor preview_input, preview_target, preview_prediction;
+};
+
+}  // namespace u3d
