@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <string_view>
 
 #include "u3d/core/errors.h"
@@ -38,6 +37,30 @@ double parse_value(const std::string& field) {
   return field.empty() || *end != '\0' ? kNaN : v;
 }
 
+// The one reading of a metrics file (the writer's resume and read_metrics_csv): its lines split at
+// '\n', kept as they are ('\r' included), and whether the last one ended with its '\n' (an append
+// cut short by a crash does not). IoError naming the path when it cannot be read.
+struct MetricsLines {
+  std::vector<std::string> lines;
+  bool last_complete = true;
+};
+
+MetricsLines read_metrics_lines(const std::filesystem::path& path) {
+  const std::string text = read_file(path);
+  MetricsLines out;
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t end = text.find('\n', pos);
+    if (end == std::string::npos) {
+      out.lines.push_back(text.substr(pos));
+      out.last_complete = false;
+      break;
+    }
+    out.lines.push_back(text.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 MetricsCsv::MetricsCsv(std::filesystem::path path, std::vector<std::string> columns)
@@ -55,11 +78,8 @@ void MetricsCsv::resume(int64_t keep_through_epoch) {
     start_fresh();
     return;
   }
-  const std::string text = read_file(path_);
-  std::istringstream in(text);
-  std::string line;
-  std::string header;
-  std::getline(in, header);
+  const MetricsLines file = read_metrics_lines(path_);
+  const std::string header = file.lines.empty() ? std::string() : file.lines.front();
   std::string expected;
   for (size_t i = 0; i < columns_.size(); ++i) expected += (i ? "," : "") + columns_[i];
   if (header != expected) {
@@ -68,12 +88,9 @@ void MetricsCsv::resume(int64_t keep_through_epoch) {
   }
   std::string kept = header + "\n";
   // Only complete lines (ending in '\n') with the right number of fields count.
-  size_t pos = header.size() + 1;
-  while (pos < text.size()) {
-    const size_t end = text.find('\n', pos);
-    if (end == std::string::npos) break;  // partial last line from a crash: dropped
-    line = text.substr(pos, end - pos);
-    pos = end + 1;
+  for (size_t i = 1; i < file.lines.size(); ++i) {
+    if (i + 1 == file.lines.size() && !file.last_complete) break;  // partial last line from a crash: dropped
+    const std::string& line = file.lines[i];
     if (static_cast<size_t>(std::count(line.begin(), line.end(), ',')) + 1 != columns_.size()) continue;
     const auto epoch = parse_int(line.substr(0, line.find(',')));
     if (epoch && *epoch <= keep_through_epoch) kept += line + "\n";
@@ -95,12 +112,13 @@ void MetricsCsv::append(const std::map<std::string, std::string>& values) {
 }
 
 MetricsTable read_metrics_csv(const std::filesystem::path& path) {
-  std::istringstream in(read_file(path));  // IoError naming the path
+  const MetricsLines file = read_metrics_lines(path);  // IoError naming the path
   const std::string name = path.string();
   MetricsTable table;
   size_t epoch_col = 0;
-  std::string line;
-  for (size_t line_no = 1; std::getline(in, line); ++line_no) {
+  for (size_t i = 0; i < file.lines.size(); ++i) {
+    const size_t line_no = i + 1;
+    std::string line = file.lines[i];
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     if (table.columns.empty()) {  // the header
@@ -113,7 +131,7 @@ MetricsTable read_metrics_csv(const std::filesystem::path& path) {
       }
       continue;
     }
-    if (in.eof()) break;  // a last line without its newline: a row cut short by a crash
+    if (i + 1 == file.lines.size() && !file.last_complete) break;  // a row cut short by a crash
     const auto fields = split_fields(line);
     if (fields.size() != table.columns.size()) {
       throw IoError(fmt::format("{}: line {}: {} fields, expected {} as in the header", name, line_no, fields.size(),

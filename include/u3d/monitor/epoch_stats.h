@@ -21,9 +21,9 @@ struct EpochStats {
 
 struct ValStats {
   double loss = std::numeric_limits<double>::quiet_NaN();
-  double metric = std::numeric_limits<double>::quiet_NaN();  // the task metric (its metrics.csv column:
-                                                             // RunLogSettings::metric_name)
-  bool complete = true;                                      // false: interrupted by a stop signal
+  // The task metric, in its metrics.csv column RunLogSettings::metric_name.
+  double metric = std::numeric_limits<double>::quiet_NaN();
+  bool complete = true;  // false: interrupted by a stop signal
   // OpenKBP scores (Gy) when dose metrics are scored (RunLogSettings::scores_dose); NaN otherwise.
   double dose_score = std::numeric_limits<double>::quiet_NaN();
   double dvh_score = std::numeric_limits<double>::quiet_NaN();
