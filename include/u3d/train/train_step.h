@@ -59,6 +59,7 @@
 
 #include "u3d/core/config.h"
 #include "u3d/data/batch.h"
+#include "u3d/model/layout.h"
 #include "u3d/model/unet.h"
 #include "u3d/train/amp.h"
 #include "u3d/train/losses.h"
@@ -90,24 +91,6 @@ struct StepFeatures {
   std::string describe() const;    // "bf16, channels-last, CUDA graph, fused adamw, cuDNN autotune, TF32"
 };
 
-// The norm the network's blocks use: model.norm, batch norm for the OpenKBP baseline.
-Norm network_norm(const ModelConfig& cfg);
-// model.channels_last for `device`: on/off as set; auto is on with CUDA (every norm keeps the
-// layout) and off on CPU.
-bool resolve_channels_last(const ModelConfig& cfg, const torch::Device& device);
-// Why resolve_channels_last() decided as it did, for the log: "auto: on with instance norm
-// (channels-last instance norm)".
-std::string channels_last_reason(const ModelConfig& cfg, const torch::Device& device);
-// Converts every 5-D parameter and buffer of `module` to ChannelsLast3d in place (set_data: the
-// tensors keep their identity, so an optimizer made before still holds them; make it after, so its
-// moments take the same layout).
-void to_channels_last(torch::nn::Module& module);
-
-// Puts every 5-D parameter and buffer of `module` in the run's layout: ChannelsLast3d when
-// `channels_last`, else contiguous (set_data, identities kept). After loading a checkpoint written
-// in the other layout (on the CPU, or with model.channels_last: off), call this and then
-// Optimizer::match_parameter_layout().
-void set_layout(torch::nn::Module& module, bool channels_last);
 // Test fault injection: writes `value` into the first element of `t` in place, whatever its
 // layout (index_put_; a channels-last tensor has no flat view).
 void plant_value(torch::Tensor& t, double value);
