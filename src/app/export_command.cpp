@@ -53,7 +53,7 @@ DataFacts data_facts(const Config& trained) {
     facts.labels = info.class_names;
     const auto& train = reader.split(trained.data.train_split);
     if (!train.empty()) {
-      const auto s = reader.read_case(train.front()).spacing;
+      const auto s = reader.case_spacing(train.front());  // the attribute alone, no voxels read
       facts.spacing = fmt::format("[{}, {}, {}]", s[0], s[1], s[2]);
     }
   } catch (const std::exception& e) {

@@ -208,4 +208,9 @@ torch::Tensor Preprocessor::restore_target(const torch::Tensor& out) const {
   return task_ == Task::kSegmentation ? out : out * target_scale_;
 }
 
+std::shared_ptr<const Preprocessor> make_preprocessor(DataConfig& data, const DatasetInfo& info) {
+  data.normalize = resolve_normalization(data, info);
+  return std::make_shared<const Preprocessor>(data, info);
+}
+
 }  // namespace u3d

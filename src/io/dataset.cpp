@@ -244,6 +244,18 @@ const std::vector<std::string>& DatasetReader::split(const std::string& name) co
   return it->second;
 }
 
+namespace {
+// The spacing attribute of a case's group: mm along (D, H, W), 1 mm when absent.
+std::array<double, 3> read_spacing(hid_t group, const std::string& ctx) {
+  if (!h5::has_attribute(group, "spacing")) return {1.0, 1.0, 1.0};
+  const auto s = h5::read_double_list_attribute(group, "spacing", ctx);
+  if (s.size() != 3 || !std::all_of(s.begin(), s.end(), [](double v) { return std::isfinite(v) && v > 0; })) {
+    throw DataError(fmt::format("{}: 'spacing' should be three positive numbers (mm along D, H, W)", ctx));
+  }
+  return {s[0], s[1], s[2]};
+}
+}  // namespace
+
 Shape3 DatasetReader::case_shape(const std::string& id) const {
   const std::string ctx = fmt::format("{}: case '{}'", path_.string(), id);
   h5::Handle d = h5::open_dataset(static_cast<hid_t>(file_), "cases/" + id + "/image", ctx);
@@ -305,15 +317,15 @@ CaseData DatasetReader::read_case(const std::string& id) const {
     }
   }
   h5::Handle group = h5::open_group(f, base, ctx);
-  if (h5::has_attribute(group.get(), "spacing")) {
-    const auto s = h5::read_double_list_attribute(group.get(), "spacing", ctx);
-    if (s.size() != 3 || !std::all_of(s.begin(), s.end(), [](double v) { return std::isfinite(v) && v > 0; })) {
-      throw DataError(fmt::format("{}: 'spacing' should be three positive numbers (mm along D, H, W)", ctx));
-    }
-    c.spacing = {s[0], s[1], s[2]};
-  }
+  c.spacing = read_spacing(group.get(), ctx);
   c.source = read_source_attributes(group.get(), ctx);
   return c;
+}
+
+std::array<double, 3> DatasetReader::case_spacing(const std::string& id) const {
+  const std::string ctx = fmt::format("{}: case '{}'", path_.string(), id);
+  h5::Handle group = h5::open_group(static_cast<hid_t>(file_), "cases/" + id, ctx);
+  return read_spacing(group.get(), ctx);
 }
 
 std::optional<SourceGeometry> DatasetReader::read_source(const std::string& id) const {

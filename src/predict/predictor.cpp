@@ -37,6 +37,17 @@ torch::Tensor gaussian_importance_map(const Shape3& patch, double sigma_fraction
   return g.clamp_min(std::max(floor, 1e-6)).to(torch::kFloat);
 }
 
+SlidingWindowOptions window_options(const Config& cfg, const Shape3& patch, const torch::Device& device,
+                                    bool channels_last, bool mirror) {
+  return SlidingWindowOptions{patch,
+                              cfg.predict.overlap,
+                              cfg.predict.batch_size > 0 ? cfg.predict.batch_size : cfg.data.batch_size,
+                              cfg.predict.gaussian,
+                              mirror,
+                              /*autocast=*/inference_autocast(cfg.training, device),
+                              channels_last};
+}
+
 std::vector<std::vector<int64_t>> mirror_combinations() {
   std::vector<std::vector<int64_t>> out;
   for (int mask = 0; mask < 8; ++mask) {

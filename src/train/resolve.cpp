@@ -28,30 +28,6 @@ bool ResolvedConfig::full_validation_due(int64_t epoch) const {
   return validates() && cfg.training.val_full && (epoch % cfg.training.val_every == 0 || epoch == cfg.training.epochs);
 }
 
-std::unique_ptr<DatasetReader> open_dataset(const Config& cfg) {
-  std::error_code ec;
-  if (!std::filesystem::exists(cfg.data.path, ec)) {
-    throw ConfigError(
-        fmt::format("{}: data.path: dataset file {} not found (make one with `trainer synth` or "
-                    "`trainer import`)",
-                    origin(cfg, "data.path"), cfg.data.path));
-  }
-  return std::make_unique<DatasetReader>(cfg.data.path);
-}
-
-const std::vector<std::string>& split_ids(const DatasetReader& reader, const std::string& key,
-                                          const std::string& name) {
-  if (!reader.has_split(name)) {
-    std::vector<std::string> names;
-    for (const auto& [n, ids] : reader.info().splits) names.push_back(n);
-    throw ConfigError(fmt::format("{}: split '{}' is not in {}; it has: {}", key, name, reader.path().string(),
-                                  fmt::join(names, ", ")));
-  }
-  const auto& ids = reader.split(name);
-  if (ids.empty()) throw ConfigError(fmt::format("{}: split '{}' of {} is empty", key, name, reader.path().string()));
-  return ids;
-}
-
 ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const torch::Device& device, int64_t rank,
                        int64_t world_size) {
   ResolvedConfig rc;
@@ -60,8 +36,7 @@ ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const tor
   rc.world_size = world_size;
   rc.info = reader.info();
   const Task task = rc.info.task;
-  rc.cfg.data.normalize = resolve_normalization(rc.cfg.data, rc.info);
-  rc.pre = std::make_shared<const Preprocessor>(rc.cfg.data, rc.info);
+  rc.pre = make_preprocessor(rc.cfg.data, rc.info);  // data.normalize's `dataset` entries resolved
   const DataConfig& data = rc.cfg.data;
   const TrainingConfig& training = rc.cfg.training;
   check_batch_memory(data.batch_size, data.patch_size, rc.pre->in_channels());

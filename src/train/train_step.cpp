@@ -1,12 +1,10 @@
 #include "u3d/train/train_step.h"
 
-#include <c10/util/strides.h>
 #include <spdlog/spdlog.h>
 
 #include <vector>
 
 #include "u3d/core/errors.h"
-#include "u3d/model/channels_last_norm.h"
 #include "u3d/train/cuda_graph.h"
 #include "u3d/train/distributed.h"
 #include "u3d/train/grad_sync.h"

@@ -48,13 +48,8 @@ ValStats Validator::run(int64_t epoch, TrainState& state, const std::function<bo
 ValStats Validator::full_volumes(int64_t epoch, const std::function<bool()>& stopping) {
   const Config& cfg = rc_.cfg;
   const Preprocessor& pre = data_.pre();
-  SlidingWindowOptions sw{cfg.data.patch_size,
-                          cfg.predict.overlap,
-                          cfg.predict.batch_size > 0 ? cfg.predict.batch_size : cfg.data.batch_size,
-                          cfg.predict.gaussian,
-                          /*mirror=*/false,
-                          /*autocast=*/inference_autocast(cfg.training, device_),  // as the training step
-                          /*channels_last=*/channels_last_};
+  // The windows of prediction (predictor.h), without mirroring; autocast as the training step.
+  const SlidingWindowOptions sw = window_options(cfg, cfg.data.patch_size, device_, channels_last_, /*mirror=*/false);
   // Per case, on the device: (1 + M,) float64, the loss and the metric's values (segmentation: the
   // Dice of each foreground class; regression: the MAE), read back once after the last case.
   std::vector<torch::Tensor> scores;

@@ -3,6 +3,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -84,5 +85,13 @@ class Preprocessor {
   std::vector<std::string> names_;
   std::vector<ChannelNorm> norms_;  // per input channel
 };
+
+// The one way in to the normalisation of network inputs, for training (train/resolve.h: the
+// caches and the batch finalizer take this Preprocessor's channel_affines) and prediction
+// (predict/resolve_prediction.h: each case through Preprocessor::image): data.normalize's `dataset`
+// entries resolved against the file (resolve_normalization, written back into `data`, so the run's
+// config and its checkpoints carry the statistics), then the Preprocessor of `data` for `info`.
+// A checkpoint's config has no `dataset` entry left, so prediction applies its specs unchanged.
+std::shared_ptr<const Preprocessor> make_preprocessor(DataConfig& data, const DatasetInfo& info);
 
 }  // namespace u3d

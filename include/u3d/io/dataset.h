@@ -103,6 +103,9 @@ class DatasetReader {
   bool has_split(const std::string& name) const { return info_.splits.count(name) > 0; }
   // (D, H, W) of a case without reading its voxels.
   Shape3 case_shape(const std::string& id) const;
+  // The case's spacing attribute, mm along (D, H, W), without reading its voxels: {1, 1, 1} when the
+  // file records none (as read_case); DataError when it is not three positive numbers.
+  std::array<double, 3> case_spacing(const std::string& id) const;
   // The whole case. Thread-safe (HDF5 serialises calls internally).
   CaseData read_case(const std::string& id) const;
   // The case's source geometry alone (no voxels); std::nullopt when the file records none.

@@ -1,6 +1,7 @@
-// The memory layout of a network's tensors: whether a run keeps its 5-D weights, activations and
-// batches channels-last (ChannelsLast3d, NDHWC) on its device, why, and the conversions of a
-// module's parameters and buffers. Training, validation and prediction share them.
+// The memory layout of a network's 5-D weights and inputs: NCDHW (contiguous) or NDHWC
+// (ChannelsLast3d, the layout cuDNN's fastest 3D kernels use). Training (train_step.h), validation,
+// prediction and the benchmarks decide it with resolve_channels_last() and put a network in it with
+// set_layout() (or to_channels_last() before an optimizer is made).
 #pragma once
 #include <torch/torch.h>
 
@@ -28,4 +29,5 @@ void to_channels_last(torch::nn::Module& module);
 // in the other layout (on the CPU, or with model.channels_last: off), call this and then
 // Optimizer::match_parameter_layout().
 void set_layout(torch::nn::Module& module, bool channels_last);
+
 }  // namespace u3d

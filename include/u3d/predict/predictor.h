@@ -1,5 +1,6 @@
-// Whole-volume prediction: sliding windows with Gaussian importance weighting, used for
-// validation during training and by `trainer --predict-only`.
+// Whole-volume prediction: sliding windows with Gaussian importance weighting, the one prediction
+// loop: validation during training (train/validator.h), `trainer --predict-only` and ensembles
+// (prediction_run.h; an EnsembleNetwork runs through it as one network) all call it.
 #pragma once
 #include <torch/torch.h>
 
@@ -36,6 +37,13 @@ struct SlidingWindowOptions {
   // Windows in ChannelsLast3d (the network's layout, set_layout()).
   bool channels_last = false;
 };
+
+// The windows of a prediction as the config sets them, shared by validation (train/validator.h) and
+// prediction (resolve_prediction.h): predict.overlap, predict.batch_size (data.batch_size when 0),
+// predict.gaussian, forward passes under the training step's autocast (inference_autocast of
+// cfg.training on `device`); `patch`: the network's training patch; `mirror`: predict.tta flips.
+SlidingWindowOptions window_options(const Config& cfg, const Shape3& patch, const torch::Device& device,
+                                    bool channels_last, bool mirror);
 
 // The mirrorings used by SlidingWindowOptions::mirror: every subset of the spatial dims {2, 3, 4}
 // of an (N, C, D, H, W) tensor, the empty one (identity) first.

@@ -20,6 +20,7 @@
 #include "u3d/evaluate/dose_metrics.h"
 #include "u3d/evaluate/metrics.h"
 #include "u3d/io/dataset.h"
+#include "u3d/io/open_dataset.h"
 
 namespace u3d {
 
@@ -55,11 +56,6 @@ struct ResolvedConfig {
   bool full_validation_due(int64_t epoch) const;
 };
 
-// Opens data.path; ConfigError naming the key (and where it was set) when the file is missing.
-std::unique_ptr<DatasetReader> open_dataset(const Config& cfg);
-// The case ids of split `name` (config key `key`); ConfigError naming the key and the splits the
-// file has when it is absent, or when it is empty.
-const std::vector<std::string>& split_ids(const DatasetReader& reader, const std::string& key, const std::string& name);
 // Every dataset- and device-dependent check of a training run (ConfigError naming the key), for
 // rank `rank` of `world_size` data-parallel processes.
 ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const torch::Device& device, int64_t rank = 0,

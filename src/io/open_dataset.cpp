@@ -1,0 +1,37 @@
+#include "u3d/io/open_dataset.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <filesystem>
+
+#include "u3d/core/errors.h"
+
+namespace u3d {
+
+std::unique_ptr<DatasetReader> open_dataset(const Config& cfg) {
+  std::error_code ec;
+  if (!std::filesystem::exists(cfg.data.path, ec)) {
+    const auto set_in = cfg.origin.find("data.path");  // where the key was set, for the message
+    throw ConfigError(
+        fmt::format("{}: data.path: dataset file {} not found (make one with `trainer synth` or "
+                    "`trainer import`)",
+                    set_in != cfg.origin.end() ? set_in->second : cfg.source, cfg.data.path));
+  }
+  return std::make_unique<DatasetReader>(cfg.data.path);
+}
+
+const std::vector<std::string>& split_ids(const DatasetReader& reader, const std::string& key,
+                                          const std::string& name) {
+  if (!reader.has_split(name)) {
+    std::vector<std::string> names;
+    for (const auto& [n, ids] : reader.info().splits) names.push_back(n);
+    throw ConfigError(fmt::format("{}: split '{}' is not in {}; it has: {}", key, name, reader.path().string(),
+                                  fmt::join(names, ", ")));
+  }
+  const auto& ids = reader.split(name);
+  if (ids.empty()) throw ConfigError(fmt::format("{}: split '{}' of {} is empty", key, name, reader.path().string()));
+  return ids;
+}
+
+}  // namespace u3d

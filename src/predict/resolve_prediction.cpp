@@ -1,0 +1,122 @@
+#include "u3d/predict/resolve_prediction.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "u3d/core/errors.h"
+#include "u3d/data/folds.h"
+#include "u3d/io/open_dataset.h"
+#include "u3d/model/layout.h"
+
+namespace u3d {
+namespace {
+
+// The cases of predict.split; with cross-validation (experiment.fold K), predict.split "val" (or
+// data.val_split) means fold K's held-out cases (data/folds.h).
+std::vector<std::string> cases_to_predict(const Config& cfg, const DatasetReader& reader) {
+  const auto fold = fold_number(cfg);
+  if (fold && (cfg.predict.split == "val" || cfg.predict.split == cfg.data.val_split)) {
+    return load_folds(reader, cfg)[static_cast<size_t>(*fold)].val;
+  }
+  return split_ids(reader, "predict.split", cfg.predict.split);
+}
+
+// Warns where the config given now differs from the checkpoint's network or preprocessing.
+void warn_differences(const Config& cfg, const Config& trained) {
+  const bool from_dataset =
+      std::find(cfg.data.normalize.begin(), cfg.data.normalize.end(), "dataset") != cfg.data.normalize.end();
+  for (const auto& d : diff(trained, cfg)) {
+    if (from_dataset && d.rfind("data.normalize", 0) == 0) continue;  // resolved into the checkpoint at training
+    if (d.rfind("model.", 0) == 0 || d.rfind("data.normalize", 0) == 0 || d.rfind("data.channels", 0) == 0 ||
+        d.rfind("data.target_scale", 0) == 0) {
+      spdlog::warn("predict: {} differs from the checkpoint; using the checkpoint's value", d);
+    }
+  }
+}
+
+// One preprocessing and one window for every member of an ensemble.
+void check_members(const std::vector<PredictionMember>& members) {
+  const PredictionMember& first = members.front();
+  for (const auto& m : members) {
+    const auto& a = first.trained.data;
+    const auto& b = m.trained.data;
+    if (m.info.in_channels != first.info.in_channels || m.info.out_channels != first.info.out_channels ||
+        a.patch_size != b.patch_size || a.channels != b.channels || a.normalize != b.normalize ||
+        a.target_scale != b.target_scale) {
+      throw ConfigError(fmt::format(
+          "ensemble: {} was trained with other inputs than {} (channels, data.normalize, data.target_scale or "
+          "data.patch_size differ); an ensemble averages models of one preprocessing",
+          m.checkpoint.string(), first.checkpoint.string()));
+    }
+  }
+}
+
+}  // namespace
+
+PredictionMember read_prediction_member(const std::filesystem::path& checkpoints, int64_t keep_last,
+                                        const std::string& checkpoint) {
+  const CheckpointStore store(checkpoints, keep_last);
+  PredictionMember m;
+  m.checkpoint = store.resolve(checkpoint);
+  m.info = read_checkpoint_info(m.checkpoint);
+  m.trained = load_config_from_string(m.info.config_yaml, m.checkpoint.string() + " (config)");
+  return m;
+}
+
+std::vector<PredictionMember> read_ensemble_members(const Config& cfg, const std::vector<std::string>& names,
+                                                    const std::string& checkpoint) {
+  const auto experiment = std::filesystem::path(cfg.experiment.output_dir) / cfg.experiment.name;
+  std::vector<PredictionMember> members;
+  for (const auto& name : names) {
+    auto dir = std::filesystem::path(name);
+    if (dir.is_relative() && !std::filesystem::exists(dir / "checkpoints")) dir = experiment / name;
+    if (!std::filesystem::is_directory(dir / "checkpoints")) {
+      throw ConfigError(fmt::format("--ensemble: {}: not a run folder (no checkpoints/ in {})", name, dir.string()));
+    }
+    members.push_back(read_prediction_member(dir / "checkpoints", cfg.checkpoint.keep_last, checkpoint));
+  }
+  return members;
+}
+
+ResolvedPrediction resolve_prediction(const Config& cfg, std::vector<PredictionMember> members,
+                                      const DatasetReader& reader, const torch::Device& device) {
+  if (members.empty()) throw ConfigError("predict: no checkpoint to predict with");
+  ResolvedPrediction rp;
+  rp.cfg = cfg;
+  rp.trained = members.front().trained;
+  const CheckpointInfo& info = members.front().info;
+  const std::string& ckpt_path = members.front().checkpoint.string();
+  warn_differences(cfg, rp.trained);
+  check_members(members);
+  rp.pre = make_preprocessor(rp.trained.data, reader.info());
+  const Preprocessor& pre = *rp.pre;
+  if (pre.in_channels() != info.in_channels || pre.out_channels() != info.out_channels) {
+    throw ConfigError(fmt::format("{}: the checkpoint expects {} input and {} output channels; {} gives {} and {}",
+                                  ckpt_path, info.in_channels, info.out_channels, cfg.data.path, pre.in_channels(),
+                                  pre.out_channels()));
+  }
+  rp.post = PostprocessOptions{cfg.predict.threshold, cfg.predict.min_component_size};
+  check_postprocess(rp.post, pre.task(), pre.out_channels());  // ConfigError naming the key
+  if (rp.post.threshold > 0 || rp.post.min_component_size > 0) {
+    spdlog::info("predict: labels post-processed: {}, components below {} voxel(s) removed",
+                 rp.post.threshold > 0 ? fmt::format("p(class 1) >= {}", rp.post.threshold) : std::string("argmax"),
+                 rp.post.min_component_size);
+  }
+  rp.channels_last = resolve_channels_last(rp.trained.model, device);
+  rp.window = window_options(cfg, rp.trained.data.patch_size, device, rp.channels_last,
+                             /*mirror=*/cfg.predict.tta == Tta::kFlips);
+  rp.ids = cases_to_predict(cfg, reader);
+  std::vector<std::string> checkpoints;
+  for (const auto& m : members) {
+    checkpoints.push_back(m.checkpoint.string());
+    rp.train_mean += m.info.state.train_target_mean / static_cast<double>(members.size());
+  }
+  rp.checkpoint_list = fmt::format("{}", fmt::join(checkpoints, ","));
+  rp.members = std::move(members);
+  return rp;
+}
+
+}  // namespace u3d
