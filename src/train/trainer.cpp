@@ -243,13 +243,13 @@ void Trainer::build_model() {
   if (sync_ && step_->features().cuda_graph)
     bounded_wait = [d = dist_.get()] { d->wait_for_device("waiting for the device's replayed steps"); };
   monitor_->set_before_read(bounded_wait);
-  if (DeviceSampler* sampler = data_->loader().device_sampler(); sampler && step_->features().cuda_graph) {
-    // data.cache: gpu: capture the sampler with the step, so one replay is one whole step.
-    std::string why;
+  std::string why;  // data.cache: gpu: capture the sampling with the step, so one replay is one whole step
+  if (std::function<Batch()> source = data_->loader().capturable(&why);
+      (source || !why.empty()) && step_->features().cuda_graph) {
     if (faults_.any()) {
       why = "test fault injection is active";
-    } else if (sampler->capturable(&why)) {
-      sampling_in_graph_ = step_->set_batch_source([sampler] { return sampler->next_batch(); });
+    } else if (source) {
+      sampling_in_graph_ = step_->set_batch_source(std::move(source));
     }
     if (!sampling_in_graph_) spdlog::info("training step: GPU sampling runs outside the CUDA graph: {}", why);
   }
@@ -340,7 +340,7 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
       optimizer_->set_lr(lr);
       torch::Tensor loss;
       if (sampling_in_graph_) {  // GPU sampler and step in one graph replay: no batch to wait for
-        loader.device_sampler()->seek(epoch, step * micro_steps, steps * micro_steps);
+        loader.seek(epoch, step * micro_steps);
         loss = step_->run_sampled();
         last_found_inf_ = step_->found_inf();
       } else {
