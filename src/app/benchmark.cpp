@@ -13,10 +13,10 @@
 #include "u3d/data/cache.h"
 #include "u3d/data/loader.h"
 #include "u3d/data/sampler.h"
+#include "u3d/data/truth_maps.h"
 #include "u3d/io/dataset.h"
 #include "u3d/train/resolve.h"
 #include "u3d/train/train_step.h"
-#include "u3d/train/truth_maps.h"
 
 namespace u3d {
 namespace {

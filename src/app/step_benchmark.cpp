@@ -18,6 +18,7 @@
 #include "u3d/core/stats.h"
 #include "u3d/core/version.h"
 #include "u3d/data/preprocess.h"
+#include "u3d/data/truth_maps.h"
 #include "u3d/io/dataset.h"
 #include "u3d/model/unet.h"
 #include "u3d/train/distributed.h"
@@ -27,7 +28,6 @@
 #include "u3d/train/resolve.h"
 #include "u3d/train/step_monitor.h"
 #include "u3d/train/train_step.h"
-#include "u3d/train/truth_maps.h"
 
 #if __has_include(<nvtx3/nvToolsExt.h>)  // header-only; nothing is loaded unless a profiler attaches
 #include <nvtx3/nvToolsExt.h>

@@ -45,4 +45,12 @@ CompactCase compact_case(const CaseSource& read, const std::string& id, const Pr
 // empty or c has no labels. Errors name the case.
 void add_label_maps(CompactCase& c, const LabelMapFn& make);
 
+inline int64_t voxels(const Shape3& s) { return s[0] * s[1] * s[2]; }
+// "GPU memory", "page-locked RAM", "RAM" (messages; cache_placement.cpp).
+std::string placement_text(CachePlacement p);
+// The cache size in bytes of `ids` from the first case (already loaded: its compact dtypes) and
+// every case's shape (cache_placement.cpp).
+int64_t estimate_from(const CompactCase& first, const DatasetReader& reader, const std::vector<std::string>& ids,
+                      bool float16);
+
 }  // namespace u3d::cache_detail

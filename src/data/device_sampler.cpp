@@ -50,7 +50,11 @@ struct Streams {
 
 }  // namespace
 
-DeviceSampler::DeviceSampler(const PatchSampler& host) : host_(host), device_(host.cache().device()) {
+DeviceSampler::DeviceSampler(const PatchSampler& host, const BatchFinalizer* finish)
+    : host_(host),
+      own_finish_(finish ? nullptr : std::make_unique<BatchFinalizer>(host)),
+      finish_(finish ? finish : own_finish_.get()),
+      device_(host.cache().device()) {
   const StackedCache& cache = host.cache();
   const auto& o = host.options();
   const int64_t n = cache.size();
@@ -131,7 +135,7 @@ void DeviceSampler::seek(int64_t epoch, int64_t step, int64_t steps_per_epoch) {
 
 Batch DeviceSampler::next_batch() {
   if (!cursor_.defined()) throw std::logic_error("DeviceSampler: call seek() first");
-  Batch b = host_.finalizer()(raw_batch(cursor_));
+  Batch b = (*finish_)(raw_batch(cursor_));
   cursor_.add_(1);
   return b;
 }
@@ -150,7 +154,7 @@ RawBatch DeviceSampler::raw_batch(int64_t step) const {
   return r;
 }
 
-Batch DeviceSampler::batch(int64_t step) const { return host_.finalizer()(raw_batch(step)); }
+Batch DeviceSampler::batch(int64_t step) const { return (*finish_)(raw_batch(step)); }
 
 RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
   if (epoch_ < 0) throw std::logic_error("DeviceSampler: call set_epoch() first");

@@ -11,6 +11,7 @@
 #include "u3d/core/files.h"
 #include "u3d/core/rng.h"
 #include "u3d/core/text.h"
+#include "u3d/data/finalize.h"
 
 namespace u3d {
 namespace {
@@ -171,9 +172,6 @@ void PatchSampler::init() {
       foreground_.push_back(voxels.contiguous());
     }
   }
-  finalizer_ = std::make_unique<BatchFinalizer>(
-      cache, options_.augment, intensity_channels_, options_.seed,
-      options_.channels_last_images ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::Contiguous);
   fault_case_ = TestFaults::from_env().sampler_case;  // sampler_case@ID (faults.h)
 }
 
@@ -355,7 +353,7 @@ RawBatch PatchSampler::raw_batch(int64_t epoch, int64_t step) const {
   return r;
 }
 
-Batch PatchSampler::batch(int64_t epoch, int64_t step) const { return (*finalizer_)(raw_batch(epoch, step)); }
+Batch PatchSampler::batch(int64_t epoch, int64_t step) const { return BatchFinalizer(*this)(raw_batch(epoch, step)); }
 
 Sample PatchSampler::sample(int64_t epoch, int64_t index, int64_t* case_index) const {
   // A batch of one at this sample's index: every draw is the sample's own.
@@ -372,7 +370,7 @@ Sample PatchSampler::sample(int64_t epoch, int64_t index, int64_t* case_index) c
   r.epoch = epoch;
   r.step = index;
   if (case_index) *case_index = p.case_index;
-  const Batch b = (*finalizer_)(r);
+  const Batch b = BatchFinalizer(*this)(r);
   return Sample{b.image[0], b.target.defined() ? b.target[0] : torch::Tensor(),
                 b.mask.defined() ? b.mask[0] : torch::Tensor()};
 }

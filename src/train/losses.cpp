@@ -1,10 +1,10 @@
 #include "u3d/train/losses.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "u3d/core/errors.h"
 #include "u3d/train/topology_losses.h"
-#include "u3d/train/truth_maps.h"
 
 namespace u3d {
 
@@ -264,6 +264,35 @@ LossParts Loss::parts(const torch::Tensor& output, const torch::Tensor& target, 
 torch::Tensor Loss::operator()(const torch::Tensor& output, const torch::Tensor& target, const torch::Tensor& mask,
                                const TruthMaps& maps) const {
   return parts(output, target, mask, maps).total;
+}
+
+TruthMapOptions truth_map_options(const Config& cfg, const DatasetInfo& info) {
+  TruthMapOptions o;
+  // Only the list form has these terms; Loss knows which of its terms read which map.
+  const LossSpec& spec = cfg.training.loss;
+  if (info.task != Task::kSegmentation || !cfg.training.cache_truth_maps || !spec.is_list()) return o;
+  const Loss loss(spec);
+  o.skeleton = loss.uses_skeleton();
+  o.distance = loss.uses_distance();
+  o.num_classes = info.num_classes;
+  o.skeleton_iterations = cfg.training.skeleton_iterations;
+  return o;
+}
+
+TruthMaps downsample_maps(const TruthMaps& maps, const std::array<int64_t, 3>& factor) {
+  if (factor == std::array<int64_t, 3>{1, 1, 1}) return maps;
+  TruthMaps out;
+  if (maps.skeleton.defined()) {
+    namespace F = torch::nn::functional;
+    const torch::Tensor s = maps.skeleton.unsqueeze(1).to(torch::kFloat);  // (N, 1, d, h, w)
+    const std::vector<int64_t> kernel(factor.begin(), factor.end());
+    out.skeleton = F::max_pool3d(s, F::MaxPool3dFuncOptions(kernel).stride(kernel)).squeeze(1).to(torch::kUInt8);
+  }
+  if (maps.distance.defined()) {
+    const double scale = std::cbrt(static_cast<double>(factor[0] * factor[1] * factor[2]));
+    out.distance = downsample_labels(maps.distance, factor) / scale;
+  }
+  return out;
 }
 
 }  // namespace u3d

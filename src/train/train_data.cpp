@@ -7,8 +7,8 @@
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/data/preflight.h"
+#include "u3d/data/truth_maps.h"
 #include "u3d/train/train_step.h"
-#include "u3d/train/truth_maps.h"
 
 namespace u3d {
 namespace {

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <limits>
 #include <utility>
 
@@ -34,13 +33,13 @@ Trainer::Trainer(Config cfg, TrainOptions options)
       rc_(unresolved(std::move(cfg))),
       paths_(rc_.cfg),
       keeper_(rc_.cfg, paths_),
-      faults_(TestFaults::from_env()) {}
+      rules_(rc_) {}
 
 Trainer::~Trainer() = default;
 
 TrainState Trainer::fit() {
   StopSignals signals;  // SIGINT/SIGTERM/SIGHUP: finish the step, checkpoint, exit 128 + signal
-  const auto started = Clock::now();
+  run_started_ = Clock::now();
   check_run_folder();
   setup_runtime();
   load_data();  // calls prepare_run() once every check has passed and the data is loaded
@@ -51,50 +50,20 @@ TrainState Trainer::fit() {
   build_model();
   if (options_.resume) restore();
   record_run();
-  const double carried_run_seconds = state_.run_seconds;  // the processes before a resume
-  if (options_.resume && state_.step_in_epoch == 0 && state_.epoch >= cfg().training.epochs) {
-    spdlog::info(
-        "nothing to train: all {} epochs are done (to train on: --set training.epochs=N --allow-config-change "
-        "training.epochs)",
-        cfg().training.epochs);
+  if (const std::string done = rules_.nothing_left(state_, options_.resume.has_value()); !done.empty()) {
+    spdlog::info("nothing to train: {}", done);
     return finish();
   }
-  if (options_.resume && state_.step_in_epoch == 0) {
-    if (const std::string rule = stopping_rule(state_.epoch, /*next_epoch_seconds=*/0.0); !rule.empty()) {
-      spdlog::info("nothing to train: {}", rule);
-      return finish();
-    }
-  }
   for (int64_t epoch = state_.epoch + 1; epoch <= cfg().training.epochs && !stopping(); ++epoch) {
-    const auto epoch_started = Clock::now();
     const EpochStats stats = train_epoch(epoch);
-    if (stop_signal_) break;  // train_epoch wrote the checkpoint
-    std::optional<ValStats> val;
-    sync_buffers();  // data-parallel batch norm: every rank validates and saves rank 0's statistics
-    if (validator_->due(epoch)) val = validate(epoch);
+    if (stop_signal_) break;                              // train_epoch wrote the checkpoint
+    ranks_.sync_buffers(*net_);                           // data-parallel batch norm: rank 0's statistics everywhere
+    const std::optional<ValStats> val = validate(epoch);  // none when not due
     if (val && !val->complete) {  // stopped during validation: the epoch's steps are done, its validation is not
       save_inside_epoch(epoch);
       break;
     }
-    const bool improved = val && validator_->improves(*val, epoch, state_);
-    end_epoch(epoch);
-    // The metrics row first, then the checkpoint: a kill in between leaves a row newer than the
-    // newest checkpoint, which the resume drops and writes again (never a missing row).
-    if (log_) {
-      log_->epoch(epoch, state_.global_step, stats, val, improved,
-                  schedule_->at(std::max<int64_t>(0, state_.global_step - 1)));
-    }
-    state_.run_seconds = carried_run_seconds + seconds_since(started);
-    std::string rule = stopping_rule(epoch, /*next_epoch_seconds=*/seconds_since(epoch_started));
-    const bool stop_here = rank0_decides(!rule.empty());  // data-parallel: the clock is rank 0's
-    if (!stop_here) rule.clear();
-    if (stop_here && rule.empty()) rule = "rank 0's stopping rule";
-    keeper_.at_epoch_end(epoch, state_.global_step, improved, /*last=*/!rule.empty());
-    checkpoint_barrier();
-    if (!rule.empty()) {
-      spdlog::info("stopping after epoch {} of {}: {}", epoch, cfg().training.epochs, rule);
-      break;
-    }
+    if (end_epoch(epoch, stats, val)) break;
   }
   return finish();
 }
@@ -102,9 +71,9 @@ TrainState Trainer::fit() {
 TrainState Trainer::finish() {
   if (log_) log_->clear_progress();
   if (stop_signal_) {
-    sync_buffers();
+    ranks_.sync_buffers(*net_);
     keeper_.on_stop(state_, stop_signal_);
-    checkpoint_barrier();
+    ranks_.barrier();
   } else {
     keeper_.on_finish();
     if (log_) log_->done(run_position(state_));
@@ -113,60 +82,12 @@ TrainState Trainer::finish() {
   return state_;
 }
 
-bool Trainer::rank0_decides(bool local) {
-  if (!dist_) return local;
-  return dist_->control_max({dist_->is_main() && local ? 1 : 0})[0] != 0;
-}
-
-void Trainer::sync_buffers() {
-  if (!dist_) return;
-  std::vector<torch::Tensor> stats;
-  for (const auto& b : net_->buffers()) {
-    if (b.is_floating_point()) stats.push_back(b);  // batch-norm running statistics
-  }
-  if (!stats.empty()) dist_->broadcast_(stats);
-}
-
-void Trainer::checkpoint_barrier() {
-  if (dist_) dist_->barrier();
-}
-
-std::string Trainer::stopping_rule(int64_t epoch, double next_epoch_seconds) const {
-  const TrainingConfig& t = cfg().training;
-  if (epoch >= t.epochs) return "";
-  if (t.early_stop_patience > 0 && epoch - state_.best_epoch >= t.early_stop_patience) {
-    return fmt::format(
-        "early stop: {} has not improved for {} epochs (training.early_stop_patience {}; best {} at epoch {})",
-        rc_.monitor_name, epoch - state_.best_epoch, t.early_stop_patience,
-        std::isfinite(state_.best_metric) ? fmt::format("{:.6g}", state_.best_metric) : "none yet", state_.best_epoch);
-  }
-  const double budget = t.max_minutes * 60.0;
-  if (budget > 0 && state_.run_seconds + next_epoch_seconds > budget) {
-    return fmt::format(
-        "time budget: {:.3g} of training.max_minutes {:g} min used and an epoch takes {:.3g} min; raise "
-        "training.max_minutes and --resume to go on",
-        state_.run_seconds / 60.0, t.max_minutes, next_epoch_seconds / 60.0);
-  }
-  return "";
-}
-
 bool Trainer::stopping() {
   if (stop_signal_) return true;
-  if (!dist_) {
-    stop_signal_ = StopSignals::pending();
-    save_due_ = keeper_.due_inside_epoch();
-    return stop_signal_ != 0;
-  }
-  // One host-side collective for both step-boundary decisions: a signal on any rank, rank 0's
-  // checkpoint clock (Distributed::control_max never waits for the device).
-  const std::vector<int> agreed =
-      dist_->control_max({StopSignals::pending(), dist_->is_main() && keeper_.due_inside_epoch() ? 1 : 0});
-  stop_signal_ = agreed[0];
-  save_due_ = agreed[1] != 0;
-  if (stop_signal_ && !StopSignals::pending()) {
-    spdlog::warn("{}: stopping with the other ranks ({} on another rank)", dist_->env().describe(),
-                 StopSignals::name(stop_signal_));
-  }
+  // Data-parallel: a signal on any rank, rank 0's checkpoint clock (one host-side collective).
+  const DataParallel::Agreed agreed = ranks_.agree(StopSignals::pending(), keeper_.due_inside_epoch());
+  stop_signal_ = agreed.signal;
+  save_due_ = agreed.save_due;
   return stop_signal_ != 0;
 }
 
@@ -189,22 +110,22 @@ void Trainer::prepare_run() {
 
 void Trainer::setup_runtime() {
   runtime_ = init_runtime(cfg());
-  if (options_.launch.launched) dist_ = Distributed::join(options_.launch, cfg().training, runtime_.device);
+  ranks_.join(options_.launch, cfg().training, runtime_.device);
 }
 
 void Trainer::load_data() {
   reader_ = open_dataset(cfg());
-  rc_ = resolve(cfg(), *reader_, runtime_.device, dist_ ? dist_->rank() : 0, dist_ ? dist_->world_size() : 1);
-  if (dist_) {
+  rc_ = resolve(cfg(), *reader_, runtime_.device, ranks_.rank(), ranks_.world_size());
+  if (Distributed* dist = ranks_.dist()) {
     // Every rank must train the same run on the same data: one line on every rank when not.
-    dist_->check_same("the resolved config", to_yaml(cfg()), "start every rank with the same --config and --set");
-    dist_->check_same("the training data",
-                      fmt::format("{} train {} val {}", rc_.cases_sha256, rc_.train_ids.size(), rc_.val_ids.size()),
-                      fmt::format("every rank must read the same {} (a shared file system)", cfg().data.path));
+    dist->check_same("the resolved config", to_yaml(cfg()), "start every rank with the same --config and --set");
+    dist->check_same("the training data",
+                     fmt::format("{} train {} val {}", rc_.cases_sha256, rc_.train_ids.size(), rc_.val_ids.size()),
+                     fmt::format("every rank must read the same {} (a shared file system)", cfg().data.path));
   }
   data_ = std::make_unique<TrainData>(rc_, *reader_, runtime_);
   state_.train_target_mean = data_->train_cache().target_mean();
-  if (main_rank()) prepare_run();  // every check has passed: the run folder is used from here (rank 0 writes it)
+  if (ranks_.main()) prepare_run();  // every check has passed: the run folder is used from here (rank 0 writes it)
 }
 
 void Trainer::build_model() {
@@ -218,12 +139,12 @@ void Trainer::build_model() {
   optimizer_ = std::make_unique<Optimizer>(cfg().training, net_->parameters());
   monitor_ = std::make_unique<StepMonitor>(runtime_.device, static_cast<int64_t>(loss_->term_names().size()));
   const Loss* step_loss = loss_.get();
-  if (dist_) {
-    dist_->broadcast_parameters(*net_);  // rank 0's initial weights, verified equal on every rank
+  if (Distributed* dist = ranks_.dist()) {
+    dist->broadcast_parameters(*net_);  // rank 0's initial weights, verified equal on every rank
     train_loss_ =
-        std::make_unique<Loss>(loss_spec, data_parallel_loss_options(loss_options(cfg().training, rc_.info), *dist_));
+        std::make_unique<Loss>(loss_spec, data_parallel_loss_options(loss_options(cfg().training, rc_.info), *dist));
     step_loss = train_loss_.get();
-    sync_ = std::make_unique<GradientSync>(optimizer_->params(), *dist_);
+    ranks_.sync_gradients(optimizer_->params());
     if (network_norm(cfg().model) == Norm::kBatch) {
       spdlog::warn(
           "data-parallel with batch norm: each rank normalises with its own batch's statistics (not synchronised); "
@@ -231,34 +152,28 @@ void Trainer::build_model() {
     }
   }
   step_ = std::make_unique<TrainStep>(cfg(), runtime_.device, *net_, *step_loss, *optimizer_, monitor_.get());
-  if (sync_) step_->set_data_parallel(sync_.get(), dist_.get());
-  if (!faults_.inf_grad.empty()) {
-    step_->set_after_backward([this](const std::vector<torch::Tensor>& params) {
-      if (!faults_.inf_grad.count(state_.global_step + 1)) return;
-      torch::NoGradGuard no_grad;
-      plant_value(params[0].mutable_grad(), std::numeric_limits<float>::infinity());  // any layout
-    });
-  }
+  if (ranks_.active()) step_->set_data_parallel(ranks_.gradients(), ranks_.dist());
+  faults_.arm(*step_, state_);         // inf_grad@N
   std::function<void()> bounded_wait;  // no NCCL watchdog watches a replay's collectives: host reads bound their wait
-  if (sync_ && step_->features().cuda_graph)
-    bounded_wait = [d = dist_.get()] { d->wait_for_device("waiting for the device's replayed steps"); };
+  if (ranks_.active() && step_->features().cuda_graph)
+    bounded_wait = [d = ranks_.dist()] { d->wait_for_device("waiting for the device's replayed steps"); };
   monitor_->set_before_read(bounded_wait);
-  if (DeviceSampler* sampler = data_->loader().device_sampler(); sampler && step_->features().cuda_graph) {
-    // data.cache: gpu: capture the sampler with the step, so one replay is one whole step.
-    std::string why;
-    if (faults_.any()) {
+  std::string why;  // data.cache: gpu: capture the sampling with the step, so one replay is one whole step
+  if (std::function<Batch()> source = data_->loader().capturable(&why);
+      (source || !why.empty()) && step_->features().cuda_graph) {
+    if (faults_.active()) {
       why = "test fault injection is active";
-    } else if (sampler->capturable(&why)) {
-      sampling_in_graph_ = step_->set_batch_source([sampler] { return sampler->next_batch(); });
+    } else if (source) {
+      sampling_in_graph_ = step_->set_batch_source(std::move(source));
     }
     if (!sampling_in_graph_) spdlog::info("training step: GPU sampling runs outside the CUDA graph: {}", why);
   }
   schedule_ = std::make_unique<LrSchedule>(cfg().training, cfg().training.epochs * rc_.steps_per_epoch);
   validator_ = std::make_unique<Validator>(rc_, *data_, *reader_, runtime_.device, runtime_.threads, *net_, *loss_,
-                                           step_->features().channels_last, faults_, dist_.get());
-  if (main_rank()) log_ = std::make_unique<RunLog>(run_log_settings(rc_), paths_);
+                                           step_->features().channels_last, faults_.faults(), ranks_.dist());
+  if (ranks_.main()) log_ = std::make_unique<RunLog>(run_log_settings(rc_), paths_);
   if (log_) log_->set_before_read(bounded_wait);
-  keeper_.set_writes(main_rank());  // other ranks keep the cadence, rank 0 writes
+  keeper_.set_writes(ranks_.main());  // other ranks keep the cadence, rank 0 writes
   keeper_.set_writer(
       [this](const std::filesystem::path& path) { save_checkpoint(path, checkpoint_info(), *net_, optimizer_.get()); });
 }
@@ -290,7 +205,7 @@ void Trainer::restore() {
     step_->scaler()->load(state_.loss_scale, state_.loss_scale_growth);
   }
   keeper_.resumed_at(state_.global_step);
-  if (const int64_t world = dist_ ? dist_->world_size() : 1; saved_info.sampler.world_size != world) {
+  if (const int64_t world = ranks_.world_size(); saved_info.sampler.world_size != world) {
     spdlog::warn(
         "resume: {} was written by {} process(es), this run has {}: another global batch, so the sample "
         "order from here differs from an uninterrupted run",
@@ -304,14 +219,15 @@ void Trainer::restore() {
 }
 
 void Trainer::record_run() {
-  if (dist_) {
+  carried_run_seconds_ = state_.run_seconds;  // the processes before a resume
+  if (ranks_.active()) {
     const int64_t per_rank = cfg().data.batch_size * cfg().training.accumulate_steps;
     spdlog::info(
         "data-parallel: {} ranks x {} samples per step = global batch {} ({} steps per epoch; samples/s "
         "count every rank)",
-        dist_->world_size(), per_rank, per_rank * dist_->world_size(), rc_.steps_per_epoch);
+        ranks_.world_size(), per_rank, per_rank * ranks_.world_size(), rc_.steps_per_epoch);
   }
-  if (!main_rank()) return;  // rank 0 writes the run folder
+  if (!ranks_.main()) return;  // rank 0 writes the run folder
   write_file_atomic(paths_.config, fmt::format("# resolved config of run '{}' (trainer {} {})\n{}",
                                                cfg().experiment.name, version(), git_commit(), to_yaml(cfg())));
   log_->begin(options_.resume ? std::optional<RunPosition>(run_position(state_)) : std::nullopt);
@@ -322,94 +238,82 @@ void Trainer::record_run() {
 
 EpochStats Trainer::train_epoch(int64_t epoch) {
   net_->train();
-  EpochStats stats;
-  const auto t0 = Clock::now();
-  if (log_) log_->start_epoch();
-  const int64_t first_step = state_.step_in_epoch;  // > 0 when resumed inside the epoch
-  const int64_t steps = rc_.steps_per_epoch, micro_steps = cfg().training.accumulate_steps;
-  // Samples per optimizer step, over every rank.
-  const int64_t batch_size = cfg().data.batch_size * micro_steps * (dist_ ? dist_->world_size() : 1);
-  int64_t samples = 0;  // drawn since this process started the epoch, over every rank (for samples/s)
+  epoch_started_ = Clock::now();
+  if (log_) log_->start_epoch(state_.step_in_epoch);  // > 0 when resumed inside the epoch
   // The epoch's time in the processes before a resume (its row reports the whole epoch, also when
   // a stop came after its last step, during validation).
   const double carried_seconds = state_.epoch_seconds, carried_data_seconds = state_.epoch_data_seconds;
-  BatchLoader& loader = data_->loader();
+  EpochPosition at;  // samples and data_seconds: since this process started the epoch
   try {
-    for (int64_t step = first_step; step < steps; ++step) {
-      const double lr = schedule_->at(state_.global_step);
-      optimizer_->set_lr(lr);
-      torch::Tensor loss;
-      if (sampling_in_graph_) {  // GPU sampler and step in one graph replay: no batch to wait for
-        loader.device_sampler()->seek(epoch, step * micro_steps, steps * micro_steps);
-        loss = step_->run_sampled();
-        last_found_inf_ = step_->found_inf();
-      } else {
-        // Micro-batch m of this optimizer step is the loader's batch step * micro_steps + m, drawn
-        // when the step asks for it and kept until the step ends (a graph fallback asks again).
-        std::vector<Batch> drawn;
-        loss = train_step([&](int64_t m) {
-          while (static_cast<int64_t>(drawn.size()) <= m) {
-            const int64_t k = static_cast<int64_t>(drawn.size());
-            const double waited = loader.wait_seconds();
-            Batch batch = loader.next(epoch, step * micro_steps + k);  // ready on the device; blocks only while none is
-            stats.data_seconds += loader.wait_seconds() - waited;
-            if (k == 0 && faults_.nan_batch.count(state_.global_step + 1)) {
-              batch.image = batch.image.clone();
-              plant_value(batch.image, std::numeric_limits<float>::quiet_NaN());
-            }
-            ++micro_batches_;
-            if (faults_.stop_micro.count(micro_batches_)) std::raise(SIGTERM);  // test: a stop mid-accumulation
-            drawn.push_back(std::move(batch));
-          }
-          return drawn[static_cast<size_t>(m)];
-        });
-      }
+    for (int64_t step = state_.step_in_epoch; step < rc_.steps_per_epoch; ++step) {
+      at.lr = schedule_->at(state_.global_step);
+      optimizer_->set_lr(at.lr);
+      const torch::Tensor loss = optimizer_step(epoch, step, at.data_seconds);
       ++state_.global_step;
-      state_.step_in_epoch = step + 1;
-      state_.epoch_samples += batch_size;
-      samples += batch_size;
-      state_.epoch_seconds = carried_seconds + seconds_since(t0);
-      state_.epoch_data_seconds = carried_data_seconds + stats.data_seconds;
-      if (log_) log_->step(state_.global_step, epoch, step + 1, lr, loss, last_found_inf_);
-      if (state_.global_step % cfg().training.max_nonfinite_steps == 0) check_nonfinite();
-      if (log_ && log_->progress_due() && step + 1 < steps) {
-        // An asynchronous snapshot: the newest whose copy has completed (CUDA), never a wait.
-        monitor_->request(state_.step_in_epoch);
-        const StepMonitor::Snapshot snapshot = monitor_->latest();
-        const StepMonitor::Totals& totals = snapshot.totals;
-        const int64_t counted = snapshot.steps - totals.skipped;
-        const double elapsed = seconds_since(t0);
-        const double per_step = elapsed / static_cast<double>(step + 1 - first_step);
-        Progress p;
-        p.epoch = epoch;
-        p.step = step + 1;
-        p.loss = counted > 0 ? totals.loss_sum / static_cast<double>(counted) : std::nan("");
-        p.lr = lr;
-        p.samples_per_second = static_cast<double>(samples) / elapsed;
-        p.steps_per_second = 1.0 / per_step;
-        p.data_share = stats.data_seconds / elapsed;
-        p.seconds_left = per_step * static_cast<double>(steps - step - 1);
-        p.run_seconds_left = p.seconds_left + per_step * static_cast<double>(steps * (cfg().training.epochs - epoch));
-        p.skipped = totals.skipped;
-        p.gpu_bytes = gpu_memory_in_use(runtime_.device, &p.gpu_total);
-        log_->progress(p);
-      }
+      state_.step_in_epoch = at.step = step + 1;
+      state_.epoch_samples += global_batch();
+      at.samples += global_batch();
+      state_.epoch_seconds = carried_seconds + seconds_since(epoch_started_);
+      state_.epoch_data_seconds = carried_data_seconds + at.data_seconds;
+      after_step(epoch, loss, at);
       if (stopping()) {
         save_inside_epoch(epoch);
         break;
       }
-      if (save_due_ && step + 1 < steps) save_inside_epoch(epoch);  // stopping() read the clock
+      if (save_due_ && step + 1 < rc_.steps_per_epoch) save_inside_epoch(epoch);  // stopping() read the clock
     }
   } catch (const std::exception& e) {
-    if (!is_out_of_memory(e)) throw;
-    throw TrainingError(
-        out_of_memory_message(cfg(), runtime_.device, "training step", precision_name(step_->features().precision)) +
-        "; " + keeper_.last_checkpoint_note());
+    rethrow(
+        e, out_of_memory_message(cfg(), runtime_.device, "training step", precision_name(step_->features().precision)));
   }
+  return epoch_stats(carried_seconds);
+}
+
+torch::Tensor Trainer::optimizer_step(int64_t epoch, int64_t step, double& data_seconds) {
+  const int64_t micro_steps = cfg().training.accumulate_steps;
+  BatchLoader& loader = data_->loader();
+  if (sampling_in_graph_) {  // GPU sampler and step in one graph replay: no batch to wait for
+    loader.seek(epoch, step * micro_steps);
+    const torch::Tensor loss = step_->run_sampled();
+    last_found_inf_ = step_->found_inf();
+    return loss;
+  }
+  // Micro-batch m of this optimizer step is the loader's batch step * micro_steps + m, drawn when
+  // the step asks for it and kept until the step ends (a graph fallback asks again).
+  std::vector<Batch> drawn;
+  return train_step([&](int64_t m) {
+    while (static_cast<int64_t>(drawn.size()) <= m) {
+      const int64_t k = static_cast<int64_t>(drawn.size());
+      const double waited = loader.wait_seconds();
+      Batch batch = loader.next(epoch, step * micro_steps + k);  // ready on the device; blocks only while none is
+      data_seconds += loader.wait_seconds() - waited;
+      faults_.on_batch(batch, k, state_.global_step + 1);  // nan_batch@N, stop_micro@N
+      drawn.push_back(std::move(batch));
+    }
+    return drawn[static_cast<size_t>(m)];
+  });
+}
+
+void Trainer::after_step(int64_t epoch, const torch::Tensor& loss, EpochPosition at) {
+  if (log_) log_->step(state_.global_step, epoch, at.step, at.lr, loss, last_found_inf_);
+  if (state_.global_step % cfg().training.max_nonfinite_steps == 0) check_nonfinite();
+  if (!log_ || !log_->progress_due() || at.step >= rc_.steps_per_epoch) return;
+  // An asynchronous snapshot: the newest whose copy has completed (CUDA), never a wait.
+  monitor_->request(state_.step_in_epoch);
+  const StepMonitor::Snapshot snapshot = monitor_->latest();
+  const int64_t counted = snapshot.steps - snapshot.totals.skipped;
+  at.epoch = epoch;
+  at.loss = counted > 0 ? snapshot.totals.loss_sum / static_cast<double>(counted) : std::nan("");
+  at.skipped = snapshot.totals.skipped;
+  log_->progress(at, runtime_.device);
+}
+
+EpochStats Trainer::epoch_stats(double carried_seconds) {
   check_nonfinite();
   const auto totals = monitor_->totals();
   const int64_t counted = state_.step_in_epoch - totals.skipped;
-  state_.epoch_seconds = carried_seconds + seconds_since(t0);
+  state_.epoch_seconds = carried_seconds + seconds_since(epoch_started_);
+  EpochStats stats;
   stats.seconds = state_.epoch_seconds;
   stats.data_seconds = state_.epoch_data_seconds;
   stats.samples = state_.epoch_samples;
@@ -435,23 +339,43 @@ torch::Tensor Trainer::train_step(const MicroBatches& micro) {
   return loss;
 }
 
-ValStats Trainer::validate(int64_t epoch) {
+std::optional<ValStats> Trainer::validate(int64_t epoch) {
+  if (!validator_->due(epoch)) return std::nullopt;
   try {
     return validator_->run(epoch, state_, [this] { return stopping(); });
   } catch (const std::exception& e) {
-    if (!is_out_of_memory(e)) throw;
-    throw TrainingError(out_of_memory_message(cfg(), runtime_.device, "validation") + "; " +
-                        keeper_.last_checkpoint_note());
+    rethrow(e, out_of_memory_message(cfg(), runtime_.device, "validation"));
   }
 }
 
-void Trainer::end_epoch(int64_t epoch) {
+void Trainer::rethrow(const std::exception& e, const std::string& out_of_memory) const {
+  if (!is_out_of_memory(e)) throw;  // the exception being handled, as it is
+  throw TrainingError(out_of_memory + "; " + keeper_.last_checkpoint_note());
+}
+
+bool Trainer::end_epoch(int64_t epoch, const EpochStats& stats, const std::optional<ValStats>& val) {
+  const bool improved = val && validator_->improves(*val, epoch, state_);
   state_.epoch = epoch;
   state_.step_in_epoch = 0;
   state_.epoch_samples = 0;
   state_.epoch_seconds = 0;
   state_.epoch_data_seconds = 0;
   monitor_->start_epoch();  // a checkpoint at an epoch boundary holds empty epoch sums
+  // The metrics row first, then the checkpoint: a kill in between leaves a row newer than the
+  // newest checkpoint, which the resume drops and writes again (never a missing row).
+  if (log_) {
+    log_->epoch(epoch, state_.global_step, stats, val, improved,
+                schedule_->at(std::max<int64_t>(0, state_.global_step - 1)));
+  }
+  state_.run_seconds = carried_run_seconds_ + seconds_since(run_started_);
+  std::string rule = rules_.after_epoch(epoch, /*next_epoch_seconds=*/seconds_since(epoch_started_), state_);
+  const bool stop_here = ranks_.rank0_decides(!rule.empty());  // data-parallel: the clock is rank 0's
+  if (!stop_here) rule.clear();
+  if (stop_here && rule.empty()) rule = "rank 0's stopping rule";
+  keeper_.at_epoch_end(epoch, state_.global_step, improved, /*last=*/!rule.empty());
+  ranks_.barrier();
+  if (!rule.empty()) spdlog::info("stopping after epoch {} of {}: {}", epoch, cfg().training.epochs, rule);
+  return !rule.empty();
 }
 
 void Trainer::check_nonfinite() {
@@ -470,9 +394,9 @@ void Trainer::check_nonfinite() {
 
 void Trainer::save_inside_epoch(int64_t epoch) {
   check_nonfinite();
-  sync_buffers();
+  ranks_.sync_buffers(*net_);
   keeper_.inside_epoch(epoch, state_.step_in_epoch, state_.global_step);
-  checkpoint_barrier();
+  ranks_.barrier();
 }
 
 CheckpointInfo Trainer::checkpoint_info() const {
@@ -487,7 +411,7 @@ CheckpointInfo Trainer::checkpoint_info() const {
   info.sampler.seed = cfg().experiment.seed;
   info.sampler.batch_size = cfg().data.batch_size;
   info.sampler.epoch = state_.epoch + 1;
-  info.sampler.world_size = dist_ ? dist_->world_size() : 1;
+  info.sampler.world_size = ranks_.world_size();
   info.sampler.next_sample =
       state_.step_in_epoch * cfg().data.batch_size * cfg().training.accumulate_steps * info.sampler.world_size;
   info.sampler.cases = data_->train_cache().size();

@@ -4,6 +4,7 @@
 
 #include "test_support.h"
 #include "u3d/data/cache.h"
+#include "u3d/data/device_sampler.h"
 #include "u3d/data/loader.h"
 #include "u3d/data/sampler.h"
 

@@ -1,7 +1,7 @@
 // Elastic deformation on the GPU sampler: the same draws as the host sampler (labels and masks
 // equal but for coordinates within rounding of a half voxel, trilinear images to float32 rounding),
 // and next_batch() with elastic captured in a CUDA graph (a host read or a draw-dependent shape
-// would make the capture fail); the cached ground-truth maps (train/truth_maps.h) cropped on the GPU
+// would make the capture fail); the cached ground-truth maps (data/truth_maps.h) cropped on the GPU
 // as on the host, and captured with the batch. Every test skips itself where no CUDA device is present.
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -10,7 +10,7 @@
 
 #include "u3d/data/device_sampler.h"
 #include "u3d/data/sampler.h"
-#include "u3d/train/truth_maps.h"
+#include "u3d/data/truth_maps.h"
 
 namespace u3d {
 namespace {
@@ -112,7 +112,7 @@ TEST(GpuElastic, TruthMapsOnTheGpuCacheEqualTheHosts) {
     const int64_t voxels = h.skeleton.numel();
     EXPECT_LE((a.skeleton.cpu() != h.skeleton).sum().item<int64_t>(), voxels / 10000) << "skeleton, step " << step;
     EXPECT_TRUE(torch::allclose(a.distance.cpu(), h.distance, 1e-4, 1e-2)) << "distance, step " << step;
-    const Batch b = on_gpu.finalizer()(a);
+    const Batch b = BatchFinalizer(on_gpu)(a);
     EXPECT_TRUE(b.maps.distance.is_cuda());
     EXPECT_EQ(b.maps.skeleton.sizes(), b.target.sizes());
   }

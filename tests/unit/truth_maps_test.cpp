@@ -1,4 +1,4 @@
-// Ground-truth maps made once per case in the cache (train/truth_maps.h): the signed Euclidean
+// Ground-truth maps made once per case in the cache (data/truth_maps.h): the signed Euclidean
 // distance and the skeleton by hand, kept per case in the StackedCache, cropped by both samplers
 // with the labels, read by the skeleton_recall and boundary terms, and down-sampled for deep
 // supervision. The GPU cache's copy is checked in tests/gpu/elastic_gpu_test.cpp.
@@ -12,10 +12,10 @@
 #include "u3d/data/device_sampler.h"
 #include "u3d/data/preprocess.h"
 #include "u3d/data/sampler.h"
+#include "u3d/data/truth_maps.h"
 #include "u3d/io/dataset.h"
 #include "u3d/train/losses.h"
 #include "u3d/train/topology_losses.h"
-#include "u3d/train/truth_maps.h"
 
 namespace u3d {
 namespace {
@@ -241,7 +241,7 @@ TEST(TruthMaps, SamplersCropThemWithTheLabels) {
       EXPECT_TRUE(torch::equal(on_device.skeleton, raw.skeleton)) << step;
       EXPECT_TRUE(torch::allclose(on_device.distance, raw.distance, 0, 1e-3)) << step;
       // Finalised: the loss's layout.
-      const Batch b = host.finalizer()(raw);
+      const Batch b = BatchFinalizer(host)(raw);
       EXPECT_EQ(b.maps.skeleton.sizes(), b.target.sizes());
       EXPECT_EQ(b.maps.distance.scalar_type(), torch::kFloat);
     }

@@ -5,8 +5,9 @@
 // and no host synchronisation, so a step
 // needs no host work and can be captured in a CUDA graph. Its integer choices equal PatchSampler's
 // bit for bit; affine and elastic coordinates agree to rounding (the elastic control values are the
-// host's draws, upsampled by the same elastic_field(); augment.h). Batches are finalised by the
-// host sampler's BatchFinalizer (finalize.h) on the device.
+// host's draws, upsampled by the same elastic_field(); augment.h). Batches are finalised on the
+// device by the loader's BatchFinalizer (finalize.h), or, standalone, by one of the sampler's
+// settings made once.
 #pragma once
 #include <torch/torch.h>
 
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "u3d/data/batch.h"
+#include "u3d/data/finalize.h"
 #include "u3d/data/sampler.h"
 
 namespace u3d {
@@ -21,7 +23,9 @@ namespace u3d {
 // Sampling on the cache's device with tensor ops (see the file comment). The cache must outlive it.
 class DeviceSampler {
  public:
-  explicit DeviceSampler(const PatchSampler& host);
+  // `finish`: the finalizer of its batches (the loader's; it must outlive this); null: a
+  // BatchFinalizer(host) of its own (tests).
+  explicit DeviceSampler(const PatchSampler& host, const BatchFinalizer* finish = nullptr);
 
   // Uploads the case order of `epoch` (one small copy per epoch, into the same device buffer each
   // time, so a captured graph that reads it stays valid).
@@ -45,6 +49,8 @@ class DeviceSampler {
 
  private:
   const PatchSampler& host_;
+  std::unique_ptr<BatchFinalizer> own_finish_;  // when none was handed in
+  const BatchFinalizer* finish_;
   torch::Device device_;
   int64_t epoch_ = -1;
   torch::Tensor epoch_cases_;             // (steps * batch,) int64 case per sample index of the epoch

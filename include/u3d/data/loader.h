@@ -4,16 +4,19 @@
 //   BatchLoader loader(sampler, {device, workers, prefetch, steps_per_epoch, epochs});
 //   Batch b = loader.next(epoch, step);   // blocks only while batch (epoch, step) is not ready yet
 //
-// Three ways, chosen by where the cache lives and where training runs:
-//  - GPU cache: DeviceSampler on the GPU, no threads; next() only enqueues device work.
+// The loader owns the two stages after sampling: one BatchSource (batch_source.h), chosen by where
+// the cache lives and where training runs, and the BatchFinalizer (finalize.h) that finishes every
+// batch it hands out:
+//  - GPU cache: DeviceSampler on the GPU, no threads; next() only enqueues device work, and
+//    capturable() gives the same sampling for a CUDA graph to capture with the step.
 //  - host cache, CPU training: data.workers threads each build whole batches (crop, spatial
-//    augmentation, normalisation, intensity augmentation) into a bounded queue: at most
-//    data.prefetch batches are ready or in the making (so keep it >= workers).
+//    augmentation, then the finalizer: normalisation, intensity augmentation) into a bounded queue:
+//    at most data.prefetch batches are ready or in the making (so keep it >= workers).
 //  - host cache, CUDA training: the threads fill a ring of page-locked staging batches in compact
 //    dtypes; the loop copies each to a device ring on a separate CUDA stream (events order the copy
 //    after the slot's previous use and the compute after the copy) and issues the copy of the next
-//    batch before returning, so copies overlap the current step's compute; the finalizer
-//    (normalisation, intensity augmentation) then runs batched on the GPU.
+//    batch before returning, so copies overlap the current step's compute; the finalizer then runs
+//    batched on the GPU.
 // Batches are a pure function of (seed, epoch, step) whatever the number of threads. The first
 // call, or a call out of sequence (a resume, a test), starts production at that position; later
 // batches follow (epoch, step + 1), then (epoch + 1, 0) after steps_per_epoch, up to `epochs`.
@@ -22,10 +25,12 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
-#include "u3d/data/device_sampler.h"
+#include "u3d/data/batch_source.h"
+#include "u3d/data/finalize.h"
 #include "u3d/data/sampler.h"
 
 namespace u3d {
@@ -55,19 +60,24 @@ class BatchLoader {
   // Stops production and joins the threads; next() starts again where asked. Idempotent.
   void stop();
 
-  // The GPU sampler when the cache lives on the GPU, else null: the trainer hands it to the
-  // training step to capture sampling in the step's CUDA graph (DeviceSampler::next_batch).
-  DeviceSampler* device_sampler();
+  // The capturable source: with a GPU cache (and no noise augmentation) a function that makes the
+  // batch at the position seek() set and moves on by one, with device work only, so the training
+  // step's CUDA graph captures sampling with the step (TrainStep::set_batch_source). Empty with
+  // `why` empty for host sampling, empty with the reason when GPU sampling cannot be captured.
+  std::function<Batch()> capturable(std::string* why);
+  // The next batch asked for (next(), or one call of the capturable source) is (epoch, step).
+  void seek(int64_t epoch, int64_t step);
 
-  // Total seconds next() has blocked waiting for a batch (plus the device sampler's host time).
+  // Total seconds next() has blocked waiting for a batch (GPU sampling: its host time).
   double wait_seconds() const;
   int64_t batches() const;  // batches handed out
   // How batches are made, for the log: "4 sampler threads, pinned staging ring, copies on a side stream".
   std::string describe() const;
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<BatchFinalizer> finish_;  // before source_: the source refers to it
+  std::unique_ptr<BatchSource> source_;
+  int64_t handed_ = 0;
 };
 
 }  // namespace u3d

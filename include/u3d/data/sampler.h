@@ -8,7 +8,8 @@
 // PatchSampler     on the CPU: plan() per sample, then exact strided copies (crop, mirror, rot90)
 //                  or resampling (affine, elastic) from the cache into a RawBatch. Thread-safe (const).
 // DeviceSampler    (device_sampler.h) the same plans as tensor ops on the cache's device.
-// BatchFinalizer   (finalize.h) then normalises and applies the intensity transforms.
+// The samplers make raw batches; BatchFinalizer (finalize.h, owned by the loader) then normalises
+// and applies the intensity transforms.
 #pragma once
 #include <torch/torch.h>
 
@@ -19,7 +20,6 @@
 #include "u3d/data/augment.h"
 #include "u3d/data/batch.h"
 #include "u3d/data/cache.h"
-#include "u3d/data/finalize.h"
 
 namespace u3d {
 
@@ -86,7 +86,8 @@ class PatchSampler {
   // Builds and owns a StackedCache from evaluation-form cases (tests, small in-memory data).
   PatchSampler(const TensorCache& cache, SamplerOptions options);
 
-  // The finished batch `step` of `epoch` on the CPU: raw_batch() then the finalizer.
+  // The finished batch `step` of `epoch` on the CPU: raw_batch() then BatchFinalizer(*this) (tests
+  // and validation patches; the training loader finalizes with its own).
   Batch batch(int64_t epoch, int64_t step) const;
   // One finished sample (sample index i of `epoch`).
   Sample sample(int64_t epoch, int64_t index, int64_t* case_index = nullptr) const;
@@ -104,7 +105,6 @@ class PatchSampler {
 
   const SamplerOptions& options() const { return options_; }
   const StackedCache& cache() const { return *cache_; }
-  const BatchFinalizer& finalizer() const { return *finalizer_; }
   // Per case: (K, 3) int64 foreground voxel coordinates (D, H, W); empty when not oversampling.
   const std::vector<torch::Tensor>& foreground() const { return foreground_; }
   // Input channels the intensity transforms touch (augment.intensity_channels resolved).
@@ -121,7 +121,6 @@ class PatchSampler {
   SamplerOptions options_;
   std::vector<torch::Tensor> foreground_;
   std::vector<int64_t> intensity_channels_;
-  std::unique_ptr<BatchFinalizer> finalizer_;
   std::string fault_case_;  // U3D_TEST_FAULTS sampler_case@ID: filling this case fails (faults.h)
 };
 

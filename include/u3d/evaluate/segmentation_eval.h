@@ -17,16 +17,14 @@
 #include <string>
 #include <vector>
 
+#include "u3d/data/distance_transform.h"
 #include "u3d/io/nifti.h"
 
 namespace u3d {
 
 // Surface voxels of a (D, H, W) bool mask.
 torch::Tensor surface_voxels(const torch::Tensor& mask);
-// Exact Euclidean distance in mm from every voxel of a (D, H, W) grid to the nearest true voxel of
-// `features` (separable squared-distance transform of Felzenszwalb and Huttenlocher with spacing);
-// float64, +inf everywhere when `features` is empty.
-torch::Tensor distance_transform(const torch::Tensor& features, const std::array<double, 3>& spacing);
+// distance_transform: u3d/data/distance_transform.h
 
 double dice_score(const torch::Tensor& a, const torch::Tensor& b);
 double hausdorff95(const torch::Tensor& a, const torch::Tensor& b, const std::array<double, 3>& spacing);

@@ -53,6 +53,16 @@ struct RunPosition {
   int64_t best_epoch = 0;
 };
 
+// Where an epoch stands after a step: RunLog::progress() computes the rates and times to go from it.
+struct EpochPosition {
+  int64_t epoch = 0, step = 0;  // step: steps done in the epoch
+  double lr = 0;
+  double loss = 0;          // mean loss of the epoch's counted steps so far (NaN: none yet)
+  int64_t skipped = 0;      // steps skipped (NaN/Inf) so far in the epoch
+  int64_t samples = 0;      // drawn since this process started the epoch, over every rank
+  double data_seconds = 0;  // waited for batches since this process started the epoch
+};
+
 class RunLog {
  public:
   RunLog(RunLogSettings settings, const RunPaths& paths);
@@ -68,7 +78,14 @@ class RunLog {
   // progress line (lines), never (off).
   bool progress_due() const;
   void progress(const Progress& p);
-  void start_epoch() { last_progress_ = std::chrono::steady_clock::now(); }
+  // The report at `at`: samples and steps per second, the data share and the times to go (to the
+  // epoch's and the run's end) from the clock and first step of start_epoch(); GPU memory of `device`.
+  void progress(const EpochPosition& at, const torch::Device& device);
+  // The epoch's clock starts; `first_step` > 0 when resumed inside the epoch.
+  void start_epoch(int64_t first_step = 0) {
+    last_progress_ = epoch_started_ = std::chrono::steady_clock::now();
+    first_step_ = first_step;
+  }
   // Removes the status line (before the epoch summary, at the end, on an error).
   void clear_progress() const;
   bool shows_bar() const { return bar_; }
@@ -96,6 +113,8 @@ class RunLog {
   std::unique_ptr<MetricsCsv> csv_;
   std::unique_ptr<MetricsCsv> step_csv_;  // logging.step_log
   std::chrono::steady_clock::time_point last_progress_;
+  std::chrono::steady_clock::time_point epoch_started_;
+  int64_t first_step_ = 0;
   std::unique_ptr<TensorBoardWriter> tb_;  // logging.tensorboard
   bool view_warned_ = false;               // a plot or TensorBoard failure was reported
   bool bar_ = false;                       // logging.progress resolved: a status line on the terminal

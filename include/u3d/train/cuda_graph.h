@@ -35,7 +35,7 @@
 #include <string>
 
 #include "u3d/data/batch.h"
-#include "u3d/train/train_step.h"
+#include "u3d/train/step_io.h"
 
 namespace u3d {
 

@@ -11,6 +11,7 @@
 
 #include "u3d/core/config.h"
 #include "u3d/data/batch.h"
+#include "u3d/data/truth_maps.h"
 #include "u3d/io/dataset.h"
 #include "u3d/train/topology_losses.h"
 
@@ -74,6 +75,12 @@ std::vector<double> deep_supervision_weights(int64_t outputs);
 // Labels (N, D, H, W) down-sampled by an integer factor per spatial axis by nearest neighbour, as
 // nnU-Net does (F.interpolate mode nearest-exact: output voxel o takes input voxel f * o + f / 2).
 torch::Tensor downsample_labels(const torch::Tensor& labels, const std::array<int64_t, 3>& factor);
+// The ground-truth maps of a batch (data/truth_maps.h) for an output down-sampled by `factor` per
+// spatial axis (deep supervision): the skeleton by max pooling over each factor block (a thin
+// skeleton survives; where two classes' skeletons share a block the higher class wins), the
+// distance by nearest neighbour as downsample_labels and divided by the geometric mean of the
+// factors (voxels of the output).
+TruthMaps downsample_maps(const TruthMaps& maps, const std::array<int64_t, 3>& factor);
 
 class Loss;
 // sum_i weights[i] * loss(outputs[i], labels down-sampled to outputs[i]); outputs (N, K, ...) finest
@@ -120,5 +127,9 @@ class Loss {
   std::vector<std::pair<Term, double>> terms_;
   std::vector<std::string> logged_;
 };
+
+// What a run's cache makes (data/truth_maps.h): a segmentation dataset, training.cache_truth_maps on
+// and a skeleton_recall or boundary term in training.loss; else nothing.
+TruthMapOptions truth_map_options(const Config& cfg, const DatasetInfo& info);
 
 }  // namespace u3d

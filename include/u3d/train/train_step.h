@@ -64,6 +64,7 @@
 #include "u3d/train/amp.h"
 #include "u3d/train/losses.h"
 #include "u3d/train/optimizer.h"
+#include "u3d/train/step_io.h"
 #include "u3d/train/step_monitor.h"
 
 namespace u3d {
@@ -71,9 +72,6 @@ namespace u3d {
 class CudaGraphStep;
 class Distributed;
 class GradientSync;
-
-// Micro-batch `m` (0 .. accumulate_steps - 1) of the current optimizer step, on the device.
-using MicroBatches = std::function<Batch(int64_t m)>;
 
 // What the step runs with, resolved for the device (for logs and the benchmark's JSON).
 struct StepFeatures {
@@ -94,11 +92,6 @@ struct StepFeatures {
 // Test fault injection: writes `value` into the first element of `t` in place, whatever its
 // layout (index_put_; a channels-last tensor has no flat view).
 void plant_value(torch::Tensor& t, double value);
-
-// The tensors a step leaves behind: loss () float32 and found_inf () float32 0/1, on the device.
-struct StepOutputs {
-  torch::Tensor loss, found_inf;
-};
 
 class TrainStep {
  public:

@@ -2,18 +2,23 @@
 // one job each:
 //
 //   resolve()         every dataset- and device-dependent setting checked before anything loads (resolve.h)
-//   TrainData         caches, sampler and batch loader; reads the data (train_data.h)
+//   TrainData         caches, sampler and batch loader; reads the data (train_data.h); the loop asks
+//                     the loader for batches only (loader.next, or its capturable source)
 //   TrainStep         one optimizer step, eager or a replayed CUDA graph (train_step.h)
 //   Validator         whole-volume and patch validation, the monitored value (validator.h)
+//   StoppingRules     early stop and the time budget (stopping_rules.h)
+//   DataParallel      the process group's decisions, buffers and barriers (data_parallel.h)
 //   CheckpointKeeper  when and what to checkpoint, write failures (checkpoint_keeper.h)
-//   RunLog            console lines, metrics.csv, steps.csv (monitor/run_log.h)
+//   RunLog            console lines and progress, metrics.csv, steps.csv (monitor/run_log.h)
+//   FaultHooks        the tests' faults (fault_hooks.h); nothing in normal runs
 //
 //   Trainer trainer(cfg, TrainOptions{});
 //   trainer.fit();   // check_run_folder -> setup_runtime -> load_data (resolve, caches; then
 //                    // prepare_run: nothing is written before) -> build_model -> restore ->
-//                    // record_run -> per epoch: train_epoch, validate, metrics row, checkpoints
+//                    // record_run -> per epoch: train_epoch, validate, end_epoch (metrics row,
+//                    // stopping rules, checkpoints)
 //
-// Stopping rules (stopping_rule): training.early_stop_patience epochs without an improvement of
+// Stopping rules (StoppingRules): training.early_stop_patience epochs without an improvement of
 // the monitored value, or a training.max_minutes budget the next epoch would overrun, end the run
 // after an epoch, with its checkpoint; the count and the clock (TrainState::run_seconds) survive
 // --resume, and a resume with nothing left to do says why and exits 0.
@@ -34,6 +39,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,14 +53,15 @@
 #include "u3d/model/checkpoint.h"
 #include "u3d/model/unet.h"
 #include "u3d/train/checkpoint_keeper.h"
-#include "u3d/train/distributed.h"
-#include "u3d/train/grad_sync.h"
+#include "u3d/train/data_parallel.h"
+#include "u3d/train/fault_hooks.h"
 #include "u3d/train/losses.h"
 #include "u3d/train/optimizer.h"
 #include "u3d/train/resolve.h"
 #include "u3d/train/run_monitoring.h"
 #include "u3d/train/schedule.h"
 #include "u3d/train/step_monitor.h"
+#include "u3d/train/stopping_rules.h"
 #include "u3d/train/train_data.h"
 #include "u3d/train/train_step.h"
 #include "u3d/train/validator.h"
@@ -95,11 +102,6 @@ class Trainer {
   torch::Tensor train_step(const MicroBatches& micro);
   torch::Tensor train_step(const Batch& batch);  // training.accumulate_steps 1
 
-  // Why the run stops after `epoch` although epochs are left: training.early_stop_patience epochs
-  // since the best one, or training.max_minutes that the next epoch (taking `next_epoch_seconds`)
-  // would overrun; "" to go on.
-  std::string stopping_rule(int64_t epoch, double next_epoch_seconds) const;
-
   // The stop signal that ended fit() early, or 0.
   int stop_signal() const { return stop_signal_; }
   const Optimizer& optimizer() const { return *optimizer_; }
@@ -110,27 +112,33 @@ class Trainer {
 
  private:
   const Config& cfg() const { return rc_.cfg; }
-  ValStats validate(int64_t epoch);  // Validator::run; out of memory names the settings to change
-  void end_epoch(int64_t epoch);     // the training position moves to the epoch boundary
-  TrainState finish();               // after the loop: the stop's checkpoint, or the end of the run
+  // Validator::run when due (else none); out of memory names the settings to change.
+  std::optional<ValStats> validate(int64_t epoch);
+  // The training position moves to the epoch boundary; the metrics row; the stopping rules (rank
+  // 0's); the epoch's checkpoints. Whether the run stops here.
+  bool end_epoch(int64_t epoch, const EpochStats& stats, const std::optional<ValStats>& val);
+  // One optimizer step: its micro-batches from the loader (or the captured GPU sampler); adds the
+  // time it waited for batches to `data_seconds`. Returns the loss (device scalar).
+  torch::Tensor optimizer_step(int64_t epoch, int64_t step, double& data_seconds);
+  // After a step: steps.csv, the non-finite check, a progress report when due.
+  void after_step(int64_t epoch, const torch::Tensor& loss, EpochPosition at);
+  // The epoch's figures from the monitor's sums (a host read), after the non-finite check.
+  EpochStats epoch_stats(double carried_seconds);
+  // Samples per optimizer step, over every rank.
+  int64_t global_batch() const { return cfg().data.batch_size * cfg().training.accumulate_steps * ranks_.world_size(); }
+  // Inside a catch block: rethrows `e`, or, out of memory, a TrainingError with `out_of_memory`
+  // (the settings to change) and the last checkpoint.
+  [[noreturn]] void rethrow(const std::exception& e, const std::string& out_of_memory) const;
+  TrainState finish();  // after the loop: the stop's checkpoint, or the end of the run
   CheckpointInfo checkpoint_info() const;
   void save_inside_epoch(int64_t epoch);
   // Stops the run (TrainingError) when training.max_nonfinite_steps steps in a row were skipped.
   void check_nonfinite();
   bool stopping();  // a stop signal arrived (records it); data-parallel: on any rank (a collective)
-  // Whether this process writes the run folder (rank 0, or the only process).
-  bool main_rank() const { return !dist_ || dist_->is_main(); }
-  // Data-parallel: rank 0's decision (a collective); one process: `local`.
-  bool rank0_decides(bool local);
-  // Data-parallel with batch norm: rank 0's running statistics to every rank (each rank's differ
-  // after its own batches) before validation and checkpoints.
-  void sync_buffers();
-  void checkpoint_barrier();  // data-parallel: every rank waits until rank 0's checkpoint is written
 
   TrainOptions options_;
-  std::unique_ptr<Distributed> dist_;   // data-parallel process group (null: one process)
-  std::unique_ptr<GradientSync> sync_;  // bucketed gradient all-reduce (with dist_)
-  ResolvedConfig rc_;                   // the config alone until load_data() resolves it
+  DataParallel ranks_;  // the process group and gradient all-reduce (one process: local answers)
+  ResolvedConfig rc_;   // the config alone until load_data() resolves it
   RunPaths paths_;
   CheckpointKeeper keeper_;
   Runtime runtime_;
@@ -148,10 +156,12 @@ class Trainer {
   TrainState state_;
   torch::Tensor last_found_inf_;    // () float32: whether the last step was skipped
   bool sampling_in_graph_ = false;  // data.cache: gpu with a captured step: sampler inside the graph
-  int64_t micro_batches_ = 0;       // drawn by this process (test fault stop_micro@N)
   int stop_signal_ = 0;
   bool save_due_ = false;  // the wall-clock checkpoint cadence, as agreed with the stop signal
-  TestFaults faults_;      // test-only fault injection (faults.h); empty in normal runs
+  StoppingRules rules_;    // reads rc_
+  FaultHooks faults_;      // test-only fault injection (faults.h); nothing in normal runs
+  std::chrono::steady_clock::time_point run_started_, epoch_started_;  // this process's clocks
+  double carried_run_seconds_ = 0;  // TrainState::run_seconds of the processes before a resume
 };
 
 }  // namespace u3d

@@ -1,11 +1,9 @@
-#include "u3d/train/truth_maps.h"
+#include "u3d/data/truth_maps.h"
 
 #include <cmath>
 
 #include "u3d/core/errors.h"
-#include "u3d/evaluate/segmentation_eval.h"
-#include "u3d/train/losses.h"
-#include "u3d/train/topology_losses.h"
+#include "u3d/data/distance_transform.h"
 
 namespace u3d {
 namespace {
@@ -90,19 +88,6 @@ torch::Tensor signed_distance(const torch::Tensor& labels, int64_t num_classes) 
   return torch::stack(out);
 }
 
-TruthMapOptions truth_map_options(const Config& cfg, const DatasetInfo& info) {
-  TruthMapOptions o;
-  // Only the list form has these terms; Loss knows which of its terms read which map.
-  const LossSpec& spec = cfg.training.loss;
-  if (info.task != Task::kSegmentation || !cfg.training.cache_truth_maps || !spec.is_list()) return o;
-  const Loss loss(spec);
-  o.skeleton = loss.uses_skeleton();
-  o.distance = loss.uses_distance();
-  o.num_classes = info.num_classes;
-  o.skeleton_iterations = cfg.training.skeleton_iterations;
-  return o;
-}
-
 LabelMapFn truth_map_maker(const TruthMapOptions& o) {
   if (!o.skeleton && !o.distance) return {};
   return [o](const torch::Tensor& labels) {
@@ -126,22 +111,6 @@ TruthMaps truth_maps_of(const torch::Tensor& labels, const TruthMapOptions& opti
   }
   if (!skeletons.empty()) out.skeleton = torch::stack(skeletons).to(labels.device());
   if (!distances.empty()) out.distance = torch::stack(distances).to(labels.device());
-  return out;
-}
-
-TruthMaps downsample_maps(const TruthMaps& maps, const std::array<int64_t, 3>& factor) {
-  if (factor == std::array<int64_t, 3>{1, 1, 1}) return maps;
-  TruthMaps out;
-  if (maps.skeleton.defined()) {
-    namespace F = torch::nn::functional;
-    const torch::Tensor s = maps.skeleton.unsqueeze(1).to(torch::kFloat);  // (N, 1, d, h, w)
-    const std::vector<int64_t> kernel(factor.begin(), factor.end());
-    out.skeleton = F::max_pool3d(s, F::MaxPool3dFuncOptions(kernel).stride(kernel)).squeeze(1).to(torch::kUInt8);
-  }
-  if (maps.distance.defined()) {
-    const double scale = std::cbrt(static_cast<double>(factor[0] * factor[1] * factor[2]));
-    out.distance = downsample_labels(maps.distance, factor) / scale;
-  }
   return out;
 }
 

@@ -4,23 +4,22 @@
 //
 // Per case, from its labels (D, H, W) uint8 with classes 0..K-1 (any label >= K, the ignore label,
 // reads as background):
-//   skeleton  (D, H, W) uint8: k on the soft skeleton of class k's binary mask (soft_skeleton with
-//             training.skeleton_iterations, topology_losses.h; of the whole case, so a patch border
+//   skeleton  (D, H, W) uint8: k on the soft skeleton of class k's binary mask (train/
+//             topology_losses.h's soft_skeleton, exactly, with training.skeleton_iterations,
+//             computed here on bool volumes; of the whole case, so a patch border
 //             makes no skeleton), 0 elsewhere; classes 1..K-1 (their skeletons never overlap).
 //   distance  (K-1, D, H, W) float32: signed Euclidean distance to the boundary of class k = 1..K-1,
 //             in voxels: outside the class the distance to its nearest voxel (>= 1), inside minus
 //             the distance to the nearest voxel of another class (<= -1; -1 on its boundary
 //             voxels); never 0. Clamped to +-kDistanceCap (an empty class: +cap everywhere).
-// With deep supervision the lower outputs take them down-sampled (downsample_maps).
+// Made here in data/, handed to the cache as CacheOptions::label_maps (truth_map_maker); which maps
+// a run needs is the loss list's decision (train/losses.h: truth_map_options). With deep
+// supervision the lower outputs take them down-sampled (losses.h: downsample_maps).
 #pragma once
 #include <torch/torch.h>
 
-#include <array>
-
-#include "u3d/core/config.h"
 #include "u3d/data/batch.h"
 #include "u3d/data/cache.h"
-#include "u3d/io/dataset.h"
 
 namespace u3d {
 
@@ -37,9 +36,6 @@ struct TruthMapOptions {
   int64_t num_classes = 2;
   int64_t skeleton_iterations = 3;
 };
-// What a run's cache makes: a segmentation dataset, training.cache_truth_maps on and a
-// skeleton_recall or boundary term in training.loss; else nothing.
-TruthMapOptions truth_map_options(const Config& cfg, const DatasetInfo& info);
 // The cache's LabelMapFn for these options; empty when neither map is wanted.
 LabelMapFn truth_map_maker(const TruthMapOptions& options);
 
@@ -47,11 +43,5 @@ LabelMapFn truth_map_maker(const TruthMapOptions& options);
 // the labels' device in Batch's layout (the step benchmark's synthetic batches); empty when
 // `options` wants none.
 TruthMaps truth_maps_of(const torch::Tensor& labels, const TruthMapOptions& options);
-
-// The maps of a batch for an output down-sampled by `factor` per spatial axis (deep supervision):
-// the skeleton by max pooling over each factor block (a thin skeleton survives; where two classes'
-// skeletons share a block the higher class wins), the distance by nearest neighbour as
-// downsample_labels and divided by the geometric mean of the factors (voxels of the output).
-TruthMaps downsample_maps(const TruthMaps& maps, const std::array<int64_t, 3>& factor);
 
 }  // namespace u3d

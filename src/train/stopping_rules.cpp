@@ -1,0 +1,38 @@
+#include "u3d/train/stopping_rules.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace u3d {
+
+std::string StoppingRules::after_epoch(int64_t epoch, double next_epoch_seconds, const TrainState& state) const {
+  const TrainingConfig& t = rc_.cfg.training;
+  if (epoch >= t.epochs) return "";
+  if (t.early_stop_patience > 0 && epoch - state.best_epoch >= t.early_stop_patience) {
+    return fmt::format(
+        "early stop: {} has not improved for {} epochs (training.early_stop_patience {}; best {} at epoch {})",
+        rc_.monitor_name, epoch - state.best_epoch, t.early_stop_patience,
+        std::isfinite(state.best_metric) ? fmt::format("{:.6g}", state.best_metric) : "none yet", state.best_epoch);
+  }
+  const double budget = t.max_minutes * 60.0;
+  if (budget > 0 && state.run_seconds + next_epoch_seconds > budget) {
+    return fmt::format(
+        "time budget: {:.3g} of training.max_minutes {:g} min used and an epoch takes {:.3g} min; raise "
+        "training.max_minutes and --resume to go on",
+        state.run_seconds / 60.0, t.max_minutes, next_epoch_seconds / 60.0);
+  }
+  return "";
+}
+
+std::string StoppingRules::nothing_left(const TrainState& state, bool resumed) const {
+  if (!resumed || state.step_in_epoch != 0) return "";
+  const int64_t epochs = rc_.cfg.training.epochs;
+  if (state.epoch >= epochs) {
+    return fmt::format(
+        "all {} epochs are done (to train on: --set training.epochs=N --allow-config-change training.epochs)", epochs);
+  }
+  return after_epoch(state.epoch, /*next_epoch_seconds=*/0.0, state);
+}
+
+}  // namespace u3d
