@@ -164,7 +164,7 @@ struct TrainingConfig {
   std::vector<double> class_weights;  // segmentation ce term: weight per class (empty: all 1)
   int64_t skeleton_iterations = 3;  // cldice, skeleton_recall: soft-skeleton iterations (~ half the thickest structure)
   int64_t boundary_distance = 8;    // boundary: distances truncated at this many voxels
-  bool cache_truth_maps = true;     // skeleton_recall, boundary: per-case maps in the cache (train/truth_maps.h)
+  bool cache_truth_maps = true;     // skeleton_recall, boundary: per-case maps in the cache (data/truth_maps.h)
   double grad_clip_norm = 0.0;      // 0: off
   int64_t val_every = 1;            // validate every N epochs (and after the last)
   bool val_full = true;             // sliding-window validation on whole val volumes

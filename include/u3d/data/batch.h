@@ -48,7 +48,7 @@ struct RawBatch {
 };
 
 // The ground truth's skeleton and signed distance of a segmentation batch, made once per case when
-// the cache loads (train/truth_maps.h, training.cache_truth_maps) and cropped with the patch, for the
+// the cache loads (data/truth_maps.h, training.cache_truth_maps) and cropped with the patch, for the
 // skeleton_recall and boundary loss terms; undefined: those terms make them from the labels per batch.
 struct TruthMaps {
   torch::Tensor skeleton;  // (N, d, h, w) uint8: class k (1..K-1) on class k's skeleton, else 0

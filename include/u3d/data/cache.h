@@ -21,7 +21,7 @@
 // Ground-truth maps (segmentation, when CacheOptions::label_maps is set: the training loss has a
 // skeleton_recall or boundary term and training.cache_truth_maps is on): the labels' skeleton
 // (uint8, 1 channel) and signed distance (float16, one channel per foreground class), made once per
-// case in the loading threads (train/truth_maps.h) and kept beside the labels: 1 + 2 (K - 1) more
+// case in the loading threads (data/truth_maps.h) and kept beside the labels: 1 + 2 (K - 1) more
 // bytes per voxel.
 // Normalisation is an affine map per case and channel applied to crops: (raw - sub) / div in
 // float32, equal to Preprocessor::image. Regression targets stay in target units (float32, or
@@ -51,7 +51,7 @@ struct CachedCase {
 };
 
 // Per-case fields derived from a case's labels, made once when a cache loads (the loss terms'
-// ground-truth maps; train/truth_maps.h makes them, the cache only stores and crops them).
+// ground-truth maps; data/truth_maps.h makes them, the cache only stores and crops them).
 struct LabelMaps {
   torch::Tensor skeleton;  // (D, H, W) uint8: class k on class k's skeleton, else 0; or undefined
   torch::Tensor distance;  // (Cd, D, H, W) float32 signed distance per foreground class, voxels; or undefined

@@ -66,7 +66,7 @@ torch::Tensor skeleton_recall_loss(const torch::Tensor& logits, const torch::Ten
                                    int64_t iterations = 3, double smooth = kSkeletonSmooth,
                                    const BatchSum& over_ranks = {});
 // The same with the ground-truth skeleton given: skeleton (N, K-1, D, H, W) float {0, 1} of the
-// foreground classes (e.g. the cache's, train/truth_maps.h), read as 0 where invalid.
+// foreground classes (e.g. the cache's, data/truth_maps.h), read as 0 where invalid.
 torch::Tensor skeleton_recall_given(const torch::Tensor& logits, const torch::Tensor& skeleton,
                                     const torch::Tensor& valid, double smooth = kSkeletonSmooth,
                                     const BatchSum& over_ranks = {});
@@ -85,7 +85,7 @@ torch::Tensor boundary_loss(const torch::Tensor& logits, const torch::Tensor& la
                             int64_t max_distance = 8, const BatchSum& over_ranks = {});
 // The same with the distance term given: sdf (N, K-1, D, H, W) float, the foreground classes'
 // signed distances already scaled (boundary_loss: truncated_distance / max_distance; the cache's
-// Euclidean maps: train/truth_maps.h), no gradient.
+// Euclidean maps: data/truth_maps.h), no gradient.
 torch::Tensor boundary_loss_given(const torch::Tensor& logits, const torch::Tensor& sdf, const torch::Tensor& valid,
                                   const BatchSum& over_ranks = {});
 
