@@ -104,7 +104,7 @@ bool RunLog::progress_due() const {
 void RunLog::progress(const EpochPosition& at, const torch::Device& device) {
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_started_).count();
   const double per_step = elapsed / static_cast<double>(at.step - first_step_);
-  const int64_t steps = rc_.steps_per_epoch;
+  const int64_t steps = settings_.steps_per_epoch;
   Progress p;
   p.epoch = at.epoch;
   p.step = at.step;
@@ -114,7 +114,7 @@ void RunLog::progress(const EpochPosition& at, const torch::Device& device) {
   p.steps_per_second = 1.0 / per_step;
   p.data_share = at.data_seconds / elapsed;
   p.seconds_left = per_step * static_cast<double>(steps - at.step);
-  p.run_seconds_left = p.seconds_left + per_step * static_cast<double>(steps * (rc_.cfg.training.epochs - at.epoch));
+  p.run_seconds_left = p.seconds_left + per_step * static_cast<double>(steps * (settings_.cfg.training.epochs - at.epoch));
   p.skipped = at.skipped;
   p.gpu_bytes = gpu_memory_in_use(device, &p.gpu_total);
   progress(p);
