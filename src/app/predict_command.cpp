@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "u3d/app/commands.h"
+#include "u3d/core/csv.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/core/run.h"
@@ -158,12 +159,9 @@ void predict_split(const Config& cfg, const std::vector<Member>& members, const 
   remove_previous_outputs(out_dir, cfg.predict.split, openkbp::is_openkbp_dataset(reader.info()));
   std::vector<std::string> outputs;  // file names of this set, for <split>_outputs.txt
   if (!bad.empty()) {
-    std::string skipped = "case,field,problem\n";
+    std::string skipped = csv_row({"case", "field", "problem"});
     for (const auto& p : report.problems) {
-      if (!p.is_error() || p.case_id.empty()) continue;
-      std::string message = p.message;
-      std::replace(message.begin(), message.end(), ',', ';');
-      skipped += fmt::format("{},{},{}\n", p.case_id, p.field, message);
+      if (p.is_error() && !p.case_id.empty()) skipped += csv_row({p.case_id, p.field, p.message});
     }
     const auto skipped_path = out_dir / (cfg.predict.split + "_skipped.csv");
     write_file_atomic(skipped_path, skipped);
@@ -194,7 +192,7 @@ void predict_split(const Config& cfg, const std::vector<Member>& members, const 
   }
   const bool seg = pre.task() == Task::kSegmentation;
   const std::string metric = seg ? "dice" : "mae";
-  std::string csv = fmt::format("case,{},baseline_{}\n", metric, metric);
+  std::string csv = csv_row({"case", metric, "baseline_" + metric});
   std::vector<double> values, baselines;
   int64_t nifti_files = 0;
   for (const auto& id : ids) {
@@ -221,7 +219,7 @@ void predict_split(const Config& cfg, const std::vector<Member>& members, const 
     const double v = score.value, b = score.baseline;
     values.push_back(v);
     baselines.push_back(b);
-    csv += fmt::format("{},{:.6g},{:.6g}\n", c.id, v, b);
+    csv += csv_row({c.id, fmt::format("{:.6g}", v), fmt::format("{:.6g}", b)});
     spdlog::info("predict: {} {} {:.4f} (baseline {:.4f})", c.id, metric, v, b);
   }
   writer.commit(cfg.predict.split);
@@ -239,7 +237,7 @@ void predict_split(const Config& cfg, const std::vector<Member>& members, const 
                  submission->files(), (out_dir / "openkbp").string());
   }
   if (!values.empty()) {
-    csv += fmt::format("mean,{:.6g},{:.6g}\n", nan_mean(values), nan_mean(baselines));
+    csv += csv_row({"mean", fmt::format("{:.6g}", nan_mean(values)), fmt::format("{:.6g}", nan_mean(baselines))});
     const auto csv_path = out_dir / (cfg.predict.split + "_metrics.csv");
     write_file_atomic(csv_path, csv);
     outputs.push_back(csv_path.filename().string());

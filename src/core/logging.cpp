@@ -14,6 +14,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "u3d/core/csv.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/core/text.h"
@@ -127,11 +128,7 @@ void flush_logs() {
 MetricsCsv::MetricsCsv(std::filesystem::path path, std::vector<std::string> columns)
     : path_(std::move(path)), columns_(std::move(columns)) {}
 
-void MetricsCsv::start_fresh() {
-  std::string header;
-  for (size_t i = 0; i < columns_.size(); ++i) header += (i ? "," : "") + columns_[i];
-  write_file_atomic(path_, header + "\n");
-}
+void MetricsCsv::start_fresh() { write_file_atomic(path_, csv_row(columns_)); }
 
 void MetricsCsv::resume(int64_t keep_through_epoch) {
   std::error_code ec;
@@ -139,41 +136,31 @@ void MetricsCsv::resume(int64_t keep_through_epoch) {
     start_fresh();
     return;
   }
-  const std::string text = read_file(path_);
-  std::istringstream in(text);
-  std::string line;
-  std::string header;
-  std::getline(in, header);
-  std::string expected;
-  for (size_t i = 0; i < columns_.size(); ++i) expected += (i ? "," : "") + columns_[i];
-  if (header != expected) {
-    throw IoError(
-        fmt::format("{}: header '{}' differs from this run's columns '{}'", path_.string(), header, expected));
+  const auto rows = parse_csv(read_file(path_));
+  const std::vector<std::string> header = rows.empty() ? std::vector<std::string>{} : rows.front().fields;
+  if (header != columns_) {
+    throw IoError(fmt::format("{}: header '{}' differs from this run's columns '{}'", path_.string(),
+                              fmt::join(header, ","), fmt::join(columns_, ",")));
   }
-  std::string kept = header + "\n";
-  // Only complete lines (ending in '\n') with the right number of fields count.
-  size_t pos = header.size() + 1;
-  while (pos < text.size()) {
-    const size_t end = text.find('\n', pos);
-    if (end == std::string::npos) break;  // partial last line from a crash: dropped
-    line = text.substr(pos, end - pos);
-    pos = end + 1;
-    if (static_cast<size_t>(std::count(line.begin(), line.end(), ',')) + 1 != columns_.size()) continue;
-    const auto epoch = parse_int(line.substr(0, line.find(',')));
-    if (epoch && *epoch <= keep_through_epoch) kept += line + "\n";
+  std::string kept = csv_row(header);
+  // Only complete rows (ending in '\n') with the right number of fields count; a partial last
+  // row from a crash is dropped.
+  for (size_t i = 1; i < rows.size(); ++i) {
+    if (!rows[i].complete || rows[i].fields.size() != columns_.size()) continue;
+    const auto epoch = parse_int(rows[i].fields[0]);
+    if (epoch && *epoch <= keep_through_epoch) kept += csv_row(rows[i].fields);
   }
   write_file_atomic(path_, kept);
 }
 
 void MetricsCsv::append(const std::map<std::string, std::string>& values) {
-  std::string row;
-  for (size_t i = 0; i < columns_.size(); ++i) {
-    if (i) row += ',';
-    const auto it = values.find(columns_[i]);
-    if (it != values.end()) row += it->second;
+  std::vector<std::string> row;
+  for (const auto& column : columns_) {
+    const auto it = values.find(column);
+    row.push_back(it != values.end() ? it->second : std::string());
   }
   std::ofstream out(path_, std::ios::app);
-  out << row << '\n';
+  out << csv_row(row);
   out.flush();
   if (!out) throw IoError(fmt::format("{}: cannot append a row", path_.string()));
 }

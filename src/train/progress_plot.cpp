@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "u3d/core/csv.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 
@@ -19,20 +20,17 @@ namespace {
 
 constexpr double kNaN = NAN, kPi = 3.14159265358979323846;
 
-// Comma-separated fields, blanks around each removed; NaN where empty or not a whole number
-// (strtod reads "nan", "inf", "-inf").
-std::vector<std::string> split_fields(std::string_view line) {
+// A CSV row's fields (core/csv.h) with the blanks around each removed.
+std::vector<std::string> trimmed_fields(const CsvRow& row) {
   std::vector<std::string> fields;
-  for (size_t start = 0;;) {
-    const size_t comma = std::min(line.find(',', start), line.size());
-    const std::string_view f = line.substr(start, comma - start);
+  for (const std::string& f : row.fields) {
     const size_t first = std::min(f.find_first_not_of(" \t"), f.size());
-    fields.emplace_back(f.substr(first, f.find_last_not_of(" \t") + 1 - first));
-    if (comma == line.size()) return fields;
-    start = comma + 1;
+    fields.push_back(f.substr(first, f.find_last_not_of(" \t") + 1 - first));
   }
+  return fields;
 }
 
+// NaN where empty or not a whole number (strtod reads "nan", "inf", "-inf").
 double parse_value(const std::string& field) {
   char* end = nullptr;
   const double v = std::strtod(field.c_str(), &end);
@@ -407,16 +405,16 @@ std::string render(const MetricsTable& table, const std::string& title, int widt
 }  // namespace
 
 MetricsTable read_metrics_csv(const std::filesystem::path& path) {
-  std::istringstream in(read_file(path));  // IoError naming the path
+  const auto rows = parse_csv(read_file(path));  // IoError naming the path
   const std::string name = path.string();
   MetricsTable table;
   size_t epoch_col = 0;
-  std::string line;
-  for (size_t line_no = 1; std::getline(in, line); ++line_no) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+  for (const CsvRow& row : rows) {
+    const auto fields = trimmed_fields(row);
+    const size_t line_no = row.line;
+    if (fields.size() == 1 && fields[0].empty()) continue;
     if (table.columns.empty()) {  // the header
-      table.columns = split_fields(line);
+      table.columns = fields;
       table.values.assign(table.columns.size(), {});
       epoch_col = std::find(table.columns.begin(), table.columns.end(), "epoch") - table.columns.begin();
       if (epoch_col == table.columns.size()) {
@@ -425,8 +423,7 @@ MetricsTable read_metrics_csv(const std::filesystem::path& path) {
       }
       continue;
     }
-    if (in.eof()) break;  // a last line without its newline: a row cut short by a crash
-    const auto fields = split_fields(line);
+    if (!row.complete) break;  // a last line without its newline: a row cut short by a crash
     if (fields.size() != table.columns.size()) {
       throw IoError(fmt::format("{}: line {}: {} fields, expected {} as in the header", name, line_no, fields.size(),
                                 table.columns.size()));
