@@ -29,7 +29,6 @@
 #include "u3d/train/trainer.h"
 
 namespace u3d {
-std::string key_origin(const Config& cfg, const std::string& key);  // TEMP-D: moves to config.h
 namespace {
 
 Shape3 parse_size(const std::string& text) {

@@ -24,7 +24,6 @@
 #include "u3d/core/text.h"
 
 namespace u3d {
-std::string key_origin(const Config& cfg, const std::string& key);  // TEMP-D: moves to config.h
 
 using namespace config_detail;  // the option table and the codecs are this file's vocabulary
 

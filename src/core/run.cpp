@@ -15,7 +15,6 @@
 #include "u3d/core/parallel.h"
 
 namespace u3d {
-std::string key_origin(const Config& cfg, const std::string& key);  // TEMP-D: moves to config.h
 
 RunPaths::RunPaths(const Config& cfg) {
   root = std::filesystem::path(cfg.experiment.output_dir) / cfg.experiment.name;

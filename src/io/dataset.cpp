@@ -104,10 +104,6 @@ void write_source_attributes(hid_t group, const SourceGeometry& g) {
 
 }  // namespace
 
-std::string shape_text(torch::IntArrayRef sizes) {  // TEMP-D: dataset.h's declaration goes
-  return shape_text(std::vector<int64_t>(sizes.begin(), sizes.end()));
-}
-
 std::string to_string(Task t) { return t == Task::kDose ? "dose" : "segmentation"; }
 
 Task task_from_string(const std::string& s) {

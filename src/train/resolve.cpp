@@ -8,7 +8,6 @@
 #include "u3d/train/resume.h"
 
 namespace u3d {
-std::string key_origin(const Config& cfg, const std::string& key);  // TEMP-D: moves to config.h
 namespace {
 
 Monitor resolve_monitor(const Config& cfg, bool scores_dose) {
