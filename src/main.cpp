@@ -7,6 +7,7 @@
 #include <torch/version.h>
 #include <CLI/CLI.hpp>
 
+#include <array>
 #include <functional>
 #include <new>
 #include <string>
@@ -60,6 +61,16 @@ const CLI::Validator kThreadCount(
       return "";
     },
     "THREADS");
+
+// The options of an `evaluate` command that scores predictions against references:
+// {--reference, --predictions, --out, --force} with their help texts.
+template <class Command>
+void add_scoring_options(CLI::App* app, Command& cmd, const std::array<std::string, 4>& docs) {
+  app->add_option("--reference", cmd.reference, docs[0])->required();
+  app->add_option("--predictions", cmd.predictions, docs[1])->required();
+  app->add_option("--out", cmd.out, docs[2]);
+  app->add_flag("--force", cmd.force, docs[3]);
+}
 
 }  // namespace
 
@@ -211,29 +222,21 @@ int main(int argc, char** argv) {
   u3d::EvaluateSegmentationCommand evaluate_segmentation;
   auto* evaluate_segmentation_app =
       evaluate_app->add_subcommand("segmentation", "Per-class Dice and HD95 (mm) of NIfTI label files, per case");
-  evaluate_segmentation_app->add_option("--reference", evaluate_segmentation.reference, "Folder of reference labels")
-      ->required();
-  evaluate_segmentation_app
-      ->add_option("--predictions", evaluate_segmentation.predictions, "Folder of predicted labels (same case names)")
-      ->required();
-  evaluate_segmentation_app->add_option("--out", evaluate_segmentation.out,
-                                        "CSV file; default <predictions>/evaluation.csv");
+  add_scoring_options(evaluate_segmentation_app, evaluate_segmentation,
+                      {"Folder of reference labels", "Folder of predicted labels (same case names)",
+                       "CSV file; default <predictions>/evaluation.csv", "Replace an existing CSV"});
   evaluate_segmentation_app
       ->add_option("--labels", evaluate_segmentation.labels,
                    "Label values to score; default: every foreground value found")
       ->delimiter(',');
   evaluate_segmentation_app->add_option("--threads", evaluate_segmentation.threads, "Threads; 0: every core")
       ->check(kThreadCount);
-  evaluate_segmentation_app->add_flag("--force", evaluate_segmentation.force, "Replace an existing CSV");
   u3d::EvaluateSurfaceCommand evaluate_surface;
   auto* evaluate_surface_app = evaluate_app->add_subcommand(
       "surface", "Surface Dice, VOI, Betti numbers and TopoScore of thin-surface label files (NIfTI), per case");
-  evaluate_surface_app->add_option("--reference", evaluate_surface.reference, "Folder of reference labels")->required();
-  evaluate_surface_app
-      ->add_option("--predictions", evaluate_surface.predictions, "Folder of predicted 0/1 labels (same case names)")
-      ->required();
-  evaluate_surface_app->add_option("--out", evaluate_surface.out,
-                                   "CSV file; default <predictions>/surface_evaluation.csv");
+  add_scoring_options(evaluate_surface_app, evaluate_surface,
+                      {"Folder of reference labels", "Folder of predicted 0/1 labels (same case names)",
+                       "CSV file; default <predictions>/surface_evaluation.csv", "Replace an existing CSV"});
   evaluate_surface_app->add_option("--tolerance", evaluate_surface.tolerance, "Surface Dice tolerance in voxels")
       ->capture_default_str();
   evaluate_surface_app
@@ -242,7 +245,6 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   evaluate_surface_app->add_option("--threads", evaluate_surface.threads, "Cases at once; 0: every core")
       ->check(kThreadCount);
-  evaluate_surface_app->add_flag("--force", evaluate_surface.force, "Replace an existing CSV");
   u3d::EvaluateCvCommand evaluate_cv;
   auto* evaluate_cv_app = evaluate_app->add_subcommand(
       "cv", "Cross-validation summary: per-fold and pooled metrics of each fold's held-out predictions");
@@ -251,16 +253,11 @@ int main(int argc, char** argv) {
   evaluate_cv_app->add_option("--out", evaluate_cv.out, "CSV file; default <experiment>/cv_summary.csv");
   u3d::EvaluateOpenKbpCommand evaluate_openkbp;
   auto* evaluate_openkbp_app = evaluate_app->add_subcommand("openkbp", "OpenKBP dose score and DVH score");
-  evaluate_openkbp_app->add_option("--reference", evaluate_openkbp.reference, "Folder of pt_* folders with dose.csv")
-      ->required();
-  evaluate_openkbp_app
-      ->add_option("--predictions", evaluate_openkbp.predictions,
-                   "Folder of pt_*.csv submission files, or a predictions .h5 of --predict-only")
-      ->required();
-  evaluate_openkbp_app->add_option(
-      "--out", evaluate_openkbp.out,
-      "Per-patient CSV (default beside PRED: <folder>_scores.csv or <file stem>_openkbp_scores.csv)");
-  evaluate_openkbp_app->add_flag("--force", evaluate_openkbp.force, "Replace existing output files");
+  add_scoring_options(evaluate_openkbp_app, evaluate_openkbp,
+                      {"Folder of pt_* folders with dose.csv",
+                       "Folder of pt_*.csv submission files, or a predictions .h5 of --predict-only",
+                       "Per-patient CSV (default beside PRED: <folder>_scores.csv or <file stem>_openkbp_scores.csv)",
+                       "Replace existing output files"});
   evaluate_openkbp_app->add_option("--threads", evaluate_openkbp.threads, "Threads; 0: every core")
       ->check(kThreadCount)
       ->capture_default_str();

@@ -8,6 +8,7 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/json.h"
 #include "u3d/core/run.h"
 #include "u3d/core/text.h"
 #include "u3d/data/cache.h"
@@ -168,25 +169,28 @@ int data_benchmark_command(const Config& cfg, const DataBenchmarkOptions& option
       "{:<10} {:<7} {:>7} {:>10} {:>10} {:>10}\n",
       cfg.data.path, cfg.data.batch_size, p[0], p[1], p[2], augment_summary(cfg.augment), rt.device.str(), "placement",
       "stage", "threads", "batches/s", "samples/s", "MB/s");
-  std::vector<std::string> json_rows;
+  Json results = Json::array();
   for (const auto& r : rows) {
     table += fmt::format("{:<10} {:<7} {:>7} {:>10.2f} {:>10.2f} {:>10.1f}\n", r.placement, r.stage, r.workers,
                          r.batches_per_second, r.samples_per_second, r.megabytes_per_second);
-    json_rows.push_back(fmt::format(
-        "{{\"placement\": \"{}\", \"stage\": \"{}\", \"workers\": {}, \"batches\": {}, \"seconds\": {:.3f}, "
-        "\"batches_per_s\": {:.3f}, \"samples_per_s\": {:.3f}, \"mb_per_s\": {:.1f}}}",
-        r.placement, r.stage, r.workers, r.batches, r.seconds, r.batches_per_second, r.samples_per_second,
-        r.megabytes_per_second));
+    results.push_back({{"placement", r.placement},
+                       {"stage", r.stage},
+                       {"workers", r.workers},
+                       {"batches", r.batches},
+                       {"seconds", json_number(r.seconds, 3)},
+                       {"batches_per_s", json_number(r.batches_per_second, 3)},
+                       {"samples_per_s", json_number(r.samples_per_second, 3)},
+                       {"mb_per_s", json_number(r.megabytes_per_second, 1)}});
   }
   const bool cuda = rt.device.is_cuda();
   if (!cuda) table += "pinned, gpu: not measured (no CUDA device)\n";
   std::fputs(table.c_str(), stdout);
-  const std::string json = fmt::format(
-      "{{\"benchmark\": \"data\", \"dataset\": {}, \"device\": \"{}\", \"batch_size\": {}, \"patch\": [{}, {}, "
-      "{}], \"augment\": \"{}\", \"results\": [{}], \"not_measured\": [{}]}}\n",
-      json_string(cfg.data.path), rt.device.str(), cfg.data.batch_size, p[0], p[1], p[2], augment_summary(cfg.augment),
-      fmt::join(json_rows, ", "), cuda ? "" : "\"pinned\", \"gpu\"");
-  std::fputs(json.c_str(), stdout);
+  const Json json = {
+      {"benchmark", "data"},         {"dataset", cfg.data.path},
+      {"device", rt.device.str()},   {"batch_size", cfg.data.batch_size},
+      {"patch", {p[0], p[1], p[2]}}, {"augment", augment_summary(cfg.augment)},
+      {"results", results},          {"not_measured", cuda ? Json::array() : Json::array({"pinned", "gpu"})}};
+  std::fputs((json_line(json) + "\n").c_str(), stdout);
   std::fflush(stdout);
   return kExitOk;
 }

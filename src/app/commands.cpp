@@ -119,8 +119,7 @@ int run_command(const RunCommand& cmd) {
   }
   if (cfg.data.folds > 0 && cfg.experiment.fold.empty() && cmd.ensemble.empty()) {
     throw ConfigError(fmt::format("{}: data.folds: {} needs experiment.fold: 0..{} or all (or `trainer --fold K|all`)",
-                                  cfg.origin.count("data.folds") ? cfg.origin.at("data.folds") : cmd.config,
-                                  cfg.data.folds, cfg.data.folds - 1));
+                                  key_origin(cfg, "data.folds"), cfg.data.folds, cfg.data.folds - 1));
   }
   const bool all_folds = cfg.experiment.fold == "all";
   if (cmd.predict_only && !launch_env().is_main()) {

@@ -16,6 +16,7 @@
 #include "u3d/app/commands.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/json.h"
 #include "u3d/core/version.h"
 #include "u3d/io/dataset.h"
 #include "u3d/model/checkpoint.h"
@@ -64,11 +65,7 @@ DataFacts data_facts(const Config& trained) {
   return facts;
 }
 
-std::string json_list(const std::vector<std::string>& items) {
-  std::vector<std::string> quoted;
-  for (const auto& i : items) quoted.push_back(json_string(i));
-  return fmt::format("[{}]", fmt::join(quoted, ", "));
-}
+std::string json_list(const std::vector<std::string>& items) { return json_line(Json(items)); }
 
 ModelMeta model_meta(const Config& trained, const CheckpointInfo& info, const fs::path& checkpoint, NetworkImpl& net) {
   const DataFacts facts = data_facts(trained);
@@ -90,7 +87,7 @@ ModelMeta model_meta(const Config& trained, const CheckpointInfo& info, const fs
           {"labels", json_list(facts.labels)},
           {"normalize", json_list(trained.data.normalize)},
           {"target_scale", fmt::format("{}", trained.data.target_scale)},
-          {"patch_size", fmt::format("[{}, {}, {}]", p[0], p[1], p[2])},
+          {"patch_size", json_line(Json::array({p[0], p[1], p[2]}))},
           {"spacing", facts.spacing},
           {"size_divisor", std::to_string(net.size_divisor())},
           {"version", info.version},

@@ -25,8 +25,6 @@ void refuse_existing(const std::filesystem::path& path, bool force) {
   }
 }
 
-std::string shape_text(const Shape3& s) { return fmt::format("{}x{}x{}", s[0], s[1], s[2]); }
-
 }  // namespace
 
 int plan_command(const PlanCommand& cmd) {
@@ -67,8 +65,9 @@ int plan_command(const PlanCommand& cmd) {
   const std::string name = cmd.name.empty() ? data.stem().string() : cmd.name;
   write_file_atomic(out, plan_yaml(plan, fp, cmd.data, name));
   spdlog::info("plan: {} patch {} batch {}, {} levels, {} step peak {} of {} ({}); wrote {}", plan.configuration,
-               shape_text(plan.patch), plan.batch, plan.levels, plan.measured ? "measured" : "estimated",
-               human_bytes(static_cast<double>(plan.step_bytes)), human_bytes(static_cast<double>(plan.budget_bytes)),
+               shape_text(plan.patch, ShapeStyle::kCross), plan.batch, plan.levels,
+               plan.measured ? "measured" : "estimated", human_bytes(static_cast<double>(plan.step_bytes)),
+               human_bytes(static_cast<double>(plan.budget_bytes)),
                plan.budget_assumed ? "assumed: pass --gpu-memory or --device cuda" : "budget", out.string());
   if (plan.lowres_plan) {
     const Plan& low = *plan.lowres_plan;
@@ -76,7 +75,7 @@ int plan_command(const PlanCommand& cmd) {
     spdlog::info(
         "plan: the patch covers less than 1/8 of the median volume: also {} (3d_lowres, patch {} at "
         "{:.3g}x{:.3g}x{:.3g} mm; its header says how to import that dataset)",
-        lowres_out.string(), shape_text(low.patch), low.target_spacing[0], low.target_spacing[1],
+        lowres_out.string(), shape_text(low.patch, ShapeStyle::kCross), low.target_spacing[0], low.target_spacing[1],
         low.target_spacing[2]);
   }
   if (plan.resample_needed) {

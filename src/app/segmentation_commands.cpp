@@ -18,6 +18,37 @@
 namespace u3d {
 namespace {
 
+// The common part of an `evaluate` command over two label folders: checks --reference and
+// --predictions, copies them and --threads into `o`, and returns the CSV to write: --out, or
+// <predictions>/<file_name>; UsageError naming `command` when it exists and --force is not given.
+template <class Command, class Options>
+std::filesystem::path start_evaluation(const std::string& command, const Command& cmd, const char* file_name,
+                                       Options& o) {
+  if (cmd.reference.empty() || cmd.predictions.empty()) {
+    throw UsageError(command + ": --reference DIR and --predictions DIR are required");
+  }
+  o.reference = cmd.reference;
+  o.predictions = cmd.predictions;
+  o.threads = cmd.threads;
+  const std::filesystem::path csv =
+      cmd.out.empty() ? std::filesystem::path(cmd.predictions) / file_name : std::filesystem::path(cmd.out);
+  std::error_code ec;
+  if (std::filesystem::exists(csv, ec) && !cmd.force) {
+    throw UsageError(
+        fmt::format("{}: {} exists; pass --force to replace it or --out another file", command, csv.string()));
+  }
+  return csv;
+}
+
+// Writes the CSV, prints the table; the seconds since `t0`.
+double write_evaluation(const std::filesystem::path& csv, const std::string& csv_text, const std::string& table,
+                        std::chrono::steady_clock::time_point t0) {
+  write_file_atomic(csv, csv_text);
+  std::fputs(table.c_str(), stdout);
+  std::fflush(stdout);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 NiftiImportOptions import_options(const ImportCommon& c, const char* command) {
   if (c.out.empty()) throw UsageError(fmt::format("{}: --out FILE.h5 is required", command));
   std::error_code ec;
@@ -102,9 +133,8 @@ int import_tiff_command(const ImportTiffCommand& cmd) {
 }
 
 int evaluate_segmentation_command(const EvaluateSegmentationCommand& cmd) {
-  if (cmd.reference.empty() || cmd.predictions.empty()) {
-    throw UsageError("evaluate segmentation: --reference DIR and --predictions DIR are required");
-  }
+  SegmentationEvalOptions o;
+  const std::filesystem::path csv = start_evaluation("evaluate segmentation", cmd, "evaluation.csv", o);
   for (const int64_t label : cmd.labels) {
     if (label <= 0) {
       throw UsageError(
@@ -113,32 +143,18 @@ int evaluate_segmentation_command(const EvaluateSegmentationCommand& cmd) {
                       label));
     }
   }
-  const std::filesystem::path csv =
-      cmd.out.empty() ? std::filesystem::path(cmd.predictions) / "evaluation.csv" : std::filesystem::path(cmd.out);
-  std::error_code ec;
-  if (std::filesystem::exists(csv, ec) && !cmd.force) {
-    throw UsageError(fmt::format("evaluate segmentation: {} exists; pass --force to replace it or --out another file",
-                                 csv.string()));
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  SegmentationEvalOptions o;
-  o.reference = cmd.reference;
-  o.predictions = cmd.predictions;
   o.labels = cmd.labels;
-  o.threads = cmd.threads;
+  const auto t0 = std::chrono::steady_clock::now();
   const SegmentationEvaluation e = evaluate_segmentation_folders(o);
-  write_file_atomic(csv, evaluation_csv(e));
-  std::fputs(evaluation_table(e).c_str(), stdout);
-  std::fflush(stdout);
+  const double seconds = write_evaluation(csv, evaluation_csv(e), evaluation_table(e), t0);
   spdlog::info("evaluate: {} cases, {} labels; wrote {} in {:.1f} s", e.cases.size(), e.labels.size(), csv.string(),
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+               seconds);
   return kExitOk;
 }
 
 int evaluate_surface_command(const EvaluateSurfaceCommand& cmd) {
-  if (cmd.reference.empty() || cmd.predictions.empty()) {
-    throw UsageError("evaluate surface: --reference DIR and --predictions DIR are required");
-  }
+  SurfaceEvalOptions o;
+  const std::filesystem::path csv = start_evaluation("evaluate surface", cmd, "surface_evaluation.csv", o);
   if (!(cmd.tolerance >= 0))
     throw UsageError(fmt::format("evaluate surface: --tolerance {}: expected >= 0", cmd.tolerance));
   if (cmd.ignore_label < -1 || cmd.ignore_label == 0 || cmd.ignore_label == 1) {
@@ -146,29 +162,16 @@ int evaluate_surface_command(const EvaluateSurfaceCommand& cmd) {
         "evaluate surface: --ignore-label {}: expected a label other than 0 and 1 (the surface), or -1 for none",
         cmd.ignore_label));
   }
-  const std::filesystem::path csv = cmd.out.empty() ? std::filesystem::path(cmd.predictions) / "surface_evaluation.csv"
-                                                    : std::filesystem::path(cmd.out);
-  std::error_code ec;
-  if (std::filesystem::exists(csv, ec) && !cmd.force) {
-    throw UsageError(
-        fmt::format("evaluate surface: {} exists; pass --force to replace it or --out another file", csv.string()));
-  }
   const auto t0 = std::chrono::steady_clock::now();
-  SurfaceEvalOptions o;
-  o.reference = cmd.reference;
-  o.predictions = cmd.predictions;
   o.tolerance = cmd.tolerance;
   if (cmd.ignore_label < 0)
     o.ignore_label.reset();
   else
     o.ignore_label = cmd.ignore_label;
-  o.threads = cmd.threads;
   const SurfaceEvaluation e = evaluate_surface_folders(o);
-  write_file_atomic(csv, surface_evaluation_csv(e));
-  std::fputs(surface_evaluation_table(e).c_str(), stdout);
-  std::fflush(stdout);
+  const double seconds = write_evaluation(csv, surface_evaluation_csv(e), surface_evaluation_table(e), t0);
   spdlog::info("evaluate surface: {} cases, mean total {:.4f}; wrote {} in {:.1f} s", e.cases.size(), e.mean.total,
-               csv.string(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+               csv.string(), seconds);
   return kExitOk;
 }
 

@@ -13,6 +13,7 @@
 #include "u3d/app/benchmark.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/json.h"
 #include "u3d/core/launch_env.h"
 #include "u3d/core/run.h"
 #include "u3d/core/stats.h"
@@ -37,19 +38,6 @@
 namespace u3d {
 namespace {
 
-std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) out += c;
-  }
-  return out + "\"";
-}
-
-// `v` with 4 decimals, or null when it was not measured (NaN).
-std::string json_number(double v) { return std::isnan(v) ? "null" : fmt::format("{:.4f}", v); }
-std::string json_bytes(int64_t v) { return v >= 0 ? std::to_string(v) : std::string("null"); }
-
 // The NVTX range "u3d.timed_steps" around the timed steps, so a profiler takes those alone (Nsight
 // Compute: ncu --nvtx --nvtx-include u3d.timed_steps/), not the warm-up's cuDNN autotuning trials.
 class TimedStepsRange {
@@ -62,7 +50,7 @@ class TimedStepsRange {
 
 // The model and training keys as resolved (presets applied), as JSON members "key": "value", so
 // scripts/bench/compare.py builds the same network in PyTorch.
-std::string resolved_keys(const Config& cfg) {
+Json resolved_keys(const Config& cfg) {
   static const char* const kKeys[] = {"model.architecture",
                                       "model.levels",
                                       "model.base_filters",
@@ -84,9 +72,9 @@ std::string resolved_keys(const Config& cfg) {
                                       "training.grad_clip_norm",
                                       "training.loss",
                                       "training.accumulate_steps"};
-  std::vector<std::string> members;
-  for (const char* key : kKeys) members.push_back(fmt::format("{}: {}", quoted(key), quoted(get_value(cfg, key))));
-  return fmt::format("{}", fmt::join(members, ", "));
+  Json members = Json::object();
+  for (const char* key : kKeys) members[key] = get_value(cfg, key);
+  return members;
 }
 
 void sync(const torch::Device& device) {
@@ -296,35 +284,60 @@ int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& option
           100.0 * r.scaling_efficiency, r.samples_per_second);
     }
   }
-  const std::string json = fmt::format(
-      "{{\"benchmark\": \"step\", \"tool\": \"trainer\", \"version\": {}, \"commit\": {}, \"torch\": {}, "
-      "\"device\": {}, \"gpu\": {}, \"architecture\": {}, \"parameters\": {}, \"in_channels\": {}, "
-      "\"out_channels\": {}, \"batch\": {}, \"accumulate_steps\": {}, \"activation_checkpointing\": {}, "
-      "\"patch\": [{}, {}, {}], \"data\": \"synthetic\", \"steps\": {}, "
-      "\"warmup\": {}, \"precision\": {}, \"channels_last\": {}, \"cuda_graph\": {}, \"cuda_graph_note\": {}, "
-      "\"fused_optimizer\": {}, \"cudnn_benchmark\": {}, \"tf32\": {}, \"deterministic\": {}, "
-      "\"step_ms_median\": {:.4f}, \"step_ms_p10\": {:.4f}, \"step_ms_p90\": {:.4f}, \"samples_per_s\": {:.4f}, "
-      "\"peak_gpu_mem_bytes\": {}, \"peak_gpu_reserved_bytes\": {}, \"peak_gpu_allocated_bytes\": {}, "
-      "\"peak_host_rss_bytes\": {}, \"forward_flops_per_sample\": {}, "
-      "\"flops_per_step\": {}, \"tflops\": {:.6f}, \"data_wait_share\": 0, \"skipped_steps\": {}, "
-      "\"warmup_skipped_steps\": {}, \"reserved_step10_bytes\": {}, \"reserved_last_bytes\": {}, "
-      "\"world_size\": {}, \"dist_backend\": {}, \"gradient_bytes\": {}, \"buckets\": {}, \"allreduce_ms\": {:.4f}, "
-      "\"local_step_ms\": {}, \"exposed_ms\": {}, \"hidden_share\": {}, \"scaling_efficiency\": {}, "
-      "\"resolved\": {{{}}}}}\n",
-      quoted(std::string(version())), quoted(std::string(git_commit())), quoted(TORCH_VERSION), quoted(r.device),
-      r.gpu_name.empty() ? "null" : quoted(r.gpu_name), quoted(to_string(cfg.model.architecture)), r.parameters,
-      r.in_channels, r.out_channels, n, micro, quoted(to_string(cfg.model.activation_checkpointing)), p[0], p[1], p[2],
-      r.steps, r.warmup, quoted(r.precision), r.channels_last, r.cuda_graph, quoted(r.cuda_graph_note),
-      r.fused_optimizer, r.cudnn_benchmark, r.tf32, cfg.training.deterministic, r.median_ms, r.p10_ms, r.p90_ms,
-      r.samples_per_second, r.peak_gpu_bytes >= 0 ? std::to_string(r.peak_gpu_bytes) : std::string("null"),
-      r.peak_gpu_reserved_bytes >= 0 ? std::to_string(r.peak_gpu_reserved_bytes) : std::string("null"),
-      r.peak_gpu_allocated_bytes >= 0 ? std::to_string(r.peak_gpu_allocated_bytes) : std::string("null"),
-      r.peak_host_bytes, r.forward_flops_per_sample, r.flops_per_step, r.tflops, r.skipped_steps,
-      r.warmup_skipped_steps, json_bytes(r.reserved_step10_bytes), json_bytes(r.reserved_last_bytes), r.world_size,
-      r.backend.empty() ? "null" : quoted(r.backend), r.gradient_bytes, r.buckets, r.allreduce_ms,
-      json_number(r.local_step_ms), json_number(r.exposed_ms), json_number(r.hidden_share),
-      json_number(r.scaling_efficiency), resolved_keys(cfg));
-  std::fputs(json.c_str(), stdout);
+  auto text_or_null = [](const std::string& v) { return v.empty() ? Json(nullptr) : Json(v); };
+  const Json json = {{"benchmark", "step"},
+                     {"tool", "trainer"},
+                     {"version", std::string(version())},
+                     {"commit", std::string(git_commit())},
+                     {"torch", TORCH_VERSION},
+                     {"device", r.device},
+                     {"gpu", text_or_null(r.gpu_name)},
+                     {"architecture", to_string(cfg.model.architecture)},
+                     {"parameters", r.parameters},
+                     {"in_channels", r.in_channels},
+                     {"out_channels", r.out_channels},
+                     {"batch", n},
+                     {"accumulate_steps", micro},
+                     {"activation_checkpointing", to_string(cfg.model.activation_checkpointing)},
+                     {"patch", {p[0], p[1], p[2]}},
+                     {"data", "synthetic"},
+                     {"steps", r.steps},
+                     {"warmup", r.warmup},
+                     {"precision", r.precision},
+                     {"channels_last", r.channels_last},
+                     {"cuda_graph", r.cuda_graph},
+                     {"cuda_graph_note", r.cuda_graph_note},
+                     {"fused_optimizer", r.fused_optimizer},
+                     {"cudnn_benchmark", r.cudnn_benchmark},
+                     {"tf32", r.tf32},
+                     {"deterministic", cfg.training.deterministic},
+                     {"step_ms_median", json_number(r.median_ms, 4)},
+                     {"step_ms_p10", json_number(r.p10_ms, 4)},
+                     {"step_ms_p90", json_number(r.p90_ms, 4)},
+                     {"samples_per_s", json_number(r.samples_per_second, 4)},
+                     {"peak_gpu_mem_bytes", json_count(r.peak_gpu_bytes)},
+                     {"peak_gpu_reserved_bytes", json_count(r.peak_gpu_reserved_bytes)},
+                     {"peak_gpu_allocated_bytes", json_count(r.peak_gpu_allocated_bytes)},
+                     {"peak_host_rss_bytes", r.peak_host_bytes},
+                     {"forward_flops_per_sample", r.forward_flops_per_sample},
+                     {"flops_per_step", r.flops_per_step},
+                     {"tflops", json_number(r.tflops, 6)},
+                     {"data_wait_share", 0},
+                     {"skipped_steps", r.skipped_steps},
+                     {"warmup_skipped_steps", r.warmup_skipped_steps},
+                     {"reserved_step10_bytes", json_count(r.reserved_step10_bytes)},
+                     {"reserved_last_bytes", json_count(r.reserved_last_bytes)},
+                     {"world_size", r.world_size},
+                     {"dist_backend", text_or_null(r.backend)},
+                     {"gradient_bytes", r.gradient_bytes},
+                     {"buckets", r.buckets},
+                     {"allreduce_ms", json_number(r.allreduce_ms, 4)},
+                     {"local_step_ms", json_number(r.local_step_ms, 4)},
+                     {"exposed_ms", json_number(r.exposed_ms, 4)},
+                     {"hidden_share", json_number(r.hidden_share, 4)},
+                     {"scaling_efficiency", json_number(r.scaling_efficiency, 4)},
+                     {"resolved", resolved_keys(cfg)}};
+  std::fputs((json_line(json) + "\n").c_str(), stdout);
   std::fflush(stdout);
   return kExitOk;
 }

@@ -20,8 +20,8 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/normalize_spec.h"
 #include "u3d/core/text.h"
-#include "u3d/data/preprocess.h"
 
 namespace u3d {
 
@@ -113,12 +113,6 @@ YAML::Node parse_yaml(const std::string& text, const std::string& source) {
 
 // "[64, 64, 64]" -> 64*64*64-style helpers for validate().
 int64_t pow2(int64_t e) { return int64_t{1} << e; }
-
-std::string origin_of(const Config& cfg, const std::string& key) {
-  const auto it = cfg.origin.find(key);
-  if (it != cfg.origin.end()) return it->second;
-  return cfg.source.empty() ? std::string("config") : cfg.source + " (default)";
-}
 
 // model.preset: nnU-Net's ResEnc choices for every model key the config leaves unset. Levels from
 // the patch: down-sampling while every axis divides by 2 and keeps >= 4 voxels (nnU-Net's minimum
@@ -246,11 +240,11 @@ void validate(const Config& cfg) {
     throw ConfigError(
         fmt::format("{}: data.path: required; the dataset file to train on (make one with "
                     "`trainer synth` or `trainer import`)",
-                    origin_of(cfg, "data.path")));
+                    key_origin(cfg, "data.path")));
   }
   if (m.max_filters < m.base_filters) {
     throw ConfigError(fmt::format("{}: model.max_filters: {} is below model.base_filters = {}",
-                                  origin_of(cfg, "model.max_filters"), m.max_filters, m.base_filters));
+                                  key_origin(cfg, "model.max_filters"), m.max_filters, m.base_filters));
   }
   const int64_t divisor = pow2(m.levels - 1);
   if (m.architecture == Architecture::kOpenKbpBaseline) {
@@ -259,21 +253,21 @@ void validate(const Config& cfg) {
         throw ConfigError(
             fmt::format("{}: data.patch_size: {} must divide by 64 in every axis for model.architecture = "
                         "openkbp_baseline (six stride-2 stages); OpenKBP volumes are 128",
-                        origin_of(cfg, "data.patch_size"), Codec<Shape3>::format(cfg.data.patch_size)));
+                        key_origin(cfg, "data.patch_size"), Codec<Shape3>::format(cfg.data.patch_size)));
       }
     }
   }
   if (m.architecture == Architecture::kResEncUNet && !m.blocks_per_level.empty() &&
       static_cast<int64_t>(m.blocks_per_level.size()) < m.levels) {
     throw ConfigError(fmt::format("{}: model.blocks_per_level: {} entries for model.levels = {}; give one per level",
-                                  origin_of(cfg, "model.blocks_per_level"), m.blocks_per_level.size(), m.levels));
+                                  key_origin(cfg, "model.blocks_per_level"), m.blocks_per_level.size(), m.levels));
   }
   if (m.architecture == Architecture::kMlperfUNet3d) {
     const auto refuse = [&](const std::string& key, const std::string& value, const std::string& want) {
       throw ConfigError(
           fmt::format("{}: {}: {} does not apply to model.architecture = mlperf_unet3d (the MLPerf "
                       "reference network); set it to {}",
-                      origin_of(cfg, key), key, value, want));
+                      key_origin(cfg, key), key, value, want));
     };
     if (m.levels < 2) refuse("model.levels", std::to_string(m.levels), "at least 2");
     if (m.deep_supervision) refuse("model.deep_supervision", "true", "false");
@@ -286,13 +280,13 @@ void validate(const Config& cfg) {
     throw ConfigError(
         fmt::format("{}: model.activation_checkpointing: {} applies to unet and resenc_unet, not to "
                     "openkbp_baseline; set it to off",
-                    origin_of(cfg, "model.activation_checkpointing"), to_string(m.activation_checkpointing)));
+                    key_origin(cfg, "model.activation_checkpointing"), to_string(m.activation_checkpointing)));
   }
   for (int axis = 0; axis < 3; ++axis) {
     if (cfg.data.patch_size[axis] % divisor != 0) {
       throw ConfigError(fmt::format(
           "{}: data.patch_size: {} must divide by {} in every axis for model.levels = {} (each level halves it)",
-          origin_of(cfg, "data.patch_size"), Codec<Shape3>::format(cfg.data.patch_size), divisor, m.levels));
+          key_origin(cfg, "data.patch_size"), Codec<Shape3>::format(cfg.data.patch_size), divisor, m.levels));
     }
   }
   if (!cfg.data.channels.empty() && cfg.data.normalize.size() != 1 &&
@@ -300,27 +294,27 @@ void validate(const Config& cfg) {
     throw ConfigError(
         fmt::format("{}: data.normalize: {} entries for {} channels in data.channels; give one "
                     "entry (all channels) or one per channel",
-                    origin_of(cfg, "data.normalize"), cfg.data.normalize.size(), cfg.data.channels.size()));
+                    key_origin(cfg, "data.normalize"), cfg.data.normalize.size(), cfg.data.channels.size()));
   }
   std::set<std::string> unique_channels(cfg.data.channels.begin(), cfg.data.channels.end());
   if (unique_channels.size() != cfg.data.channels.size()) {
-    throw ConfigError(fmt::format("{}: data.channels: a channel is listed twice", origin_of(cfg, "data.channels")));
+    throw ConfigError(fmt::format("{}: data.channels: a channel is listed twice", key_origin(cfg, "data.channels")));
   }
   if (cfg.training.device == Device::kCpu && cfg.training.precision == Precision::kFp16) {
     throw ConfigError(
         fmt::format("{}: training.precision: fp16 needs a CUDA device (training.device is cpu); use "
                     "bf16 or fp32 on CPU",
-                    origin_of(cfg, "training.precision")));
+                    key_origin(cfg, "training.precision")));
   }
   if (cfg.training.device == Device::kCpu && cfg.training.cuda_graph == Toggle::kOn) {
     throw ConfigError(
         fmt::format("{}: training.cuda_graph: on needs a CUDA device (training.device is cpu); use "
                     "auto or off",
-                    origin_of(cfg, "training.cuda_graph")));
+                    key_origin(cfg, "training.cuda_graph")));
   }
   if (m.output_activation != OutputActivation::kNone && cfg.training.loss == LossKind::kDiceCe) {
     throw ConfigError(fmt::format("{}: model.output_activation: must be none with training.loss = dice_ce",
-                                  origin_of(cfg, "model.output_activation")));
+                                  key_origin(cfg, "model.output_activation")));
   }
   const auto& rp = cfg.augment.rot90_plane;
   if (cfg.augment.rot90_prob > 0 &&
@@ -328,34 +322,40 @@ void validate(const Config& cfg) {
     throw ConfigError(
         fmt::format("{}: augment.rot90_plane: the patch {} is not square in axes {} and {}; rotating "
                     "by 90 degrees needs equal patch sizes there",
-                    origin_of(cfg, "augment.rot90_plane"), Codec<Shape3>::format(cfg.data.patch_size), rp[0], rp[1]));
+                    key_origin(cfg, "augment.rot90_plane"), Codec<Shape3>::format(cfg.data.patch_size), rp[0], rp[1]));
   }
   const bool pseudo =
       cfg.checkpoint.monitor == Monitor::kPseudoDice || cfg.checkpoint.monitor == Monitor::kPseudoDiceEma;
   if (pseudo && cfg.training.val_patch_batches == 0) {
     throw ConfigError(fmt::format("{}: checkpoint.monitor: {} needs training.val_patch_batches > 0",
-                                  origin_of(cfg, "checkpoint.monitor"), to_string(cfg.checkpoint.monitor)));
+                                  key_origin(cfg, "checkpoint.monitor"), to_string(cfg.checkpoint.monitor)));
   }
   if (cfg.checkpoint.monitor == Monitor::kAuto && !cfg.training.val_full && cfg.training.val_patch_batches == 0 &&
       !cfg.data.val_split.empty()) {
     throw ConfigError(
         fmt::format("{}: training.val_full: false leaves no validation; set "
                     "training.val_patch_batches > 0 or data.val_split: \"\"",
-                    origin_of(cfg, "training.val_full")));
+                    key_origin(cfg, "training.val_full")));
   }
   const auto& fold = cfg.experiment.fold;
   if (cfg.data.folds == 0 && !fold.empty()) {
     throw ConfigError(fmt::format("{}: experiment.fold: {} needs data.folds >= 2 (the number of folds)",
-                                  origin_of(cfg, "experiment.fold"), fold));
+                                  key_origin(cfg, "experiment.fold"), fold));
   }
   if (const auto k = fold_number(cfg); k && *k >= cfg.data.folds) {
     throw ConfigError(fmt::format("{}: experiment.fold: {} is not a fold of data.folds = {}; expected 0..{} or all",
-                                  origin_of(cfg, "experiment.fold"), *k, cfg.data.folds, cfg.data.folds - 1));
+                                  key_origin(cfg, "experiment.fold"), *k, cfg.data.folds, cfg.data.folds - 1));
   }
   if (cfg.training.min_lr > cfg.training.lr) {
     throw ConfigError(fmt::format("{}: training.min_lr: {} is above training.lr = {}",
-                                  origin_of(cfg, "training.min_lr"), cfg.training.min_lr, cfg.training.lr));
+                                  key_origin(cfg, "training.min_lr"), cfg.training.min_lr, cfg.training.lr));
   }
+}
+
+std::string key_origin(const Config& cfg, const std::string& key) {
+  const auto it = cfg.origin.find(key);
+  if (it != cfg.origin.end()) return it->second;
+  return cfg.source.empty() ? std::string("config") : cfg.source + " (default)";
 }
 
 std::optional<int64_t> fold_number(const Config& cfg) {

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "u3d/core/errors.h"
+#include "u3d/core/json.h"
 #include "u3d/core/text.h"
 
 namespace u3d {
@@ -120,9 +121,11 @@ void write_launcher_error_file(const std::string& message) {
   if (!path || !*path) return;
   const auto now =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());
-  const std::string json =
-      fmt::format(R"({{"message": {{"message": {}, "extraInfo": {{"py_callstack": {}, "timestamp": "{}"}}}}}})",
-                  json_string(message), json_string("trainer (C++): " + message), now.count());
+  const Json error = {
+      {"message",
+       {{"message", message},
+        {"extraInfo", {{"py_callstack", "trainer (C++): " + message}, {"timestamp", std::to_string(now.count())}}}}}};
+  const std::string json = json_line(error);
   // torchrun reads the file after the process ended: a plain write is enough.
   if (std::FILE* f = std::fopen(path, "w")) {
     std::fputs(json.c_str(), f);

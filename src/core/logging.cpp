@@ -14,6 +14,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "u3d/core/csv.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/core/text.h"

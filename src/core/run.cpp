@@ -27,17 +27,13 @@ RunPaths::RunPaths(const Config& cfg) {
 }
 
 void check_machine_limits(const Config& cfg) {
-  auto origin = [&](const std::string& key) {
-    const auto it = cfg.origin.find(key);
-    return it != cfg.origin.end() ? it->second : cfg.source;
-  };
   const int64_t limit = max_threads();
   auto check_threads = [&](const std::string& key, int64_t value) {
     if (value > limit) {
       throw ConfigError(
           fmt::format("{}: {}: {} threads is more than this machine allows: at most {} ({} per core, {} "
                       "cores); 0 picks a good number",
-                      origin(key), key, value, limit, kMaxThreadsPerCore, core_count()));
+                      key_origin(cfg, key), key, value, limit, kMaxThreadsPerCore, core_count()));
     }
   };
   check_threads("training.threads", cfg.training.threads);
@@ -46,7 +42,7 @@ void check_machine_limits(const Config& cfg) {
     throw ConfigError(
         fmt::format("{}: data.prefetch: {} batches ahead is more than allowed: at most {}; 0 picks twice "
                     "data.workers",
-                    origin("data.prefetch"), cfg.data.prefetch, kMaxPrefetch));
+                    key_origin(cfg, "data.prefetch"), cfg.data.prefetch, kMaxPrefetch));
   }
 }
 

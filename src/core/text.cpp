@@ -1,11 +1,17 @@
 #include "u3d/core/text.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+
+#include "u3d/core/errors.h"
+#include "u3d/core/json.h"
 
 namespace u3d {
 
@@ -68,24 +74,23 @@ std::string to_lower(std::string_view text) {
   return out;
 }
 
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (const unsigned char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          out += fmt::format("\\u{:04x}", c);
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
+std::string json_string(const std::string& text) { return json_line(Json(text)); }
+
+std::string shape_text(const std::vector<int64_t>& sizes, ShapeStyle style) {
+  if (style == ShapeStyle::kCross) return fmt::format("{}", fmt::join(sizes, "x"));
+  return fmt::format("({})", fmt::join(sizes, ", "));
+}
+
+std::optional<int64_t> find_channel(const std::vector<std::string>& names, const std::string& name) {
+  const auto it = std::find(names.begin(), names.end(), name);
+  if (it == names.end()) return std::nullopt;
+  return static_cast<int64_t>(it - names.begin());
+}
+
+int64_t channel_index(const std::vector<std::string>& names, const std::string& name, const std::string& key,
+                      const std::string& among) {
+  if (const auto i = find_channel(names, name)) return *i;
+  throw ConfigError(fmt::format("{}: channel '{}' is not {}; it has: {}", key, name, among, fmt::join(names, ", ")));
 }
 
 }  // namespace u3d

@@ -2,13 +2,13 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <set>
 
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/json.h"
 #include "u3d/core/rng.h"
 #include "u3d/core/text.h"
 #include "u3d/io/dataset.h"
@@ -16,18 +16,12 @@
 namespace u3d {
 namespace {
 
-std::string json_list(const std::vector<std::string>& ids) {
-  std::vector<std::string> quoted;
-  quoted.reserve(ids.size());
-  for (const auto& id : ids) quoted.push_back(json_string(id));
-  return "[" + fmt::format("{}", fmt::join(quoted, ", ")) + "]";
-}
-
-std::vector<std::string> string_list(const YAML::Node& node, const std::string& where) {
-  if (!node || !node.IsSequence()) throw DataError(fmt::format("{}: expected a list of case ids", where));
-  std::vector<std::string> out;
-  for (const auto& n : node) out.push_back(n.as<std::string>());
-  return out;
+// fold[key] as a list of case ids; DataError naming `where` for anything else.
+std::vector<std::string> string_list(const Json& fold, const char* key, const std::string& where) {
+  const bool ok = fold.is_object() && fold.contains(key) && fold[key].is_array() &&
+                  std::all_of(fold[key].begin(), fold[key].end(), [](const Json& id) { return id.is_string(); });
+  if (!ok) throw DataError(fmt::format("{}: expected a list of case ids", where));
+  return fold[key].get<std::vector<std::string>>();
 }
 
 }  // namespace
@@ -57,33 +51,26 @@ std::vector<FoldSplit> make_folds(std::vector<std::string> ids, int64_t k, uint6
 }
 
 std::string folds_json(const std::vector<FoldSplit>& folds) {
-  std::string out = "[\n";
-  for (size_t f = 0; f < folds.size(); ++f) {
-    out += fmt::format("  {{\"train\": {},\n   \"val\": {}}}{}\n", json_list(folds[f].train), json_list(folds[f].val),
-                       f + 1 < folds.size() ? "," : "");
-  }
-  return out + "]\n";
+  Json out = Json::array();
+  for (const auto& f : folds) out.push_back({{"train", f.train}, {"val", f.val}});
+  return json_file_text(out);
 }
 
 std::vector<FoldSplit> folds_from_json(const std::string& text, const std::string& where) {
-  YAML::Node root;
+  Json root;
   try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw DataError(fmt::format("{}: not a folds file: {}", where, e.msg));
+    root = Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    throw DataError(fmt::format("{}: not a folds file: {}", where, e.what()));
   }
-  if (!root.IsSequence() || root.size() < 2) {
-    throw DataError(
-        fmt::format("{}: expected a list of at least 2 folds ({{\"train\": [...], \"val\": [...]}})", where));
+  if (!root.is_array() || root.size() < 2) {
+    throw DataError(fmt::format(
+        "{}: expected a list of at least 2 folds, each with \"train\" and \"val\" lists of case ids", where));
   }
   std::vector<FoldSplit> folds;
-  try {
-    for (size_t f = 0; f < root.size(); ++f) {
-      const auto at = fmt::format("{}: fold {}", where, f);
-      folds.push_back({string_list(root[f]["train"], at + " train"), string_list(root[f]["val"], at + " val")});
-    }
-  } catch (const YAML::Exception& e) {
-    throw DataError(fmt::format("{}: {}", where, e.msg));
+  for (size_t f = 0; f < root.size(); ++f) {
+    const auto at = fmt::format("{}: fold {}", where, f);
+    folds.push_back({string_list(root[f], "train", at + " train"), string_list(root[f], "val", at + " val")});
   }
   return folds;
 }

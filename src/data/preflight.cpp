@@ -10,7 +10,9 @@
 #include <thread>
 
 #include "u3d/core/errors.h"
+#include "u3d/core/finite.h"
 #include "u3d/core/parallel.h"
+#include "u3d/core/text.h"
 #include "u3d/io/h5.h"
 
 namespace u3d {
@@ -26,8 +28,9 @@ DataProblem warning(const std::string& id, const std::string& field, std::string
   return problem(DataProblem::Severity::kWarning, id, field, std::move(message));
 }
 
-// Where the first non-finite voxel is, as "(c, z, y, x)" in the tensor's own index order.
-std::string first_index(const torch::Tensor& bad) {
+// Where the first non-finite voxel of `t` is, as "(c, z, y, x)" in the tensor's own index order.
+std::string first_non_finite(const torch::Tensor& t) {
+  const torch::Tensor bad = torch::logical_not(torch::isfinite(t));
   int64_t flat = bad.flatten().to(torch::kByte).argmax().item<int64_t>();
   std::vector<int64_t> idx(static_cast<size_t>(bad.dim()));
   for (int64_t d = bad.dim() - 1; d >= 0; --d) {
@@ -37,15 +40,13 @@ std::string first_index(const torch::Tensor& bad) {
   return fmt::format("({})", fmt::join(idx, ", "));
 }
 
-void check_finite(const torch::Tensor& t, const std::string& id, const std::string& field,
-                  std::vector<DataProblem>& out) {
-  if (!t.is_floating_point()) return;
-  const torch::Tensor bad = torch::logical_not(torch::isfinite(t));
-  const int64_t n = bad.sum().item<int64_t>();
+void report_non_finite(const torch::Tensor& t, const std::string& id, const std::string& field,
+                       std::vector<DataProblem>& out) {
+  const int64_t n = non_finite_count(t);
   if (n > 0) {
-    out.push_back(
-        error(id, field,
-              fmt::format("holds {} NaN or Inf voxel{} (first at index {})", n, n == 1 ? "" : "s", first_index(bad))));
+    out.push_back(error(
+        id, field,
+        fmt::format("holds {} NaN or Inf voxel{} (first at index {})", n, n == 1 ? "" : "s", first_non_finite(t))));
   }
 }
 
@@ -235,7 +236,7 @@ std::vector<DataProblem> check_case_content(const CaseData& c, const DatasetInfo
             error(id, "image",
                   fmt::format("has {} channels; channel_names lists {}", c.image.size(0), info.channel_names.size())));
       }
-      check_finite(c.image, id, "image", out);
+      report_non_finite(c.image, id, "image", out);
     }
   }
   if (c.target.defined()) {
@@ -264,7 +265,7 @@ std::vector<DataProblem> check_case_content(const CaseData& c, const DatasetInfo
         out.push_back(warning(id, "target", "is empty (background only); patches of this case teach only background"));
       }
     } else {
-      check_finite(c.target, id, "target", out);
+      report_non_finite(c.target, id, "target", out);
       const torch::Tensor finite = c.target.masked_select(torch::isfinite(c.target));
       if (finite.numel() > 0) {
         const double lo = finite.min().item<double>();

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "u3d/core/errors.h"
+#include "u3d/core/text.h"
 
 namespace u3d {
 
@@ -18,12 +19,7 @@ std::vector<int64_t> input_channel_indices(const DataConfig& data, const Dataset
     return out;
   }
   for (const auto& name : data.channels) {
-    const auto it = std::find(info.channel_names.begin(), info.channel_names.end(), name);
-    if (it == info.channel_names.end()) {
-      throw ConfigError(fmt::format("data.channels: channel '{}' is not in the dataset; it has: {}", name,
-                                    fmt::join(info.channel_names, ", ")));
-    }
-    out.push_back(it - info.channel_names.begin());
+    out.push_back(channel_index(info.channel_names, name, "data.channels", "in the dataset"));
   }
   return out;
 }
@@ -48,78 +44,10 @@ std::vector<std::string> resolve_normalization(const DataConfig& data, const Dat
   return out;
 }
 
-std::string channel_norm_problem(const std::string& spec, ChannelNorm* out) {
-  ChannelNorm n;
-  auto parse_num = [](const std::string& s, double& v) {  // the whole string, finite
-    char* end = nullptr;
-    v = std::strtod(s.c_str(), &end);
-    return !s.empty() && end == s.c_str() + s.size() && std::isfinite(v);
-  };
-  std::string problem;
-  if (spec == "none") {
-  } else if (spec == "zscore") {
-    n.kind = ChannelNorm::Kind::kZScore;
-  } else if (spec == "minmax") {
-    n.kind = ChannelNorm::Kind::kMinMax;
-  } else if (spec.rfind("clip:", 0) == 0) {
-    const auto rest = spec.substr(5);
-    const auto colon = rest.find(':');
-    n.kind = ChannelNorm::Kind::kClip;
-    if (colon == std::string::npos || !parse_num(rest.substr(0, colon), n.a) ||
-        !parse_num(rest.substr(colon + 1), n.b) || !(n.b > n.a)) {
-      problem = fmt::format("'{}' is not clip:LO:HI with LO < HI", spec);
-    }
-  } else if (spec.rfind("scale:", 0) == 0) {
-    n.kind = ChannelNorm::Kind::kScale;
-    if (!parse_num(spec.substr(6), n.a) || n.a == 0) problem = fmt::format("'{}' is not scale:S with S != 0", spec);
-  } else if (spec.rfind("ct:", 0) == 0) {
-    std::vector<double> v;
-    size_t pos = 3;
-    while (pos <= spec.size()) {
-      const size_t colon = spec.find(':', pos);
-      double x = 0;
-      if (!parse_num(spec.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos), x)) break;
-      v.push_back(x);
-      if (colon == std::string::npos) break;
-      pos = colon + 1;
-    }
-    if (v.size() == 4 && v[1] > v[0] && v[3] > 0) {
-      n = ChannelNorm{ChannelNorm::Kind::kCt, v[0], v[1], v[2], v[3]};
-    } else {
-      problem = fmt::format("'{}' is not ct:LO:HI:MEAN:STD with LO < HI and STD > 0", spec);
-    }
-  } else {
-    problem = fmt::format("'{}' is not one of none|zscore|minmax|clip:LO:HI|scale:S|ct:LO:HI:MEAN:STD|dataset", spec);
-  }
-  if (problem.empty() && out) *out = n;
-  return problem;
-}
-
-ChannelNorm parse_channel_norm(const std::string& spec) {
-  ChannelNorm n;
-  const std::string problem = channel_norm_problem(spec, &n);
-  if (!problem.empty()) throw ConfigError("data.normalize: " + problem);
-  return n;
-}
-
 Preprocessor::Preprocessor(const DataConfig& data, const DatasetInfo& info)
     : task_(info.task), num_classes_(info.num_classes), target_scale_(data.target_scale) {
-  if (data.channels.empty()) {
-    for (size_t i = 0; i < info.channel_names.size(); ++i) {
-      indices_.push_back(static_cast<int64_t>(i));
-      names_.push_back(info.channel_names[i]);
-    }
-  } else {
-    for (const auto& name : data.channels) {
-      const auto it = std::find(info.channel_names.begin(), info.channel_names.end(), name);
-      if (it == info.channel_names.end()) {
-        throw ConfigError(fmt::format("data.channels: channel '{}' is not in the dataset; it has: {}", name,
-                                      fmt::join(info.channel_names, ", ")));
-      }
-      indices_.push_back(it - info.channel_names.begin());
-      names_.push_back(name);
-    }
-  }
+  indices_ = input_channel_indices(data, info);
+  for (const int64_t i : indices_) names_.push_back(info.channel_names[static_cast<size_t>(i)]);
   if (data.normalize.size() != 1 && data.normalize.size() != indices_.size()) {
     throw ConfigError(
         fmt::format("data.normalize: {} entries for {} input channels; give one entry (all "

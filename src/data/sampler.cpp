@@ -52,12 +52,7 @@ torch::Tensor foreground_mask(const CachedCase& c, const std::string& spec,
   }
   if (spec.rfind("channel:", 0) == 0) {
     const std::string name = spec.substr(8);
-    const auto it = std::find(channel_names.begin(), channel_names.end(), name);
-    if (it == channel_names.end()) {
-      throw ConfigError(fmt::format("data.foreground: channel '{}' is not an input channel; they are: {}", name,
-                                    fmt::join(channel_names, ", ")));
-    }
-    const torch::Tensor ch = c.image[it - channel_names.begin()];
+    const torch::Tensor ch = c.image[channel_index(channel_names, name, "data.foreground", "an input channel")];
     return ch > ch.min();
   }
   if (spec.rfind("labels:", 0) == 0) {
@@ -150,12 +145,8 @@ void PatchSampler::init() {
     }
   }
   for (const auto& name : aug.intensity_channels) {
-    const auto it = std::find(options_.channel_names.begin(), options_.channel_names.end(), name);
-    if (it == options_.channel_names.end()) {
-      throw ConfigError(fmt::format("augment.intensity_channels: '{}' is not an input channel; they are: {}", name,
-                                    fmt::join(options_.channel_names, ", ")));
-    }
-    intensity_channels_.push_back(it - options_.channel_names.begin());
+    intensity_channels_.push_back(
+        channel_index(options_.channel_names, name, "augment.intensity_channels", "an input channel"));
   }
   std::sort(intensity_channels_.begin(), intensity_channels_.end());
   if (options_.foreground_fraction > 0) {

@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 
+#include "u3d/core/csv.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/core/text.h"
@@ -15,8 +16,8 @@ namespace u3d {
 namespace {
 
 FoldResult read_fold(int64_t fold, const std::filesystem::path& csv, std::string& metric) {
-  const auto lines = split(read_file(csv), "\n");
-  const auto header = split(lines.front(), ",");
+  const auto rows = parse_csv(read_file(csv));
+  const auto header = rows.empty() ? std::vector<std::string>{} : rows.front().fields;
   if (header.size() < 2 || header[0] != "case") {
     throw DataError(
         fmt::format("{}: expected a header 'case,<metric>,...' (a val_metrics.csv of --predict-only)", csv.string()));
@@ -27,12 +28,12 @@ FoldResult read_fold(int64_t fold, const std::filesystem::path& csv, std::string
   metric = header[1];
   FoldResult r;
   r.fold = fold;
-  for (size_t i = 1; i < lines.size(); ++i) {
-    if (lines[i].empty()) continue;
-    const auto fields = split(lines[i], ",");
+  for (size_t i = 1; i < rows.size(); ++i) {
+    const auto& fields = rows[i].fields;
+    if (fields.size() == 1 && fields[0].empty()) continue;
     if (fields[0] == "mean") continue;
     const auto v = fields.size() >= 2 ? parse_double(fields[1]) : std::nullopt;
-    if (!v) throw DataError(fmt::format("{}: line {}: expected 'case,<number>,...'", csv.string(), i + 1));
+    if (!v) throw DataError(fmt::format("{}: line {}: expected 'case,<number>,...'", csv.string(), rows[i].line));
     r.cases.push_back(fields[0]);
     r.values.push_back(*v);
   }
@@ -83,14 +84,15 @@ CvSummary summarize_cross_validation(const std::filesystem::path& experiment) {
 }
 
 std::string cv_summary_csv(const CvSummary& s) {
-  std::string out = fmt::format("fold,cases,{}\n", s.metric);
+  auto g = [](double v) { return fmt::format("{:.6g}", v); };
+  std::string out = csv_row({"fold", "cases", s.metric});
   size_t cases = 0;
   for (const auto& f : s.folds) {
-    out += fmt::format("{},{},{:.6g}\n", f.fold, f.cases.size(), f.mean);
+    out += csv_row({std::to_string(f.fold), std::to_string(f.cases.size()), g(f.mean)});
     cases += f.cases.size();
   }
-  out += fmt::format("pooled,{},{:.6g}\n", cases, s.pooled);
-  out += fmt::format("mean_of_folds,{},{:.6g}\n", s.folds.size(), s.mean_of_folds);
+  out += csv_row({"pooled", std::to_string(cases), g(s.pooled)});
+  out += csv_row({"mean_of_folds", std::to_string(s.folds.size()), g(s.mean_of_folds)});
   return out;
 }
 

@@ -5,8 +5,11 @@
 #include <exception>
 #include <limits>
 
+#include "u3d/core/csv.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/parallel.h"
+#include "u3d/core/stats.h"
+#include "u3d/core/text.h"
 #include "u3d/io/openkbp.h"
 
 namespace u3d {
@@ -15,16 +18,13 @@ torch::Tensor percentiles(const torch::Tensor& values, const std::vector<double>
   const int64_t n = values.numel();
   if (n == 0) throw DataError("percentiles of an empty set of values");
   const torch::Tensor sorted = std::get<0>(values.reshape({-1}).sort());
-  // numpy "linear": virtual index (n - 1) * q / 100, lerp between its floor and the next order
-  // statistic; numpy computes b - (b - a) * (1 - t) for t >= 0.5 (same value, its rounding).
   std::vector<int64_t> lo(q.size()), hi(q.size());
   std::vector<double> t(q.size());
-  for (size_t i = 0; i < q.size(); ++i) {
-    const double virtual_index = static_cast<double>(n - 1) * (q[i] / 100.0);
-    const double f = std::floor(virtual_index);
-    lo[i] = std::clamp<int64_t>(static_cast<int64_t>(f), 0, n - 1);
-    hi[i] = std::clamp<int64_t>(lo[i] + 1, 0, n - 1);
-    t[i] = virtual_index - f;
+  for (size_t i = 0; i < q.size(); ++i) {  // core/stats.h's convention, numpy's "linear"
+    const PercentileRank r = percentile_rank(static_cast<size_t>(n), q[i]);
+    lo[i] = static_cast<int64_t>(r.lo);
+    hi[i] = static_cast<int64_t>(r.hi);
+    t[i] = r.t;
   }
   const auto dev = sorted.device();
   const auto a = sorted.index_select(0, torch::tensor(lo, torch::kLong).to(dev));
@@ -52,17 +52,13 @@ torch::Tensor dvh_metrics(const torch::Tensor& structure_dose, DvhKind kind, dou
 std::vector<DvhStructure> resolve_dvh_structures(const std::vector<std::string>& spec,
                                                  const std::vector<std::string>& channel_names) {
   std::vector<DvhStructure> out;
-  auto channel_of = [&](const std::string& name) -> int64_t {
-    const auto it = std::find(channel_names.begin(), channel_names.end(), name);
-    return it == channel_names.end() ? -1 : static_cast<int64_t>(it - channel_names.begin());
-  };
   if (spec.size() == 1 && spec[0] == "auto") {
     for (const auto& name : openkbp::structure_names()) {
-      const int64_t ch = channel_of(name);
-      if (ch < 0) continue;
+      const auto ch = find_channel(channel_names, name);
+      if (!ch) continue;
       const bool target = std::find(openkbp::target_names().begin(), openkbp::target_names().end(), name) !=
                           openkbp::target_names().end();
-      out.push_back({name, target ? DvhKind::kTarget : DvhKind::kOar, ch});
+      out.push_back({name, target ? DvhKind::kTarget : DvhKind::kOar, *ch});
     }
     return out;
   }
@@ -77,14 +73,14 @@ std::vector<DvhStructure> resolve_dvh_structures(const std::vector<std::string>&
       name = entry.substr(4);
       kind = DvhKind::kOar;
     }
-    const int64_t ch = channel_of(name);
-    if (ch < 0 || name == "auto" || name == "none") {
+    const auto ch = find_channel(channel_names, name);
+    if (!ch || name == "auto" || name == "none") {
       throw ConfigError(
           fmt::format("data.dvh_structures: '{}' is not a channel of the dataset (channels: {}); use "
                       "[auto], [] or channel names",
                       entry, fmt::join(channel_names, ", ")));
     }
-    out.push_back({name, kind, ch});
+    out.push_back({name, kind, *ch});
   }
   return out;
 }
@@ -173,21 +169,21 @@ DoseScores dose_scores(const std::vector<PatientDoseMetrics>& patients) {
 }
 
 std::string dose_metrics_by_patient_csv(const std::vector<PatientDoseMetrics>& patients) {
-  std::string out = "patient,dose_error,dvh_mean_abs_error,n_dvh_metrics\n";
+  std::string out = csv_row({"patient", "dose_error", "dvh_mean_abs_error", "n_dvh_metrics"});
   for (const auto& p : patients) {
     const double dvh = p.dvh_mean_abs_error();
-    out += fmt::format("{},{:.6f},{},{}\n", p.id, p.dose_error, std::isfinite(dvh) ? fmt::format("{:.6f}", dvh) : "",
-                       p.dvh.size());
+    out += csv_row({p.id, fmt::format("{:.6f}", p.dose_error), std::isfinite(dvh) ? fmt::format("{:.6f}", dvh) : "",
+                    std::to_string(p.dvh.size())});
   }
   return out;
 }
 
 std::string dvh_entries_csv(const std::vector<PatientDoseMetrics>& patients) {
-  std::string out = "patient,structure,metric,reference_gy,prediction_gy,abs_error_gy\n";
+  std::string out = csv_row({"patient", "structure", "metric", "reference_gy", "prediction_gy", "abs_error_gy"});
   for (const auto& p : patients) {
     for (const auto& e : p.dvh) {
-      out += fmt::format("{},{},{},{:.6f},{:.6f},{:.6f}\n", p.id, e.structure, e.metric, e.reference, e.prediction,
-                         e.abs_error());
+      out += csv_row({p.id, e.structure, e.metric, fmt::format("{:.6f}", e.reference),
+                      fmt::format("{:.6f}", e.prediction), fmt::format("{:.6f}", e.abs_error())});
     }
   }
   return out;

@@ -1,7 +1,6 @@
 #include "u3d/evaluate/segmentation_eval.h"
 
 #include <spdlog/spdlog.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cmath>
@@ -9,10 +8,13 @@
 #include <map>
 #include <set>
 
+#include "u3d/core/csv.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/json.h"
 #include "u3d/core/parallel.h"
 #include "u3d/core/stats.h"
+#include "u3d/core/text.h"
 #include "u3d/evaluate/metrics.h"
 #include "u3d/io/import.h"
 #include "u3d/io/nifti.h"
@@ -70,13 +72,10 @@ std::map<int64_t, std::string> names_from_dataset_json(const fs::path& reference
   std::error_code ec;
   if (!fs::exists(json, ec)) return names;
   try {
-    std::string text = read_file(json);
-    std::replace(text.begin(), text.end(), '\t', ' ');
-    const YAML::Node labels = YAML::Load(text)["labels"];
-    if (labels && labels.IsMap()) {
-      for (const auto& kv : labels) {
-        if (kv.second.IsScalar()) names[kv.second.as<int64_t>(-1)] = kv.first.Scalar();
-      }
+    const Json labels = parse_json(read_file(json), json.string()).value("labels", Json());
+    for (const auto& [name, value] : labels.items()) {
+      if (value.is_number_integer()) names[value.get<int64_t>()] = name;
+      if (value.is_string()) names[parse_int(value.get<std::string>()).value_or(-1)] = name;
     }
   } catch (const std::exception&) {
     return {};  // names are a convenience; the numbers still identify the labels
@@ -233,18 +232,18 @@ SegmentationEvaluation evaluate_segmentation_folders(const SegmentationEvalOptio
 }
 
 std::string evaluation_csv(const SegmentationEvaluation& e) {
-  std::string out = "case,label,name,dice,hd95_mm\n";
+  std::string out = csv_row({"case", "label", "name", "dice", "hd95_mm"});
   for (const auto& c : e.cases) {
     for (size_t k = 0; k < e.labels.size(); ++k) {
-      out += fmt::format("{},{},{},{},{}\n", c.id, e.labels[k], e.names[k], number(c.scores[k].dice, 6),
-                         number(c.scores[k].hd95, 4));
+      out += csv_row(
+          {c.id, std::to_string(e.labels[k]), e.names[k], number(c.scores[k].dice, 6), number(c.scores[k].hd95, 4)});
     }
   }
   for (size_t k = 0; k < e.labels.size(); ++k) {
-    out += fmt::format("mean,{},{},{},{}\n", e.labels[k], e.names[k], number(e.mean_dice[k], 6),
-                       number(e.mean_hd95[k], 4));
+    out += csv_row(
+        {"mean", std::to_string(e.labels[k]), e.names[k], number(e.mean_dice[k], 6), number(e.mean_hd95[k], 4)});
   }
-  out += fmt::format("mean,all,all,{},{}\n", number(nan_mean(e.mean_dice), 6), number(nan_mean(e.mean_hd95), 4));
+  out += csv_row({"mean", "all", "all", number(nan_mean(e.mean_dice), 6), number(nan_mean(e.mean_hd95), 4)});
   return out;
 }
 

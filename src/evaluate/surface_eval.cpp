@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "u3d/core/csv.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/parallel.h"
 #include "u3d/evaluate/segmentation_eval.h"
@@ -40,18 +41,19 @@ SurfaceEvaluation evaluate_surface_folders(const SurfaceEvalOptions& o) {
 }
 
 std::string surface_evaluation_csv(const SurfaceEvaluation& e) {
-  std::string out =
-      "case,surface_dice,voi_split,voi_merge,voi,voi_score,b0_pred,b1_pred,b2_pred,b0_ref,b1_ref,b2_ref,topo_score,"
-      "total\n";
+  auto g = [](double v) { return fmt::format("{:.6g}", v); };
+  std::string out = csv_row({"case", "surface_dice", "voi_split", "voi_merge", "voi", "voi_score", "b0_pred", "b1_pred",
+                             "b2_pred", "b0_ref", "b1_ref", "b2_ref", "topo_score", "total"});
   for (const auto& c : e.cases) {
     const auto& s = c.scores;
-    out += fmt::format("{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{},{},{},{},{},{},{:.6g},{:.6g}\n", c.id, s.surface_dice,
-                       s.voi_split, s.voi_merge, s.voi, s.voi_score, s.betti_pred[0], s.betti_pred[1], s.betti_pred[2],
-                       s.betti_ref[0], s.betti_ref[1], s.betti_ref[2], s.topo_score, s.total);
+    out += csv_row({c.id, g(s.surface_dice), g(s.voi_split), g(s.voi_merge), g(s.voi), g(s.voi_score),
+                    std::to_string(s.betti_pred[0]), std::to_string(s.betti_pred[1]), std::to_string(s.betti_pred[2]),
+                    std::to_string(s.betti_ref[0]), std::to_string(s.betti_ref[1]), std::to_string(s.betti_ref[2]),
+                    g(s.topo_score), g(s.total)});
   }
   const auto& m = e.mean;
-  out += fmt::format("mean,{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},,,,,,,{:.6g},{:.6g}\n", m.surface_dice, m.voi_split,
-                     m.voi_merge, m.voi, m.voi_score, m.topo_score, m.total);
+  out += csv_row({"mean", g(m.surface_dice), g(m.voi_split), g(m.voi_merge), g(m.voi), g(m.voi_score), "", "", "", "",
+                  "", "", g(m.topo_score), g(m.total)});
   return out;
 }
 

@@ -12,6 +12,7 @@
 
 #include "surface_metrics_detail.h"
 #include "u3d/core/errors.h"
+#include "u3d/core/text.h"
 #include "u3d/evaluate/segmentation_eval.h"
 
 namespace u3d {
@@ -32,12 +33,11 @@ namespace {
 
 using surface_metrics_detail::binary_mask;
 
-std::string shape_text(const torch::Tensor& t) { return fmt::format("{}", fmt::join(t.sizes(), "x")); }
-
 void check_same_shape(const torch::Tensor& pred, const torch::Tensor& ref, const char* what) {
   if (pred.sizes() != ref.sizes()) {
-    throw DataError(fmt::format("{}: prediction shape {} differs from reference shape {}", what, shape_text(pred),
-                                shape_text(ref)));
+    throw DataError(fmt::format("{}: prediction shape {} differs from reference shape {}", what,
+                                shape_text(pred.sizes(), ShapeStyle::kCross),
+                                shape_text(ref.sizes(), ShapeStyle::kCross)));
   }
 }
 
@@ -138,8 +138,8 @@ SurfaceScores score_surface(const torch::Tensor& pred, const torch::Tensor& ref,
                             std::optional<int64_t> ignore_label) {
   if (!pred.defined() || !ref.defined() || pred.dim() != 3 || ref.dim() != 3 || pred.sizes() != ref.sizes()) {
     throw DataError(fmt::format("score_surface: prediction shape {} and reference shape {} must be the same (D, H, W)",
-                                pred.defined() ? shape_text(pred) : "undefined",
-                                ref.defined() ? shape_text(ref) : "undefined"));
+                                pred.defined() ? shape_text(pred.sizes(), ShapeStyle::kCross) : "undefined",
+                                ref.defined() ? shape_text(ref.sizes(), ShapeStyle::kCross) : "undefined"));
   }
   auto p = pred.to(torch::kCPU);
   auto r = ref.to(torch::kCPU);

@@ -6,7 +6,9 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/finite.h"
 #include "u3d/core/signals.h"
+#include "u3d/core/text.h"
 #include "u3d/io/h5.h"
 
 namespace u3d {
@@ -29,12 +31,6 @@ std::vector<std::string> list_group(hid_t file, const std::string& path, const s
     names.push_back(std::move(name));
   }
   return names;
-}
-
-void check_finite(const torch::Tensor& t, const std::string& context, const std::string& field) {
-  if (!t.is_floating_point()) return;
-  const auto bad = (~torch::isfinite(t)).sum().item<int64_t>();
-  if (bad > 0) throw DataError(fmt::format("{}: '{}' holds {} NaN or Inf voxels", context, field, bad));
 }
 
 // An identifier read from a file, shown on one line: control characters and non-ASCII bytes as \xNN.
@@ -115,8 +111,6 @@ Task task_from_string(const std::string& s) {
   if (s == "segmentation") return Task::kSegmentation;
   throw DataError(fmt::format("task '{}' is not dose or segmentation", s));
 }
-
-std::string shape_text(torch::IntArrayRef sizes) { return fmt::format("({})", fmt::join(sizes, ", ")); }
 
 bool is_valid_case_id(const std::string& id) {
   if (id.empty() || id == "." || id == "..") return false;
@@ -280,7 +274,7 @@ CaseData DatasetReader::read_case(const std::string& id) const {
     throw DataError(fmt::format("{}: 'image' has {} channels; channel_names lists {}", ctx, c.image.size(0),
                                 info_.channel_names.size()));
   }
-  check_finite(c.image, ctx, "image");
+  check_finite(c.image, fmt::format("{}: 'image'", ctx));
   const auto spatial = c.image.sizes().slice(1);
   if (h5::exists(f, base + "/target")) {
     if (info_.task == Task::kSegmentation) {
@@ -302,7 +296,7 @@ CaseData DatasetReader::read_case(const std::string& id) const {
       c.target = labels.to(torch::kUInt8);
     } else {
       c.target = h5::read_tensor(f, base + "/target", torch::kFloat, ctx);
-      check_finite(c.target, ctx, "target");
+      check_finite(c.target, fmt::format("{}: 'target'", ctx));
     }
     if (c.target.sizes() != spatial) {
       throw DataError(fmt::format("{}: 'target' is {} but the image is {} spatially", ctx, shape_text(c.target.sizes()),

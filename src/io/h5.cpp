@@ -31,9 +31,15 @@ Handle open_attribute(hid_t obj, const std::string& name, const std::string& con
   return a;
 }
 
-// Reads N strings from an attribute or dataset whose type is `type`, fixed or variable length.
+hsize_t element_count(hid_t space) {
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  return n < 0 ? 0 : static_cast<hsize_t>(n);
+}
+
+// Reads the strings of an attribute or dataset of type `type` and dataspace `space`, fixed or variable length.
 template <class ReadFn>
-std::vector<std::string> read_strings(hid_t type, hsize_t n, ReadFn read, const std::string& context) {
+std::vector<std::string> read_strings(hid_t type, hid_t space, ReadFn read, const std::string& context) {
+  const hsize_t n = element_count(space);
   if (H5Tget_class(type) != H5T_STRING) throw DataError(fmt::format("{}: expected strings", context));
   std::vector<std::string> out;
   if (n == 0) return out;  // an empty list (reading nothing fails in HDF5)
@@ -60,11 +66,6 @@ std::vector<std::string> read_strings(hid_t type, hsize_t n, ReadFn read, const 
     }
   }
   return out;
-}
-
-hsize_t element_count(hid_t space) {
-  const hssize_t n = H5Sget_simple_extent_npoints(space);
-  return n < 0 ? 0 : static_cast<hsize_t>(n);
 }
 
 Handle vlen_utf8_type() {
@@ -222,12 +223,10 @@ std::string read_string_attribute(hid_t obj, const std::string& name, const std:
 
 std::vector<std::string> read_string_list_attribute(hid_t obj, const std::string& name, const std::string& context) {
   Handle a = open_attribute(obj, name, context);
-  Handle type(H5Aget_type(a.get()), H5Tclose);
-  Handle space(H5Aget_space(a.get()), H5Sclose);
-  const hsize_t n = element_count(space.get());
-  const std::string where = fmt::format("{}: attribute '{}'", context, name);
   return read_strings(
-      type.get(), n, [&](hid_t mem, void* buf) { return H5Aread(a.get(), mem, buf); }, where);
+      Handle(H5Aget_type(a.get()), H5Tclose).get(), Handle(H5Aget_space(a.get()), H5Sclose).get(),
+      [&](hid_t mem, void* buf) { return H5Aread(a.get(), mem, buf); },
+      fmt::format("{}: attribute '{}'", context, name));
 }
 
 int64_t read_int_attribute(hid_t obj, const std::string& name, const std::string& context) {
@@ -291,13 +290,10 @@ void write_double_list_attribute(hid_t obj, const std::string& name, const std::
 
 std::vector<std::string> read_string_dataset(hid_t loc, const std::string& path, const std::string& context) {
   Handle d = open_dataset(loc, path, context);
-  Handle type(H5Dget_type(d.get()), H5Tclose);
-  Handle space(H5Dget_space(d.get()), H5Sclose);
-  const hsize_t n = element_count(space.get());
-  const std::string where = fmt::format("{}: '{}'", context, path);
   return read_strings(
-      type.get(), n, [&](hid_t mem, void* buf) { return H5Dread(d.get(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf); },
-      where);
+      Handle(H5Dget_type(d.get()), H5Tclose).get(), Handle(H5Dget_space(d.get()), H5Sclose).get(),
+      [&](hid_t mem, void* buf) { return H5Dread(d.get(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf); },
+      fmt::format("{}: '{}'", context, path));
 }
 
 void write_string_dataset(hid_t loc, const std::string& path, const std::vector<std::string>& values) {

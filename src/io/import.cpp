@@ -14,10 +14,11 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/finite.h"
+#include "u3d/core/normalize_spec.h"
 #include "u3d/core/parallel.h"
 #include "u3d/core/rng.h"
 #include "u3d/core/stats.h"
-#include "u3d/data/preprocess.h"
 #include "u3d/io/nifti.h"
 
 namespace u3d {
@@ -93,12 +94,6 @@ std::vector<int64_t> label_values(const torch::Tensor& labels, const fs::path& f
 
 namespace {
 
-void check_finite(const NiftiVolume& v, const fs::path& file) {
-  if (!v.data.is_floating_point()) return;
-  const int64_t bad = (~torch::isfinite(v.data)).sum().item<int64_t>();
-  if (bad > 0) throw DataError(fmt::format("{}: holds {} NaN or Inf voxels", file.string(), bad));
-}
-
 Shape3 resampled_shape(const Shape3& shape, const std::array<double, 3>& spacing, const std::array<double, 3>& target) {
   Shape3 out{};
   for (int a = 0; a < 3; ++a) {
@@ -114,7 +109,7 @@ ImportedCase load_case(const CaseFiles& cf, const Layout& layout, const NiftiImp
   std::vector<NiftiVolume> ch;
   for (size_t i = 0; i < cf.channels.size(); ++i) {
     ch.push_back(read_nifti(cf.channels[i]));
-    check_finite(ch.back(), cf.channels[i]);
+    check_finite(ch.back().data, cf.channels[i].string() + ":");
     if (i > 0) check_same_grid(ch[i].geometry, ch[0].geometry, cf.channels[i], cf.channels[0]);
   }
   const bool small_ints = std::all_of(ch.begin(), ch.end(), [](const NiftiVolume& v) {

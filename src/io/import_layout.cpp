@@ -1,6 +1,5 @@
 // The two NIfTI layouts an import reads: nnU-Net raw datasets and plain folders.
 #include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cctype>
@@ -8,6 +7,7 @@
 #include "import_layout.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/json.h"
 #include "u3d/core/text.h"
 #include "u3d/io/nifti.h"
 
@@ -31,12 +31,15 @@ std::vector<fs::path> nifti_files_in(const fs::path& dir) {
   return out;
 }
 
-// A JSON key or value that is a whole integer (strictly: "1" but not "1a" or "").
-bool json_int(const std::string& s, int64_t& out) {
-  const auto v = parse_int(s);
-  if (v) out = *v;
-  return v.has_value();
+// A JSON value that is a whole integer: a number, or a string holding one ("1" but not "1a" or "").
+std::optional<int64_t> json_int(const Json& v) {
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_string()) return parse_int(v.get<std::string>());
+  return std::nullopt;
 }
+
+// A JSON scalar as text: a string's characters, a number as written.
+std::string scalar_text(const Json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
 }  // namespace
 
@@ -48,32 +51,25 @@ Layout nnunet_layout(const fs::path& source) {
     throw DataError(
         fmt::format("{}: missing; an nnU-Net raw dataset holds dataset.json, imagesTr/ and labelsTr/", json.string()));
   }
-  YAML::Node root;
-  try {
-    std::string text = read_file(json);
-    std::replace(text.begin(), text.end(), '\t', ' ');  // JSON allows tabs between tokens; YAML does not
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw DataError(fmt::format("{}: not valid JSON: {}", json.string(), e.what()));
-  }
-  if (!root.IsMap()) throw DataError(fmt::format("{}: expected a JSON object", json.string()));
+  const Json root = parse_json(read_file(json), json.string());
+  if (!root.is_object()) throw DataError(fmt::format("{}: expected a JSON object", json.string()));
   Layout layout;
   DatasetInfo& info = layout.info;
   info.task = Task::kSegmentation;
   info.target_name = "labels";
   info.description = fmt::format("imported from nnU-Net raw dataset {}", fs::absolute(source).filename().string());
 
-  YAML::Node channels = root["channel_names"] ? root["channel_names"] : root["modality"];
-  if (!channels || !channels.IsMap() || channels.size() == 0) {
+  const Json channels = root.contains("channel_names") ? root["channel_names"] : root.value("modality", Json());
+  if (!channels.is_object() || channels.empty()) {
     throw DataError(fmt::format("{}: 'channel_names' must map \"0\", \"1\", ... to channel names", json.string()));
   }
   std::map<int64_t, std::string> by_index;
-  for (const auto& kv : channels) {
-    int64_t i = 0;
-    if (!json_int(kv.first.Scalar(), i) || i < 0 || !kv.second.IsScalar()) {
-      throw DataError(fmt::format("{}: channel_names: '{}' is not a channel number", json.string(), kv.first.Scalar()));
+  for (const auto& [key, name] : channels.items()) {
+    const auto i = parse_int(key);
+    if (!i || *i < 0 || !name.is_primitive() || name.is_null()) {
+      throw DataError(fmt::format("{}: channel_names: '{}' is not a channel number", json.string(), key));
     }
-    by_index[i] = kv.second.Scalar();
+    by_index[*i] = scalar_text(name);
   }
   for (const auto& [i, name] : by_index) {
     if (i != static_cast<int64_t>(info.channel_names.size())) {
@@ -82,25 +78,24 @@ Layout nnunet_layout(const fs::path& source) {
     info.channel_names.push_back(name);
   }
 
-  const YAML::Node labels = root["labels"];
-  if (!labels || !labels.IsMap()) {
+  const Json labels = root.value("labels", Json());
+  if (!labels.is_object()) {
     throw DataError(fmt::format("{}: 'labels' must map label names to values", json.string()));
   }
   std::map<int64_t, std::string> classes;
-  for (const auto& kv : labels) {
-    if (kv.second.IsSequence()) {
+  for (const auto& [key, value] : labels.items()) {
+    if (value.is_array()) {
       throw DataError(
           fmt::format("{}: label '{}' is a region (a list of values); region-based training is not "
                       "supported",
-                      json.string(), kv.first.Scalar()));
+                      json.string(), key));
     }
-    int64_t v = 0;
-    if (kv.second.IsScalar() && json_int(kv.second.Scalar(), v)) {
-      classes[v] = kv.first.Scalar();  // v2: "liver": 1
-    } else if (kv.second.IsScalar() && json_int(kv.first.Scalar(), v)) {
-      classes[v] = kv.second.Scalar();  // v1 (MSD): "1": "liver"
+    if (const auto v = json_int(value)) {
+      classes[*v] = key;  // v2: "liver": 1
+    } else if (const auto k = parse_int(key); k && value.is_primitive() && !value.is_null()) {
+      classes[*k] = scalar_text(value);  // v1 (MSD): "1": "liver"
     } else {
-      throw DataError(fmt::format("{}: labels: '{}' has no integer value", json.string(), kv.first.Scalar()));
+      throw DataError(fmt::format("{}: labels: '{}' has no integer value", json.string(), key));
     }
   }
   // nnU-Net's ignore label: the entry named "ignore", the highest value; unlabeled voxels, not a class.
@@ -128,7 +123,7 @@ Layout nnunet_layout(const fs::path& source) {
     throw DataError(
         fmt::format("{}: {} labels declared; need background and 1 to 255 classes", json.string(), info.num_classes));
   }
-  const std::string ending = root["file_ending"] ? root["file_ending"].as<std::string>() : ".nii.gz";
+  const std::string ending = root.contains("file_ending") ? scalar_text(root["file_ending"]) : ".nii.gz";
   if (ending != ".nii.gz" && ending != ".nii") {
     throw DataError(
         fmt::format("{}: file_ending '{}' is not NIfTI; this importer reads .nii.gz and .nii", json.string(), ending));
@@ -163,8 +158,8 @@ Layout nnunet_layout(const fs::path& source) {
   if (layout.labelled.empty()) {
     throw DataError(fmt::format("{}: no label files ending in {}", (source / "labelsTr").string(), ending));
   }
-  if (root["numTraining"]) {
-    const auto declared = root["numTraining"].as<int64_t>(-1);
+  if (root.contains("numTraining")) {
+    const int64_t declared = json_int(root["numTraining"]).value_or(-1);
     if (declared != static_cast<int64_t>(layout.labelled.size())) {
       spdlog::warn("import: dataset.json says numTraining = {}, labelsTr holds {} cases", declared,
                    layout.labelled.size());

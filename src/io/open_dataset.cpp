@@ -12,11 +12,10 @@ namespace u3d {
 std::unique_ptr<DatasetReader> open_dataset(const Config& cfg) {
   std::error_code ec;
   if (!std::filesystem::exists(cfg.data.path, ec)) {
-    const auto set_in = cfg.origin.find("data.path");  // where the key was set, for the message
     throw ConfigError(
         fmt::format("{}: data.path: dataset file {} not found (make one with `trainer synth` or "
                     "`trainer import`)",
-                    set_in != cfg.origin.end() ? set_in->second : cfg.source, cfg.data.path));
+                    key_origin(cfg, "data.path"), cfg.data.path));
   }
   return std::make_unique<DatasetReader>(cfg.data.path);
 }

@@ -19,6 +19,7 @@
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/core/parallel.h"
+#include "u3d/core/text.h"
 
 namespace u3d::openkbp {
 namespace {
@@ -103,7 +104,7 @@ std::vector<std::string> channel_names() {
 bool is_openkbp_dataset(const DatasetInfo& info) {
   if (info.task != Task::kDose) return false;
   for (const auto& name : channel_names()) {
-    if (std::find(info.channel_names.begin(), info.channel_names.end(), name) == info.channel_names.end()) return false;
+    if (!find_channel(info.channel_names, name)) return false;
   }
   return true;
 }

@@ -4,6 +4,7 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/json.h"
 #include "u3d/core/rng.h"
 #include "u3d/io/nifti.h"
 
@@ -401,19 +402,18 @@ void write_phantom_nnunet_raw(const PhantomOptions& o, const std::filesystem::pa
     ensure_writable_directory(dir / sub);
   }
   const DatasetInfo info = phantom_info(Task::kSegmentation, o.kind);
-  std::string labels;
-  for (size_t k = 0; k < info.class_names.size(); ++k) {
-    labels += fmt::format("{}\"{}\": {}", k ? ", " : "", info.class_names[k], k);
-  }
-  if (info.ignore_label >= 0) labels += fmt::format(", \"ignore\": {}", info.ignore_label);
+  Json labels = Json::object();
+  for (size_t k = 0; k < info.class_names.size(); ++k) labels[info.class_names[k]] = k;
+  if (info.ignore_label >= 0) labels["ignore"] = info.ignore_label;
+  const char* kind =
+      o.kind == PhantomKind::kSurface ? "surface" : (o.kind == PhantomKind::kKits ? "kits" : "segmentation");
   write_file_atomic(
       dir / "dataset.json",
-      fmt::format(
-          "{{\n  \"channel_names\": {{\"0\": \"phantom\"}},\n  \"labels\": {{{}}},\n"
-          "  \"numTraining\": {},\n  \"file_ending\": \".nii.gz\",\n"
-          "  \"description\": \"u3d {} phantoms (trainer synth --format nnunet)\"\n}}\n",
-          labels, o.cases - n_test,
-          o.kind == PhantomKind::kSurface ? "surface" : (o.kind == PhantomKind::kKits ? "kits" : "segmentation")));
+      json_file_text({{"channel_names", {{"0", "phantom"}}},
+                      {"labels", labels},
+                      {"numTraining", o.cases - n_test},
+                      {"file_ending", ".nii.gz"},
+                      {"description", fmt::format("u3d {} phantoms (trainer synth --format nnunet)", kind)}}));
   for (int64_t i = 0; i < o.cases; ++i) {
     const CaseData c = make_phantom_case(Task::kSegmentation, o.size, o.seed, i, o.kind);
     const bool test = i >= o.cases - n_test;

@@ -11,30 +11,31 @@
 #include <sstream>
 
 #include "u3d/core/errors.h"
+#include "u3d/core/json.h"
 #include "u3d/core/text.h"
 
 namespace u3d {
 namespace {
 
-std::string json_node(const YAML::Node& node) {
+Json json_node(const YAML::Node& node) {
   if (node.IsSequence()) {
-    std::vector<std::string> items;
+    Json items = Json::array();
     for (const auto& item : node) items.push_back(json_node(item));
-    return fmt::format("[{}]", fmt::join(items, ", "));
+    return items;
   }
   if (node.IsMap()) {
-    std::map<std::string, std::string> values;
+    std::map<std::string, Json> values;  // keys sorted
     for (const auto& kv : node) values[kv.first.as<std::string>()] = json_node(kv.second);
-    std::vector<std::string> items;
-    for (const auto& [k, v] : values) items.push_back(json_string(k) + ": " + v);
-    return fmt::format("{{{}}}", fmt::join(items, ", "));
+    Json object = Json::object();
+    for (auto& [k, v] : values) object[k] = std::move(v);
+    return object;
   }
-  if (!node.IsDefined() || node.IsNull()) return "null";
+  if (!node.IsDefined() || node.IsNull()) return nullptr;
   const std::string text = node.as<std::string>();
-  if (text == "true" || text == "false") return text;
-  if (parse_int(text)) return text;
-  if (const auto d = parse_double(text)) return fmt::format("{}", *d);
-  return json_string(text);
+  if (text == "true" || text == "false") return text == "true";
+  if (const auto i = parse_int(text)) return *i;
+  if (const auto d = parse_double(text)) return *d;
+  return text;
 }
 
 // The module path of `name` ("encoder0.0.conv" of "encoder0.0.conv.weight") inside `root`,
@@ -84,16 +85,16 @@ std::string safetensors_dtype(torch::ScalarType type) {
 }
 
 std::string safetensors_bytes(const NamedTensors& tensors, const ModelMeta& meta) {
-  std::vector<std::string> entries{json_string("__metadata__") + ": " + json_object(meta)};
+  Json header_json = {{"__metadata__", Json(meta)}};
   size_t offset = 0;
   for (const auto& [name, t] : tensors) {
     const size_t bytes = t.numel() * t.element_size();
-    entries.push_back(fmt::format("{}: {{\"dtype\": \"{}\", \"shape\": [{}], \"data_offsets\": [{}, {}]}}",
-                                  json_string(name), safetensors_dtype(t.scalar_type()), fmt::join(t.sizes(), ", "),
-                                  offset, offset + bytes));
+    header_json[name] = {{"dtype", safetensors_dtype(t.scalar_type())},
+                         {"shape", t.sizes().vec()},
+                         {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
-  std::string header = fmt::format("{{{}}}", fmt::join(entries, ", "));
+  std::string header = json_line(header_json);
   header.append((8 - header.size() % 8) % 8, ' ');  // the tensors start 8-byte aligned
   std::string out;
   out.reserve(8 + header.size() + offset);
@@ -186,12 +187,8 @@ std::string torchscript_bytes(NetworkImpl& net, const std::vector<int64_t>& exam
   return out.str();
 }
 
-std::string json_object(const std::map<std::string, std::string>& values) {
-  std::vector<std::string> items;
-  for (const auto& [k, v] : values) items.push_back(json_string(k) + ": " + json_string(v));
-  return fmt::format("{{{}}}", fmt::join(items, ", "));
-}
+std::string json_object(const std::map<std::string, std::string>& values) { return json_line(Json(values)); }
 
-std::string yaml_value_json(const std::string& yaml_value) { return json_node(YAML::Load(yaml_value)); }
+std::string yaml_value_json(const std::string& yaml_value) { return json_line(json_node(YAML::Load(yaml_value))); }
 
 }  // namespace u3d

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "u3d/core/csv.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <chrono>
@@ -12,6 +11,7 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/json.h"
 #include "u3d/core/parallel.h"
 #include "u3d/core/rng.h"
 #include "u3d/core/run.h"
@@ -193,116 +193,81 @@ DatasetFingerprint compute_fingerprint(const DatasetReader& reader, const std::v
   return fp;
 }
 
-namespace {
-
-template <class T>
-std::string json_list(const std::vector<T>& v) {
-  std::string out = "[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) out += ", ";
-    if constexpr (std::is_same_v<T, std::string>) {
-      out += json_string(v[i]);
-    } else {
-      out += fmt::format("{}", v[i]);
-    }
-  }
-  return out + "]";
-}
-template <class T, size_t N>
-std::string json_list(const std::array<T, N>& v) {
-  return json_list(std::vector<T>(v.begin(), v.end()));
-}
-
-template <class T>
-std::vector<T> read_list(const YAML::Node& n) {
-  std::vector<T> out;
-  for (const auto& item : n) out.push_back(item.as<T>());
-  return out;
-}
-template <class T>
-std::array<T, 3> read_triple(const YAML::Node& n, const std::string& what) {
-  const auto v = read_list<T>(n);
-  if (v.size() != 3) throw DataError(fmt::format("{}: expected 3 values", what));
-  return {v[0], v[1], v[2]};
-}
-
-}  // namespace
-
 std::string to_json(const DatasetFingerprint& fp) {
-  std::ostringstream out;
-  out << "{\n";
-  out << fmt::format("  \"version\": {},\n  \"source_size\": {},\n  \"source_mtime_ns\": {},\n", fp.version,
-                     fp.source_size, fp.source_mtime_ns);
-  out << fmt::format("  \"task\": {},\n  \"channel_names\": {},\n", json_string(to_string(fp.task)),
-                     json_list(fp.channel_names));
-  out << "  \"splits\": {";
-  size_t i = 0;
-  for (const auto& [name, n] : fp.splits) out << (i++ ? ", " : "") << json_string(name) << ": " << n;
-  out << "},\n  \"cases\": [";
-  for (size_t c = 0; c < fp.cases.size(); ++c) {
-    const auto& cs = fp.cases[c];
-    out << (c ? ",\n    " : "\n    ")
-        << fmt::format("{{\"id\": {}, \"shape\": {}, \"spacing\": {}}}", json_string(cs.id), json_list(cs.shape),
-                       json_list(cs.spacing));
+  Json cases = Json::array(), channels = Json::array(), splits = Json::object();
+  for (const auto& [name, n] : fp.splits) splits[name] = n;
+  for (const auto& cs : fp.cases) cases.push_back({{"id", cs.id}, {"shape", cs.shape}, {"spacing", cs.spacing}});
+  for (const auto& ch : fp.channels) {
+    channels.push_back({{"name", ch.name},
+                        {"mean", ch.mean},
+                        {"std", ch.std},
+                        {"p00_5", ch.p00_5},
+                        {"p99_5", ch.p99_5},
+                        {"min", ch.min},
+                        {"max", ch.max},
+                        {"binary", ch.binary},
+                        {"samples", ch.samples}});
   }
-  out << "\n  ],\n  \"channels\": [";
-  for (size_t k = 0; k < fp.channels.size(); ++k) {
-    const auto& ch = fp.channels[k];
-    out << (k ? ",\n    " : "\n    ")
-        << fmt::format(
-               "{{\"name\": {}, \"mean\": {}, \"std\": {}, \"p00_5\": {}, \"p99_5\": {}, \"min\": {}, \"max\": {}, "
-               "\"binary\": {}, \"samples\": {}}}",
-               json_string(ch.name), ch.mean, ch.std, ch.p00_5, ch.p99_5, ch.min, ch.max, ch.binary, ch.samples);
-  }
-  out << "\n  ],\n";
-  out << fmt::format("  \"num_classes\": {},\n  \"class_names\": {},\n  \"class_frequency\": {},\n", fp.num_classes,
-                     json_list(fp.class_names), json_list(fp.class_frequency));
-  out << fmt::format("  \"smallest_structure_voxels\": {},\n  \"target_min\": {},\n  \"target_max\": {},\n",
-                     fp.smallest_structure_voxels, fp.target_min, fp.target_max);
-  out << fmt::format("  \"mask_share\": {},\n  \"median_shape\": {},\n  \"median_spacing\": {},\n", fp.mask_share,
-                     json_list(fp.median_shape), json_list(fp.median_spacing));
-  out << fmt::format("  \"total_voxels\": {}\n}}\n", fp.total_voxels);
-  return out.str();
+  const Json j = {{"version", fp.version},
+                  {"source_size", fp.source_size},
+                  {"source_mtime_ns", fp.source_mtime_ns},
+                  {"task", to_string(fp.task)},
+                  {"channel_names", fp.channel_names},
+                  {"splits", splits},
+                  {"cases", cases},
+                  {"channels", channels},
+                  {"num_classes", fp.num_classes},
+                  {"class_names", fp.class_names},
+                  {"class_frequency", fp.class_frequency},
+                  {"smallest_structure_voxels", fp.smallest_structure_voxels},
+                  {"target_min", fp.target_min},
+                  {"target_max", fp.target_max},
+                  {"mask_share", fp.mask_share},
+                  {"median_shape", fp.median_shape},
+                  {"median_spacing", fp.median_spacing},
+                  {"total_voxels", fp.total_voxels}};
+  return json_file_text(j);
 }
 
 DatasetFingerprint fingerprint_from_json(const std::string& json, const std::string& source) {
+  const Json n = parse_json(json, source);
   DatasetFingerprint fp;
+  auto num = [](const Json& v) { return v.is_null() ? std::nan("") : v.get<double>(); };  // NaN is written null
   try {
-    const YAML::Node n = YAML::Load(json);
-    fp.version = n["version"].as<int64_t>();
-    fp.source_size = n["source_size"].as<int64_t>();
-    fp.source_mtime_ns = n["source_mtime_ns"].as<int64_t>();
-    fp.task = task_from_string(n["task"].as<std::string>());
-    fp.channel_names = read_list<std::string>(n["channel_names"]);
-    for (const auto& kv : n["splits"]) fp.splits[kv.first.as<std::string>()] = kv.second.as<int64_t>();
-    for (const auto& c : n["cases"]) {
-      fp.cases.push_back({c["id"].as<std::string>(), read_triple<int64_t>(c["shape"], source + ": shape"),
-                          read_triple<double>(c["spacing"], source + ": spacing")});
+    fp.version = n.at("version").get<int64_t>();
+    fp.source_size = n.at("source_size").get<int64_t>();
+    fp.source_mtime_ns = n.at("source_mtime_ns").get<int64_t>();
+    fp.task = task_from_string(n.at("task").get<std::string>());
+    fp.channel_names = n.at("channel_names").get<std::vector<std::string>>();
+    fp.splits = n.at("splits").get<std::map<std::string, int64_t>>();
+    for (const auto& c : n.at("cases")) {
+      fp.cases.push_back(
+          {c.at("id").get<std::string>(), c.at("shape").get<Shape3>(), c.at("spacing").get<std::array<double, 3>>()});
     }
-    for (const auto& c : n["channels"]) {
+    for (const auto& c : n.at("channels")) {
       ChannelFingerprint ch;
-      ch.name = c["name"].as<std::string>();
-      ch.mean = c["mean"].as<double>();
-      ch.std = c["std"].as<double>();
-      ch.p00_5 = c["p00_5"].as<double>();
-      ch.p99_5 = c["p99_5"].as<double>();
-      ch.min = c["min"].as<double>();
-      ch.max = c["max"].as<double>();
-      ch.binary = c["binary"].as<bool>();
-      ch.samples = c["samples"].as<int64_t>();
+      ch.name = c.at("name").get<std::string>();
+      ch.mean = num(c.at("mean"));
+      ch.std = num(c.at("std"));
+      ch.p00_5 = num(c.at("p00_5"));
+      ch.p99_5 = num(c.at("p99_5"));
+      ch.min = num(c.at("min"));
+      ch.max = num(c.at("max"));
+      ch.binary = c.at("binary").get<bool>();
+      ch.samples = c.at("samples").get<int64_t>();
       fp.channels.push_back(ch);
     }
-    fp.num_classes = n["num_classes"].as<int64_t>();
-    fp.class_names = read_list<std::string>(n["class_names"]);
-    fp.class_frequency = read_list<double>(n["class_frequency"]);
-    fp.smallest_structure_voxels = n["smallest_structure_voxels"].as<int64_t>();
-    fp.target_min = n["target_min"].as<double>();
-    fp.target_max = n["target_max"].as<double>();
-    fp.mask_share = n["mask_share"].as<double>();
-    fp.median_shape = read_triple<int64_t>(n["median_shape"], source + ": median_shape");
-    fp.median_spacing = read_triple<double>(n["median_spacing"], source + ": median_spacing");
-    fp.total_voxels = n["total_voxels"].as<int64_t>();
-  } catch (const YAML::Exception& e) {
+    fp.num_classes = n.at("num_classes").get<int64_t>();
+    fp.class_names = n.at("class_names").get<std::vector<std::string>>();
+    fp.class_frequency = n.at("class_frequency").get<std::vector<double>>();
+    fp.smallest_structure_voxels = n.at("smallest_structure_voxels").get<int64_t>();
+    fp.target_min = num(n.at("target_min"));
+    fp.target_max = num(n.at("target_max"));
+    fp.mask_share = num(n.at("mask_share"));
+    fp.median_shape = n.at("median_shape").get<Shape3>();
+    fp.median_spacing = n.at("median_spacing").get<std::array<double, 3>>();
+    fp.total_voxels = n.at("total_voxels").get<int64_t>();
+  } catch (const Json::exception& e) {
     throw DataError(fmt::format("{}: not a dataset fingerprint ({})", source, e.what()));
   }
   return fp;

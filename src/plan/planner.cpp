@@ -12,6 +12,7 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/json.h"
 #include "u3d/core/stats.h"
 #include "u3d/core/text.h"
 #include "u3d/plan/memory_model.h"
@@ -68,7 +69,8 @@ ModelConfig recipe_model(Task task, int64_t levels) {
   return m;
 }
 
-std::string shape_text(const Shape3& s) { return fmt::format("[{}, {}, {}]", s[0], s[1], s[2]); }
+// A shape as a YAML flow list: "[128, 128, 64]".
+std::string flow_list(const Shape3& s) { return fmt::format("[{}, {}, {}]", s[0], s[1], s[2]); }
 
 // The plan at `spacing`: levels, patch, batch and their reasons. `stored`: plan for the cases'
 // grids as stored in the file (what the trainer trains on: it does not resample), not resampled.
@@ -137,7 +139,7 @@ Plan plan_at(const DatasetFingerprint& fp, const std::array<double, 3>& spacing,
       throw ConfigError(fmt::format(
           "plan: not even a {} patch with batch 2 fits {:.1f} GiB x margin {} ({:.2f} GiB "
           "needed); give more memory with --gpu-memory",
-          shape_text(p), static_cast<double>(plan.budget_bytes) / kGiB, plan.margin, static_cast<double>(c) / kGiB));
+          flow_list(p), static_cast<double>(plan.budget_bytes) / kGiB, plan.margin, static_cast<double>(c) / kGiB));
     }
     for (int a = 0; a < 3; ++a) want[a] = static_cast<double>(p[a]);
     Shape3 next = p;
@@ -164,17 +166,17 @@ Plan plan_at(const DatasetFingerprint& fp, const std::array<double, 3>& spacing,
                                          plan.budget_assumed ? " (assumed)" : "", plan.margin);
   plan.reasons["data.patch_size"] =
       shrunk ? fmt::format("largest that fits {} with batch 2 ({}), median shape {}", budget, peak,
-                           shape_text(plan.median_shape))
+                           flow_list(plan.median_shape))
              : fmt::format("the median shape {} (rounded to 2^(levels - 1), at most the smallest case {}); fits {}",
-                           shape_text(plan.median_shape), shape_text(smallest), budget);
+                           flow_list(plan.median_shape), flow_list(smallest), budget);
   plan.reasons["data.batch_size"] =
       plan.batch + 1 > cap ? fmt::format("capped: {} x patch voxels <= 5% of the dataset's {} voxels (at least 2); {}",
                                          plan.batch, total, peak)
                            : fmt::format("most patches that fit {} ({})", budget, peak);
   plan.reasons["model.levels"] =
-      fmt::format("{} -> {} voxels at the bottleneck (>= {} per axis, at most {} levels)", shape_text(plan.patch),
-                  shape_text({plan.patch[0] >> (plan.levels - 1), plan.patch[1] >> (plan.levels - 1),
-                              plan.patch[2] >> (plan.levels - 1)}),
+      fmt::format("{} -> {} voxels at the bottleneck (>= {} per axis, at most {} levels)", flow_list(plan.patch),
+                  flow_list({plan.patch[0] >> (plan.levels - 1), plan.patch[1] >> (plan.levels - 1),
+                             plan.patch[2] >> (plan.levels - 1)}),
                   kMinBottleneck, kMaxLevels);
   return plan;
 }
@@ -297,16 +299,25 @@ std::string entry(const std::string& key, const std::string& value, const std::s
   return fmt::format("{:<40} # {}\n", line, reason);
 }
 
+// Several entry() lines: {key, value} or {key, value, reason}.
+struct Entry {
+  const char* key;
+  const char* value;
+  const char* reason = "";
+};
+std::string entries(std::initializer_list<Entry> rows) {
+  std::string out;
+  for (const auto& r : rows) out += entry(r.key, r.value, r.reason);
+  return out;
+}
+
 std::string reason_of(const Plan& plan, const std::string& key) {
   const auto it = plan.reasons.find(key);
   return it == plan.reasons.end() ? std::string() : it->second;
 }
 
-std::string quoted_list(const std::vector<std::string>& items) {
-  std::string out = "[";
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + json_string(items[i]);
-  return out + "]";
-}
+// A YAML flow list of quoted strings: ["ct:...", "none"].
+std::string quoted_list(const std::vector<std::string>& items) { return json_line(Json(items)); }
 
 std::string spacing_text(const std::array<double, 3>& s) {
   return fmt::format("{:.4g},{:.4g},{:.4g}", s[0], s[1], s[2]);
@@ -334,7 +345,7 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
       plan.measured ? "measured on the GPU (bf16, as training runs)"
                     : "estimated by the memory model (plan/memory_model.h, bf16 activations)");
   y += fmt::format("# Target spacing {} mm ({}); median shape {} {}.\n", spacing_text(plan.target_spacing),
-                   reason_of(plan, "spacing"), plan.lowres ? "there" : "as stored", shape_text(plan.median_shape));
+                   reason_of(plan, "spacing"), plan.lowres ? "there" : "as stored", flow_list(plan.median_shape));
   if (plan.lowres) {
     y += fmt::format(
         "# This low-resolution plan needs the dataset re-imported at that spacing, e.g.\n"
@@ -352,7 +363,7 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
     y += fmt::format(
         "# The patch covers < 1/8 of the median shape: `trainer plan` also wrote a 3d_lowres plan\n"
         "# (spacing {} mm, patch {}).\n",
-        spacing_text(plan.lowres_plan->target_spacing), shape_text(plan.lowres_plan->patch));
+        spacing_text(plan.lowres_plan->target_spacing), flow_list(plan.lowres_plan->patch));
   }
   y += "# Dataset fingerprint:\n";
   for (const auto& line : split(fingerprint_table(fp), "\n")) {
@@ -372,7 +383,7 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
   y += entry("normalize", quoted_list(plan.normalize),
              "CT-like: ct:P0.5:P99.5:MEAN:STD of the foreground; 0/1 masks: none; others: zscore");
   y += entry("batch_size", std::to_string(plan.batch), reason_of(plan, "data.batch_size"));
-  y += entry("patch_size", shape_text(plan.patch), reason_of(plan, "data.patch_size"));
+  y += entry("patch_size", flow_list(plan.patch), reason_of(plan, "data.patch_size"));
   const bool whole = voxels(plan.patch) >= voxels(plan.median_shape);
   if (seg) {
     y += entry("foreground_fraction", "0.33", "a third of the patches centred on a foreground voxel (nnU-Net)");
@@ -405,17 +416,17 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
   y += "training:\n";
   y += entry("device", "auto", "CUDA when available, else CPU");
   if (seg) {
-    y += entry("epochs", "1000", "nnU-Net: 1000 epochs of 250 steps");
-    y += entry("steps_per_epoch", "250");
-    y += entry("optimizer", "sgd");
-    y += entry("lr", "0.01");
-    y += entry("momentum", "0.99");
-    y += entry("nesterov", "true");
-    y += entry("weight_decay", "3.0e-5");
-    y += entry("lr_schedule", "poly");
-    y += entry("poly_power", "0.9");
-    y += entry("loss", "dice_ce");
-    y += entry("grad_clip_norm", "12");
+    y += entries({{"epochs", "1000", "nnU-Net: 1000 epochs of 250 steps"},
+                  {"steps_per_epoch", "250"},
+                  {"optimizer", "sgd"},
+                  {"lr", "0.01"},
+                  {"momentum", "0.99"},
+                  {"nesterov", "true"},
+                  {"weight_decay", "3.0e-5"},
+                  {"lr_schedule", "poly"},
+                  {"poly_power", "0.9"},
+                  {"loss", "dice_ce"},
+                  {"grad_clip_norm", "12"}});
     if (has_val) {
       y += entry("val_patch_batches", "50", "nnU-Net's pseudo-Dice every epoch");
       y += entry("pseudo_dice_ema", "0.9");
@@ -423,15 +434,15 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
     y += entry("val_full", "true");
     y += entry("val_every", "50");
   } else {
-    y += entry("epochs", "300");
-    y += entry("steps_per_epoch", "0", "every training case once per epoch");
-    y += entry("optimizer", "adamw");
-    y += entry("lr", "0.001");
-    y += entry("min_lr", "0.000001");
-    y += entry("weight_decay", "0.0001");
-    y += entry("betas", "[0.9, 0.999]");
-    y += entry("lr_schedule", "cosine");
-    y += entry("warmup_steps", "500");
+    y += entries({{"epochs", "300"},
+                  {"steps_per_epoch", "0", "every training case once per epoch"},
+                  {"optimizer", "adamw"},
+                  {"lr", "0.001"},
+                  {"min_lr", "0.000001"},
+                  {"weight_decay", "0.0001"},
+                  {"betas", "[0.9, 0.999]"},
+                  {"lr_schedule", "cosine"},
+                  {"warmup_steps", "500"}});
     y += entry("loss", fp.mask_share < 1.0 ? "masked_l1" : "l1",
                fp.mask_share < 1.0 ? "L1 inside the loss mask" : "the dataset has no loss mask");
     y += entry("grad_clip_norm", "12.0");

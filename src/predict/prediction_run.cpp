@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "u3d/core/csv.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/data/cache.h"
@@ -55,12 +56,9 @@ std::vector<std::string> usable_cases(const ResolvedPrediction& rp, const Datase
   // skipped cases) stays beside the new files.
   remove_previous_outputs(out_dir, cfg.predict.split, openkbp::is_openkbp_dataset(reader.info()));
   if (!bad.empty()) {
-    std::string skipped = "case,field,problem\n";
+    std::string skipped = csv_row({"case", "field", "problem"});
     for (const auto& p : report.problems) {
-      if (!p.is_error() || p.case_id.empty()) continue;
-      std::string message = p.message;
-      std::replace(message.begin(), message.end(), ',', ';');
-      skipped += fmt::format("{},{},{}\n", p.case_id, p.field, message);
+      if (p.is_error() && !p.case_id.empty()) skipped += csv_row({p.case_id, p.field, p.message});
     }
     const auto skipped_path = out_dir / (cfg.predict.split + "_skipped.csv");
     write_file_atomic(skipped_path, skipped);
@@ -114,7 +112,7 @@ void predict_split(const ResolvedPrediction& rp, const DatasetReader& reader, co
   }
   const bool seg = pre.task() == Task::kSegmentation;
   const std::string metric = seg ? "dice" : "mae";
-  std::string csv = fmt::format("case,{},baseline_{}\n", metric, metric);
+  std::string csv = csv_row({"case", metric, "baseline_" + metric});
   std::vector<double> values, baselines;
   int64_t nifti_files = 0;
   for (const auto& id : ids) {
@@ -142,7 +140,7 @@ void predict_split(const ResolvedPrediction& rp, const DatasetReader& reader, co
     const double v = score.value, b = score.baseline;
     values.push_back(v);
     baselines.push_back(b);
-    csv += fmt::format("{},{:.6g},{:.6g}\n", c.id, v, b);
+    csv += csv_row({c.id, fmt::format("{:.6g}", v), fmt::format("{:.6g}", b)});
     spdlog::info("predict: {} {} {:.4f} (baseline {:.4f})", c.id, metric, v, b);
   }
   writer.commit(cfg.predict.split);
@@ -160,7 +158,7 @@ void predict_split(const ResolvedPrediction& rp, const DatasetReader& reader, co
                  submission->files(), (out_dir / "openkbp").string());
   }
   if (!values.empty()) {
-    csv += fmt::format("mean,{:.6g},{:.6g}\n", nan_mean(values), nan_mean(baselines));
+    csv += csv_row({"mean", fmt::format("{:.6g}", nan_mean(values)), fmt::format("{:.6g}", nan_mean(baselines))});
     const auto csv_path = out_dir / (cfg.predict.split + "_metrics.csv");
     write_file_atomic(csv_path, csv);
     outputs.push_back(csv_path.filename().string());

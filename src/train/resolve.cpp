@@ -10,12 +10,6 @@
 namespace u3d {
 namespace {
 
-// Where `key` was set, for messages: "exp.yaml" or the config's source.
-std::string origin(const Config& cfg, const std::string& key) {
-  const auto it = cfg.origin.find(key);
-  return it != cfg.origin.end() ? it->second : cfg.source;
-}
-
 Monitor resolve_monitor(const Config& cfg, bool scores_dose) {
   if (cfg.checkpoint.monitor != Monitor::kAuto) return cfg.checkpoint.monitor;
   if (scores_dose && cfg.training.val_full) return Monitor::kValDoseScore;
@@ -59,7 +53,7 @@ ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const tor
     throw ConfigError(
         fmt::format("{}: training.early_stop_patience needs a validation split (data.val_split is "
                     "empty): it counts epochs without an improvement of the validation metric",
-                    origin(rc.cfg, "training.early_stop_patience")));
+                    key_origin(rc.cfg, "training.early_stop_patience")));
   }
   const Monitor asked = rc.cfg.checkpoint.monitor;
   if (rc.validates() && rc.dvh_structures.empty() &&
@@ -67,7 +61,7 @@ ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const tor
     throw ConfigError(
         fmt::format("{}: checkpoint.monitor: {} needs the OpenKBP dose metrics, which are scored only for "
                     "a dose dataset whose channels include structures named by data.dvh_structures",
-                    origin(rc.cfg, "checkpoint.monitor"), to_string(asked)));
+                    key_origin(rc.cfg, "checkpoint.monitor"), to_string(asked)));
   }
   if (rc.validates_patches() && task != Task::kSegmentation) {
     throw ConfigError("training.val_patch_batches: the pseudo-Dice needs a segmentation dataset; set it to 0");

@@ -19,6 +19,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "u3d/core/csv.h"
 #include "u3d/core/run.h"
 #include "u3d/io/synth.h"
 #include "u3d/model/checkpoint.h"
@@ -291,29 +292,12 @@ std::string read_text(const fs::path& path) {
 
 std::vector<std::map<std::string, std::string>> read_csv(const fs::path& path) {
   std::vector<std::map<std::string, std::string>> rows;
-  std::istringstream in(read_text(path));
-  std::string line;
-  std::vector<std::string> header;
-  auto split = [](const std::string& l) {
-    std::vector<std::string> out;
-    std::string cur;
-    for (char c : l) {
-      if (c == ',') {
-        out.push_back(cur);
-        cur.clear();
-      } else {
-        cur += c;
-      }
-    }
-    out.push_back(cur);
-    return out;
-  };
-  if (!std::getline(in, line)) return rows;
-  header = split(line);
-  while (std::getline(in, line)) {
-    const auto fields = split(line);
+  const auto parsed = parse_csv(read_text(path));
+  if (parsed.empty()) return rows;
+  const auto& header = parsed.front().fields;
+  for (size_t r = 1; r < parsed.size(); ++r) {
     std::map<std::string, std::string> row;
-    for (size_t i = 0; i < header.size() && i < fields.size(); ++i) row[header[i]] = fields[i];
+    for (size_t i = 0; i < header.size() && i < parsed[r].fields.size(); ++i) row[header[i]] = parsed[r].fields[i];
     rows.push_back(row);
   }
   return rows;

@@ -238,6 +238,10 @@ struct Config {
   std::map<std::string, std::string> origin;
 };
 
+// Where `key` was set ("exp.yaml:12:3", "--set data.batch_size=4"); a key left at its default:
+// "<source> (default)", or "config" without a source. Every message about a key starts with it.
+std::string key_origin(const Config& cfg, const std::string& key);
+
 // experiment.fold as a number; std::nullopt when it is "" or "all".
 std::optional<int64_t> fold_number(const Config& cfg);
 

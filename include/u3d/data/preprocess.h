@@ -8,24 +8,10 @@
 #include <vector>
 
 #include "u3d/core/config.h"
+#include "u3d/core/normalize_spec.h"
 #include "u3d/io/dataset.h"
 
 namespace u3d {
-
-// One channel's normalisation (data.normalize entry).
-//   none | zscore (per case) | clip:LO:HI (clip, map to [0, 1]) | scale:S (divide) |
-//   minmax (per case, map to [0, 1]) | ct:LO:HI:MEAN:STD (nnU-Net's CT scheme: clip to [LO, HI],
-//   then (x - MEAN) / STD with dataset-wide foreground statistics, written by the importers) |
-//   dataset (the spec the dataset file records for the channel; resolved before use)
-struct ChannelNorm {
-  enum class Kind { kNone, kZScore, kClip, kScale, kMinMax, kCt } kind = Kind::kNone;
-  double a = 0, b = 0;       // clip and ct: [a, b]; scale: divisor a
-  double mean = 0, std = 1;  // ct
-};
-// One data.normalize spec (none | zscore | minmax | clip:LO:HI | scale:S | ct:LO:HI:MEAN:STD): ""
-// when valid (and *out filled), else the problem. "dataset" is resolved before and is not valid here.
-std::string channel_norm_problem(const std::string& spec, ChannelNorm* out = nullptr);
-ChannelNorm parse_channel_norm(const std::string& spec);  // ConfigError on a bad spec ("dataset" included)
 
 // data.normalize with each `dataset` entry replaced by the spec the file records for that input
 // channel (DatasetInfo::channel_normalization; zscore when it records none), one entry per input

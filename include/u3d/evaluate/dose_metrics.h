@@ -30,9 +30,8 @@
 
 namespace u3d {
 
-// Percentiles q (0..100) of a 1-D tensor with linear interpolation between order statistics, as
-// numpy.percentile(values, q): one sort on the tensor's device; returns (len(q),) in the tensor's
-// dtype. `values` must not be empty.
+// Percentiles q (0..100) of a tensor's values in core/stats.h's convention (numpy.percentile), one
+// sort on the tensor's device; returns (len(q),) in the tensor's dtype. `values` must not be empty.
 torch::Tensor percentiles(const torch::Tensor& values, const std::vector<double>& q);
 
 enum class DvhKind { kOar, kTarget };

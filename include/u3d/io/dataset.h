@@ -157,9 +157,6 @@ class DatasetWriter {
   std::unique_ptr<h5::StagedFile> file_;
 };
 
-// A shape in messages: "(1, 128, 128, 128)".
-std::string shape_text(torch::IntArrayRef sizes);
-
 // Checks a case id is usable as an HDF5 group and file name: [A-Za-z0-9_.-]+.
 bool is_valid_case_id(const std::string& id);
 

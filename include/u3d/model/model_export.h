@@ -47,7 +47,7 @@ std::string state_dict_pt_bytes(const NamedTensors& tensors, const std::string& 
 std::string torchscript_bytes(NetworkImpl& net, const std::vector<int64_t>& example_shape,
                               const std::string& meta_json);
 
-// JSON text of a string map (keys sorted); strings: json_string (core/text.h).
+// JSON text of a string map (keys sorted), one line (core/json.h).
 std::string json_object(const std::map<std::string, std::string>& values);
 // A YAML flow value as printed by get_value ("[64, 64, 64]", "instance", "0.01", "true") as JSON:
 // numbers and booleans bare, lists as arrays, anything else a JSON string.

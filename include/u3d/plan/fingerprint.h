@@ -75,8 +75,8 @@ struct DatasetFingerprint {
 DatasetFingerprint compute_fingerprint(const DatasetReader& reader, const std::vector<std::string>& ids,
                                        int64_t threads);
 
-// JSON text of every field (u3d::json_string for strings, shortest round-trip numbers), and back
-// (yaml-cpp). fingerprint_from_json: DataError naming `source` for text that is not a fingerprint.
+// JSON text of every field (core/json.h: a member per line, shortest round-trip numbers, NaN as
+// null), and back. fingerprint_from_json: DataError naming `source` for text that is not a fingerprint.
 std::string to_json(const DatasetFingerprint& fp);
 DatasetFingerprint fingerprint_from_json(const std::string& json, const std::string& source);
 
