@@ -49,7 +49,7 @@ ROWS
 # --arch resenc, built from nnU-Net's published ResEnc plans): nnU-Net always builds a segmentation
 # layer per decoder stage, so the trainer runs with deep supervision. The last row is the resenc_m
 # preset alone (a config with no other model key) at 64^3: 5 levels, 32..320 filters, blocks
-# 1,3,4,6,6. (The 6-level preset at 128^3 is checked by count in unit/memory_levers_test.cpp.)
+# 1,3,4,6,6. (The 6-level preset at 128^3 is checked by count in unit/train/memory_levers_test.cpp.)
 printf 'data: {path: %s/seg.h5, batch_size: 1, patch_size: 64}\nmodel: {preset: resenc_m, deep_supervision: true}\ntraining: {device: cpu, loss: dice_ce}\n' \
   "$T" > "$T/preset.yaml"
 # levels base max decoder_convs blocks patch preset

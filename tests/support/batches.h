@@ -1,4 +1,4 @@
-// Configs and batches for the training-step tests (unit/train_step_test.cpp, unit/gpu_path_test.cpp).
+// Configs and batches for the training-step tests (unit/train/train_step_test.cpp, unit/train/gpu_path_test.cpp).
 #pragma once
 #include <torch/torch.h>
 
