@@ -9,7 +9,6 @@ Prints the profiler table (to stderr) and one JSON line {"benchmark": "kernels",
 
     python3 scripts/bench/profile_step.py --filters 64 --batch 2 --size 128 --steps 3 --top 15
 """
-import argparse
 import json
 import os
 import sys
@@ -18,19 +17,13 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_step import OpenKbpBaseline  # noqa: E402
+from pytorch_step import OpenKbpBaseline, step_parser  # noqa: E402
 
 RANGE = "u3d.timed_step"
 
 
 def make_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--filters", type=int, default=64)
-    p.add_argument("--batch", type=int, default=2)
-    p.add_argument("--size", type=int, default=128)
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=3)
+    p = step_parser(__doc__.split("\n")[0], steps=3, warmup=3)
     p.add_argument("--top", type=int, default=15)
     return p
 

@@ -70,10 +70,9 @@ class ConvBlock(nn.Module):
 
     def forward(self, x):
         y = self.conv(x)
-        if self.dropout is not None:
-            y = self.dropout(y)
-        if self.norm is not None:
-            y = self.norm(y)
+        for layer in (self.dropout, self.norm):  # each when configured
+            if layer is not None:
+                y = layer(y)
         return F.leaky_relu(y, self.slope)
 
 

@@ -220,14 +220,20 @@ def run(variant, args):
     }
 
 
-def make_parser():  # also parses torch_side.py's requests, in its one process
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def step_parser(description, steps, warmup):
+    """The arguments every timed PyTorch step takes (this script's and profile_step.py's)."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--filters", type=int, default=64)
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--size", type=int, default=128)
-    p.add_argument("--steps", type=int, default=50)
-    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--steps", type=int, default=steps)
+    p.add_argument("--warmup", type=int, default=warmup)
+    return p
+
+
+def make_parser():  # also parses torch_side.py's requests, in its one process
+    p = step_parser(__doc__.split("\n")[0], steps=50, warmup=10)
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="bf16")
     p.add_argument("--no-channels-last", dest="channels_last", action="store_false")
     p.add_argument("--variants", default="eager,compile")

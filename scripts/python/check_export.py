@@ -25,6 +25,7 @@ One line per check ("ok ..."); the first failure ends it with exit status 1 and 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -109,6 +110,14 @@ def check_meta(meta, where):
     return info
 
 
+def required_module(name, missing):
+    """The module `name`, imported; CheckError(missing) when it is not installed."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise CheckError(missing) from None
+
+
 def compare(name, got, ref, tol):
     if not isinstance(got, torch.Tensor):
         raise CheckError(f"{name}: the output is a {type(got).__name__}, expected one tensor")
@@ -135,11 +144,9 @@ def run(args):
     net = None
     if "safetensors" in present:
         p = paths["safetensors"]
-        try:
-            from safetensors import safe_open
-            from safetensors.torch import load_file
-        except ImportError:
-            raise CheckError("the safetensors package is not installed (pip install safetensors)") from None
+        missing = "the safetensors package is not installed (pip install safetensors)"
+        safe_open = required_module("safetensors", missing).safe_open
+        load_file = required_module("safetensors.torch", missing).load_file
         try:
             state = load_file(p)
             with safe_open(p, framework="pt") as f:
@@ -290,10 +297,7 @@ def run(args):
 
     if "onnx" in present:
         p = paths["onnx"]
-        try:
-            import onnx
-        except ImportError:
-            raise CheckError("model.onnx present but the onnx package is not installed") from None
+        onnx = required_module("onnx", "model.onnx present but the onnx package is not installed")
         try:
             onnx.checker.check_model(p)
         except Exception as e:

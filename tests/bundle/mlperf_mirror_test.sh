@@ -10,17 +10,9 @@
 # Exit 77 (skipped) without a Python that has torch.
 #   tests/bundle/mlperf_mirror_test.sh BUILD_DIR [VENV_PYTHON]
 set -euo pipefail
-BUILD="$(cd "$1" && pwd)"
-PY="${2:-python3}"
-SRC="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$(dirname "$0")/../support/torch_test.sh"
+torch_test_setup mlperf-mirror "$@"
 CFG="$SRC/configs/mlperf_unet3d.yaml"
-if ! "$PY" -c "import torch" 2>/dev/null; then
-  echo "SKIP: no torch in $PY"
-  exit 77
-fi
-T="$(mktemp -d "${TMPDIR:-/tmp}/u3d-mlperf-mirror-XXXXXX")"
-trap 'rm -rf "$T"' EXIT
-cd "$T"
 "$BUILD/trainer" synth --task kits --cases 3 --size 32 --seed 0 --out kits.h5 >/dev/null 2>&1
 fail=0
 common=(--set training.device=cpu --set data.path="$T/kits.h5" --set data.patch_size=32 --set data.batch_size=1)
@@ -33,15 +25,7 @@ tail -1 "$T/runs/mlperf_unet3d/metrics.csv"
 "$BUILD/trainer" export "$T/runs/mlperf_unet3d" --format safetensors,torchscript --out "$T/export" > export.log 2>&1 ||
   { tail -5 export.log; echo "FAIL: trainer export"; exit 1; }
 "$PY" "$SRC/tests/python/mlperf_reference.py" "$T/export" "$SRC/scripts/python" || fail=1
-out="$("$PY" "$SRC/scripts/bench/compare.py" --trainer "$BUILD/trainer" --python "$PY" --config "$CFG" --steps 1 \
-  --warmup 0 --variants eager "${common[@]}" --set training.precision=fp32 --set model.levels=4 \
-  --set model.base_filters=4 --set model.max_filters=16 2>&1)" ||
-  { echo "$out" | tail -5; echo "FAIL: compare.py"; exit 1; }
-echo "$out" | grep '"benchmark": "compare"' | "$PY" -c '
-import json, sys
-d = json.load(sys.stdin)
-print("compare.py:", {k: d[k] for k in ("architecture", "parameters", "pytorch_parameters", "parameters_equal", "flops_equal")})
-sys.exit(0 if d["parameters_equal"] and d["flops_equal"] and d["architecture"] == "mlperf_unet3d" else 1)' ||
-  { echo "FAIL: compare.py: not the same network"; fail=1; }
+compare_same_network mlperf_unet3d --config "$CFG" "${common[@]}" --set training.precision=fp32 --set model.levels=4 \
+  --set model.base_filters=4 --set model.max_filters=16 || fail=1
 [ "$fail" = 0 ] && echo PASS
 exit "$fail"

@@ -8,18 +8,10 @@
 # Exit 77 (skipped) without a Python that has torch.
 #   tests/bundle/unet_mirror_test.sh BUILD_DIR [VENV_PYTHON]
 set -euo pipefail
-BUILD="$(cd "$1" && pwd)"
-PY="${2:-python3}"
-SRC="$(cd "$(dirname "$0")/../.." && pwd)"
-CFG="$SRC/configs/segmentation_nnunet_like.yaml"
-if ! "$PY" -c "import torch" 2>/dev/null; then
-  echo "SKIP: no torch in $PY"
-  exit 77
-fi
-T="$(mktemp -d "${TMPDIR:-/tmp}/u3d-unet-mirror-XXXXXX")"
-trap 'rm -rf "$T"' EXIT
-cd "$T"
+source "$(dirname "$0")/../support/torch_test.sh"
+torch_test_setup unet-mirror "$@"
 "$BUILD/trainer" synth --task segmentation --cases 2 --size 32 --seed 0 --out seg.h5 >/dev/null 2>&1
+CFG="$SRC/configs/segmentation_nnunet_like.yaml"
 fail=0
 # levels base max convs kernel deep_supervision patch
 while read -r levels base max convs kernel deep patch; do
@@ -49,7 +41,7 @@ ROWS
 # --arch resenc, built from nnU-Net's published ResEnc plans): nnU-Net always builds a segmentation
 # layer per decoder stage, so the trainer runs with deep supervision. The last row is the resenc_m
 # preset alone (a config with no other model key) at 64^3: 5 levels, 32..320 filters, blocks
-# 1,3,4,6,6. (The 6-level preset at 128^3 is checked by count in unit/memory_levers_test.cpp.)
+# 1,3,4,6,6. (The 6-level preset at 128^3 is checked by count in unit/train/memory_levers_test.cpp.)
 printf 'data: {path: %s/seg.h5, batch_size: 1, patch_size: 64}\nmodel: {preset: resenc_m, deep_supervision: true}\ntraining: {device: cpu, loss: dice_ce}\n' \
   "$T" > "$T/preset.yaml"
 # levels base max decoder_convs blocks patch preset
@@ -80,15 +72,7 @@ done <<'ROWS'
 3 8 16 2 2,1,1 16 none
 5 32 320 1 1,3,4,6,6 64 resenc_m
 ROWS
-out="$("$PY" "$SRC/scripts/bench/compare.py" --trainer "$BUILD/trainer" --python "$PY" --config "$CFG" --steps 1 \
-  --warmup 0 --variants eager --set training.device=cpu --set data.path="$T/seg.h5" --set data.patch_size=16 \
-  --set model.levels=3 --set model.base_filters=2 --set model.max_filters=8 --set data.batch_size=1 2>&1)" ||
-  { echo "$out" | tail -5; echo "FAIL: compare.py"; exit 1; }
-echo "$out" | grep '"benchmark": "compare"' | "$PY" -c '
-import json, sys
-d = json.load(sys.stdin)
-print("compare.py:", {k: d[k] for k in ("architecture", "parameters", "pytorch_parameters", "parameters_equal", "flops_equal")})
-sys.exit(0 if d["parameters_equal"] and d["flops_equal"] and d["architecture"] == "unet" else 1)' ||
-  { echo "FAIL: compare.py: not the same network"; fail=1; }
+compare_same_network unet --config "$CFG" --set training.device=cpu --set data.path="$T/seg.h5" --set data.patch_size=16 \
+  --set model.levels=3 --set model.base_filters=2 --set model.max_filters=8 --set data.batch_size=1 || fail=1
 [ "$fail" = 0 ] && echo PASS
 exit "$fail"

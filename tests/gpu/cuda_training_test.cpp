@@ -1,6 +1,7 @@
 // CUDA paths; every test skips itself where no CUDA device is present.
 #include <gtest/gtest.h>
 
+#include "fixtures.h"
 #include "test_support.h"
 #include "u3d/model/checkpoint.h"
 #include "u3d/predict/predictor.h"
@@ -8,17 +9,12 @@
 namespace u3d {
 namespace {
 
-#define U3D_REQUIRE_CUDA() \
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
+class Gpu : public test::CudaTest {};
 
-TEST(Gpu, TrainingOnCudaLowersTheLoss) {
-  U3D_REQUIRE_CUDA();
-  test::TempDir dir;
-  test::make_phantom(dir / "p.h5", Task::kDose, 8, 32);
-  test::write_text(dir / "g.yaml", test::tiny_config("p.h5", "g"));
-  const auto r = test::run_trainer({"--config", "g.yaml", "--set", "training.device=cuda", "--set", "training.epochs=8",
-                                    "--set", "data.patch_size=32", "--set", "training.deterministic=false"},
-                                   dir.path());
+TEST_F(Gpu, TrainingOnCudaLowersTheLoss) {
+  phantom(8, 32, {"g"});
+  const auto r = trainer({"--config", "g.yaml", "--set", "training.device=cuda", "--set", "training.epochs=8", "--set",
+                          "data.patch_size=32", "--set", "training.deterministic=false"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("device cuda"), std::string::npos);
   EXPECT_NE(r.output.find("captured in a CUDA graph"), std::string::npos) << r.output;  // no silent eager fallback
@@ -27,12 +23,8 @@ TEST(Gpu, TrainingOnCudaLowersTheLoss) {
   EXPECT_LT(std::stod(rows.back().at("train_loss")), std::stod(rows.front().at("train_loss")));
 }
 
-TEST(Gpu, CudaCheckpointGivesTheSameOutputsOnCpu) {
-  U3D_REQUIRE_CUDA();
-  test::TempDir dir;
-  ModelConfig m;
-  m.levels = 3;
-  m.base_filters = 8;
+TEST_F(Gpu, CudaCheckpointGivesTheSameOutputsOnCpu) {
+  ModelConfig m = test::unet_config(3, 8);
   torch::manual_seed(3);
   auto net = build_network(m, 2, 1);
   net->to(torch::kCUDA);
@@ -50,11 +42,8 @@ TEST(Gpu, CudaCheckpointGivesTheSameOutputsOnCpu) {
   EXPECT_TRUE(torch::allclose(a, b, 1e-4, 1e-5)) << (a - b).abs().max().item<float>();
 }
 
-TEST(Gpu, SlidingWindowOnCudaMatchesCpu) {
-  U3D_REQUIRE_CUDA();
-  ModelConfig m;
-  m.levels = 2;
-  m.base_filters = 4;
+TEST_F(Gpu, SlidingWindowOnCudaMatchesCpu) {
+  ModelConfig m = test::unet_config(2);
   torch::manual_seed(5);
   auto net = build_network(m, 1, 2);
   const auto image = torch::randn({1, 20, 20, 20});

@@ -2,6 +2,7 @@
 // copies on a side stream. Every test skips itself where no CUDA device is present.
 #include <gtest/gtest.h>
 
+#include "fixtures.h"
 #include "test_support.h"
 #include "u3d/data/cache.h"
 #include "u3d/data/device_sampler.h"
@@ -11,25 +12,12 @@
 namespace u3d {
 namespace {
 
-#define U3D_REQUIRE_CUDA() \
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
-
 const torch::Device kCuda(torch::kCUDA, 0);
 
-DataConfig dose_data() {
-  DataConfig d;
-  d.normalize = {"clip:-1000:1000", "none", "none", "none", "none"};
-  d.target_scale = 70;
-  return d;
-}
+using test::dose_data;
 
 SamplerOptions sampler_options(bool affine) {
-  SamplerOptions o;
-  o.patch = {16, 16, 16};
-  o.batch_size = 3;
-  o.seed = 9;
-  o.augment.flip_prob = 0.5;
-  o.augment.rot90_prob = 0.5;
+  SamplerOptions o = test::flip_rot_sampler({16, 16, 16}, 3, 9);
   o.foreground_fraction = 0.33;
   o.augment.intensity_prob = 0.5;
   o.channel_names = {"ct", "spinal_cord", "parotid_l", "parotid_r", "ptv"};
@@ -47,9 +35,9 @@ StackedCache load(const fs::path& file, CachePlacement placement) {
   return StackedCache::load(reader, reader.split("train"), pre, o);
 }
 
-TEST(GpuData, CachePlacementsLiveWhereAsked) {
-  U3D_REQUIRE_CUDA();
-  test::TempDir dir;
+class GpuData : public test::CudaTest {};
+
+TEST_F(GpuData, CachePlacementsLiveWhereAsked) {
   test::make_phantom(dir / "p.h5", Task::kDose, 6, 24);
   const StackedCache gpu = load(dir / "p.h5", CachePlacement::kGpu);
   EXPECT_TRUE(gpu.image_fields()[0].arena.is_cuda());
@@ -63,9 +51,7 @@ TEST(GpuData, CachePlacementsLiveWhereAsked) {
   }
 }
 
-TEST(GpuData, GpuResidentSamplingEqualsTheHostSampler) {
-  U3D_REQUIRE_CUDA();
-  test::TempDir dir;
+TEST_F(GpuData, GpuResidentSamplingEqualsTheHostSampler) {
   test::make_phantom(dir / "p.h5", Task::kDose, 6, 24);
   const StackedCache host_cache = load(dir / "p.h5", CachePlacement::kMemory);
   const StackedCache gpu_cache = load(dir / "p.h5", CachePlacement::kGpu);
@@ -90,9 +76,7 @@ TEST(GpuData, GpuResidentSamplingEqualsTheHostSampler) {
 
 // A channels-last network's batches leave the GPU sampler and the pinned ring in ChannelsLast3d
 // order, with the host sampler's values (the finalizer converts dtype and layout in one pass).
-TEST(GpuData, ChannelsLastBatchesFromEveryDeviceSource) {
-  U3D_REQUIRE_CUDA();
-  test::TempDir dir;
+TEST_F(GpuData, ChannelsLastBatchesFromEveryDeviceSource) {
   test::make_phantom(dir / "p.h5", Task::kDose, 6, 24);
   const StackedCache host_cache = load(dir / "p.h5", CachePlacement::kMemory);
   SamplerOptions o = sampler_options(false);
@@ -111,9 +95,7 @@ TEST(GpuData, ChannelsLastBatchesFromEveryDeviceSource) {
   }
 }
 
-TEST(GpuData, PinnedStagingRingDeliversTheHostBatchesOnTheDevice) {
-  U3D_REQUIRE_CUDA();
-  test::TempDir dir;
+TEST_F(GpuData, PinnedStagingRingDeliversTheHostBatchesOnTheDevice) {
   test::make_phantom(dir / "p.h5", Task::kDose, 6, 24);
   const StackedCache cache = load(dir / "p.h5", CachePlacement::kPinned);
   const PatchSampler sampler(cache, sampler_options(false));
@@ -129,15 +111,12 @@ TEST(GpuData, PinnedStagingRingDeliversTheHostBatchesOnTheDevice) {
   }
 }
 
-TEST(GpuData, TrainingWithEachPlacement) {
-  U3D_REQUIRE_CUDA();
-  test::TempDir dir;
+TEST_F(GpuData, TrainingWithEachPlacement) {
   test::make_phantom(dir / "p.h5", Task::kDose, 8, 32);
   for (const std::string placement : {"gpu", "pinned", "memory"}) {
     test::write_text(dir / (placement + ".yaml"), test::tiny_config("p.h5", placement));
-    const auto r = test::run_trainer({"--config", placement + ".yaml", "--set", "training.device=cuda", "--set",
-                                      "data.cache=" + placement, "--set", "training.deterministic=false"},
-                                     dir.path());
+    const auto r = trainer({"--config", placement + ".yaml", "--set", "training.device=cuda", "--set",
+                            "data.cache=" + placement, "--set", "training.deterministic=false"});
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const auto rows = test::read_csv(dir / "runs" / placement / "metrics.csv");
     ASSERT_EQ(rows.size(), 2u);
@@ -145,14 +124,10 @@ TEST(GpuData, TrainingWithEachPlacement) {
   }
 }
 
-TEST(GpuData, BenchmarkMeasuresEveryPlacement) {
-  U3D_REQUIRE_CUDA();
-  test::TempDir dir;
-  test::make_phantom(dir / "p.h5", Task::kDose, 6, 32);
-  test::write_text(dir / "b.yaml", test::tiny_config("p.h5", "b"));
-  const auto r = test::run_trainer({"--config", "b.yaml", "--set", "training.device=cuda", "--benchmark", "data",
-                                    "--workers", "1,2", "--benchmark-seconds", "0.5"},
-                                   dir.path());
+TEST_F(GpuData, BenchmarkMeasuresEveryPlacement) {
+  phantom(6, 32, {"b"});
+  const auto r = trainer({"--config", "b.yaml", "--set", "training.device=cuda", "--benchmark", "data", "--workers",
+                          "1,2", "--benchmark-seconds", "0.5"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* p : {"\"placement\": \"memory\"", "\"placement\": \"pinned\"", "\"placement\": \"gpu\""}) {
     EXPECT_NE(r.output.find(p), std::string::npos) << p << "\n" << r.output;
@@ -169,9 +144,7 @@ namespace {
 // nearest-neighbour labels and loss masks equal the host sampler's (a voxel may differ only where a
 // coordinate lies within float64 rounding of a half voxel), and trilinear images agree to float32
 // rounding. Before, a TF32 matmul rounded the coordinates to 10 mantissa bits.
-TEST(GpuData, AffineLabelsAndMasksEqualTheHostSampler) {
-  U3D_REQUIRE_CUDA();
-  test::TempDir dir;
+TEST_F(GpuData, AffineLabelsAndMasksEqualTheHostSampler) {
   for (const Task task : {Task::kDose, Task::kSegmentation}) {
     const fs::path file = dir / (task == Task::kDose ? "d.h5" : "s.h5");
     test::make_phantom(file, task, 6, 24);

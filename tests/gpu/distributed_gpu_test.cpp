@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
+#include "fixtures.h"
 #include "ranks.h"
 #include "test_support.h"
 #include "u3d/model/checkpoint.h"
@@ -33,13 +34,16 @@ void expect_same_weights(const fs::path& dir, const std::string& a_run, const st
   test::expect_same_weights(checkpoint(a_run), checkpoint(b_run), world == 1 ? 0 : tolerance);
 }
 
+// Two ranks, or one where the machine has one GPU.
+int ranks_on_this_machine() {
+  return static_cast<int>(std::min<int64_t>(2, static_cast<int64_t>(torch::cuda::device_count())));
+}
+
 TEST(DataParallelCuda, NcclRanksTrainLikeThePlainRun) {
   U3D_REQUIRE_CUDA();
   test::TempDir dir;
-  test::make_phantom(dir / "p.h5", Task::kDose, 8, 16);
-  const int world = static_cast<int>(std::min<int64_t>(2, static_cast<int64_t>(torch::cuda::device_count())));
-  for (const char* name : {"plain", "nccl"})
-    test::write_text(dir / (std::string(name) + ".yaml"), test::tiny_config("p.h5", name));
+  test::phantom_with_configs(dir, 8, 16, {"plain", "nccl"});
+  const int world = ranks_on_this_machine();
   // One process with the global batch, then `world` NCCL ranks with batch 2 each.
   auto plain_args = cuda_args("plain");
   plain_args.insert(plain_args.end(), {"--set", "data.batch_size=" + std::to_string(2 * world)});
@@ -62,10 +66,8 @@ TEST(DataParallelCuda, NcclRanksTrainLikeThePlainRun) {
 TEST(DataParallelCuda, CapturedNcclStepsTrainLikeEagerOnes) {
   U3D_REQUIRE_CUDA();
   test::TempDir dir;
-  test::make_phantom(dir / "p.h5", Task::kDose, 8, 16);
-  const int world = static_cast<int>(std::min<int64_t>(2, static_cast<int64_t>(torch::cuda::device_count())));
-  for (const char* name : {"eager", "graph"})
-    test::write_text(dir / (std::string(name) + ".yaml"), test::tiny_config("p.h5", name));
+  test::phantom_with_configs(dir, 8, 16, {"eager", "graph"});
+  const int world = ranks_on_this_machine();
   auto args = [](const std::string& name, const std::string& graph) {
     auto a = cuda_args(name);
     a.insert(a.end(), {"--set", "training.cuda_graph=" + graph, "--set", "training.graph_warmup_steps=2", "--set",

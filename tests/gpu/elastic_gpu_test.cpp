@@ -8,6 +8,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <gtest/gtest.h>
 
+#include "fixtures.h"
 #include "u3d/data/device_sampler.h"
 #include "u3d/data/sampler.h"
 #include "u3d/data/truth_maps.h"
@@ -23,36 +24,13 @@ const torch::Device kCuda(torch::kCUDA, 0);
 // Six cases of two sizes: an integer channel (uint8 field), a float channel, labels {0, 1, 2, 255}
 // or a float target, and a loss mask.
 std::vector<CachedCase> cases(bool segmentation) {
-  torch::manual_seed(8);
-  std::vector<CachedCase> out;
-  for (int64_t i = 0; i < 6; ++i) {
-    const int64_t d = i % 2 ? 30 : 28;
-    CachedCase c;
-    c.id = "g" + std::to_string(i);
-    c.image = torch::cat({torch::randint(0, 9, {1, d, 30, 32}).to(torch::kFloat), torch::randn({1, d, 30, 32})});
-    if (segmentation) {
-      c.target = torch::randint(0, 4, {d, 30, 32}).to(torch::kUInt8);
-      c.target.masked_fill_(c.target == 3, 255);
-    } else {
-      c.target = torch::rand({1, d, 30, 32});
-    }
-    c.mask = (torch::rand({1, d, 30, 32}) > 0.3).to(torch::kUInt8);
-    out.push_back(c);
-  }
-  return out;
+  return test::random_cases("g", 6, {28, 30, 32}, 8, /*labels=*/segmentation ? 4 : 0, /*top_label_ignored=*/true);
 }
 
 SamplerOptions options() {
-  SamplerOptions o;
-  o.patch = {24, 24, 24};
-  o.batch_size = 4;
-  o.seed = 17;
-  o.augment.flip_prob = 0.5;
-  o.augment.rot90_prob = 0.5;
+  SamplerOptions o = test::flip_rot_sampler({24, 24, 24}, 4, 17);
   o.augment.affine_prob = 0.4;
-  o.augment.elastic_prob = 0.7;
-  o.augment.elastic_magnitude = 4;
-  o.augment.elastic_grid = 4;
+  test::set_elastic(o, 0.7, 4, 4);
   o.foreground_fraction = 0.3;
   o.foreground = "mask";
   o.pad_value = -2;

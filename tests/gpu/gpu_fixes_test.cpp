@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
+#include "batches.h"
+#include "fixtures.h"
 #include "test_support.h"
 #include "u3d/plan/memory_model.h"
 #include "u3d/train/losses.h"
@@ -16,9 +18,6 @@
 
 namespace u3d {
 namespace {
-
-#define U3D_REQUIRE_CUDA() \
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
 
 const torch::Device kCuda(torch::kCUDA, 0);
 constexpr const char* kCaptured = "captured in a CUDA graph";
@@ -70,8 +69,18 @@ std::function<Batch(int64_t)> segmentation_batches(uint64_t seed) {
   };
 }
 
-TEST(GpuFixes, SegmentationStepWithDeepSupervisionCapturesAndEqualsEager) {
-  U3D_REQUIRE_CUDA();
+class GpuFixes : public test::CudaTest {
+ protected:
+  // The trainer on the GPU under `config` (graphs after two warm-up steps), with `extra`.
+  test::CommandResult cuda_train(const std::string& config, std::vector<std::string> extra) {
+    std::vector<std::string> args = {
+        "--config", config, "--set", "training.device=cuda", "--set", "training.graph_warmup_steps=2"};
+    for (auto& e : extra) args.push_back(std::move(e));
+    return trainer(args);
+  }
+};
+
+TEST_F(GpuFixes, SegmentationStepWithDeepSupervisionCapturesAndEqualsEager) {
   // The trainer's deterministic path (deterministic algorithms too): CUDA's nll_loss2d forward sums
   // with atomics, so cross-entropy is bitwise repeatable only through cross_entropy_loss_deterministic.
   const test::Deterministic deterministic;
@@ -89,8 +98,7 @@ TEST(GpuFixes, SegmentationStepWithDeepSupervisionCapturesAndEqualsEager) {
 // training.deterministic with a residual-encoder net: the skip path's pooling (mean_pool3d) has a
 // deterministic backward on CUDA (avg_pool3d's throws there), so the step runs and repeats exactly,
 // eager and captured.
-TEST(GpuFixes, ResidualEncoderStepsRepeatExactlyUnderDeterministicAlgorithms) {
-  U3D_REQUIRE_CUDA();
+TEST_F(GpuFixes, ResidualEncoderStepsRepeatExactlyUnderDeterministicAlgorithms) {
   const test::Deterministic deterministic;
   const Config cfg = segmentation_cfg(Architecture::kResEncUNet);
   const auto batch = segmentation_batches(90);
@@ -105,22 +113,14 @@ TEST(GpuFixes, ResidualEncoderStepsRepeatExactlyUnderDeterministicAlgorithms) {
   EXPECT_EQ(runs[2].losses, runs[0].losses);
 }
 
-TEST(GpuFixes, OpenKbpBaselineStepWithBatchNormAndDropoutCaptures) {
-  U3D_REQUIRE_CUDA();
+TEST_F(GpuFixes, OpenKbpBaselineStepWithBatchNormAndDropoutCaptures) {
   Config cfg;
   cfg.model.architecture = Architecture::kOpenKbpBaseline;
   cfg.model.base_filters = 4;
   cfg.training.device = Device::kCuda;
   cfg.training.precision = Precision::kBf16;
   cfg.training.lr = 1e-3;
-  auto batch = [](int64_t i) {
-    torch::manual_seed(70 + static_cast<uint64_t>(i));
-    Batch b;
-    b.image = torch::randn({2, 3, 64, 64, 64}).to(kCuda);
-    b.target = torch::rand({2, 1, 64, 64, 64}).to(kCuda);
-    b.mask = (torch::rand({2, 1, 64, 64, 64}) > 0.3).to(torch::kFloat).to(kCuda);
-    return b;
-  };
+  auto batch = [](int64_t i) { return test::random_batch(70 + static_cast<uint64_t>(i), 3, 64).to(kCuda); };
   const Loss loss(LossKind::kMaskedL1);
   torch::manual_seed(4);
   const StepRun graph = run_steps(cfg, build_network(cfg.model, 3, 1), loss, batch, Toggle::kOn, 8);
@@ -131,8 +131,7 @@ TEST(GpuFixes, OpenKbpBaselineStepWithBatchNormAndDropoutCaptures) {
   EXPECT_NE(graph.losses[6], graph.losses[7]);
 }
 
-TEST(GpuFixes, ChannelsLastParametersGoThroughEveryFusedOptimizer) {
-  U3D_REQUIRE_CUDA();
+TEST_F(GpuFixes, ChannelsLastParametersGoThroughEveryFusedOptimizer) {
   const test::NoTf32 no_tf32;
   for (const OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kAdam, OptimizerKind::kSgd}) {
     std::vector<std::vector<torch::Tensor>> results;
@@ -171,34 +170,22 @@ TEST(GpuFixes, ChannelsLastParametersGoThroughEveryFusedOptimizer) {
 
 // --- Whole runs through the CLI ---------------------------------------------------------------
 
-std::vector<std::string> cuda_run(const std::string& config, std::vector<std::string> extra) {
-  std::vector<std::string> args = {
-      "--config", config, "--set", "training.device=cuda", "--set", "training.graph_warmup_steps=2"};
-  for (auto& e : extra) args.push_back(std::move(e));
-  return args;
-}
-
 std::vector<std::string> column(const fs::path& metrics, const std::string& name) {
   std::vector<std::string> out;
   for (const auto& row : test::read_csv(metrics)) out.push_back(row.at(name));
   return out;
 }
 
-TEST(GpuFixes, GpuSamplerIsCapturedWithTheStepAndTrainsLikeTheEagerRun) {
-  U3D_REQUIRE_CUDA();
-  test::TempDir dir;
-  test::make_phantom(dir / "p.h5", Task::kDose, 10, 24);
-  test::write_text(dir / "g.yaml", test::tiny_config("p.h5", "g"));
-  const auto graph = test::run_trainer(
-      cuda_run("g.yaml", {"--set", "data.cache=gpu", "--set", "augment.flip_prob=0.5", "--set", "training.epochs=3"}),
-      dir.path());
+TEST_F(GpuFixes, GpuSamplerIsCapturedWithTheStepAndTrainsLikeTheEagerRun) {
+  phantom(10, 24, {"g"});
+  const auto graph =
+      cuda_train("g.yaml", {"--set", "data.cache=gpu", "--set", "augment.flip_prob=0.5", "--set", "training.epochs=3"});
   ASSERT_EQ(graph.exit_code, 0) << graph.output;
   EXPECT_NE(graph.output.find(kSamplerCaptured), std::string::npos) << graph.output;
   EXPECT_NE(graph.output.find(kCaptured), std::string::npos) << graph.output;
-  const auto eager = test::run_trainer(
-      cuda_run("g.yaml", {"--set", "data.cache=gpu", "--set", "augment.flip_prob=0.5", "--set", "training.epochs=3",
-                          "--set", "training.cuda_graph=off", "--set", "experiment.name=e"}),
-      dir.path());
+  const auto eager =
+      cuda_train("g.yaml", {"--set", "data.cache=gpu", "--set", "augment.flip_prob=0.5", "--set", "training.epochs=3",
+                            "--set", "training.cuda_graph=off", "--set", "experiment.name=e"});
   ASSERT_EQ(eager.exit_code, 0) << eager.output;
   EXPECT_EQ(eager.output.find(kCaptured), std::string::npos);
   // Deterministic fp32 (tiny_config): the replayed graph runs the eager kernels on the same batches.
@@ -206,27 +193,21 @@ TEST(GpuFixes, GpuSamplerIsCapturedWithTheStepAndTrainsLikeTheEagerRun) {
   EXPECT_EQ(column(dir / "runs/g/metrics.csv", "val_mae"), column(dir / "runs/e/metrics.csv", "val_mae"));
 }
 
-TEST(GpuFixes, CaptureWhileTheSamplerThreadsSynchroniseWithTheirCopies) {
-  U3D_REQUIRE_CUDA();
-  test::TempDir dir;
-  test::make_phantom(dir / "p.h5", Task::kDose, 16, 32);
-  test::write_text(dir / "t.yaml", test::tiny_config("p.h5", "t"));
+TEST_F(GpuFixes, CaptureWhileTheSamplerThreadsSynchroniseWithTheirCopies) {
+  phantom(16, 32, {"t"});
   // A slow augmentation and many batches in flight: the threads wait on their staging copies
   // (cudaEventSynchronize) while the loop thread captures.
-  const auto r = test::run_trainer(
-      cuda_run("t.yaml", {"--set", "data.cache=pinned", "--set", "data.workers=3", "--set", "data.prefetch=12", "--set",
-                          "augment.affine_prob=1.0", "--set", "data.patch_size=32", "--set", "training.cuda_graph=on",
-                          "--set", "training.deterministic=false", "--set", "training.epochs=3"}),
-      dir.path());
+  const auto r = cuda_train(
+      "t.yaml", {"--set", "data.cache=pinned", "--set", "data.workers=3", "--set", "data.prefetch=12", "--set",
+                 "augment.affine_prob=1.0", "--set", "data.patch_size=32", "--set", "training.cuda_graph=on", "--set",
+                 "training.deterministic=false", "--set", "training.epochs=3"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find(kCaptured), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("page-locked staging ring"), std::string::npos) << r.output;
   EXPECT_EQ(test::read_csv(dir / "runs/t/metrics.csv").size(), 3u);
 }
 
-TEST(GpuFixes, DeterministicCudaRunsOfBothTasksRepeatExactly) {
-  U3D_REQUIRE_CUDA();
-  test::TempDir dir;
+TEST_F(GpuFixes, DeterministicCudaRunsOfBothTasksRepeatExactly) {
   for (const Task task : {Task::kDose, Task::kSegmentation}) {
     const std::string stem = task == Task::kDose ? "dose" : "seg";
     test::make_phantom(dir / (stem + ".h5"), task, 8, 24);
@@ -235,8 +216,7 @@ TEST(GpuFixes, DeterministicCudaRunsOfBothTasksRepeatExactly) {
     for (const std::string run : {"a", "b"}) {
       // The normal runtime set-up: training.deterministic (tiny_config) sets the cuBLAS workspace
       // and the deterministic cross-entropy; GPU cache and graph as auto picks them.
-      const auto r =
-          test::run_trainer(cuda_run(stem + ".yaml", {"--set", "experiment.name=" + stem + run}), dir.path());
+      const auto r = cuda_train(stem + ".yaml", {"--set", "experiment.name=" + stem + run});
       ASSERT_EQ(r.exit_code, 0) << r.output;
       EXPECT_NE(r.output.find(kCaptured), std::string::npos) << r.output;
       const fs::path m = dir / "runs" / (stem + run) / "metrics.csv";
@@ -248,22 +228,17 @@ TEST(GpuFixes, DeterministicCudaRunsOfBothTasksRepeatExactly) {
   }
 }
 
-TEST(GpuFixes, ResumeWithGraphAndGpuCacheContinuesBitForBit) {
-  U3D_REQUIRE_CUDA();
-  test::TempDir dir;
-  test::make_phantom(dir / "p.h5", Task::kDose, 8, 24);
-  test::write_text(dir / "r.yaml", test::tiny_config("p.h5", "r"));
-  const auto full = test::run_trainer(
-      cuda_run("r.yaml", {"--set", "data.cache=gpu", "--set", "training.epochs=4", "--set", "training.cuda_graph=on"}),
-      dir.path());
+TEST_F(GpuFixes, ResumeWithGraphAndGpuCacheContinuesBitForBit) {
+  phantom(8, 24, {"r"});
+  const auto full = cuda_train(
+      "r.yaml", {"--set", "data.cache=gpu", "--set", "training.epochs=4", "--set", "training.cuda_graph=on"});
   ASSERT_EQ(full.exit_code, 0) << full.output;
   EXPECT_NE(full.output.find(kSamplerCaptured), std::string::npos) << full.output;
   // A copy of the run, resumed from its epoch-2 checkpoint, redoes epochs 3 and 4.
   fs::copy(dir / "runs/r", dir / "runs/c", fs::copy_options::recursive);
-  const auto resumed = test::run_trainer(
-      cuda_run("r.yaml", {"--set", "data.cache=gpu", "--set", "training.epochs=4", "--set", "training.cuda_graph=on",
-                          "--set", "experiment.name=c", "--resume", "runs/c/checkpoints/epoch_0002.pt"}),
-      dir.path());
+  const auto resumed =
+      cuda_train("r.yaml", {"--set", "data.cache=gpu", "--set", "training.epochs=4", "--set", "training.cuda_graph=on",
+                            "--set", "experiment.name=c", "--resume", "runs/c/checkpoints/epoch_0002.pt"});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find(kCaptured), std::string::npos) << resumed.output;
   EXPECT_EQ(column(dir / "runs/c/metrics.csv", "train_loss"), column(dir / "runs/r/metrics.csv", "train_loss"));
@@ -273,11 +248,8 @@ TEST(GpuFixes, ResumeWithGraphAndGpuCacheContinuesBitForBit) {
 // plan --device cuda measures the real step (loss, optimizer step, cuDNN autotuning): a small net
 // fits and grows with the batch; a step far beyond the GPU is "does not fit", never an error, and
 // the device works afterwards.
-TEST(GpuFixes, PlanMeasuresTheRealStepAndReportsWhatDoesNotFit) {
-  U3D_REQUIRE_CUDA();
-  ModelConfig m;
-  m.levels = 4;
-  m.base_filters = 8;
+TEST_F(GpuFixes, PlanMeasuresTheRealStepAndReportsWhatDoesNotFit) {
+  ModelConfig m = test::unet_config(4, 8);
   m.deep_supervision = true;
   const int64_t one = measure_step_bytes_cuda(run_training_steps, m, 1, 3, {64, 64, 64}, 1, /*optimizer_states=*/1);
   const int64_t two = measure_step_bytes_cuda(run_training_steps, m, 1, 3, {64, 64, 64}, 2, /*optimizer_states=*/1);

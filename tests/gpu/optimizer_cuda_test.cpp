@@ -30,6 +30,16 @@ void set_grads(std::vector<torch::Tensor>& params, uint64_t seed) {
   for (auto& p : params) p.mutable_grad() = torch::randn(p.sizes()).to(p.device());
 }
 
+// The default optimizer over make_params on the GPU, gradients drawn with `grad_seed`, and a zero
+// non-finite flag on the GPU.
+struct CudaOptimizer {
+  explicit CudaOptimizer(uint64_t grad_seed) { set_grads(params, grad_seed); }
+  TrainingConfig c;
+  std::vector<torch::Tensor> params = make_params(torch::kCUDA);
+  Optimizer opt{c, params};
+  torch::Tensor zero = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(torch::kCUDA));
+};
+
 TEST(GpuOptimizer, CudaUpdatesMatchTheCpu) {
   U3D_REQUIRE_CUDA();
   for (auto kind : {OptimizerKind::kAdamW, OptimizerKind::kAdam, OptimizerKind::kSgd}) {
@@ -53,11 +63,8 @@ TEST(GpuOptimizer, CudaUpdatesMatchTheCpu) {
 
 TEST(GpuOptimizer, InfGradientIsSkippedOnTheDevice) {
   U3D_REQUIRE_CUDA();
-  TrainingConfig c;
-  auto params = make_params(torch::kCUDA);
-  Optimizer opt(c, params);
-  set_grads(params, 1);
-  const auto zero = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(torch::kCUDA));
+  CudaOptimizer gpu(/*grad_seed=*/1);
+  auto& [c, params, opt, zero] = gpu;
   opt.step(zero);
   std::vector<torch::Tensor> before;
   for (const auto& p : params) before.push_back(p.detach().clone());
@@ -78,11 +85,8 @@ TEST(GpuOptimizer, InfGradientIsSkippedOnTheDevice) {
 
 TEST(GpuOptimizer, ClipAndStepCaptureInACudaGraph) {
   U3D_REQUIRE_CUDA();
-  TrainingConfig c;
-  auto params = make_params(torch::kCUDA);
-  Optimizer opt(c, params);
-  set_grads(params, 3);
-  const auto found = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(torch::kCUDA));
+  CudaOptimizer gpu(/*grad_seed=*/3);
+  auto& [c, params, opt, found] = gpu;
   opt.step(found);  // warm-up outside the capture
   auto stream = c10::cuda::getStreamFromPool();
   stream.synchronize();

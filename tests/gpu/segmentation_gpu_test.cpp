@@ -2,6 +2,7 @@
 // the CPU; a deep-supervision step runs there. Skipped without a CUDA device.
 #include <gtest/gtest.h>
 
+#include "fixtures.h"
 #include "test_support.h"
 
 #include "u3d/model/unet.h"
@@ -12,9 +13,7 @@ namespace u3d {
 namespace {
 
 ModelConfig small_model() {
-  ModelConfig m;
-  m.levels = 4;
-  m.base_filters = 4;
+  ModelConfig m = test::unet_config(4);
   m.deep_supervision = true;
   return m;
 }
@@ -34,10 +33,7 @@ TEST(SegmentationGpu, StreamedPredictionOnCudaMatchesCpu) {
   torch::manual_seed(0);
   auto net = build_network(small_model(), 1, 3);
   const auto image = torch::randn({1, 40, 24, 20});
-  SlidingWindowOptions o;
-  o.patch = {16, 16, 16};
-  o.batch_size = 4;
-  o.mirror = true;
+  SlidingWindowOptions o = test::window({16, 16, 16}, 4, /*mirror=*/true);
   const auto cpu = sliding_window_predict(*net, image, o, torch::kCPU);
   net->to(torch::kCUDA);
   DeviceCheckingSink sink;

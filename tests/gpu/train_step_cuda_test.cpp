@@ -8,6 +8,7 @@
 
 #include <regex>
 
+#include "batches.h"
 #include "test_support.h"
 #include "u3d/core/errors.h"
 #include "u3d/train/cuda_graph.h"
@@ -37,14 +38,7 @@ Config cuda_cfg(Precision precision, Toggle graph, bool deterministic) {
   return cfg;
 }
 
-Batch cuda_batch(int64_t i) {
-  torch::manual_seed(1000 + static_cast<uint64_t>(i));
-  Batch b;
-  b.image = torch::randn({2, 2, 32, 32, 32}).to(kCuda);
-  b.target = torch::rand({2, 1, 32, 32, 32}).to(kCuda);
-  b.mask = (torch::rand({2, 1, 32, 32, 32}) > 0.3).to(torch::kFloat).to(kCuda);
-  return b;
-}
+Batch cuda_batch(int64_t i) { return test::random_batch(1000 + static_cast<uint64_t>(i), 2, 32).to(kCuda); }
 
 // One batch as the micro-batches of a step of one.
 MicroBatches one(const Batch& b) {

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 
+#include "fixtures.h"
 #include "test_support.h"
 
 namespace u3d {
@@ -15,17 +16,7 @@ namespace {
 using test::read_csv;
 using test::run_trainer;
 
-class DataPipeline : public ::testing::Test {
- protected:
-  void SetUp() override { test::make_phantom(dir / "p.h5", Task::kDose, 8, 16); }
-  test::CommandResult train(const std::string& name, std::vector<std::string> extra) {
-    test::write_text(dir / (name + ".yaml"), test::tiny_config("p.h5", name));
-    std::vector<std::string> args = {"--config", name + ".yaml"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return run_trainer(args, dir.path());
-  }
-  test::TempDir dir;
-};
+class DataPipeline : public test::PhantomCli {};
 
 TEST_F(DataPipeline, WorkerCountNeverChangesTheRun) {
   const std::vector<std::string> augment = {
@@ -64,7 +55,7 @@ TEST_F(DataPipeline, MetricsAndLogReportTheDataWait) {
 }
 
 TEST_F(DataPipeline, DataBenchmarkPrintsATableAndJson) {
-  test::write_text(dir / "b.yaml", test::tiny_config("p.h5", "b"));
+  config("b");
   const auto r = run_trainer(
       {"--config", "b.yaml", "--benchmark", "data", "--workers", "1,2", "--benchmark-seconds", "0.5"}, dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -84,15 +75,15 @@ TEST_F(DataPipeline, DataBenchmarkPrintsATableAndJson) {
 }
 
 TEST_F(DataPipeline, BenchmarkArgumentsAreChecked) {
-  test::write_text(dir / "b.yaml", test::tiny_config("p.h5", "b"));
-  auto r = run_trainer({"--config", "b.yaml", "--benchmark", "model"}, dir.path());
+  config("b");
+  auto r = trainer({"--config", "b.yaml", "--benchmark", "model"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("expected data, step"), std::string::npos) << r.output;
-  r = run_trainer({"--config", "b.yaml", "--benchmark", "model"}, dir.path());
+  r = trainer({"--config", "b.yaml", "--benchmark", "model"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  r = run_trainer({"--config", "b.yaml", "--benchmark", "data", "--workers", "0,x"}, dir.path());
+  r = trainer({"--config", "b.yaml", "--benchmark", "data", "--workers", "0,x"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  r = run_trainer({"--config", "b.yaml", "--workers", "2"}, dir.path());
+  r = trainer({"--config", "b.yaml", "--workers", "2"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
 }
 

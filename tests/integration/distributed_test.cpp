@@ -42,6 +42,19 @@ std::pair<torch::Tensor, torch::Tensor> global_batch() {
   return {torch::randn({kSamples, 2, 8, 8, 8}), torch::randn({kSamples, 1, 8, 8, 8})};
 }
 
+// A rank of a worker test: one CPU thread, joined to the Gloo group of the launch's ranks.
+struct GlooRank {
+  GlooRank() {
+    torch::set_num_threads(1);
+    t.dist_backend = DistBackend::kGloo;
+    t.dist_timeout_s = 60;
+    dist = Distributed::join(env, t, torch::kCPU);
+  }
+  LaunchEnv env = read_launch_env();
+  TrainingConfig t;
+  std::unique_ptr<Distributed> dist;
+};
+
 std::vector<torch::Tensor> grads_of(Network& net) {
   std::vector<torch::Tensor> g;
   for (const auto& p : net->parameters()) g.push_back(p.grad().clone());
@@ -51,18 +64,14 @@ std::vector<torch::Tensor> grads_of(Network& net) {
 TEST(DistributedWorker, GradientsOfOneStep) {
   const char* out = std::getenv("U3D_DIST_WORKER_OUT");
   if (!out) GTEST_SKIP() << "a rank process of DataParallel.BucketerEqualsReducer";
-  torch::set_num_threads(1);
-  const LaunchEnv env = read_launch_env();
-  TrainingConfig t;
-  t.dist_backend = DistBackend::kGloo;
-  t.dist_timeout_s = 60;
-  auto dist = Distributed::join(env, t, torch::kCPU);
+  const GlooRank worker;
   const auto [x, y] = global_batch();
-  const int64_t per_rank = kSamples / env.world_size;
-  const torch::Tensor xr = x.narrow(0, env.rank * per_rank, per_rank), yr = y.narrow(0, env.rank * per_rank, per_rank);
+  const int64_t per_rank = kSamples / worker.env.world_size;
+  const torch::Tensor xr = x.narrow(0, worker.env.rank * per_rank, per_rank),
+                      yr = y.narrow(0, worker.env.rank * per_rank, per_rank);
 
   Network a = worker_network();  // ours, with small buckets so there are several
-  GradientSync sync(a->parameters(), *dist, /*bucket_bytes=*/4096, /*first_bucket_bytes=*/1024);
+  GradientSync sync(a->parameters(), *worker.dist, /*bucket_bytes=*/4096, /*first_bucket_bytes=*/1024);
   ASSERT_GT(sync.buckets().size(), 2u);
   sync.arm(/*reduce=*/true);
   torch::mse_loss(a->forward(xr), yr).backward();
@@ -70,7 +79,7 @@ TEST(DistributedWorker, GradientsOfOneStep) {
 
   Network b = worker_network();  // c10d's, with the same buckets
   std::vector<torch::Tensor> params = b->parameters();
-  c10d::Reducer reducer(params, sync.buckets(), dist->group(), std::vector<bool>(params.size(), false),
+  c10d::Reducer reducer(params, sync.buckets(), worker.dist->group(), std::vector<bool>(params.size(), false),
                         /*bucket_bytes_cap=*/4096, /*find_unused_parameters=*/false,
                         /*gradient_as_bucket_view=*/false, /*param_names=*/{}, /*first_bucket_bytes_cap=*/1024,
                         /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
@@ -79,9 +88,9 @@ TEST(DistributedWorker, GradientsOfOneStep) {
   reducer.prepare_for_backward({yb});
   torch::mse_loss(yb, yr).backward();
 
-  torch::save(grads_of(a), (fs::path(out) / ("ours" + std::to_string(env.rank) + ".pt")).string());
-  torch::save(grads_of(b), (fs::path(out) / ("reducer" + std::to_string(env.rank) + ".pt")).string());
-  dist->barrier();
+  torch::save(grads_of(a), (fs::path(out) / ("ours" + std::to_string(worker.env.rank) + ".pt")).string());
+  torch::save(grads_of(b), (fs::path(out) / ("reducer" + std::to_string(worker.env.rank) + ".pt")).string());
+  worker.dist->barrier();
 }
 
 // Largest |a - b| relative to the largest |b| of each tensor.
@@ -138,19 +147,14 @@ bool inside(const torch::Tensor& t, const torch::Tensor& buffer) {
 TEST(DistributedWorker, GradientsInTheBuckets) {
   const char* out = std::getenv("U3D_DIST_BUCKET_VIEWS_OUT");
   if (!out) GTEST_SKIP() << "a rank process of DataParallel.GradientsAreViewsIntoTheBuckets...";
-  torch::set_num_threads(1);
-  const LaunchEnv env = read_launch_env();
-  TrainingConfig t;
-  t.dist_backend = DistBackend::kGloo;
-  t.dist_timeout_s = 60;
-  auto dist = Distributed::join(env, t, torch::kCPU);
+  const GlooRank worker;
   const auto [x, y] = global_batch();
-  const int64_t per_rank = kSamples / env.world_size, micro = per_rank / 2;
+  const int64_t per_rank = kSamples / worker.env.world_size, micro = per_rank / 2;
 
   Network net = worker_network();
   to_channels_last(*net);  // before the optimizer, as the trainer
-  Optimizer opt(t, net->parameters());
-  GradientSync sync(opt.params(), *dist, /*bucket_bytes=*/4096, /*first_bucket_bytes=*/1024);
+  Optimizer opt(worker.t, net->parameters());
+  GradientSync sync(opt.params(), *worker.dist, /*bucket_bytes=*/4096, /*first_bucket_bytes=*/1024);
   ASSERT_GT(sync.buckets().size(), 2u);
   const std::vector<torch::Tensor> buffers = sync.bucket_buffers();
   const std::vector<torch::Tensor>& params = opt.params();
@@ -170,12 +174,13 @@ TEST(DistributedWorker, GradientsInTheBuckets) {
     opt.zero_grad();
     for (int64_t m = 0; m < 2; ++m) {  // two micro-batches: the mean over the rank's samples
       sync.arm(/*reduce=*/m == 1);
-      const int64_t first = env.rank * per_rank + m * micro;
+      const int64_t first = worker.env.rank * per_rank + m * micro;
       (torch::mse_loss(net->forward(x.narrow(0, first, micro)), y.narrow(0, first, micro)) / 2.0).backward();
     }
     sync.finish();
     expect_views("after step " + std::to_string(step));
-    if (step == 0) torch::save(grads_of(net), (fs::path(out) / ("views" + std::to_string(env.rank) + ".pt")).string());
+    if (step == 0)
+      torch::save(grads_of(net), (fs::path(out) / ("views" + std::to_string(worker.env.rank) + ".pt")).string());
     opt.step(torch::zeros({}));
   }
   // A gradient replaced from outside goes back into its bucket, with its values, at the next arm().
@@ -184,7 +189,7 @@ TEST(DistributedWorker, GradientsInTheBuckets) {
   sync.arm(/*reduce=*/false);
   expect_views("after a gradient was replaced");
   EXPECT_TRUE(p0.grad().eq(3.0).all().item<bool>());
-  dist->barrier();
+  worker.dist->barrier();
 }
 
 TEST(DataParallel, GradientsAreViewsIntoTheBucketsAndEqualOneProcessWithTheGlobalBatch) {

@@ -4,17 +4,15 @@
 
 #include <regex>
 
+#include "fixtures.h"
 #include "test_support.h"
 
 namespace u3d {
 namespace {
 
-using test::run_trainer;
-
-class TrainStepCli : public ::testing::Test {
+class TrainStepCli : public test::PhantomCli {
  protected:
-  void SetUp() override { test::make_phantom(dir / "p.h5", Task::kDose, 6, 16); }
-  test::TempDir dir;
+  TrainStepCli() : PhantomCli(/*cases=*/6) {}
 };
 
 std::string json_line(const std::string& output) {
@@ -39,8 +37,8 @@ std::string field(const std::string& json, const std::string& key) {
 }
 
 TEST_F(TrainStepCli, StepBenchmarkPrintsATableAndOneJsonLine) {
-  test::write_text(dir / "b.yaml", test::tiny_config("p.h5", "b"));
-  const auto r = run_trainer({"--config", "b.yaml", "--benchmark", "--steps", "3", "--warmup", "1"}, dir.path());
+  config("b");
+  const auto r = trainer({"--config", "b.yaml", "--benchmark", "--steps", "3", "--warmup", "1"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("step time      median"), std::string::npos) << r.output;
   const std::string j = json_line(r.output);
@@ -73,10 +71,9 @@ TEST_F(TrainStepCli, StepBenchmarkPrintsATableAndOneJsonLine) {
 }
 
 TEST_F(TrainStepCli, StepBenchmarkTakesPrecisionAndLayoutFromTheConfig) {
-  test::write_text(dir / "b.yaml", test::tiny_config("p.h5", "b"));
-  const auto r = run_trainer({"--config", "b.yaml", "--benchmark", "step", "--steps", "2", "--warmup", "0", "--set",
-                              "training.precision=bf16", "--set", "model.channels_last=on"},
-                             dir.path());
+  config("b");
+  const auto r = trainer({"--config", "b.yaml", "--benchmark", "step", "--steps", "2", "--warmup", "0", "--set",
+                          "training.precision=bf16", "--set", "model.channels_last=on"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string j = json_line(r.output);
   EXPECT_EQ(field(j, "precision"), "\"bf16\"");
@@ -85,19 +82,19 @@ TEST_F(TrainStepCli, StepBenchmarkTakesPrecisionAndLayoutFromTheConfig) {
 }
 
 TEST_F(TrainStepCli, StepBenchmarkArgumentsAreChecked) {
-  test::write_text(dir / "b.yaml", test::tiny_config("p.h5", "b"));
-  auto r = run_trainer({"--config", "b.yaml", "--benchmark", "--steps", "0"}, dir.path());
+  config("b");
+  auto r = trainer({"--config", "b.yaml", "--benchmark", "--steps", "0"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  r = run_trainer({"--config", "b.yaml", "--steps", "3"}, dir.path());
+  r = trainer({"--config", "b.yaml", "--steps", "3"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--steps and --warmup go with --benchmark"), std::string::npos) << r.output;
-  r = run_trainer({"--config", "b.yaml", "--benchmark", "data", "--warmup", "2"}, dir.path());
+  r = trainer({"--config", "b.yaml", "--benchmark", "data", "--warmup", "2"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
 }
 
 TEST_F(TrainStepCli, Bf16TrainingOnCpuWritesMetrics) {
-  test::write_text(dir / "t.yaml", test::tiny_config("p.h5", "t"));
-  const auto r = run_trainer({"--config", "t.yaml", "--set", "training.precision=bf16"}, dir.path());
+  config("t");
+  const auto r = trainer({"--config", "t.yaml", "--set", "training.precision=bf16"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("training step: bf16"), std::string::npos) << r.output;
   const auto rows = test::read_csv(dir / "runs" / "t" / "metrics.csv");
@@ -109,17 +106,16 @@ TEST_F(TrainStepCli, Bf16TrainingOnCpuWritesMetrics) {
 }
 
 TEST_F(TrainStepCli, CudaGraphOnWithoutCudaIsAOneLineConfigError) {
-  test::write_text(dir / "g.yaml", test::tiny_config("p.h5", "g"));
+  config("g");
   // training.device: cpu in the file: refused by the config check.
-  auto r = run_trainer({"--config", "g.yaml", "--set", "training.cuda_graph=on"}, dir.path());
+  auto r = trainer({"--config", "g.yaml", "--set", "training.cuda_graph=on"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("training.cuda_graph: on needs a CUDA device"), std::string::npos) << r.output;
-  r = run_trainer({"--config", "g.yaml", "--set", "training.precision=fp16"}, dir.path());
+  r = trainer({"--config", "g.yaml", "--set", "training.precision=fp16"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("training.precision: fp16 needs a CUDA device"), std::string::npos) << r.output;
   if (!torch::cuda::is_available()) {  // device auto resolves to the CPU: refused when the step is built
-    r = run_trainer({"--config", "g.yaml", "--set", "training.device=auto", "--set", "training.cuda_graph=on"},
-                    dir.path());
+    r = trainer({"--config", "g.yaml", "--set", "training.device=auto", "--set", "training.cuda_graph=on"});
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_NE(r.output.find("training.cuda_graph: on needs a CUDA device"), std::string::npos) << r.output;
     EXPECT_FALSE(std::filesystem::exists(dir / "runs" / "g" / "metrics.csv"));

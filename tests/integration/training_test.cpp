@@ -4,6 +4,7 @@
 
 #include <fstream>
 
+#include "fixtures.h"
 #include "test_support.h"
 #include "u3d/core/config.h"
 #include "u3d/model/checkpoint.h"
@@ -12,19 +13,10 @@ namespace u3d {
 namespace {
 
 using test::read_csv;
-using test::run_trainer;
 
-class Training : public ::testing::Test {
+class Training : public test::PhantomCli {
  protected:
-  void SetUp() override { test::make_phantom(dir / "p.h5", Task::kDose, 8, 16); }
-  test::CommandResult train(const std::string& name, std::vector<std::string> extra) {
-    test::write_text(dir / (name + ".yaml"), test::tiny_config("p.h5", name));
-    std::vector<std::string> args = {"--config", name + ".yaml"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return run_trainer(args, dir.path());
-  }
   fs::path run(const std::string& name) const { return dir / "runs" / name; }
-  test::TempDir dir;
 };
 
 TEST_F(Training, ShortTrainingLowersTheLossAndWritesTheRunFolder) {
@@ -91,7 +83,7 @@ TEST_F(Training, ResumeInPlaceKeepsOneRowPerEpoch) {
 
 TEST_F(Training, PredictOnlyWritesPredictionsAndMetrics) {
   ASSERT_EQ(train("p", {"--set", "training.epochs=3"}).exit_code, 0);
-  const auto r = run_trainer({"--config", "p.yaml", "--predict-only", "--checkpoint", "last"}, dir.path());
+  const auto r = trainer({"--config", "p.yaml", "--predict-only", "--checkpoint", "last"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("baseline (predict the training mean)"), std::string::npos) << r.output;
   const auto pred = run("p") / "predictions" / "val.h5";
@@ -105,14 +97,14 @@ TEST_F(Training, PredictOnlyWritesPredictionsAndMetrics) {
 TEST_F(Training, SegmentationRunsEndToEnd) {
   test::make_phantom(dir / "s.h5", Task::kSegmentation, 6, 16);
   test::write_text(dir / "s.yaml", test::tiny_config("s.h5", "seg", Task::kSegmentation));
-  auto r = run_trainer({"--config", "s.yaml", "--set", "training.epochs=2"}, dir.path());
+  auto r = trainer({"--config", "s.yaml", "--set", "training.epochs=2"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto rows = read_csv(run("seg") / "metrics.csv");
   ASSERT_EQ(rows.size(), 2u);
   const double dice = std::stod(rows.back().at("val_dice"));
   EXPECT_GE(dice, 0.0);
   EXPECT_LE(dice, 1.0);
-  r = run_trainer({"--config", "s.yaml", "--predict-only"}, dir.path());
+  r = trainer({"--config", "s.yaml", "--predict-only"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(fs::exists(run("seg") / "predictions" / "val.h5"));
 }

@@ -17,19 +17,11 @@
 # safetensors or onnx package is a failure (scripts/setup.sh installs them).
 #   tests/integration/watch_and_export_test.sh BUILD_DIR [VENV_PYTHON]
 set -euo pipefail
-BUILD="$(cd "$1" && pwd)"
-PY="${2:-python3}"
-SRC="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$(dirname "$0")/../support/torch_test.sh"
+torch_test_setup watch "$@"
 TRAINER="$BUILD/trainer"
-if ! "$PY" -c "import torch" 2>/dev/null; then
-  echo "SKIP: no torch in $PY"
-  exit 77
-fi
 "$PY" -c "import tensorboard, safetensors, onnx, onnxscript" ||
   { echo "FAIL: $PY lacks tensorboard/safetensors/onnx/onnxscript (scripts/setup.sh installs them)"; exit 1; }
-T="$(mktemp -d "${TMPDIR:-/tmp}/u3d-watch-XXXXXX")"
-trap 'rm -rf "$T"' EXIT
-cd "$T"
 fail() { echo "FAIL: $*"; exit 1; }
 
 "$TRAINER" synth --task segmentation --cases 6 --size 16 --seed 0 --out seg.h5 >/dev/null 2>&1

@@ -70,12 +70,10 @@ class Reference(nn.Module):
         self.output = Out(f[0], n_class)
 
     def forward(self, x):
-        x = self.input_block(x)
-        skips = [x]
+        skips = [self.input_block(x)]
         for d in self.downsample:
-            x = d(x)
-            skips.append(x)
-        x = self.bottleneck(x)
+            skips.append(d(skips[-1]))
+        x = self.bottleneck(skips[-1])
         for u, s in zip(self.upsample, reversed(skips)):
             x = u(x, s)
         return self.output(x)

@@ -1,4 +1,4 @@
-// Configs and batches for the training-step tests (unit/train_step_test.cpp, unit/gpu_path_test.cpp).
+// Configs and batches for the training-step tests (unit/train/, gpu/train_step_cuda_test.cpp, gpu/gpu_fixes_test.cpp).
 #pragma once
 #include <torch/torch.h>
 
@@ -20,14 +20,15 @@ inline Config step_config(Precision precision, Toggle channels_last) {
   return cfg;
 }
 
-// A regression batch of 2 samples, 2 channels, 16^3 voxels, drawn from torch's CPU generator seeded
-// with `seed`: image N(0, 1), target U[0, 1), mask 1 on about 70% of the voxels (float32).
-inline Batch random_batch(uint64_t seed) {
+// A regression batch of 2 samples, `channels` channels, size^3 voxels, drawn from torch's CPU
+// generator seeded with `seed`: image N(0, 1), target U[0, 1), mask 1 on about 70% of the voxels
+// (float32). On a GPU: random_batch(...).to(device), the same values.
+inline Batch random_batch(uint64_t seed, int64_t channels = 2, int64_t size = 16) {
   torch::manual_seed(seed);
   Batch b;
-  b.image = torch::randn({2, 2, 16, 16, 16});
-  b.target = torch::rand({2, 1, 16, 16, 16});
-  b.mask = (torch::rand({2, 1, 16, 16, 16}) > 0.3).to(torch::kFloat);
+  b.image = torch::randn({2, channels, size, size, size});
+  b.target = torch::rand({2, 1, size, size, size});
+  b.mask = (torch::rand({2, 1, size, size, size}) > 0.3).to(torch::kFloat);
   return b;
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "u3d/io/synth.h"
 
@@ -42,12 +43,8 @@ void write_test_nifti(const fs::path& path, const TestNifti& v) {
   nim->dy = nim->pixdim[2] = v.pixdim[1];
   nim->dz = nim->pixdim[3] = v.pixdim[2];
   nim->qform_code = v.qform_code;
-  nim->quatern_b = v.quatern[0];
-  nim->quatern_c = v.quatern[1];
-  nim->quatern_d = v.quatern[2];
-  nim->qoffset_x = v.qoffset[0];
-  nim->qoffset_y = v.qoffset[1];
-  nim->qoffset_z = v.qoffset[2];
+  std::tie(nim->quatern_b, nim->quatern_c, nim->quatern_d) = std::tuple(v.quatern[0], v.quatern[1], v.quatern[2]);
+  std::tie(nim->qoffset_x, nim->qoffset_y, nim->qoffset_z) = std::tuple(v.qoffset[0], v.qoffset[1], v.qoffset[2]);
   nim->qfac = v.qfac;
   nim->qto_xyz = nifti_quatern_to_dmat44(nim->quatern_b, nim->quatern_c, nim->quatern_d, nim->qoffset_x, nim->qoffset_y,
                                          nim->qoffset_z, nim->dx, nim->dy, nim->dz, nim->qfac);

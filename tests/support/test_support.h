@@ -20,13 +20,22 @@ namespace fs = std::filesystem;
 
 namespace u3d::test {
 
+// Base of the helpers below that own a folder, a setting or a process: neither copied nor assigned.
+class NonCopyable {
+ public:
+  NonCopyable(const NonCopyable&) = delete;
+  NonCopyable& operator=(const NonCopyable&) = delete;
+
+ protected:
+  NonCopyable() = default;
+  ~NonCopyable() = default;
+};
+
 // A fresh folder under $TMPDIR (or /tmp), removed with everything in it on destruction.
-class TempDir {
+class TempDir : NonCopyable {
  public:
   TempDir();
   ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
   const fs::path& path() const { return path_; }
   fs::path operator/(const std::string& name) const { return path_ / name; }
 
@@ -42,12 +51,10 @@ struct CommandResult {
 // TF32 off for CUDA matmuls and convolutions while alive, then the previous settings back. For
 // CPU-versus-GPU equality checks: TF32 rounds operands to 10 mantissa bits (relative errors near
 // 1e-3), which would hide real differences behind a loose tolerance.
-class NoTf32 {
+class NoTf32 : NonCopyable {
  public:
   NoTf32();
   ~NoTf32();
-  NoTf32(const NoTf32&) = delete;
-  NoTf32& operator=(const NoTf32&) = delete;
 
  private:
   bool cublas_, cudnn_;
@@ -55,12 +62,10 @@ class NoTf32 {
 
 // training.deterministic's switches (set_deterministic, core/run.h: deterministic algorithms too,
 // as the trainer runs) while alive, then all off again.
-class Deterministic {
+class Deterministic : NonCopyable {
  public:
   Deterministic();
   ~Deterministic();
-  Deterministic(const Deterministic&) = delete;
-  Deterministic& operator=(const Deterministic&) = delete;
 };
 
 fs::path trainer_path();
@@ -87,12 +92,10 @@ struct ProcessOptions {
   fs::path log;
   fs::path program;  // the executable to run with the args (default: the trainer)
 };
-class TrainerProcess {
+class TrainerProcess : NonCopyable {
  public:
   TrainerProcess(const std::vector<std::string>& args, const fs::path& cwd, ProcessOptions options = {});
   ~TrainerProcess();
-  TrainerProcess(const TrainerProcess&) = delete;
-  TrainerProcess& operator=(const TrainerProcess&) = delete;
   int pid() const { return pid_; }
   void signal(int sig);
   bool running();

@@ -15,7 +15,7 @@
 //           then torch::autograd::grad of that output gives the gradients of x and of the parameters.
 //
 // Gradients equal those of the plain stage: the same kernels on the same inputs (bitwise in
-// deterministic fp32 on the CPU; tests/unit/unet_test.cpp). The cost: one more forward of each
+// deterministic fp32 on the CPU; tests/unit/model/unet_test.cpp). The cost: one more forward of each
 // checkpointed stage per step (about 1/3 more compute for a whole network); the memory saved: every
 // activation inside the stage. Use only in training with autograd on; `fn` must not change x.
 // Inside a CUDA graph capture it records like any backward; `preserve_rng` then cannot read the

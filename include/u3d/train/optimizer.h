@@ -19,7 +19,7 @@
 // buffers start at zero, which equals torch.optim.SGD's "first step copies the gradient" for
 // dampening 0. Gradient clipping uses foreach ops (one norm per tensor, one global norm, one
 // scale), as torch::nn::utils::clip_grad_norm_ does, without its host read.
-// Updates equal torch::optim::AdamW/Adam/SGD to float32 rounding (tests/unit/optimizer_test.cpp).
+// Updates equal torch::optim::AdamW/Adam/SGD to float32 rounding (tests/unit/train/optimizer_test.cpp).
 #pragma once
 #include <torch/torch.h>
 

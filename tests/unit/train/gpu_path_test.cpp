@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "batches.h"
+#include "fixtures.h"
 #include "test_support.h"
 #include "u3d/core/run.h"
 #include "u3d/model/autocast.h"
@@ -210,15 +211,11 @@ TEST(GpuPathFixes, ResumeAcrossALayoutChangeKeepsValuesAndTrains) {
 
 // Validation and prediction run under the training precision's autocast; outputs stay float32.
 TEST(GpuPathFixes, SlidingWindowPredictionUnderBf16AutocastStaysFloat32AndClose) {
-  ModelConfig m;
-  m.levels = 2;
-  m.base_filters = 4;
+  ModelConfig m = test::unet_config(2);
   torch::manual_seed(3);
   Network net = build_network(m, 2, 1);
   const torch::Tensor image = torch::randn({2, 20, 18, 16});
-  SlidingWindowOptions o;
-  o.patch = {16, 16, 16};
-  o.batch_size = 2;
+  SlidingWindowOptions o = test::window({16, 16, 16}, 2);
   const torch::Tensor fp32 = sliding_window_predict(*net, image, o, torch::kCPU);
   o.autocast = at::kBFloat16;
   o.channels_last = true;

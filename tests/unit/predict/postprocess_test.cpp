@@ -1,4 +1,5 @@
 #include "u3d/predict/postprocess.h"
+#include "fixtures.h"
 
 #include <gtest/gtest.h>
 
@@ -83,11 +84,7 @@ TEST(Postprocess, ChecksRefuseWhatDoesNotFit) {
 // post-processed labels, with component removal across the slabs the output arrives in.
 TEST(Postprocess, CaseOutputWritesAndScoresThePostprocessedLabels) {
   test::TempDir dir;
-  DatasetInfo info;
-  info.task = Task::kSegmentation;
-  info.channel_names = {"image"};
-  info.num_classes = 2;
-  info.class_names = {"background", "fg"};
+  DatasetInfo info = test::segmentation_info({"image"}, {"background", "fg"});
   const Preprocessor pre(DataConfig{}, info);
   auto truth = torch::zeros({8, 8, 8}, torch::kUInt8);
   for (int64_t z = 2; z < 7; ++z) truth[z][5][5] = 1;  // the 5-voxel line only

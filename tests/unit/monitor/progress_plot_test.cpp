@@ -23,34 +23,17 @@ namespace fs = std::filesystem;
 using test::TempDir;
 using test::write_text;
 
-const std::vector<std::string> kSegColumns = {"epoch",
-                                              "step",
-                                              "lr",
-                                              "train_loss",
-                                              "val_loss",
-                                              "val_dice",
-                                              "val_pseudo_dice",
-                                              "val_pseudo_dice_ema",
-                                              "best",
-                                              "epoch_seconds",
-                                              "data_seconds",
-                                              "data_share",
-                                              "samples_per_second",
-                                              "skipped_steps"};
-const std::vector<std::string> kDoseColumns = {"epoch",
-                                               "step",
-                                               "lr",
-                                               "train_loss",
-                                               "val_loss",
-                                               "val_mae",
-                                               "val_dose_score",
-                                               "val_dvh_score",
-                                               "best",
-                                               "epoch_seconds",
-                                               "data_seconds",
-                                               "data_share",
-                                               "samples_per_second",
-                                               "skipped_steps"};
+// metrics.csv's columns: the common ones around the task's validation `scores`.
+std::vector<std::string> columns(const std::vector<std::string>& scores) {
+  std::vector<std::string> c = {"epoch", "step", "lr", "train_loss", "val_loss"};
+  c.insert(c.end(), scores.begin(), scores.end());
+  for (const char* tail :
+       {"best", "epoch_seconds", "data_seconds", "data_share", "samples_per_second", "skipped_steps"})
+    c.push_back(tail);
+  return c;
+}
+const std::vector<std::string> kSegColumns = columns({"val_dice", "val_pseudo_dice", "val_pseudo_dice_ema"});
+const std::vector<std::string> kDoseColumns = columns({"val_mae", "val_dose_score", "val_dvh_score"});
 
 using FieldFn = std::function<std::string(const std::string& column, int epoch)>;
 

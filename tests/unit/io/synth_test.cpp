@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "fixtures.h"
 #include "test_support.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
@@ -136,11 +137,7 @@ TEST(Synth, SurfaceCaseHasThinSheetsAndUnlabeledSlabs) {
 
 TEST(Synth, SurfaceDatasetRecordsTheIgnoreLabel) {
   test::TempDir dir;
-  PhantomOptions o;
-  o.task = Task::kSegmentation;
-  o.kind = PhantomKind::kSurface;
-  o.cases = 3;
-  o.size = {24, 24, 24};
+  PhantomOptions o = test::surface_phantom(3, 24);
   o.seed = 7;
   write_phantom_dataset(o, dir / "s.h5");
   DatasetReader r(dir / "s.h5");
@@ -157,11 +154,7 @@ TEST(Synth, SurfaceDatasetRecordsTheIgnoreLabel) {
 
 TEST(Synth, SurfaceNnunetFolderNamesTheIgnoreLabel) {
   test::TempDir dir;
-  PhantomOptions o;
-  o.task = Task::kSegmentation;
-  o.kind = PhantomKind::kSurface;
-  o.cases = 2;
-  o.size = {16, 16, 16};
+  PhantomOptions o = test::surface_phantom(2, 16);
   write_phantom_nnunet_raw(o, dir / "Dataset901_Surface");
   const std::string json = read_file(dir / "Dataset901_Surface" / "dataset.json");
   EXPECT_NE(json.find(R"("labels": {"background": 0, "surface": 1, "ignore": 2})"), std::string::npos) << json;

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "fixtures.h"
 #include "u3d/predict/predictor.h"
 
 namespace u3d {
@@ -45,10 +46,8 @@ TEST(Predictor, GaussianMapIsSymmetricWithPeakOne) {
 TEST(Predictor, SlidingWindowReproducesAVoxelwiseNetworkExactly) {
   auto net = std::make_shared<Doubler>();
   const auto image = torch::randn({2, 20, 13, 30});
-  SlidingWindowOptions o;
-  o.patch = {8, 8, 16};
+  SlidingWindowOptions o = test::window({8, 8, 16}, 3);
   o.overlap = 0.5;
-  o.batch_size = 3;
   const auto out = sliding_window_predict(*net, image, o, torch::kCPU);
   ASSERT_EQ(out.sizes(), (torch::IntArrayRef{1, 20, 13, 30}));
   EXPECT_TRUE(torch::allclose(out[0], image[0] * 2.0, 1e-5, 1e-5));
@@ -81,10 +80,7 @@ class Ramp : public NetworkImpl {
 TEST(Predictor, MirrorTtaIsOneBatchedPassAndKeepsEquivariantOutputs) {
   auto net = std::make_shared<Doubler>();
   const auto image = torch::randn({1, 8, 8, 8});
-  SlidingWindowOptions o;
-  o.patch = {8, 8, 8};
-  o.batch_size = 1;
-  o.mirror = true;
+  SlidingWindowOptions o = test::window({8, 8, 8}, 1, /*mirror=*/true);
   const auto out = sliding_window_predict(*net, image, o, torch::kCPU);
   EXPECT_EQ(net->calls, 1);
   EXPECT_EQ(net->batch_sizes.front(), 8);  // 8 mirrorings of the one window, together

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "fixtures.h"
 #include "test_support.h"
 #include "u3d/core/config.h"
 #include "u3d/model/model_export.h"
@@ -19,10 +20,8 @@ namespace u3d {
 namespace {
 
 ModelConfig small_model(Architecture architecture, Norm norm) {
-  ModelConfig m;
+  ModelConfig m = test::unet_config(3);
   m.architecture = architecture;
-  m.levels = 3;
-  m.base_filters = 4;
   m.norm = norm;
   if (architecture == Architecture::kResEncUNet) {
     m.convs_per_level = 1;

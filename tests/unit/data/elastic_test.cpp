@@ -6,6 +6,7 @@
 
 #include <set>
 
+#include "fixtures.h"
 #include "test_support.h"
 #include "u3d/data/augment.h"
 #include "u3d/data/device_sampler.h"
@@ -18,39 +19,17 @@ namespace {
 // Five cases of two sizes: an integer image channel (uint8 field), a float channel, labels
 // {0, 1, 2, 255} (255: an ignore label) or a float target, and a loss mask.
 StackedCache cases(bool segmentation) {
-  torch::manual_seed(6);
-  std::vector<CachedCase> out;
-  for (int64_t i = 0; i < 5; ++i) {
-    const int64_t d = i % 2 ? 15 : 13;
-    CachedCase c;
-    c.id = "e" + std::to_string(i);
-    c.image = torch::cat({torch::randint(0, 9, {1, d, 14, 16}).to(torch::kFloat), torch::randn({1, d, 14, 16})});
-    if (segmentation) {
-      c.target = torch::randint(0, 4, {d, 14, 16}).to(torch::kUInt8);
-      c.target.masked_fill_(c.target == 3, 255);
-    } else {
-      c.target = torch::rand({1, d, 14, 16});
-    }
-    c.mask = (torch::rand({1, d, 14, 16}) > 0.3).to(torch::kUInt8);
-    out.push_back(c);
-  }
-  return StackedCache::from_cases(out);
+  return StackedCache::from_cases(
+      test::random_cases("e", 5, {13, 14, 16}, 6, /*labels=*/segmentation ? 4 : 0, /*top_label_ignored=*/true));
 }
 
 SamplerOptions options(double elastic_prob, double magnitude) {
-  SamplerOptions o;
-  o.patch = {10, 12, 12};
-  o.batch_size = 3;
-  o.seed = 21;
-  o.augment.flip_prob = 0.5;
-  o.augment.rot90_prob = 0.5;
+  SamplerOptions o = test::flip_rot_sampler({10, 12, 12}, 3, 21);
   o.augment.rot90_plane = {1, 2};
   o.augment.intensity_prob = 0.5;
   o.foreground_fraction = 0.3;
   o.foreground = "mask";
-  o.augment.elastic_prob = elastic_prob;
-  o.augment.elastic_magnitude = magnitude;
-  o.augment.elastic_grid = 4;
+  test::set_elastic(o, elastic_prob, magnitude, 4);
   o.pad_value = -3;
   return o;
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "batches.h"
+#include "fixtures.h"
 #include "test_support.h"
 #include "u3d/core/errors.h"
 #include "u3d/model/unet.h"
@@ -189,9 +190,7 @@ TEST(TrainStep, RefusesFp16AndCudaGraphsOnCpu) {
 }
 
 TEST(ChannelsLast, WeightsTakeTheLayoutAndGiveTheSameOutput) {
-  ModelConfig m;
-  m.levels = 3;
-  m.base_filters = 4;
+  ModelConfig m = test::unet_config(3);
   torch::manual_seed(2);
   Network a = build_network(m, 2, 1);
   torch::manual_seed(2);
@@ -224,9 +223,7 @@ TEST(Flops, CountsConvolutionsAndTransposedConvolutionsByHand) {
 }
 
 TEST(Flops, ForwardFlopsOfATinyUNetMatchTheHandCount) {
-  ModelConfig m;
-  m.levels = 3;
-  m.base_filters = 4;  // filters 4, 8, 16; two 3x3x3 convs per level
+  ModelConfig m = test::unet_config(3);  // filters 4, 8, 16; two 3x3x3 convs per level
   Network net = build_network(m, 1, 1);
   // MACs at 16^3 (hand count): encoder 442368 + 1769472 | 442368 + 884736 | 221184 + 442368;
   // up 16->8 (k2 s2, 4^3 inputs) 65536; decoder 1769472 + 884736; up 8->4 (8^3 inputs) 131072;

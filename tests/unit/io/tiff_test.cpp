@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 
+#include "fixtures.h"
 #include "nifti_support.h"
 #include "test_support.h"
 #include "u3d/core/errors.h"
@@ -315,11 +316,7 @@ TEST_F(ImportTiff, ImagesWithoutLabelsMakeADatasetToPredict) {
 
 TEST(ImportTiffPhantom, SynthFoldersImportAsTheyWereMade) {
   test::TempDir dir;
-  PhantomOptions p;
-  p.task = Task::kSegmentation;
-  p.kind = PhantomKind::kSurface;
-  p.cases = 3;
-  p.size = {16, 16, 16};
+  PhantomOptions p = test::surface_phantom(3, 16);
   write_phantom_tiff(p, dir / "phantom");
   TiffImportOptions o;
   o.images = dir / "phantom" / "images";

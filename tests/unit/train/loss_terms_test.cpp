@@ -2,6 +2,7 @@
 // per-term sums the step monitor keeps for metrics.csv (train/losses.h, train/step_monitor.h).
 #include <gtest/gtest.h>
 
+#include "fixtures.h"
 #include "test_support.h"
 #include "u3d/core/config.h"
 #include "u3d/core/errors.h"
@@ -269,11 +270,7 @@ TEST(StepMonitorTerms, SnapshotsAreExactOnTheCpuAndBelongToTheirEpoch) {
 
 TEST(DatasetIgnoreLabel, IsRecordedAndAllowedAboveTheClasses) {
   test::TempDir dir;
-  DatasetInfo info;
-  info.task = Task::kSegmentation;
-  info.channel_names = {"image"};
-  info.num_classes = 2;
-  info.class_names = {"background", "surface"};
+  DatasetInfo info = test::segmentation_info({"image"}, {"background", "surface"});
   info.ignore_label = 2;
   CaseData c;
   c.id = "a";

@@ -2,6 +2,7 @@
 // the streaming sliding window, resampling of a slab stream, CT normalisation and the config keys.
 #include <gtest/gtest.h>
 
+#include "fixtures.h"
 #include "test_support.h"
 #include "u3d/core/config.h"
 #include "u3d/core/errors.h"
@@ -15,9 +16,7 @@ namespace u3d {
 namespace {
 
 ModelConfig small_model(bool deep) {
-  ModelConfig m;
-  m.levels = 4;
-  m.base_filters = 4;
+  ModelConfig m = test::unet_config(4);
   m.deep_supervision = deep;
   return m;
 }
@@ -121,10 +120,8 @@ TEST(StreamingPrediction, SlabsInOrderEqualTheWholeVolumeBlend) {
   net->eval();
   const auto image = torch::randn({1, 29, 12, 10});  // 7 x 2 x 2 windows
   for (int64_t batch : {1, 3, 5}) {
-    SlidingWindowOptions o;
-    o.patch = {8, 8, 8};
+    SlidingWindowOptions o = test::window({8, 8, 8}, batch);
     o.overlap = 0.5;
-    o.batch_size = batch;
     RecordingSink sink;
     sliding_window_predict(*net, image, o, torch::kCPU, sink);
     int64_t next = 0;

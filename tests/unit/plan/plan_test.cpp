@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "fixtures.h"
 #include "test_support.h"
 #include "u3d/core/config.h"
 #include "u3d/core/errors.h"
@@ -24,11 +25,7 @@ constexpr int64_t kD = 4, kH = 5, kW = 6, kV = kD * kH * kW;
 // Three segmentation cases of 4 x 5 x 6 voxels: channel "mri" = 100 i + voxel index, channel "ptv" a 0/1
 // mask; labels 1 on voxels 0..29, 2 on voxels 30..39, 0 elsewhere; spacing (1, 1, 1 + i).
 void write_seg_dataset(const fs::path& path, double offset = 0, bool with_val = true) {
-  DatasetInfo info;
-  info.task = Task::kSegmentation;
-  info.channel_names = {"mri", "ptv"};
-  info.num_classes = 3;
-  info.class_names = {"background", "liver", "tumour"};
+  DatasetInfo info = test::segmentation_info({"mri", "ptv"}, {"background", "liver", "tumour"});
   DatasetWriter writer(path, info);
   std::vector<std::string> ids;
   for (int64_t i = 0; i < 3; ++i) {
@@ -228,9 +225,7 @@ TEST(Planner, PatchFitsTheBudgetDividesAndYamlLoads) {
   EXPECT_GE(plan.batch, 2);
   EXPECT_LT(plan.patch[0] * plan.patch[1] * plan.patch[2], 256 * 256 * 256);  // 8 GiB cannot take the whole volume
   EXPECT_LE(static_cast<double>(plan.step_bytes), 0.85 * 8 * 1024.0 * 1024 * 1024);
-  ModelConfig m;
-  m.levels = plan.levels;
-  m.base_filters = 32;
+  ModelConfig m = test::unet_config(plan.levels, 32);
   m.deep_supervision = true;
   EXPECT_EQ(plan.step_bytes, estimate_step_bytes(m, 1, 3, plan.patch, plan.batch, 2, 1, 6));
   // The search stops close to the budget: the next larger candidate did not fit.
@@ -288,9 +283,7 @@ TEST(MemoryModel, ParameterCountIsExact) {
 }
 
 TEST(MemoryModel, EstimateWithinToleranceOfTheCpuMeasurementOutsideTheCalibrationSet) {
-  ModelConfig m;
-  m.levels = 4;
-  m.base_filters = 12;
+  ModelConfig m = test::unet_config(4, 12);
   m.deep_supervision = true;
   const Shape3 patch = {48, 64, 32};
   const int64_t measured = measure_step_bytes_cpu(m, 1, 3, patch, 2);

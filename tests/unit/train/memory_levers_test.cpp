@@ -8,6 +8,7 @@
 #include <set>
 
 #include "batches.h"
+#include "fixtures.h"
 #include "test_support.h"
 #include "u3d/core/config.h"
 #include "u3d/core/errors.h"
@@ -214,9 +215,7 @@ TEST(ActivationCheckpointing, KeepsOnlyEachBlocksInputForBackward) {
   EXPECT_NE(ckpt.grad_fn()->name().find("CheckpointFunction"), std::string::npos) << ckpt.grad_fn()->name();
   EXPECT_EQ(plain.grad_fn()->name(), "ConvolutionBackward0");
   // Outside training or without autograd the network runs its stages plainly.
-  ModelConfig m;
-  m.levels = 2;
-  m.base_filters = 4;
+  ModelConfig m = test::unet_config(2);
   m.activation_checkpointing = Checkpointing::kAll;
   Network net = build_network(m, 2, 1);
   net->eval();

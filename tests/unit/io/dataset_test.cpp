@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include "fixtures.h"
 #include "test_support.h"
 #include "u3d/core/errors.h"
 #include "u3d/io/dataset.h"
@@ -9,11 +10,7 @@ namespace u3d {
 namespace {
 
 DatasetInfo seg_info() {
-  DatasetInfo info;
-  info.task = Task::kSegmentation;
-  info.channel_names = {"t1", "t2"};
-  info.num_classes = 3;
-  info.class_names = {"background", "a", "b"};
+  DatasetInfo info = test::segmentation_info({"t1", "t2"}, {"background", "a", "b"});
   return info;
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include "fixtures.h"
 #include "test_support.h"
 #include "u3d/core/errors.h"
 #include "u3d/data/cache.h"
@@ -11,12 +12,7 @@
 namespace u3d {
 namespace {
 
-DataConfig dose_data() {
-  DataConfig d;
-  d.normalize = {"clip:-1000:1000", "none", "none", "none", "none"};
-  d.target_scale = 70;
-  return d;
-}
+using test::dose_data;
 
 SamplerOptions whole_volume(int64_t size) {
   SamplerOptions o;

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "fixtures.h"
 #include "test_support.h"
 #include "u3d/core/errors.h"
 #include "u3d/data/device_sampler.h"
@@ -15,31 +16,11 @@ namespace {
 
 // Seven cases of two sizes; channel 0 holds integers (uint8 field), channel 1 floats, labels 0..2.
 StackedCache mixed_cache(bool segmentation = false) {
-  torch::manual_seed(4);
-  std::vector<CachedCase> cases;
-  for (int64_t i = 0; i < 7; ++i) {
-    const int64_t d = i % 2 ? 14 : 12;
-    CachedCase c;
-    c.id = "case" + std::to_string(i);
-    c.image = torch::cat({torch::randint(0, 9, {1, d, 12, 13}).to(torch::kFloat), torch::randn({1, d, 12, 13})});
-    if (segmentation) {
-      c.target = torch::randint(0, 3, {d, 12, 13}).to(torch::kUInt8);
-    } else {
-      c.target = torch::rand({1, d, 12, 13});
-    }
-    c.mask = (torch::rand({1, d, 12, 13}) > 0.3).to(torch::kUInt8);
-    cases.push_back(c);
-  }
-  return StackedCache::from_cases(cases);
+  return StackedCache::from_cases(test::random_cases("case", 7, {12, 12, 13}, 4, /*labels=*/segmentation ? 3 : 0));
 }
 
 SamplerOptions options() {
-  SamplerOptions o;
-  o.patch = {8, 8, 8};
-  o.batch_size = 3;
-  o.seed = 5;
-  o.augment.flip_prob = 0.5;
-  o.augment.rot90_prob = 0.5;
+  SamplerOptions o = test::flip_rot_sampler({8, 8, 8}, 3, 5);
   o.augment.rot90_plane = {1, 2};
   o.foreground_fraction = 0.4;
   o.foreground = "mask";

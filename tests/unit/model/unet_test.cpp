@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "fixtures.h"
 #include "u3d/model/mean_pool.h"
 #include "u3d/model/openkbp_baseline.h"
 #include "u3d/model/unet.h"
@@ -10,9 +11,7 @@ namespace u3d {
 namespace {
 
 ModelConfig small(int64_t levels, Norm norm) {
-  ModelConfig m;
-  m.levels = levels;
-  m.base_filters = 4;
+  ModelConfig m = test::unet_config(levels);
   m.norm = norm;
   return m;
 }

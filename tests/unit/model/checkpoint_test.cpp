@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "fixtures.h"
 #include "test_support.h"
 #include "u3d/core/errors.h"
 #include "u3d/model/checkpoint.h"
@@ -14,9 +15,7 @@ namespace u3d {
 namespace {
 
 ModelConfig tiny_model() {
-  ModelConfig m;
-  m.levels = 2;
-  m.base_filters = 4;
+  ModelConfig m = test::unet_config(2);
   m.norm = Norm::kBatch;  // has running-stat buffers, which must round-trip too
   return m;
 }

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "fixtures.h"
 #include "test_support.h"
 #include "u3d/core/errors.h"
 #include "u3d/data/cache.h"
@@ -195,18 +196,11 @@ TEST(TruthMaps, ACacheTooLargeNamesTheMapsShare) {
 }
 
 SamplerOptions sampler_options(bool resample) {
-  SamplerOptions o;
-  o.patch = {8, 12, 12};
-  o.batch_size = 3;
-  o.seed = 5;
-  o.augment.flip_prob = 0.5;
-  o.augment.rot90_prob = 0.5;
+  SamplerOptions o = test::flip_rot_sampler({8, 12, 12}, 3, 5);
   o.augment.rot90_plane = {1, 2};
   if (resample) {
     o.augment.affine_prob = 0.5;
-    o.augment.elastic_prob = 0.7;
-    o.augment.elastic_magnitude = 2.5;
-    o.augment.elastic_grid = 3;
+    test::set_elastic(o, 0.7, 2.5, 3);
   }
   o.foreground_fraction = 0.5;
   o.foreground = "labels:1,2";

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""The house rules of CONTRIBUTING.md, checked on the source tree (ctest `house_rules`, label unit).
+
+  house_rules.py SOURCE_DIR      lists every breach, one a line, and exits 1 when there is one
+  house_rules.py --self-check    checks the checker on a small forged tree (ctest `house_rules.self_check`)
+
+The rules:
+  - no file in src/ or include/ over 500 lines;
+  - a file in src/<room>/ or include/u3d/<room>/ includes "u3d/<other>/..." only for the rooms
+    ROOMS allows it (src/main.cpp counts as app); src/app/predict_command.cpp and
+    src/app/export_command.cpp include no u3d/train/ header;
+  - a header private to a folder (a .h in src/<room>/) is included only from that folder, as
+    "<name>.h", and what it names exists there; include/ and tests/ include no source-private header.
+"""
+import os
+import re
+import sys
+import tempfile
+
+MAX_LINES = 500
+
+# The room include table of CONTRIBUTING.md: a room includes only these rooms' headers.
+ROOMS = {
+    "core": {"core"},
+    "io": {"core", "io"},
+    "data": {"core", "io", "data"},
+    "model": {"core", "io", "data", "model"},
+    "monitor": {"core", "io", "monitor"},
+    "evaluate": {"core", "io", "data", "model", "evaluate"},
+    "predict": {"core", "io", "data", "model", "monitor", "evaluate", "predict"},
+    "plan": {"core", "io", "data", "model", "evaluate", "plan"},
+    "train": {"core", "io", "data", "model", "monitor", "evaluate", "predict", "train"},
+}
+ROOM_ORDER = ["core", "io", "data", "model", "monitor", "evaluate", "predict", "plan", "train", "app"]
+# Files held to a narrower rule than their room's: path -> rooms they may not include.
+NARROWER = {
+    "src/app/predict_command.cpp": {"train"},
+    "src/app/export_command.cpp": {"train"},
+}
+
+PROJECT_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]u3d/([^/">]+)/')
+LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+SOURCE_SUFFIXES = (".h", ".hpp", ".cpp", ".cc", ".c")
+
+
+def files_under(root, top):
+    """Paths relative to root of every file below root/top, sorted."""
+    out = []
+    for folder, dirs, names in os.walk(os.path.join(root, top)):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        out += [os.path.relpath(os.path.join(folder, n), root) for n in names]
+    return sorted(p.replace(os.sep, "/") for p in out)
+
+
+def read_lines(root, path):
+    with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
+        return f.read().splitlines()
+
+
+def room_of(path):
+    """The room of a src/ or include/ file ("app" for src/main.cpp), or None outside the rooms."""
+    parts = path.split("/")
+    if parts[0] == "src":
+        return parts[1] if len(parts) > 2 else "app"
+    if parts[:2] == ["include", "u3d"] and len(parts) > 3:
+        return parts[2]
+    return None
+
+
+def allowed_text(room):
+    return ", ".join(r for r in ROOM_ORDER if r in ROOMS[room])
+
+
+def check(root):
+    """Every breach of the rules in the tree at root, one line each, in file order."""
+    findings = []
+    sources = files_under(root, "src") + files_under(root, "include")
+    private = {p for p in files_under(root, "src") if p.endswith(".h") and p.count("/") == 2}
+    private_names = {p.rsplit("/", 1)[1]: p for p in private}
+    for path in sources:
+        lines = read_lines(root, path)
+        if len(lines) > MAX_LINES:
+            findings.append(f"{path}: {len(lines)} lines, over the {MAX_LINES}-line limit (split it along a concept)")
+        if not path.endswith(SOURCE_SUFFIXES):
+            continue
+        room = room_of(path)
+        if room is not None and room != "app" and room not in ROOMS:
+            findings.append(f"{path}: room '{room}' is not in the room include table (tests/rules/house_rules.py, CONTRIBUTING.md)")
+            room = None
+        for number, line in enumerate(lines, 1):
+            m = PROJECT_INCLUDE.match(line)
+            if m:
+                other = m.group(1)
+                if room in ROOMS and other not in ROOMS[room]:
+                    findings.append(f"{path}:{number}: {room} may not include u3d/{other}/ "
+                                    f"(it may include {allowed_text(room)})")
+                elif other in NARROWER.get(path, ()):
+                    findings.append(f"{path}:{number}: {path.rsplit('/', 1)[1]} may not include u3d/{other}/")
+                continue
+            m = LOCAL_INCLUDE.match(line)
+            if not m:
+                continue
+            name = m.group(1)
+            if path.startswith("include/"):
+                findings.append(f'{path}:{number}: a public header includes "{name}": only "u3d/<room>/<name>.h" '
+                                "(a source-private header stays beside its sources)")
+            elif "/" in name:
+                findings.append(f'{path}:{number}: includes "{name}": a source-private header is included from '
+                                "its own folder as \"<name>.h\", never across folders")
+            elif os.path.dirname(path) + "/" + name not in private and name in private_names:
+                findings.append(f'{path}:{number}: includes "{name}", private to {os.path.dirname(private_names[name])}/')
+    for path in files_under(root, "tests"):
+        if not path.endswith(SOURCE_SUFFIXES):
+            continue
+        for number, line in enumerate(read_lines(root, path), 1):
+            m = LOCAL_INCLUDE.match(line)
+            if m and "src/" in m.group(1):
+                findings.append(f'{path}:{number}: includes "{m.group(1)}", a source-private header')
+    return findings
+
+
+def self_check():
+    """The checker finds each kind of breach in a forged tree, and nothing in a clean one."""
+    files = {
+        "src/core/text.cpp": '#include "u3d/core/text.h"\n',
+        "src/core/long.cpp": "int x;\n" * (MAX_LINES + 1),
+        "src/core/fits.cpp": "int y;\n" * MAX_LINES,
+        "src/io/h5.cpp": '#include "u3d/core/files.h"\n#include "u3d/data/batch.h"\n',
+        "include/u3d/plan/planner.h": '#pragma once\n#include "u3d/train/trainer.h"\n',
+        "src/app/predict_command.cpp": '#include "u3d/predict/predictor.h"\n#include "u3d/train/amp.h"\n',
+        "src/app/train_command.cpp": '#include "u3d/train/trainer.h"\n',
+        "src/main.cpp": '#include "u3d/train/trainer.h"\n',
+        "src/data/compact_case.h": "#pragma once\n",
+        "src/data/cache.cpp": '#include "compact_case.h"\n',
+        "src/io/dataset.cpp": '#include "compact_case.h"\n',
+        "src/io/other.cpp": '#include "../data/compact_case.h"\n',
+        "include/u3d/data/cache.h": '#pragma once\n#include "compact_case.h"\n',
+        "src/state/store.cpp": '#include "u3d/core/files.h"\n',
+        "tests/unit/data/cache_test.cpp": '#include "test_support.h"\n#include "../../../src/data/compact_case.h"\n',
+    }
+    expected = [
+        "src/app/predict_command.cpp:2: predict_command.cpp may not include u3d/train/",
+        "src/core/long.cpp: 501 lines, over the 500-line limit (split it along a concept)",
+        "src/io/dataset.cpp:1: includes \"compact_case.h\", private to src/data/",
+        "src/io/h5.cpp:2: io may not include u3d/data/ (it may include core, io)",
+        "src/io/other.cpp:1: includes \"../data/compact_case.h\": a source-private header is included from its "
+        "own folder as \"<name>.h\", never across folders",
+        "src/state/store.cpp: room 'state' is not in the room include table (tests/rules/house_rules.py, CONTRIBUTING.md)",
+        "include/u3d/data/cache.h:2: a public header includes \"compact_case.h\": only \"u3d/<room>/<name>.h\" "
+        "(a source-private header stays beside its sources)",
+        "include/u3d/plan/planner.h:2: plan may not include u3d/train/ (it may include core, io, data, model, evaluate, plan)",
+        "tests/unit/data/cache_test.cpp:2: includes \"../../../src/data/compact_case.h\", a source-private header",
+    ]
+    with tempfile.TemporaryDirectory() as root:
+        for path, text in files.items():
+            os.makedirs(os.path.join(root, os.path.dirname(path)), exist_ok=True)
+            with open(os.path.join(root, path), "w") as f:
+                f.write(text)
+        found = check(root)
+    if found != expected:
+        print("house_rules self-check: findings differ from the expected ones")
+        print("found:\n  " + "\n  ".join(found))
+        print("expected:\n  " + "\n  ".join(expected))
+        return 1
+    print(f"house_rules self-check: the {len(expected)} forged breaches found, nothing else")
+    return 0
+
+
+def main(argv):
+    if argv[1:] == ["--self-check"]:
+        return self_check()
+    if len(argv) != 2 or not os.path.isdir(os.path.join(argv[1], "src")):
+        print(__doc__)
+        return 2
+    findings = check(argv[1])
+    for line in findings:
+        print(line)
+    if findings:
+        print(f"{len(findings)} breach(es) of the house rules (CONTRIBUTING.md)")
+        return 1
+    print("house rules hold: no file over 500 lines, every include within its room's table")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

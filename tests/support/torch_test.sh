@@ -1,0 +1,35 @@
+# Sourced by the shell tests that need the torch venv's Python (tests/bundle/*_mirror_test.sh,
+# tests/integration/watch_and_export_test.sh), called as `test.sh BUILD_DIR [VENV_PYTHON]`.
+#   torch_test_setup NAME BUILD_DIR [VENV_PYTHON]
+# sets BUILD (the build folder), PY (the Python, default python3) and SRC (the source tree); exits
+# 77 (skipped) when PY has no torch; else makes the scratch folder T (u3d-NAME-*, removed on exit)
+# and enters it.
+torch_test_setup() {
+  BUILD="$(cd "$2" && pwd)"
+  PY="${3:-python3}"
+  SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+  if ! "$PY" -c "import torch" 2>/dev/null; then
+    echo "SKIP: no torch in $PY"
+    exit 77
+  fi
+  T="$(mktemp -d "${TMPDIR:-/tmp}/u3d-$1-XXXXXX")"
+  trap 'rm -rf "$T"' EXIT
+  cd "$T"
+}
+
+# Runs scripts/bench/compare.py (one step each, eager: the trainer against the PyTorch network)
+# with COMPARE_ARGS; status 1 unless it reports architecture ARCH with equal parameters and FLOPs;
+# exits 1 when compare.py itself fails.
+#   compare_same_network ARCH COMPARE_ARGS...
+compare_same_network() {
+  local arch="$1" out
+  shift
+  out="$("$PY" "$SRC/scripts/bench/compare.py" --trainer "$BUILD/trainer" --python "$PY" --steps 1 --warmup 0 \
+    --variants eager "$@" 2>&1)" || { echo "$out" | tail -5; echo "FAIL: compare.py"; exit 1; }
+  echo "$out" | grep '"benchmark": "compare"' | ARCH="$arch" "$PY" -c '
+import json, os, sys
+d = json.load(sys.stdin)
+print("compare.py:", {k: d[k] for k in ("architecture", "parameters", "pytorch_parameters", "parameters_equal", "flops_equal")})
+sys.exit(0 if d["parameters_equal"] and d["flops_equal"] and d["architecture"] == os.environ["ARCH"] else 1)' ||
+    { echo "FAIL: compare.py: not the same network"; return 1; }
+}
