@@ -1,4 +1,4 @@
-// trainer --benchmark [step]: the training step alone (include/u3d/benchmark.h).
+// trainer --benchmark [step]: the training step alone (include/u3d/app/benchmark.h).
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <fmt/ranges.h>

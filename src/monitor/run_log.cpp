@@ -114,7 +114,8 @@ void RunLog::progress(const EpochPosition& at, const torch::Device& device) {
   p.steps_per_second = 1.0 / per_step;
   p.data_share = at.data_seconds / elapsed;
   p.seconds_left = per_step * static_cast<double>(steps - at.step);
-  p.run_seconds_left = p.seconds_left + per_step * static_cast<double>(steps * (settings_.cfg.training.epochs - at.epoch));
+  p.run_seconds_left =
+      p.seconds_left + per_step * static_cast<double>(steps * (settings_.cfg.training.epochs - at.epoch));
   p.skipped = at.skipped;
   p.gpu_bytes = gpu_memory_in_use(device, &p.gpu_total);
   progress(p);

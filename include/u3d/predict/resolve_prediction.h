@@ -20,9 +20,9 @@
 #include "u3d/core/config.h"
 #include "u3d/data/preprocess.h"
 #include "u3d/io/dataset.h"
+#include "u3d/model/checkpoint.h"
 #include "u3d/predict/postprocess.h"
 #include "u3d/predict/predictor.h"
-#include "u3d/model/checkpoint.h"
 
 namespace u3d {
 

@@ -1,4 +1,4 @@
-// The one test-fault parser (include/u3d/faults.h): every kind, ranges, and malformed items as
+// The one test-fault parser (include/u3d/core/faults.h): every kind, ranges, and malformed items as
 // usage errors naming the item.
 #include <gtest/gtest.h>
 

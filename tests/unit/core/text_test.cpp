@@ -1,4 +1,4 @@
-// The one list splitter and strict number parsers (include/u3d/text.h) that every comma list of
+// The one list splitter and strict number parsers (include/u3d/core/text.h) that every comma list of
 // the CLI and the config goes through.
 #include <gtest/gtest.h>
 
