@@ -21,8 +21,12 @@
 namespace u3d {
 namespace {
 
+// UsageError for an output that exists (without --force) or is a folder (--force replaces a file only).
 void refuse_existing(const std::filesystem::path& path, bool force) {
   std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw UsageError(fmt::format("plan: --out {} is a folder; give the YAML file to write", path.string()));
+  }
   if (std::filesystem::exists(path, ec) && !force) {
     throw UsageError(fmt::format("plan: {} exists; pass --force to replace it", path.string()));
   }

@@ -131,6 +131,10 @@ TEST_F(PlanCli, NameIsARunNameAndTheOutputIsNeverAnInput) {
     EXPECT_TRUE(contains(r.output, "plan: --out " + out + " is the input")) << r.output;
   }
   EXPECT_TRUE(test::read_text(dir / "seg.h5") == data) << "seg.h5 changed";
+  fs::create_directories(dir / "folder.yaml");
+  r = trainer({"plan", "seg.h5", "--out", "folder.yaml", "--force"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "plan: --out folder.yaml is a folder; give the YAML file to write")) << r.output;
   EXPECT_TRUE(fs::is_symlink(dir / "link.h5"));
 }
 
