@@ -13,6 +13,7 @@
 #include "u3d/core/files.h"
 #include "u3d/core/launch_env.h"
 #include "u3d/core/logging.h"
+#include "u3d/core/output_guard.h"
 #include "u3d/core/run.h"
 #include "u3d/core/run_lock.h"
 #include "u3d/core/signals.h"
@@ -243,6 +244,11 @@ int evaluate_cv_command(const EvaluateCvCommand& cmd) {
   const CvSummary s = summarize_cross_validation(cmd.experiment);
   const auto out =
       cmd.out.empty() ? std::filesystem::path(cmd.experiment) / "cv_summary.csv" : std::filesystem::path(cmd.out);
+  for (const auto& f : s.folds) {
+    refuse_output_over_input(
+        "evaluate cv", "--out", out,
+        {std::filesystem::path(cmd.experiment) / fmt::format("fold_{}", f.fold) / "predictions" / "val_metrics.csv"});
+  }
   write_file_atomic(out, cv_summary_csv(s));
   std::fputs(cv_summary_table(s).c_str(), stdout);
   std::fflush(stdout);

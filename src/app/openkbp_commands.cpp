@@ -9,6 +9,7 @@
 #include "u3d/app/commands.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/output_guard.h"
 #include "u3d/core/parallel.h"
 #include "u3d/core/signals.h"
 #include "u3d/evaluate/dose_metrics.h"
@@ -121,6 +122,7 @@ int evaluate_openkbp_command(const EvaluateOpenKbpCommand& cmd) {
   const fs::path dvh_out = out.parent_path() / (out.stem().string() + "_dvh.csv");
   std::error_code ec;
   for (const auto& p : {out, dvh_out}) {
+    refuse_output_over_input("evaluate openkbp", "--out", p, {cmd.predictions, cmd.reference});
     if (fs::exists(p, ec) && !cmd.force) {
       throw UsageError(
           fmt::format("evaluate openkbp: {} exists; pass --force to replace it (or --out FILE.csv)", p.string()));

@@ -4,12 +4,15 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 
 #include "u3d/app/commands.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/json.h"
+#include "u3d/core/output_guard.h"
 #include "u3d/core/text.h"
 #include "u3d/io/dataset.h"
 #include "u3d/plan/planner.h"
@@ -18,11 +21,40 @@
 namespace u3d {
 namespace {
 
+// UsageError for an output that exists (without --force) or is a folder (--force replaces a file only).
 void refuse_existing(const std::filesystem::path& path, bool force) {
   std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw UsageError(fmt::format("plan: --out {} is a folder; give the YAML file to write", path.string()));
+  }
   if (std::filesystem::exists(path, ec) && !force) {
     throw UsageError(fmt::format("plan: {} exists; pass --force to replace it", path.string()));
   }
+}
+
+// The run name the config will carry: --name as given, else the data file's stem with every
+// character a run name may not hold as '_' ("my scan ü" -> "my_scan_"). UsageError naming --name
+// when experiment.name would refuse it (the config's own check, so the plan never names a config
+// that training then refuses).
+std::string run_name(const PlanCommand& cmd, const std::filesystem::path& data) {
+  std::string name = cmd.name;
+  if (name.empty()) {
+    for (const char c : data.stem().string()) {
+      const bool keep = std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.';
+      if (keep || name.empty() || name.back() != '_') name += keep ? c : '_';
+    }
+    if (name.find_first_not_of("._") == std::string::npos) name = "experiment";
+  }
+  const std::string assignment = "experiment.name=" + json_string(name);
+  try {
+    Config probe;
+    apply_override(probe, assignment);
+  } catch (const ConfigError& e) {
+    const std::string what = e.what(), prefix = "--set " + assignment + ": ";
+    throw UsageError(fmt::format("plan: --name{}: {}", cmd.name.empty() ? " (from the data file's name)" : "",
+                                 what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what));
+  }
+  return name;
 }
 
 }  // namespace
@@ -39,11 +71,19 @@ int plan_command(const PlanCommand& cmd) {
   if (cmd.device == "cuda" && cmd.gpu_memory_gib > 0) {
     throw UsageError("plan: --gpu-memory and --device cuda exclude each other (cuda measures the device's memory)");
   }
+  if (parse_json(json_string(cmd.data), "plan").get<std::string>() != cmd.data) {  // YAML holds UTF-8 text only
+    throw UsageError(
+        fmt::format("plan: {}: the path is not UTF-8 text, which the YAML's data.path cannot hold; "
+                    "rename the file",
+                    json_string(cmd.data)));
+  }
   const std::filesystem::path data(cmd.data);
   const auto out =
       cmd.out.empty() ? std::filesystem::path(data.stem().string() + "_plan.yaml") : std::filesystem::path(cmd.out);
   const auto lowres_out = out.parent_path() / (out.stem().string() + "_lowres" + out.extension().string());
+  refuse_output_over_input("plan", "--out", out, {data, fingerprint_path(data)});
   refuse_existing(out, cmd.force);
+  const std::string name = run_name(cmd, data);
   const auto t0 = std::chrono::steady_clock::now();
   const DatasetReader reader(data);
   bool computed = false;
@@ -61,9 +101,13 @@ int plan_command(const PlanCommand& cmd) {
   o.measure_on_cuda = cmd.device == "cuda";
   o.threads = cmd.threads;
   const Plan plan = o.measure_on_cuda ? make_plan_measured(fp, o, run_training_steps) : make_plan(fp, o);
-  if (plan.lowres_plan) refuse_existing(lowres_out, cmd.force);
-  const std::string name = cmd.name.empty() ? data.stem().string() : cmd.name;
-  write_file_atomic(out, plan_yaml(plan, fp, cmd.data, name));
+  if (plan.lowres_plan) {
+    refuse_output_over_input("plan", "--out (its 3d_lowres plan)", lowres_out, {data, fingerprint_path(data)});
+    refuse_existing(lowres_out, cmd.force);
+  }
+  const std::string yaml = plan_yaml(plan, fp, cmd.data, name);
+  load_config_from_string(yaml, out.string());  // what training loads: never write a config it refuses
+  write_file_atomic(out, yaml);
   spdlog::info("plan: {} patch {} batch {}, {} levels, {} step peak {} of {} ({}); wrote {}", plan.configuration,
                shape_text(plan.patch, ShapeStyle::kCross), plan.batch, plan.levels,
                plan.measured ? "measured" : "estimated", human_bytes(static_cast<double>(plan.step_bytes)),
@@ -71,7 +115,9 @@ int plan_command(const PlanCommand& cmd) {
                plan.budget_assumed ? "assumed: pass --gpu-memory or --device cuda" : "budget", out.string());
   if (plan.lowres_plan) {
     const Plan& low = *plan.lowres_plan;
-    write_file_atomic(lowres_out, plan_yaml(low, fp, cmd.data, name + "_lowres"));
+    const std::string low_yaml = plan_yaml(low, fp, cmd.data, name + "_lowres");
+    load_config_from_string(low_yaml, lowres_out.string());
+    write_file_atomic(lowres_out, low_yaml);
     spdlog::info(
         "plan: the patch covers less than 1/8 of the median volume: also {} (3d_lowres, patch {} at "
         "{:.3g}x{:.3g}x{:.3g} mm; its header says how to import that dataset)",

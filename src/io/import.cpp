@@ -16,6 +16,7 @@
 #include "u3d/core/files.h"
 #include "u3d/core/finite.h"
 #include "u3d/core/normalize_spec.h"
+#include "u3d/core/output_guard.h"
 #include "u3d/core/parallel.h"
 #include "u3d/core/rng.h"
 #include "u3d/core/stats.h"
@@ -299,6 +300,10 @@ ImportSummary run_import(Layout layout, const fs::path& out, const NiftiImportOp
 
   std::vector<CaseFiles> all = layout.labelled;
   all.insert(all.end(), layout.unlabelled.begin(), layout.unlabelled.end());
+  for (const auto& c : all) {  // --force replaces an earlier dataset, never a file read here
+    refuse_output_over_input("import", "--out", out, c.channels);
+    if (c.label) refuse_output_over_input("import", "--out", out, {*c.label});
+  }
   const int64_t n = static_cast<int64_t>(all.size());
   // nnU-Net draws up to 1e8 foreground voxels in all; 1e7 keeps the statistics exact enough.
   const int64_t fg_samples = std::max<int64_t>(

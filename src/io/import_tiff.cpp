@@ -11,6 +11,7 @@
 
 #include "import_layout.h"
 #include "u3d/core/errors.h"
+#include "u3d/core/output_guard.h"
 #include "u3d/core/parallel.h"
 #include "u3d/core/text.h"
 #include "u3d/io/import.h"
@@ -131,6 +132,7 @@ ImportSummary import_tiff(const TiffImportOptions& o, const fs::path& out) {
   const auto t0 = std::chrono::steady_clock::now();
   check_options(o);
   const std::vector<TiffCase> cases = pair_cases(o);
+  for (const auto& c : cases) refuse_output_over_input("import tiff", "--out", out, {c.image, c.label.value_or("")});
   const int64_t n = static_cast<int64_t>(cases.size());
   const int64_t threads = resolve_threads(o.threads);
   const bool labelled = !o.labels.empty();

@@ -31,9 +31,25 @@ struct CaseSummary {
   std::vector<bool> binary;                 // per channel
   std::vector<int64_t> class_voxels;        // segmentation: per class
   bool has_target = false, has_mask = false;
+  bool labelled = true;        // segmentation: the case has labels
+  int64_t ignored_voxels = 0;  // segmentation: voxels holding the ignore label
   double target_min = 0, target_max = 0;
   int64_t mask_voxels = 0, voxels = 0;
 };
+
+// The per-channel part of a case's summary: the values at the voxels `idx` (the sample) and the
+// channel's min, max and 0/1-ness over every voxel. image: (C, V) float32.
+CaseSummary finish_case(CaseSummary s, const torch::Tensor& image, const torch::Tensor& idx) {
+  for (int64_t k = 0; k < image.size(0); ++k) {
+    const torch::Tensor ch = image[k];
+    const torch::Tensor v = ch.index_select(0, idx).to(torch::kFloat).contiguous();
+    s.samples.emplace_back(v.data_ptr<float>(), v.data_ptr<float>() + v.numel());
+    s.min.push_back(ch.min().item<double>());
+    s.max.push_back(ch.max().item<double>());
+    s.binary.push_back(((ch == 0) | (ch == 1)).all().item<bool>());
+  }
+  return s;
+}
 
 CaseSummary summarise_case(const DatasetReader& reader, const std::string& id, int64_t index) {
   const DatasetInfo& info = reader.info();
@@ -48,16 +64,18 @@ CaseSummary summarise_case(const DatasetReader& reader, const std::string& id, i
 
   torch::Tensor fg;  // (V) bool
   if (info.task == Task::kSegmentation) {
-    if (!c.target.defined()) throw DataError(fmt::format("{}: case '{}' has no labels", reader.path().string(), id));
-    const torch::Tensor labels = c.target.reshape({-1}).to(torch::kLong);
-    const int64_t top = labels.max().item<int64_t>();
-    if (labels.min().item<int64_t>() < 0 || top >= info.num_classes) {
-      throw DataError(fmt::format("{}: case '{}': labels reach {}, outside [0, {}) (num_classes {})",
-                                  reader.path().string(), id, top, info.num_classes, info.num_classes));
+    if (!c.target.defined()) {  // an unlabelled case (e.g. a test case): no foreground known, no sample
+      s.labelled = false;
+      return finish_case(std::move(s), image, torch::empty({0}, torch::kLong));
     }
-    const torch::Tensor counts = torch::bincount(labels, {}, info.num_classes);
+    // Labels are in [0, num_classes) or the ignore label: read_case checks them (DataError naming the case).
+    const torch::Tensor labels = c.target.reshape({-1}).to(torch::kLong);
+    const torch::Tensor ignored =
+        info.ignore_label >= 0 ? labels == info.ignore_label : torch::zeros_like(labels, torch::kBool);
+    s.ignored_voxels = ignored.sum().item<int64_t>();
+    const torch::Tensor counts = torch::bincount(labels.masked_select(~ignored), {}, info.num_classes);
     s.class_voxels.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel());
-    fg = labels > 0;
+    fg = (labels > 0) & ~ignored;
   } else {
     if (c.target.defined()) {
       s.has_target = true;
@@ -88,15 +106,7 @@ CaseSummary summarise_case(const DatasetReader& reader, const std::string& id, i
     for (auto& p : picks) p = cand[rng.uniform_int(candidates.size(0))];
     idx = torch::tensor(picks, torch::kLong);
   }
-  for (int64_t k = 0; k < channels; ++k) {
-    const torch::Tensor ch = image[k];
-    const torch::Tensor v = ch.index_select(0, idx).to(torch::kFloat).contiguous();
-    s.samples.emplace_back(v.data_ptr<float>(), v.data_ptr<float>() + v.numel());
-    s.min.push_back(ch.min().item<double>());
-    s.max.push_back(ch.max().item<double>());
-    s.binary.push_back(((ch == 0) | (ch == 1)).all().item<bool>());
-  }
-  return s;
+  return finish_case(std::move(s), image, idx);
 }
 
 double median(std::vector<double> v) { return percentile(std::move(v), 50.0); }
@@ -127,7 +137,7 @@ DatasetFingerprint compute_fingerprint(const DatasetReader& reader, const std::v
     ch.max = -std::numeric_limits<double>::infinity();
     ch.binary = true;
   }
-  int64_t mask_voxels = 0;
+  int64_t mask_voxels = 0, labelled_voxels = 0, ignored_voxels = 0;
   bool any_mask = false, any_target = false;
   std::vector<int64_t> class_voxels(static_cast<size_t>(std::max<int64_t>(0, info.num_classes)), 0);
   fp.smallest_structure_voxels = 0;
@@ -150,6 +160,9 @@ DatasetFingerprint compute_fingerprint(const DatasetReader& reader, const std::v
         fp.smallest_structure_voxels = s.class_voxels[c];
       }
     }
+    if (!s.labelled) ++fp.unlabelled_cases;
+    if (s.labelled) labelled_voxels += s.voxels;
+    ignored_voxels += s.ignored_voxels;
     mask_voxels += s.mask_voxels;
     any_mask = any_mask || s.has_mask;
     if (s.has_target) {
@@ -171,12 +184,21 @@ DatasetFingerprint compute_fingerprint(const DatasetReader& reader, const std::v
     ch.p99_5 = v.empty() ? 0.0 : percentile(v, 99.5);
   }
   if (info.task == Task::kSegmentation) {
+    if (fp.unlabelled_cases == static_cast<int64_t>(summaries.size())) {
+      throw DataError(
+          fmt::format("{}: none of its {} cases has labels; a segmentation dataset needs labelled cases "
+                      "to plan from",
+                      reader.path().string(), summaries.size()));
+    }
     fp.num_classes = info.num_classes;
     fp.class_names = info.class_names;
+    fp.ignore_label = info.ignore_label;
+    const int64_t scored = labelled_voxels - ignored_voxels;  // voxels holding a class
     for (int64_t n : class_voxels) {
-      fp.class_frequency.push_back(fp.total_voxels > 0 ? static_cast<double>(n) / static_cast<double>(fp.total_voxels)
-                                                       : 0.0);
+      fp.class_frequency.push_back(scored > 0 ? static_cast<double>(n) / static_cast<double>(scored) : 0.0);
     }
+    fp.ignored_share =
+        labelled_voxels > 0 ? static_cast<double>(ignored_voxels) / static_cast<double>(labelled_voxels) : 0.0;
   }
   if (!any_target) fp.target_min = fp.target_max = 0;
   fp.mask_share =
@@ -219,6 +241,9 @@ std::string to_json(const DatasetFingerprint& fp) {
                   {"num_classes", fp.num_classes},
                   {"class_names", fp.class_names},
                   {"class_frequency", fp.class_frequency},
+                  {"ignore_label", fp.ignore_label},
+                  {"ignored_share", fp.ignored_share},
+                  {"unlabelled_cases", fp.unlabelled_cases},
                   {"smallest_structure_voxels", fp.smallest_structure_voxels},
                   {"target_min", fp.target_min},
                   {"target_max", fp.target_max},
@@ -235,6 +260,10 @@ DatasetFingerprint fingerprint_from_json(const std::string& json, const std::str
   auto num = [](const Json& v) { return v.is_null() ? std::nan("") : v.get<double>(); };  // NaN is written null
   try {
     fp.version = n.at("version").get<int64_t>();
+    if (fp.version != kFingerprintVersion) {
+      throw DataError(fmt::format("{}: fingerprint version {}, this trainer reads version {}", source, fp.version,
+                                  kFingerprintVersion));
+    }
     fp.source_size = n.at("source_size").get<int64_t>();
     fp.source_mtime_ns = n.at("source_mtime_ns").get<int64_t>();
     fp.task = task_from_string(n.at("task").get<std::string>());
@@ -260,6 +289,9 @@ DatasetFingerprint fingerprint_from_json(const std::string& json, const std::str
     fp.num_classes = n.at("num_classes").get<int64_t>();
     fp.class_names = n.at("class_names").get<std::vector<std::string>>();
     fp.class_frequency = n.at("class_frequency").get<std::vector<double>>();
+    fp.ignore_label = n.at("ignore_label").get<int64_t>();
+    fp.ignored_share = num(n.at("ignored_share"));
+    fp.unlabelled_cases = n.at("unlabelled_cases").get<int64_t>();
     fp.smallest_structure_voxels = n.at("smallest_structure_voxels").get<int64_t>();
     fp.target_min = num(n.at("target_min"));
     fp.target_max = num(n.at("target_max"));
@@ -289,7 +321,10 @@ DatasetFingerprint load_or_compute_fingerprint(const fs::path& dataset, const Da
   if (fs::exists(stored, ec)) {
     try {
       DatasetFingerprint fp = fingerprint_from_json(read_file(stored), stored.string());
-      if (fp.version == kFingerprintVersion && fp.source_size == size && fp.source_mtime_ns == mtime) return fp;
+      if (fp.source_size == size && fp.source_mtime_ns == mtime) {
+        check_fingerprint(fp, reader, stored.string());
+        return fp;
+      }
       spdlog::info("{}: stale (the dataset changed since it was made); recomputing", stored.string());
     } catch (const Error& e) {
       spdlog::warn("{}; recomputing", e.what());
@@ -344,6 +379,13 @@ std::string fingerprint_table(const DatasetFingerprint& fp) {
                          100.0 * fp.class_frequency[c]);
     }
     out << fmt::format("  smallest structure {} voxels\n", fp.smallest_structure_voxels);
+    if (fp.ignore_label >= 0) {
+      out << fmt::format("  ignore label    {}: {:.4g}% of the labelled cases' voxels (not a class)\n", fp.ignore_label,
+                         100.0 * fp.ignored_share);
+    }
+    if (fp.unlabelled_cases > 0) {
+      out << fmt::format("  unlabelled      {} cases (shapes and spacings only)\n", fp.unlabelled_cases);
+    }
   } else {
     out << fmt::format("  target range    {:.4g} .. {:.4g}\n", fp.target_min, fp.target_max);
     out << fmt::format("  loss mask       {:.4g}% of voxels\n", 100.0 * fp.mask_share);

@@ -43,11 +43,21 @@ std::vector<Shape3> shapes_at(const DatasetFingerprint& fp, const std::array<dou
   return out;
 }
 
-// At least 2 (one down-sampling) even for volumes too small for a 4-voxel bottleneck.
+// At least 2 (one down-sampling) even for volumes too small for a 4-voxel bottleneck (the search caps it
+// with levels_fitting: a case shorter than 2^(levels - 1) on an axis cannot be down-sampled that often).
 int64_t levels_for(const Shape3& patch) {
   int64_t levels = 2;
   const int64_t smallest = *std::min_element(patch.begin(), patch.end());
   while (levels < kMaxLevels && (smallest >> levels) >= kMinBottleneck) ++levels;
+  return levels;
+}
+
+// The most levels every case allows: each level halves every axis, so 2^(levels - 1) must not exceed
+// the shortest axis of the smallest case (1 for a volume one voxel deep: no down-sampling).
+int64_t levels_fitting(const Shape3& smallest) {
+  const int64_t shortest = *std::min_element(smallest.begin(), smallest.end());
+  int64_t levels = 1;
+  while (levels < kMaxLevels && (int64_t{1} << levels) <= shortest) ++levels;
   return levels;
 }
 
@@ -100,18 +110,20 @@ Plan plan_at(const DatasetFingerprint& fp, const std::array<double, 3>& spacing,
     if (measure) return measure(m, plan.in_channels, plan.out_channels, p, batch);
     return estimate_step_bytes(m, plan.in_channels, plan.out_channels, p, batch, kActivationBytes, states, loss);
   };
-  // The search: levels from the patch, the patch rounded down to 2^(levels - 1) within its caps.
+  // The search: levels from the patch (at most what the smallest case allows), the patch rounded down
+  // to 2^(levels - 1) within its caps.
+  const int64_t fitting = levels_fitting(smallest);
   auto round_patch = [&](const std::array<double, 3>& want, int64_t* levels_out) {
     Shape3 p{};
     for (int a = 0; a < 3; ++a) p[a] = std::max<int64_t>(1, std::llround(want[a]));
     for (int pass = 0; pass < 2; ++pass) {  // levels from the patch, then the patch from the levels
-      const int64_t d = int64_t{1} << (levels_for(p) - 1);
+      const int64_t d = int64_t{1} << (std::min(levels_for(p), fitting) - 1);
       for (int a = 0; a < 3; ++a) {
         const int64_t cap = std::min((plan.median_shape[a] + d - 1) / d * d, smallest[a] / d * d);
         p[a] = std::max(d, std::min(p[a] / d * d, std::max(d, cap)));
       }
     }
-    *levels_out = levels_for(p);
+    *levels_out = std::min(levels_for(p), fitting);
     return p;
   };
   std::array<double, 3> want{};
@@ -173,11 +185,16 @@ Plan plan_at(const DatasetFingerprint& fp, const std::array<double, 3>& spacing,
       plan.batch + 1 > cap ? fmt::format("capped: {} x patch voxels <= 5% of the dataset's {} voxels (at least 2); {}",
                                          plan.batch, total, peak)
                            : fmt::format("most patches that fit {} ({})", budget, peak);
+  const Shape3 bottleneck = {plan.patch[0] >> (plan.levels - 1), plan.patch[1] >> (plan.levels - 1),
+                             plan.patch[2] >> (plan.levels - 1)};
   plan.reasons["model.levels"] =
-      fmt::format("{} -> {} voxels at the bottleneck (>= {} per axis, at most {} levels)", flow_list(plan.patch),
-                  flow_list({plan.patch[0] >> (plan.levels - 1), plan.patch[1] >> (plan.levels - 1),
-                             plan.patch[2] >> (plan.levels - 1)}),
-                  kMinBottleneck, kMaxLevels);
+      levels_for(plan.patch) > fitting
+          ? fmt::format(
+                "at most {}: every level halves every axis and the smallest case is {} ({} -> {} voxels at the "
+                "bottleneck)",
+                fitting, flow_list(smallest), flow_list(plan.patch), flow_list(bottleneck))
+          : fmt::format("{} -> {} voxels at the bottleneck (>= {} per axis, at most {} levels)", flow_list(plan.patch),
+                        flow_list(bottleneck), kMinBottleneck, kMaxLevels);
   return plan;
 }
 
@@ -328,6 +345,14 @@ std::string lowres_path(const std::string& data_path) {
   return (p.parent_path() / (p.stem().string() + "_lowres" + p.extension().string())).string();
 }
 
+// A path as a comment line shows it: as is, or JSON-quoted when it holds a line break or another
+// control character (which would end the comment and start a line of YAML).
+std::string comment_path(const std::string& path) {
+  const bool plain =
+      std::none_of(path.begin(), path.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; });
+  return plain ? path : json_string(path);
+}
+
 }  // namespace
 
 std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std::string& data_path,
@@ -335,9 +360,10 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
   const bool seg = plan.task == Task::kSegmentation;
   const bool has_val = fp.splits.count("val") > 0;
   const std::string path = plan.lowres ? lowres_path(data_path) : data_path;
+  const std::string shown = comment_path(data_path), shown_path = comment_path(path);
   std::string y;
   y += fmt::format("# {} experiment planned by `trainer plan {}` ({} configuration, nnU-Net-like).\n",
-                   seg ? "Segmentation" : "Dose (regression)", data_path, plan.configuration);
+                   seg ? "Segmentation" : "Dose (regression)", shown, plan.configuration);
   y += fmt::format(
       "# GPU memory budget {:.1f} GiB{}, of which one training step may take {:.0f}%; the step's peak was {}\n",
       static_cast<double>(plan.budget_bytes) / kGiB, plan.budget_assumed ? " (assumed: no --gpu-memory)" : "",
@@ -351,13 +377,13 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
         "# This low-resolution plan needs the dataset re-imported at that spacing, e.g.\n"
         "#   trainer import nnunet --source <raw dataset> --out {} --spacing {}\n"
         "# (the same import as {}, with --spacing).\n",
-        path, spacing_text(plan.target_spacing), data_path);
+        shown_path, spacing_text(plan.target_spacing), shown);
   } else if (plan.resample_needed) {
     y += fmt::format(
         "# The cases are not all at the target spacing. This plan is for their grids as stored (training does\n"
         "# not resample); for nnU-Net's resampling, re-import with a NIfTI importer and plan again:\n"
         "#   trainer import nnunet|nifti ... --out {} --spacing {}\n",
-        data_path, spacing_text(plan.target_spacing));
+        shown, spacing_text(plan.target_spacing));
   }
   if (plan.lowres_plan) {
     y += fmt::format(

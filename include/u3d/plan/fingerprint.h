@@ -12,6 +12,9 @@
 // with replacement by a fixed-seed generator (as nnU-Net); the same voxels for every channel; then
 // mean, standard deviation (population) and the 0.5 / 99.5 percentiles (numpy's linear convention,
 // core/stats.h) over the pooled samples of all cases.
+// Segmentation: voxels holding the dataset's ignore label (DatasetInfo::ignore_label, unlabelled
+// voxels) are neither a class nor foreground; a case without labels (e.g. an nnU-Net imagesTs case)
+// counts for shapes, spacings and the channels' min / max only (its foreground is unknown).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -26,7 +29,7 @@
 namespace u3d {
 
 inline constexpr int64_t kSamplesPerCase = 10000;
-inline constexpr int64_t kFingerprintVersion = 1;  // bumped when the fields or their meaning change
+inline constexpr int64_t kFingerprintVersion = 2;  // bumped when the fields or their meaning change
 
 struct CaseFingerprint {
   std::string id;
@@ -54,6 +57,9 @@ struct DatasetFingerprint {
   int64_t num_classes = 0;
   std::vector<std::string> class_names;
   std::vector<double> class_frequency;    // per class (background included): share of all labelled voxels
+  int64_t ignore_label = -1;              // the dataset's ignore label; -1: none
+  double ignored_share = 0;               // ignore-label voxels / voxels of the labelled cases
+  int64_t unlabelled_cases = 0;           // cases without labels (not in the label and intensity statistics)
   int64_t smallest_structure_voxels = 0;  // smallest non-zero per-case voxel count of any class > 0; 0: none
   // Dose (regression).
   double target_min = 0, target_max = 0;  // over every voxel of cases with a target
@@ -71,20 +77,27 @@ struct DatasetFingerprint {
 
 // Reads the cases `ids` of `reader` on up to `threads` threads (0: every core), one case per thread
 // at a time. The key (source_size, source_mtime_ns) is left unset. DataError naming the case for a
-// label outside [0, num_classes) or a case without a target in a segmentation dataset.
+// label outside [0, num_classes) that is not the ignore label (DatasetReader::read_case's check);
+// DataError when no case of a segmentation dataset has labels.
 DatasetFingerprint compute_fingerprint(const DatasetReader& reader, const std::vector<std::string>& ids,
                                        int64_t threads);
 
 // JSON text of every field (core/json.h: a member per line, shortest round-trip numbers, NaN as
 // null), and back. fingerprint_from_json: DataError naming `source` for text that is not a fingerprint.
+// check_fingerprint: DataError naming `source` and the field when a fingerprint does not describe the
+// dataset `reader` holds (other case ids, shapes, spacings, channels or classes than the file's; a
+// shape below 1 voxel, a spacing that is not a positive finite number, a statistic that is not
+// finite or out of order, a share outside [0, 1]): a tampered or foreign file.
 std::string to_json(const DatasetFingerprint& fp);
 DatasetFingerprint fingerprint_from_json(const std::string& json, const std::string& source);
+void check_fingerprint(const DatasetFingerprint& fp, const DatasetReader& reader, const std::string& source);
 
 // <dataset>.fingerprint.json
 std::filesystem::path fingerprint_path(const std::filesystem::path& dataset);
-// The stored fingerprint when its version and key match `dataset`'s size and modification time;
-// otherwise computed over every case of `reader` and stored with write_file_atomic (a folder that
-// cannot be written only logs a warning). `computed`, when given, says whether it was computed.
+// The stored fingerprint when its version and key match `dataset`'s size and modification time and
+// check_fingerprint() finds it true to the file (else a warning naming the field); otherwise computed over every case
+// of `reader` and stored with write_file_atomic (a folder that cannot be written only logs a warning). `computed`, when
+// given, says whether it was computed.
 DatasetFingerprint load_or_compute_fingerprint(const std::filesystem::path& dataset, const DatasetReader& reader,
                                                int64_t threads, bool* computed = nullptr);
 

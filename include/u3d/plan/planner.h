@@ -17,7 +17,8 @@
 //     up to 2^(levels - 1), nor than the smallest case rounded down to it (the sampler refuses a
 //     patch larger than any case);
 //   - levels: down-sampling (stride 2 on every axis) while every patch axis keeps >= 4 voxels at
-//     the bottleneck, at most 6; filters 32 -> 320;
+//     the bottleneck, at most 6, and never more than the smallest case allows (2^(levels - 1) <= its
+//     shortest axis: 1 level for volumes one voxel deep, whose patch is then 1 deep); filters 32 -> 320;
 //   - batch: as many as fit (at least 2), capped so batch x patch voxels <= 5% of the dataset's
 //     voxels (but >= 2);
 //   - normalisation per channel: CT-like channels (named ct, any case, or whose 0.5 percentile is

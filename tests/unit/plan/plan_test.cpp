@@ -5,12 +5,15 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 
 #include "fixtures.h"
 #include "test_support.h"
 #include "u3d/core/config.h"
 #include "u3d/core/errors.h"
+#include "u3d/core/files.h"
 #include "u3d/core/stats.h"
+#include "u3d/core/text.h"
 #include "u3d/io/dataset.h"
 #include "u3d/model/unet.h"
 #include "u3d/plan/fingerprint.h"
@@ -167,6 +170,124 @@ TEST(Fingerprint, StoredBesideTheDatasetReusedAndRecomputedWhenItChanges) {
   EXPECT_NEAR(third.channels[0].mean, 1119.5, 1e-9);
 }
 
+// Issue 35: a segmentation dataset with an ignore label (2: unlabelled voxels, as the surface
+// workflow) and an unlabelled test case (as an nnU-Net import with imagesTs) is fingerprinted and
+// planned: ignored voxels are neither a class nor foreground, the unlabelled case adds its shape only.
+TEST(Fingerprint, IgnoreLabelAndUnlabelledCasesArePlanned) {
+  test::TempDir dir;
+  DatasetInfo info = test::segmentation_info({"mri"}, {"background", "surface"});
+  info.ignore_label = 2;
+  {
+    DatasetWriter writer(dir / "surface.h5", info);
+    for (int64_t i = 0; i < 3; ++i) {
+      CaseData c;
+      c.id = fmt::format("case{}", i);
+      c.image = (torch::arange(kV, torch::kFloat) + 1000.0 * static_cast<double>(i)).reshape({1, kD, kH, kW});
+      if (i < 2) {  // case2: a test case without labels
+        torch::Tensor labels = torch::zeros({kV}, torch::kUInt8);
+        labels.slice(0, 0, 30).fill_(1);   // surface
+        labels.slice(0, 30, 90).fill_(2);  // unlabelled (ignore), never foreground
+        c.target = labels.reshape({kD, kH, kW});
+      }
+      writer.write_case(c);
+    }
+    writer.set_split("train", {"case0", "case1"});
+    writer.set_split("test", {"case2"});
+    writer.commit();
+  }
+  DatasetReader reader(dir / "surface.h5");
+  const DatasetFingerprint fp = compute_fingerprint(reader, reader.info().case_ids, /*threads=*/2);
+  EXPECT_EQ(fp.cases.size(), 3u);
+  EXPECT_EQ(fp.unlabelled_cases, 1);
+  EXPECT_EQ(fp.ignore_label, 2);
+  EXPECT_NEAR(fp.ignored_share, 60.0 / kV, 1e-12);
+  ASSERT_EQ(fp.class_frequency.size(), 2u);
+  EXPECT_NEAR(fp.class_frequency[1], 30.0 / (kV - 60), 1e-12);  // of the voxels holding a class
+  EXPECT_NEAR(fp.class_frequency[0] + fp.class_frequency[1], 1.0, 1e-12);
+  EXPECT_EQ(fp.smallest_structure_voxels, 30);
+  EXPECT_EQ(fp.total_voxels, 3 * kV);
+  // The sample: the surface voxels 0..29 of case0 and case1 only (not the ignored ones, not case2).
+  EXPECT_EQ(fp.channels[0].samples, 60);
+  EXPECT_NEAR(fp.channels[0].mean, 514.5, 1e-9);
+  EXPECT_DOUBLE_EQ(fp.channels[0].max, 2000.0 + kV - 1);  // min / max: every case
+  const std::string table = fingerprint_table(fp);
+  EXPECT_NE(table.find("ignore label    2"), std::string::npos) << table;
+  EXPECT_NE(table.find("unlabelled      1 cases"), std::string::npos) << table;
+  EXPECT_EQ(to_json(fingerprint_from_json(to_json(fp), "test")), to_json(fp));
+
+  const Plan plan = make_plan(fp, PlanOptions{});
+  EXPECT_EQ(plan.out_channels, 2);  // the ignore label is not a class
+  const Config cfg = load_config_from_string(plan_yaml(plan, fp, "surface.h5", "surface"), "plan");
+  EXPECT_EQ(cfg.predict.split, "test");
+}
+
+TEST(Fingerprint, LabelsOutsideTheClassesAndNoLabelledCaseAreRefusedByName) {
+  test::TempDir dir;
+  for (const bool all_unlabelled : {false, true}) {
+    DatasetInfo info = test::segmentation_info({"mri"}, {"background", "surface"});
+    info.ignore_label = 2;
+    const fs::path path = dir / fmt::format("bad{}.h5", all_unlabelled);
+    {
+      DatasetWriter writer(path, info);
+      CaseData c;
+      c.id = "case0";
+      c.image = torch::zeros({1, kD, kH, kW});
+      if (!all_unlabelled) c.target = torch::full({kD, kH, kW}, 3, torch::kUInt8);  // above the ignore label
+      writer.write_case(c);
+      writer.set_split("train", {"case0"});
+      writer.commit();
+    }
+    DatasetReader reader(path);
+    try {
+      compute_fingerprint(reader, reader.info().case_ids, 1);
+      ADD_FAILURE() << "accepted " << path;
+    } catch (const DataError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(all_unlabelled ? "none of its 1 cases has labels"
+                                         : "case 'case0': 'target' holds label values in [3, 3]"),
+                std::string::npos)
+          << what;
+      if (!all_unlabelled) EXPECT_NE(what.find("and the ignore label 2"), std::string::npos) << what;
+    }
+  }
+}
+
+// A stored fingerprint that does not describe its dataset (edited by hand, copied from another file
+// with the same size and time) is not used: recomputed, with a warning naming the field.
+TEST(Fingerprint, TamperedStoredFingerprintIsRecomputed) {
+  test::TempDir dir;
+  const fs::path data = dir / "seg.h5";
+  write_seg_dataset(data);
+  DatasetReader reader(data);
+  const DatasetFingerprint good = load_or_compute_fingerprint(data, reader, 1);
+  const fs::path stored = fingerprint_path(data);
+  const auto tamper = [&](const std::function<void(DatasetFingerprint&)>& edit, const std::string& field) {
+    DatasetFingerprint fp = good;
+    edit(fp);
+    try {
+      check_fingerprint(fp, reader, stored.string());
+      ADD_FAILURE() << field << " accepted";
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find(stored.string() + ": " + field), std::string::npos) << e.what();
+    }
+    write_file_atomic(stored, to_json(fp));  // the same staleness key: only the content is wrong
+    bool computed = false;
+    const DatasetFingerprint back = load_or_compute_fingerprint(data, reader, 1, &computed);
+    EXPECT_TRUE(computed) << field;
+    EXPECT_EQ(to_json(back), to_json(good)) << field;
+  };
+  tamper([](DatasetFingerprint& fp) { fp.cases[0].shape = {0, kH, kW}; }, "cases[0].shape");
+  tamper([](DatasetFingerprint& fp) { fp.cases[1].spacing[0] = -1e30; }, "cases[1].spacing");
+  tamper([](DatasetFingerprint& fp) { fp.median_spacing[2] = -1e30; }, "median_shape");
+  tamper([](DatasetFingerprint& fp) { fp.channels[0].std = -1; }, "channels[0]");
+  tamper([](DatasetFingerprint& fp) { fp.channels[0].mean = std::nan(""); }, "channels[0].mean");
+  tamper([](DatasetFingerprint& fp) { fp.class_frequency[1] = 7; }, "class_frequency[1]");
+  tamper([](DatasetFingerprint& fp) { fp.num_classes = 5; }, "num_classes");
+  tamper([](DatasetFingerprint& fp) { fp.cases.pop_back(); }, "cases");
+  tamper([](DatasetFingerprint& fp) { fp.total_voxels = 0; }, "total_voxels");
+  check_fingerprint(good, reader, stored.string());  // the true one passes
+}
+
 // A fingerprint without a dataset: `n` cases of `shape` at `spacings[i]`.
 DatasetFingerprint synthetic_fingerprint(const Shape3& shape, const std::vector<std::array<double, 3>>& spacings) {
   DatasetFingerprint fp;
@@ -268,6 +389,29 @@ TEST(Planner, SmallDatasetKeepsTheWholeVolumeAndValSplit) {
   PlanOptions dose;
   dose.task = "dose";
   EXPECT_THROW(make_plan(fp, dose), ConfigError);
+}
+
+// Issue 35: 2-D TIFFs imported as volumes one voxel deep get a patch one voxel deep (and as many
+// levels as down-sampling allows: none), never a patch larger than the data; the YAML loads.
+TEST(Planner, VolumesOneVoxelDeepGetAPatchNoLargerThanTheData) {
+  for (const Shape3& shape : {Shape3{1, 32, 32}, Shape3{3, 64, 64}, Shape3{5, 7, 200}}) {
+    const DatasetFingerprint fp = synthetic_fingerprint(shape, {{1, 1, 1}, {1, 1, 1}, {1, 1, 1}});
+    const Plan plan = make_plan(fp, PlanOptions{});
+    const int64_t d = int64_t{1} << (plan.levels - 1);
+    for (int a = 0; a < 3; ++a) {
+      EXPECT_LE(plan.patch[a], shape[a]) << shape_text(plan.patch) << " for " << shape_text(shape);
+      EXPECT_GE(plan.patch[a], 1);
+      EXPECT_EQ(plan.patch[a] % d, 0) << a;
+    }
+    const Config cfg = load_config_from_string(plan_yaml(plan, fp, "flat.h5", "flat"), "plan");
+    EXPECT_EQ(cfg.data.patch_size, plan.patch);
+    if (shape[0] == 1) {
+      EXPECT_EQ(plan.patch, (Shape3{1, 32, 32}));
+      EXPECT_EQ(plan.levels, 1);
+      EXPECT_NE(plan.reasons.at("model.levels").find("the smallest case is [1, 32, 32]"), std::string::npos)
+          << plan.reasons.at("model.levels");
+    }
+  }
 }
 
 TEST(MemoryModel, ParameterCountIsExact) {
