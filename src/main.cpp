@@ -229,6 +229,8 @@ int main(int argc, char** argv) {
       ->add_option("--labels", evaluate_segmentation.labels,
                    "Label values to score; default: every foreground value found")
       ->delimiter(',');
+  evaluate_segmentation_app->add_flag("--only-predicted", evaluate_segmentation.only_predicted,
+                                      "Score only the reference cases that have a prediction");
   evaluate_segmentation_app->add_option("--threads", evaluate_segmentation.threads, "Threads; 0: every core")
       ->check(kThreadCount);
   u3d::EvaluateSurfaceCommand evaluate_surface;
@@ -243,6 +245,8 @@ int main(int argc, char** argv) {
       ->add_option("--ignore-label", evaluate_surface.ignore_label,
                    "Reference label excluded from every metric; -1: none")
       ->capture_default_str();
+  evaluate_surface_app->add_flag("--only-predicted", evaluate_surface.only_predicted,
+                                 "Score only the reference cases that have a prediction");
   evaluate_surface_app->add_option("--threads", evaluate_surface.threads, "Cases at once; 0: every core")
       ->check(kThreadCount);
   u3d::EvaluateCvCommand evaluate_cv;

@@ -83,7 +83,7 @@ run() {  # name, loss
   "$trainer" "${common[@]}" --set "experiment.name=$1" --set "training.loss=$2" --predict-only \
     --set predict.split=val >> "$1.log" 2>&1
   "$trainer" evaluate surface --reference Dataset777_Surface/labelsTr --predictions "runs/$1/predictions/val" \
-    --ignore-label 2 --force 2>&1 | grep -a -i 'mean' | sed "s/^/$1: /"
+    --ignore-label 2 --only-predicted --force 2>&1 | grep -a -i 'mean' | sed "s/^/$1: /"
 }
 run surface_dice_ce "[{name: ce}, {name: dice}]"
 run surface_topo "[{name: ce}, {name: dice}, {name: cldice, weight: 0.5}, {name: skeleton_recall}]"

@@ -30,6 +30,7 @@ std::filesystem::path start_evaluation(const std::string& command, const Command
   o.reference = cmd.reference;
   o.predictions = cmd.predictions;
   o.threads = cmd.threads;
+  o.only_predicted = cmd.only_predicted;
   const std::filesystem::path csv =
       cmd.out.empty() ? std::filesystem::path(cmd.predictions) / file_name : std::filesystem::path(cmd.out);
   std::error_code ec;

@@ -418,7 +418,7 @@ const std::vector<Option>& option_table() {
       U3D_KEY(predict, tta, "Test-time augmentation: flips averages all 8 mirrorings, batched into one forward pass"),
       U3D_KEY(predict, nifti,
               "Also write <split>/<case>.nii.gz (or .nii) for cases imported from NIfTI: the input's header "
-              "and grid (resampling undone), streamed slab by slab"),
+              "and grid (resampling undone), streamed slab by slab; <split>/<case>.tif for cases imported from TIFF"),
       U3D_KEY(predict, probabilities,
               "Segmentation: also write softmax probabilities (K, D, H, W) float32 into <split>.h5"),
       U3D_KEY(predict, threshold,

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "u3d/core/errors.h"
@@ -22,6 +23,53 @@ std::vector<std::string> string_list(const Json& fold, const char* key, const st
                   std::all_of(fold[key].begin(), fold[key].end(), [](const Json& id) { return id.is_string(); });
   if (!ok) throw DataError(fmt::format("{}: expected a list of case ids", where));
   return fold[key].get<std::vector<std::string>>();
+}
+
+// Each case in at most one fold's val, once; no fold trains on a case it holds out, or on a case
+// no fold holds out (DataError naming `where`, the fold and the case).
+void check_fold_lists(const std::vector<FoldSplit>& folds, const std::string& where) {
+  std::map<std::string, size_t> val_fold;  // case -> the fold that holds it out
+  for (size_t f = 0; f < folds.size(); ++f) {
+    for (const auto& id : folds[f].val) {
+      const auto [at, fresh] = val_fold.emplace(id, f);
+      if (!fresh) {
+        throw DataError(
+            fmt::format("{}: case '{}' is held out by fold {} and again by fold {}; each case belongs "
+                        "to one fold's val list",
+                        where, id, at->second, f));
+      }
+    }
+  }
+  for (size_t f = 0; f < folds.size(); ++f) {
+    std::set<std::string> train;
+    for (const auto& id : folds[f].train) {
+      const auto at = val_fold.find(id);
+      if (at != val_fold.end() && at->second == f) {
+        throw DataError(
+            fmt::format("{}: fold {} trains on case '{}' that it validates on; a fold's train and val "
+                        "lists never overlap",
+                        where, f, id));
+      }
+      if (at == val_fold.end()) {
+        throw DataError(fmt::format("{}: fold {} trains on case '{}', which no fold's val list holds", where, f, id));
+      }
+      if (!train.insert(id).second) {
+        throw DataError(fmt::format("{}: fold {} lists case '{}' twice in train", where, f, id));
+      }
+    }
+  }
+}
+
+// The fold_K run folders beside `folds_file` (sorted), those that ran on its folds.
+std::vector<std::string> fold_run_folders(const std::filesystem::path& folds_file) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(folds_file.parent_path(), ec)) {
+    const auto name = e.path().filename().string();
+    if (name.rfind("fold_", 0) == 0 && parse_int(name.substr(5)) && e.is_directory(ec)) found.push_back(name);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
 }
 
 }  // namespace
@@ -72,6 +120,7 @@ std::vector<FoldSplit> folds_from_json(const std::string& text, const std::strin
     const auto at = fmt::format("{}: fold {}", where, f);
     folds.push_back({string_list(root[f], "train", at + " train"), string_list(root[f], "val", at + " val")});
   }
+  check_fold_lists(folds, where);
   return folds;
 }
 
@@ -94,8 +143,19 @@ std::vector<FoldSplit> load_folds(const DatasetReader& reader, const Config& cfg
   const auto pool = fold_pool(reader, cfg);
   const auto file = folds_file(cfg);
   std::error_code ec;
-  if (!std::filesystem::exists(file, ec))
+  if (!std::filesystem::exists(file, ec)) {
+    // Made only before the first fold runs: a fold that ran used the folds the file held, and folds
+    // made again (another seed, other data) would mix two splits in one cross-validation.
+    const auto runs = fold_run_folders(file);
+    if (!runs.empty()) {
+      throw ConfigError(fmt::format(
+          "{}: missing, but {} of this cross-validation already ran on the folds it held; restore the file "
+          "(the folds never change under a cross-validation's runs), or move the experiment's folder away to "
+          "start a new one",
+          file.string(), fmt::join(runs, ", ")));
+    }
     return make_folds(pool, cfg.data.folds, static_cast<uint64_t>(cfg.experiment.seed));
+  }
   auto folds = folds_from_json(read_file(file), file.string());
   std::set<std::string> listed;
   for (const auto& f : folds) listed.insert(f.val.begin(), f.val.end());

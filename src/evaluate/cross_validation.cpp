@@ -2,20 +2,32 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
+#include <optional>
+#include <set>
 
 #include "u3d/core/csv.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/core/text.h"
+#include "u3d/data/folds.h"
 #include "u3d/evaluate/metrics.h"
 
 namespace u3d {
 namespace {
 
-FoldResult read_fold(int64_t fold, const std::filesystem::path& csv, std::string& metric) {
+// A score as a fold writes it: a number, or "nan" (or nothing) where the metric is undefined (the
+// Dice of a case without foreground predicted empty); nullopt for anything else.
+std::optional<double> parse_score(const std::string& field) {
+  if (field.empty() || to_lower(field) == "nan") return std::numeric_limits<double>::quiet_NaN();
+  return parse_double(field);
+}
+
+// Fold k's CSV; each case must be one of the fold's held-out cases `val`, scored once.
+FoldResult read_fold(int64_t fold, const std::filesystem::path& csv, const std::vector<std::string>& val,
+                     std::string& metric) {
   const auto rows = parse_csv(read_file(csv));
   const auto header = rows.empty() ? std::vector<std::string>{} : rows.front().fields;
   if (header.size() < 2 || header[0] != "case") {
@@ -26,14 +38,27 @@ FoldResult read_fold(int64_t fold, const std::filesystem::path& csv, std::string
     throw DataError(fmt::format("{}: scores {}, the other folds {}", csv.string(), header[1], metric));
   }
   metric = header[1];
+  const std::set<std::string> held_out(val.begin(), val.end());
+  std::set<std::string> seen;
   FoldResult r;
   r.fold = fold;
+  r.held_out = static_cast<int64_t>(held_out.size());
   for (size_t i = 1; i < rows.size(); ++i) {
     const auto& fields = rows[i].fields;
     if (fields.size() == 1 && fields[0].empty()) continue;
     if (fields[0] == "mean") continue;
-    const auto v = fields.size() >= 2 ? parse_double(fields[1]) : std::nullopt;
-    if (!v) throw DataError(fmt::format("{}: line {}: expected 'case,<number>,...'", csv.string(), rows[i].line));
+    const auto v = fields.size() >= 2 ? parse_score(fields[1]) : std::nullopt;
+    if (!v) {
+      throw DataError(fmt::format("{}: line {}: expected 'case,<number or nan>,...'", csv.string(), rows[i].line));
+    }
+    if (!held_out.count(fields[0])) {
+      throw DataError(fmt::format(
+          "{}: line {}: case '{}' is not a held-out case of fold {} in folds.json (predicted with other folds?)",
+          csv.string(), rows[i].line, fields[0], fold));
+    }
+    if (!seen.insert(fields[0]).second) {
+      throw DataError(fmt::format("{}: line {}: case '{}' is scored twice", csv.string(), rows[i].line, fields[0]));
+    }
     r.cases.push_back(fields[0]);
     r.values.push_back(*v);
   }
@@ -50,22 +75,32 @@ CvSummary summarize_cross_validation(const std::filesystem::path& experiment) {
     throw DataError(
         fmt::format("{}: not a folder (expected <output_dir>/<name> of a cross-validation)", experiment.string()));
   }
-  std::map<int64_t, std::filesystem::path> found;
+  // The folds of the experiment are those of its folds.json (data/folds.h), never whatever fold_K
+  // folders lie beside it.
+  const auto folds_path = experiment / "folds.json";
+  if (!std::filesystem::is_regular_file(folds_path, ec)) {
+    throw DataError(
+        fmt::format("{}: not found; the folds of a cross-validation are those it lists (`trainer --fold` "
+                    "writes it)",
+                    folds_path.string()));
+  }
+  const std::vector<FoldSplit> folds = folds_from_json(read_file(folds_path), folds_path.string());
+  CvSummary s;
   for (const auto& e : std::filesystem::directory_iterator(experiment, ec)) {
     const auto name = e.path().filename().string();
     if (name.rfind("fold_", 0) != 0) continue;
     const auto k = parse_int(name.substr(5));
-    if (!k || *k < 0) continue;
-    found[*k] = e.path() / "predictions" / "val_metrics.csv";
+    if (k && *k >= static_cast<int64_t>(folds.size())) s.stray.push_back(*k);
   }
-  CvSummary s;
+  std::sort(s.stray.begin(), s.stray.end());
   std::vector<double> all, means;
-  for (const auto& [k, csv] : found) {
+  for (size_t k = 0; k < folds.size(); ++k) {
+    const auto csv = experiment / fmt::format("fold_{}", k) / "predictions" / "val_metrics.csv";
     if (!std::filesystem::exists(csv, ec)) {
-      s.missing.push_back(k);
+      s.missing.push_back(static_cast<int64_t>(k));
       continue;
     }
-    s.folds.push_back(read_fold(k, csv, s.metric));
+    s.folds.push_back(read_fold(static_cast<int64_t>(k), csv, folds[k].val, s.metric));
     all.insert(all.end(), s.folds.back().values.begin(), s.folds.back().values.end());
     means.push_back(s.folds.back().mean);
   }
@@ -106,7 +141,17 @@ std::string cv_summary_table(const CvSummary& s) {
   out += fmt::format("{:<14} {:>6} {:>10.4f}\n", "pooled", cases, s.pooled);
   out += fmt::format("{:<14} {:>6} {:>10.4f} ± {:.4f} (std of the folds)\n", "mean of folds", s.folds.size(),
                      s.mean_of_folds, s.std_of_folds);
+  for (const auto& f : s.folds) {
+    if (static_cast<int64_t>(f.cases.size()) < f.held_out) {
+      out += fmt::format("fold {}: {} of its {} held-out cases scored (the others: no target, or skipped)\n", f.fold,
+                         f.cases.size(), f.held_out);
+    }
+  }
   for (int64_t k : s.missing) out += fmt::format("fold {}: no val_metrics.csv (not finished?)\n", k);
+  for (int64_t k : s.stray) {
+    out +=
+        fmt::format("fold_{}: not one of the {} folds of folds.json; left out\n", k, s.folds.size() + s.missing.size());
+  }
   return out;
 }
 

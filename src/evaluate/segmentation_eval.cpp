@@ -18,6 +18,7 @@
 #include "u3d/evaluate/metrics.h"
 #include "u3d/io/import.h"
 #include "u3d/io/nifti.h"
+#include "u3d/io/tiff.h"
 
 namespace u3d {
 namespace {
@@ -47,22 +48,55 @@ std::vector<double> directed_distances(const torch::Tensor& from_surface, const 
   return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
 }
 
+// The label file formats read: NIfTI (.nii.gz, .nii) and 3D TIFF (.tif, .tiff, any case).
+bool is_tiff_path(const fs::path& p) {
+  const std::string ext = to_lower(p.extension().string());
+  return ext == ".tif" || ext == ".tiff";
+}
+
 std::string case_id_of(const fs::path& p) {
   const std::string name = p.filename().string();
+  if (is_tiff_path(p)) return p.stem().string();
   const size_t cut = name.size() >= 7 && name.compare(name.size() - 7, 7, ".nii.gz") == 0 ? 7 : 4;
   return name.substr(0, name.size() - cut);
 }
 
-std::map<std::string, fs::path> nifti_by_case(const fs::path& dir) {
+// Case id -> label file of every NIfTI and TIFF file in `dir`; DataError for two files of one case.
+std::map<std::string, fs::path> label_files_by_case(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw UsageError(fmt::format("{}: folder not found", dir.string()));
   std::map<std::string, fs::path> out;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (e.is_regular_file() && is_nifti_path(e.path()) && e.path().filename().string()[0] != '.') {
-      out[case_id_of(e.path())] = e.path();
+    const fs::path& path = e.path();
+    if (!e.is_regular_file() || path.filename().string()[0] == '.') continue;
+    if (!is_nifti_path(path) && !is_tiff_path(path)) continue;
+    const auto [at, fresh] = out.emplace(case_id_of(path), path);
+    if (!fresh) {
+      std::string first = at->second.filename().string(), second = path.filename().string();
+      if (second < first) std::swap(first, second);  // the same message whatever the listing order
+      throw DataError(fmt::format("{}: {} and {} are two label files of case '{}'; keep one", dir.string(), first,
+                                  second, at->first));
     }
   }
+  if (ec) throw DataError(fmt::format("{}: cannot list the folder: {}", dir.string(), ec.message()));
   return out;
+}
+
+// A label file as a volume with its geometry; TIFF has no voxel size: format "tiff", spacing 1.
+NiftiVolume read_label_file(const fs::path& path) {
+  if (!is_tiff_path(path)) return read_nifti(path);
+  NiftiVolume v;
+  v.data = read_tiff_volume(path);
+  v.geometry = plain_geometry({v.data.size(0), v.data.size(1), v.data.size(2)}, {1.0, 1.0, 1.0});
+  v.geometry.format = "tiff";
+  return v;
+}
+
+// The first `limit` of `ids`, joined by ", ", with "..." when there are more.
+std::string id_list(const std::vector<std::string>& ids, size_t limit = 10) {
+  std::string out;
+  for (size_t i = 0; i < ids.size() && i < limit; ++i) out += (i ? ", " : "") + ids[i];
+  return ids.size() > limit ? out + ", ..." : out;
 }
 
 // Label names from dataset.json beside the reference folder (nnU-Net: labelsTr/../dataset.json).
@@ -126,20 +160,39 @@ double hausdorff95(const torch::Tensor& a, const torch::Tensor& b, const std::ar
   return std::max(dxy, dyx);
 }
 
+torch::Tensor label_equals(const torch::Tensor& labels, int64_t value) {
+  if (labels.is_floating_point()) return labels.eq(static_cast<double>(value));
+  // An integer tensor compares against a value cast to its own type (uint8: 258 -> 2); a value the
+  // type cannot hold is in no voxel.
+  int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();
+  switch (labels.scalar_type()) {
+    case torch::kBool: lo = 0, hi = 1; break;
+    case torch::kUInt8: lo = 0, hi = 255; break;
+    case torch::kInt8: lo = -128, hi = 127; break;
+    case torch::kInt16: lo = INT16_MIN, hi = INT16_MAX; break;
+    case torch::kInt32: lo = INT32_MIN, hi = INT32_MAX; break;
+    default: break;
+  }
+  if (value < lo || value > hi) return torch::zeros(labels.sizes(), labels.options().dtype(torch::kBool));
+  return labels.eq(value);
+}
+
 CaseEvaluation evaluate_case(const torch::Tensor& pred, const torch::Tensor& ref, const std::vector<int64_t>& labels,
                              const std::array<double, 3>& spacing) {
   CaseEvaluation c;
   for (int64_t v : labels) {
-    const torch::Tensor p = pred == v, r = ref == v;
+    const torch::Tensor p = label_equals(pred, v), r = label_equals(ref, v);
     c.scores.push_back({dice_score(p, r), hausdorff95(p, r, spacing)});
   }
   return c;
 }
 
-std::vector<LabelPair> match_label_files(const fs::path& reference, const fs::path& predictions) {
-  const auto refs = nifti_by_case(reference);
-  const auto preds = nifti_by_case(predictions);
-  if (preds.empty()) throw DataError(fmt::format("{}: no NIfTI predictions (.nii.gz or .nii)", predictions.string()));
+std::vector<LabelPair> match_label_files(const fs::path& reference, const fs::path& predictions, bool only_predicted) {
+  const auto refs = label_files_by_case(reference);
+  const auto preds = label_files_by_case(predictions);
+  if (preds.empty()) {
+    throw DataError(fmt::format("{}: no label files (NIfTI .nii.gz, .nii or TIFF .tif, .tiff)", predictions.string()));
+  }
   std::vector<LabelPair> pairs;
   for (const auto& [id, path] : preds) {
     if (!refs.count(id)) {
@@ -147,33 +200,57 @@ std::vector<LabelPair> match_label_files(const fs::path& reference, const fs::pa
     }
     pairs.push_back({id, path, refs.at(id)});
   }
+  std::vector<std::string> unpredicted;
+  for (const auto& [id, path] : refs) {
+    if (!preds.count(id)) unpredicted.push_back(id);
+  }
+  if (!unpredicted.empty() && !only_predicted) {
+    throw DataError(fmt::format(
+        "{}: no prediction for {} of the {} reference cases in {}: {}; predict them, or pass --only-predicted to "
+        "score the {} predicted cases alone",
+        predictions.string(), unpredicted.size(), refs.size(), reference.string(), id_list(unpredicted), pairs.size()));
+  }
+  if (!unpredicted.empty()) {
+    spdlog::warn(
+        "evaluate: {} of the {} reference cases in {} have no prediction and are not scored "
+        "(--only-predicted): {}",
+        unpredicted.size(), refs.size(), reference.string(), id_list(unpredicted));
+  }
   return pairs;
 }
 
 void read_label_pair(const LabelPair& pair, NiftiVolume& p, NiftiVolume& r) {
   const fs::path& pp = pair.prediction;
   const fs::path& rp = pair.reference;
-  r = read_nifti(rp);
-  p = read_nifti(pp);
+  r = read_label_file(rp);
+  p = read_label_file(pp);
   if (p.geometry.shape != r.geometry.shape) {
     throw DataError(fmt::format("{}: dims {}x{}x{} differ from the reference {} ({}x{}x{})", pp.string(),
                                 p.geometry.shape[2], p.geometry.shape[1], p.geometry.shape[0], rp.string(),
                                 r.geometry.shape[2], r.geometry.shape[1], r.geometry.shape[0]));
   }
-  for (int a = 0; a < 3; ++a) {
+  const bool tiff = p.geometry.format == "tiff" || r.geometry.format == "tiff";  // no voxel size to compare
+  for (int a = 0; a < 3 && !tiff; ++a) {
     if (std::abs(p.geometry.spacing[a] - r.geometry.spacing[a]) > 1e-4 * std::max(1.0, r.geometry.spacing[a])) {
       throw DataError(fmt::format("{}: voxel size differs from the reference {}", pp.string(), rp.string()));
     }
   }
+  if (r.geometry.format == "tiff") r.geometry.spacing = p.geometry.spacing;  // the NIfTI one's, if any
   for (const NiftiVolume* v : {&p, &r}) {
+    const std::string file = (v == &p ? pp : rp).string();
     if (v->data.is_floating_point() && (v->data != torch::round(v->data)).any().item<bool>()) {
-      throw DataError(fmt::format("{}: holds non-integer values; expected labels", (v == &p ? pp : rp).string()));
+      throw DataError(fmt::format("{}: holds non-integer values; expected labels", file));
+    }
+    // Never read as background (the segmentation labels found are those above 0) nor wrapped.
+    if (v->data.numel() > 0 && v->data.min().item<double>() < 0) {
+      throw DataError(fmt::format("{}: holds the negative label value {}; labels are 0 (background) and above", file,
+                                  v->data.min().item<double>()));
     }
   }
 }
 
 SegmentationEvaluation evaluate_segmentation_folders(const SegmentationEvalOptions& o) {
-  const std::vector<LabelPair> pairs = match_label_files(o.reference, o.predictions);
+  const std::vector<LabelPair> pairs = match_label_files(o.reference, o.predictions, o.only_predicted);
   const int64_t n = static_cast<int64_t>(pairs.size());
   // Read and check every pair, with the labels present, then score (labels known up front or found).
   std::vector<std::set<int64_t>> present(static_cast<size_t>(n));

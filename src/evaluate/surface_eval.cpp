@@ -10,7 +10,7 @@
 namespace u3d {
 
 SurfaceEvaluation evaluate_surface_folders(const SurfaceEvalOptions& o) {
-  const std::vector<LabelPair> pairs = match_label_files(o.reference, o.predictions);
+  const std::vector<LabelPair> pairs = match_label_files(o.reference, o.predictions, o.only_predicted);
   const int64_t n = static_cast<int64_t>(pairs.size());
   SurfaceEvaluation e;
   e.cases.resize(pairs.size());
@@ -19,8 +19,8 @@ SurfaceEvaluation evaluate_surface_folders(const SurfaceEvalOptions& o) {
     NiftiVolume p, r;
     read_label_pair(pair, p, r);
     try {
-      e.cases[static_cast<size_t>(i)] = {
-          pair.id, score_surface(p.data.to(torch::kUInt8), r.data.to(torch::kUInt8), o.tolerance, o.ignore_label)};
+      // The labels as read (no cast): 256 or -1 must be refused as what they are, not wrapped into 0..255.
+      e.cases[static_cast<size_t>(i)] = {pair.id, score_surface(p.data, r.data, o.tolerance, o.ignore_label)};
     } catch (const DataError& err) {  // which file holds the value score_surface refused
       throw DataError(
           fmt::format("{} (reference {}): {}", pair.prediction.string(), pair.reference.string(), err.what()));

@@ -151,7 +151,7 @@ SurfaceScores score_surface(const torch::Tensor& pred, const torch::Tensor& ref,
   auto bad_ref = r.ne(0).logical_and(r.ne(1));
   torch::Tensor ignored;
   if (ignore_label) {
-    ignored = r.eq(*ignore_label);
+    ignored = label_equals(r, *ignore_label);  // never r.eq: a uint8 reference would compare against 258 as 2
     bad_ref = bad_ref.logical_and(ignored.logical_not());
   }
   if (bad_ref.any().item<bool>()) {

@@ -382,7 +382,7 @@ std::shared_ptr<const PreparedCase> DatasetWriter::prepare(const CaseData& c) co
   p->image = h5::compress_tensor(c.image, {1, k, k, k}, level);
   if (c.target.defined()) p->target = h5::compress_tensor(c.target, {k, k, k}, level);
   if (c.mask.defined()) p->mask = h5::compress_tensor(c.mask.to(torch::kUInt8), {k, k, k}, level);
-  // Keep only what write_case needs: the id and spacing.
+  // Keep only what write_case needs: the id, spacing and source geometry.
   p->data.image = p->data.target = p->data.mask = torch::Tensor();
   return p;
 }
@@ -405,6 +405,7 @@ void DatasetWriter::write_case(const PreparedCase& p) {
   if (p.mask) h5::write_compressed_tensor(f, base + "/mask", *p.mask, ctx);
   const auto& s = p.data.spacing;
   h5::write_double_list_attribute(group.get(), "spacing", {s[0], s[1], s[2]});
+  if (p.data.source) write_source_attributes(group.get(), *p.data.source);  // as write_case(CaseData)
   info_.case_ids.push_back(p.data.id);
 }
 

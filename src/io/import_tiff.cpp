@@ -15,6 +15,7 @@
 #include "u3d/core/parallel.h"
 #include "u3d/core/text.h"
 #include "u3d/io/import.h"
+#include "u3d/io/nifti.h"
 #include "u3d/io/tiff.h"
 
 namespace u3d {
@@ -114,6 +115,12 @@ CaseData load_case(const TiffCase& tc, const TiffImportOptions& o) {
   c.id = tc.id;
   c.spacing = o.spacing;
   c.image = storage_image(read_tiff_volume(tc.image), tc.image).unsqueeze(0).contiguous();  // (1, D, H, W)
+  // The source grid, so that --predict-only writes the case's prediction back as <id>.tif (prediction_output.h).
+  c.source = plain_geometry({c.image.size(1), c.image.size(2), c.image.size(3)}, o.spacing);
+  c.source->format = "tiff";
+  c.source->file_ending = tc.image.extension().string();
+  c.source->files = {fs::absolute(tc.image).string()};
+  if (tc.label) c.source->files.push_back(fs::absolute(*tc.label).string());
   if (tc.label) {
     torch::Tensor labels = read_tiff_volume(*tc.label);
     if (labels.sizes() != c.image.sizes().slice(1)) {

@@ -7,6 +7,7 @@
 #include "u3d/evaluate/metrics.h"
 #include "u3d/io/h5.h"
 #include "u3d/io/nifti.h"
+#include "u3d/io/tiff.h"
 
 namespace u3d {
 
@@ -51,6 +52,8 @@ void ResamplingSink::finish() const {
   }
 }
 
+bool writes_source_file(const SourceGeometry& g) { return g.format == "nifti" || g.format == "tiff"; }
+
 // ---------------------------------------------------------------------------------------------
 namespace {
 
@@ -61,10 +64,58 @@ torch::Tensor finalize_slab(const torch::Tensor& slab, const Preprocessor& pre, 
   return pre.restore_target(slab[0]).to(torch::kFloat);
 }
 
-// Finalises resampled slabs into the NIfTI file; with component removal they are held until finish().
-class NiftiSlabSink : public SlabSink {
+// The case's file in its source's format: NIfTI streamed slab by slab, TIFF (io/tiff.h writes a
+// volume at once) held and written whole; either lands in place only at commit().
+class SourceFile {
  public:
-  NiftiSlabSink(NiftiWriter& writer, const Preprocessor& pre, const PostprocessOptions& post)
+  virtual ~SourceFile() = default;
+  virtual void write_slab(const torch::Tensor& slab) = 0;  // the next rows along D, (d, H, W)
+  virtual void commit() = 0;
+};
+
+class NiftiSourceFile : public SourceFile {
+ public:
+  NiftiSourceFile(const std::filesystem::path& path, const SourceGeometry& g, torch::ScalarType dtype,
+                  const std::string& description)
+      : writer_(path, g, dtype, description) {}
+  void write_slab(const torch::Tensor& slab) override { writer_.write_slab(slab); }
+  void commit() override { writer_.commit(); }
+
+ private:
+  NiftiWriter writer_;
+};
+
+class TiffSourceFile : public SourceFile {
+ public:
+  TiffSourceFile(std::filesystem::path path, const SourceGeometry& g, torch::ScalarType dtype)
+      : path_(std::move(path)), shape_(g.shape), dtype_(dtype) {}
+  void write_slab(const torch::Tensor& slab) override { slabs_.push_back(slab.to(dtype_)); }
+  void commit() override {
+    const torch::Tensor v = slabs_.empty() ? torch::empty({0}) : torch::cat(slabs_, /*dim=*/0);
+    if (v.dim() != 3 || Shape3{v.size(0), v.size(1), v.size(2)} != shape_) {
+      throw IoError(fmt::format("{}: {} of {} rows produced", path_.string(), v.dim() == 3 ? v.size(0) : 0, shape_[0]));
+    }
+    write_tiff_volume(path_, v);  // staged and renamed into place
+    slabs_.clear();
+  }
+
+ private:
+  std::filesystem::path path_;
+  Shape3 shape_;
+  torch::ScalarType dtype_;
+  std::vector<torch::Tensor> slabs_;
+};
+
+std::unique_ptr<SourceFile> open_source_file(const std::filesystem::path& path, const SourceGeometry& g,
+                                             torch::ScalarType dtype, const std::string& description) {
+  if (g.format == "tiff") return std::make_unique<TiffSourceFile>(path, g, dtype);
+  return std::make_unique<NiftiSourceFile>(path, g, dtype, description);
+}
+
+// Finalises resampled slabs into the source-format file; with component removal they are held until finish().
+class SourceSlabSink : public SlabSink {
+ public:
+  SourceSlabSink(SourceFile& writer, const Preprocessor& pre, const PostprocessOptions& post)
       : writer_(writer),
         pre_(pre),
         post_(post),
@@ -85,7 +136,7 @@ class NiftiSlabSink : public SlabSink {
   }
 
  private:
-  NiftiWriter& writer_;
+  SourceFile& writer_;
   const Preprocessor& pre_;
   const PostprocessOptions& post_;
   bool whole_;
@@ -104,8 +155,8 @@ struct CaseOutputSink::Impl {
   bool whole = false;               // component removal: labels are held until finish()
   std::vector<torch::Tensor> held;  // whole: the label slabs, in order
   std::unique_ptr<h5::SlabWriter> prediction, probabilities;
-  std::unique_ptr<NiftiWriter> nifti;
-  std::unique_ptr<NiftiSlabSink> nifti_sink;
+  std::unique_ptr<SourceFile> source_file;
+  std::unique_ptr<SourceSlabSink> source_sink;
   std::unique_ptr<ResamplingSink> resampler;
   // Scores: per class intersection, predicted and true voxels (segmentation); error sums (regression).
   std::vector<double> inter, predicted, truth;
@@ -140,7 +191,7 @@ void CaseOutputSink::Impl::record(int64_t d0, const torch::Tensor& pred) {
     base_err += ((y - train_mean).abs() * w).sum().item<double>();
     count += w.sum().item<double>();
   }
-  if (nifti && !resampler) nifti->write_slab(pred);
+  if (source_file && !resampler) source_file->write_slab(pred);
 }
 
 CaseOutputSink::CaseOutputSink(const CachedCase& c, const Preprocessor& pre, CaseOutputOptions options,
@@ -162,13 +213,14 @@ CaseOutputSink::CaseOutputSink(const CachedCase& c, const Preprocessor& pre, Cas
         file, m.o.group + "/probabilities", torch::kFloat, std::vector<int64_t>{k, m.shape[0], m.shape[1], m.shape[2]},
         /*axis=*/1, std::vector<int64_t>{1, 16, 64, 64}, /*compression_level=*/4, m.o.context);
   }
-  if (m.o.nifti_path) {
-    if (!m.o.geometry) throw IoError(fmt::format("{}: a NIfTI output needs the case's source geometry", m.o.context));
-    m.nifti = std::make_unique<NiftiWriter>(*m.o.nifti_path, *m.o.geometry, m.seg ? torch::kUInt8 : torch::kFloat,
-                                            m.o.description);
-    m.nifti_sink = std::make_unique<NiftiSlabSink>(*m.nifti, pre, m.o.postprocess);
+  if (m.o.source_file) {
+    if (!m.o.geometry)
+      throw IoError(fmt::format("{}: a source-format output needs the case's source geometry", m.o.context));
+    m.source_file =
+        open_source_file(*m.o.source_file, *m.o.geometry, m.seg ? torch::kUInt8 : torch::kFloat, m.o.description);
+    m.source_sink = std::make_unique<SourceSlabSink>(*m.source_file, pre, m.o.postprocess);
     if (m.o.geometry->shape != m.shape) {
-      m.resampler = std::make_unique<ResamplingSink>(m.shape, m.o.geometry->shape, *m.nifti_sink);
+      m.resampler = std::make_unique<ResamplingSink>(m.shape, m.o.geometry->shape, *m.source_sink);
     }
   }
   const int64_t k = m.seg ? pre.out_channels() : 0;
@@ -199,8 +251,8 @@ CaseScore CaseOutputSink::finish() {
   m.prediction->finish();
   if (m.probabilities) m.probabilities->finish();
   if (m.resampler) m.resampler->finish();
-  if (m.nifti_sink) m.nifti_sink->finish();  // the resampled labels held for component removal
-  if (m.nifti) m.nifti->commit();
+  if (m.source_sink) m.source_sink->finish();  // the resampled labels held for component removal
+  if (m.source_file) m.source_file->commit();
   CaseScore s;
   if (m.o.keep_prediction && !m.kept.empty()) s.prediction = torch::cat(m.kept, /*dim=*/0);
   if (m.seg && m.c.target.defined()) {

@@ -126,8 +126,8 @@ void predict_split(const ResolvedPrediction& rp, const DatasetReader& reader, co
     oo.keep_prediction = submission != nullptr;
     if (cfg.predict.nifti) {
       auto source = reader.read_source(id);
-      if (source && source->format == "nifti") {
-        oo.nifti_path = out_dir / cfg.predict.split / (id + source->file_ending);
+      if (source && writes_source_file(*source)) {  // NIfTI or TIFF, as the case was imported
+        oo.source_file = out_dir / cfg.predict.split / (id + source->file_ending);
         oo.geometry = std::move(source);
         ++nifti_files;
       }
@@ -148,7 +148,7 @@ void predict_split(const ResolvedPrediction& rp, const DatasetReader& reader, co
   spdlog::info("predict: wrote {} ({} cases)", out_path.string(), ids.size());
   if (nifti_files > 0) outputs.push_back(cfg.predict.split + "/");
   if (nifti_files > 0) {
-    spdlog::info("predict: wrote {} NIfTI files with the inputs' geometry into {}", nifti_files,
+    spdlog::info("predict: wrote {} NIfTI/TIFF files with the inputs' geometry into {}", nifti_files,
                  (out_dir / cfg.predict.split).string());
   }
   if (submission && submission->files() > 0) {

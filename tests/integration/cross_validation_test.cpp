@@ -89,6 +89,44 @@ TEST_F(CrossValidation, FoldAllTrainsEachFoldResumesAndSummarises) {
   EXPECT_EQ(read_csv(exp() / "ensemble" / "predictions" / "val_metrics.csv").size(), reader.split("val").size() + 1);
 }
 
+// folds.json is the one record of the split: a file whose folds train on their own held-out cases
+// is refused, and so is one made again after a fold ran on the deleted one (another seed here).
+TEST_F(CrossValidation, FoldsNeverLeakAndAreNeverRemadeUnderTheirRuns) {
+  const DatasetReader reader(dir / "p.h5");
+  std::vector<std::string> pool = reader.split("train");
+  pool.insert(pool.end(), reader.split("val").begin(), reader.split("val").end());
+  auto folds = make_folds(pool, 2, /*seed=*/7);
+  const std::string leaked = folds[0].val.front();
+  folds[0].train.push_back(leaked);
+  fs::create_directories(exp());
+  test::write_text(exp() / "folds.json", folds_json(folds));
+  auto r = train({"--fold", "0"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "folds.json: fold 0 trains on case '" + leaked + "' that it validates on"))
+      << r.output;
+  EXPECT_FALSE(fs::exists(exp() / "fold_0"));
+
+  fs::remove(exp() / "folds.json");
+  r = train({"--fold", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string saved = test::read_text(exp() / "folds.json");
+  fs::remove(exp() / "folds.json");
+  r = train({"--fold", "1", "--set", "experiment.seed=99"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "folds.json: missing, but fold_0 of this cross-validation already ran")) << r.output;
+  EXPECT_FALSE(fs::exists(exp() / "folds.json"));
+  EXPECT_FALSE(fs::exists(exp() / "fold_1"));
+  r = train({"--fold", "0", "--predict-only"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = trainer({"evaluate", "cv", "runs/cv"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "folds.json: not found")) << r.output;
+  // Restored, the experiment goes on.
+  test::write_text(exp() / "folds.json", saved);
+  r = trainer({"evaluate", "cv", "runs/cv"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 TEST_F(CrossValidation, MisuseGetsOneLineAndExitTwo) {
   auto r = train({});
   EXPECT_EQ(r.exit_code, 2) << r.output;

@@ -103,8 +103,14 @@ TEST_F(SegmentationCli, ImportTrainPredictEvaluateKeepsTheInputGeometry) {
   expect_same_geometry(raw / "imagesTs" / "case_004_0000.nii.gz", run / "predictions" / "test" / "case_004.nii.gz");
 
   const auto pred_dir = run / "predictions" / "val";
+  // labelsTr holds the 3 training cases too: scoring the val case alone is asked for, never implied.
   r = trainer(
       {"evaluate", "segmentation", "--reference", (raw / "labelsTr").string(), "--predictions", pred_dir.string()});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("no prediction for 3 of the 4 reference cases"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(pred_dir / "evaluation.csv"));
+  r = trainer({"evaluate", "segmentation", "--reference", (raw / "labelsTr").string(), "--predictions",
+               pred_dir.string(), "--only-predicted"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("liver Dice / HD95 mm"), std::string::npos) << r.output;  // names from dataset.json
   const auto csv = test::read_csv(pred_dir / "evaluation.csv");
@@ -113,8 +119,8 @@ TEST_F(SegmentationCli, ImportTrainPredictEvaluateKeepsTheInputGeometry) {
   EXPECT_EQ(csv[0].at("name"), "liver");
   EXPECT_EQ(csv.back().at("label"), "all");
   // Results are never overwritten silently.
-  r = trainer(
-      {"evaluate", "segmentation", "--reference", (raw / "labelsTr").string(), "--predictions", pred_dir.string()});
+  r = trainer({"evaluate", "segmentation", "--reference", (raw / "labelsTr").string(), "--predictions",
+               pred_dir.string(), "--only-predicted"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--force"), std::string::npos);
 }

@@ -137,7 +137,8 @@ struct EvaluateSegmentationCommand {
   std::string out;                     // --out CSV; default <predictions>/evaluation.csv
   std::vector<int64_t> labels;         // --labels 1,2; default: every foreground value found
   int64_t threads = 0;
-  bool force = false;  // replace an existing CSV
+  bool force = false;           // replace an existing CSV
+  bool only_predicted = false;  // --only-predicted: reference cases without a prediction are not an error
 };
 int evaluate_segmentation_command(const EvaluateSegmentationCommand& cmd);
 
@@ -149,7 +150,8 @@ struct EvaluateSurfaceCommand {
   double tolerance = 2.0;              // --tolerance (voxels)
   int64_t ignore_label = 2;            // --ignore-label; -1: none
   int64_t threads = 0;
-  bool force = false;  // replace an existing CSV
+  bool force = false;           // replace an existing CSV
+  bool only_predicted = false;  // --only-predicted: reference cases without a prediction are not an error
 };
 int evaluate_surface_command(const EvaluateSurfaceCommand& cmd);
 

@@ -1,8 +1,11 @@
 // The summary of a cross-validation (`trainer evaluate cv EXPERIMENT_DIR`): each fold's validation
 // metric, read from the held-out predictions the fold wrote after training
 // (<experiment>/fold_K/predictions/val_metrics.csv: "case,<metric>,baseline_<metric>" rows and a
-// "mean" row), and the pooled metric over every held-out case (each case once, as nnU-Net's
-// cross-validation summary).
+// "mean" row; "nan" where the metric is undefined, e.g. the Dice of a case without foreground
+// predicted empty), and the pooled metric over every held-out case (each case once, as nnU-Net's
+// cross-validation summary). The folds are those of <experiment>/folds.json (data/folds.h): a
+// fold_K folder it does not list is left out (and named), and each fold's CSV may score only that
+// fold's held-out cases.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -16,19 +19,23 @@ struct FoldResult {
   std::vector<std::string> cases;
   std::vector<double> values;  // the metric per case (NaN where undefined)
   double mean = 0.0;           // nan_mean(values)
+  int64_t held_out = 0;        // the fold's held-out cases in folds.json (cases without a target are not scored)
 };
 
 struct CvSummary {
   std::string metric;             // "dice" (segmentation) or "mae" (dose, target units)
   std::vector<FoldResult> folds;  // those found, by fold number
-  std::vector<int64_t> missing;   // fold numbers below the largest found without val_metrics.csv
+  std::vector<int64_t> missing;   // folds of folds.json without val_metrics.csv
+  std::vector<int64_t> stray;     // fold_K folders beside them that folds.json does not list (left out)
   double pooled = 0.0;            // nan_mean over every case of every fold
   double mean_of_folds = 0.0;     // mean of the folds' means
   double std_of_folds = 0.0;      // their population standard deviation
 };
 
-// Reads every <experiment>/fold_K/predictions/val_metrics.csv. DataError naming the file for one
-// that is not such a CSV, or when the folds disagree on the metric; DataError when no fold has one.
+// Reads <experiment>/folds.json and the val_metrics.csv of each of its folds. DataError naming the
+// file for a missing or malformed folds.json, a CSV that is not such a CSV, scores a case that is
+// not one of its fold's held-out cases or a case twice, or when the folds disagree on the metric;
+// DataError when no fold has one.
 CvSummary summarize_cross_validation(const std::filesystem::path& experiment);
 // "fold,cases,<metric>" rows, then "pooled" and "mean_of_folds" rows.
 std::string cv_summary_csv(const CvSummary& s);

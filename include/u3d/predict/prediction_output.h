@@ -2,10 +2,11 @@
 // arrives slab by slab along D (SlabSink, from the streaming sliding_window_predict) and is turned
 // into labels (segmentation: argmax, or postprocess.h's threshold and small-component removal) or
 // values in target units (regression), scored against the case's target, written into the
-// predictions HDF5 file and, for cases imported from NIfTI, into a NIfTI file with the input's header
-// in the input's grid (import resampling undone). No stage holds a whole volume of logits, so a
-// 512x512x300 CT predicts in bounded host memory; with component removal the case's uint8 labels
-// (and those in the NIfTI grid) are held whole and written at finish().
+// predictions HDF5 file and, for cases imported from NIfTI or TIFF, into a file of the input's format:
+// NIfTI with the input's header in the input's grid (import resampling undone), or a 3D TIFF volume
+// (io/tiff.h; held whole and written at finish(), as TIFF is written a volume at a time). No stage holds a whole volume
+// of logits, so a 512x512x300 CT predicts in bounded host memory; with component removal the case's uint8 labels (and
+// those in the NIfTI grid) are held whole and written at finish().
 #pragma once
 #include <torch/torch.h>
 
@@ -54,9 +55,10 @@ struct CaseOutputOptions {
   // prediction, its score, the kept prediction and the NIfTI file all get the post-processed labels
   // (in the NIfTI grid, components are removed after resampling, counted in that grid's voxels).
   PostprocessOptions postprocess;
-  // NIfTI output: written to `nifti_path` with `geometry`'s header, resampled to geometry.shape
-  // when that differs from the case's grid. Both set or neither.
-  std::optional<std::filesystem::path> nifti_path;
+  // Source-format output (geometry->format "nifti" or "tiff", writes_source_file): written to
+  // `source_file` (NIfTI with `geometry`'s header), resampled to geometry.shape when that differs
+  // from the case's grid. Both set or neither.
+  std::optional<std::filesystem::path> source_file;
   std::optional<SourceGeometry> geometry;
   std::string description = "u3d prediction";  // NIfTI descrip
   // Also keep the whole prediction in host memory and return it in CaseScore::prediction (small
@@ -73,6 +75,9 @@ struct CaseScore {
   // With keep_prediction: (D, H, W) uint8 labels or float32 target units, on the CPU.
   torch::Tensor prediction;
 };
+
+// Whether a case imported from `g`'s format gets its prediction written in that format too (NIfTI, TIFF).
+bool writes_source_file(const SourceGeometry& g);
 
 class CaseOutputSink : public SlabSink {
  public:

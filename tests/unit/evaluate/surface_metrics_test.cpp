@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "u3d/core/errors.h"
+#include "u3d/evaluate/segmentation_eval.h"
 
 namespace u3d {
 namespace {
@@ -197,6 +198,36 @@ TEST(SurfaceMetrics, IgnoredVoxelsChangeNothing) {
   // Ignoring equals zeroing the ignored voxels in both volumes by hand.
   const auto zeroed = score_surface(noisy.masked_fill(ignored.to(torch::kBool), 0), clean_ref, 2.0, std::nullopt);
   EXPECT_DOUBLE_EQ(zeroed.total, b.total);
+}
+
+// Labels are checked in their own type: 256, -1 and a reference 258 are refused as those values;
+// an ignore label a uint8 reference cannot hold matches no voxel (never 258 as 2).
+TEST(SurfaceMetrics, LabelsAreCheckedInTheirOwnType) {
+  const auto sheet = ball(12, 5.5, 4.0);
+  auto message = [](const torch::Tensor& pred, const torch::Tensor& ref, std::optional<int64_t> ignore) {
+    try {
+      score_surface(pred, ref, 2.0, ignore);
+    } catch (const DataError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const auto wide = sheet.to(torch::kInt16);
+  EXPECT_EQ(message(wide * 256, wide, 2), "score_surface: prediction holds the value 256, expected 0 or 1");
+  EXPECT_EQ(message(wide.masked_fill(wide.eq(0), -1), wide, 2),
+            "score_surface: prediction holds the value -1, expected 0 or 1");
+  EXPECT_EQ(message(wide, wide.masked_fill(wide.eq(0), 258), 2),
+            "score_surface: reference holds the value 258, expected 0, 1 or the ignore label 2");
+  // A uint8 reference holding 2 with ignore label 258: 2 is an error, not ignored.
+  EXPECT_EQ(message(sheet, sheet.masked_fill(sheet.eq(0), 2), 258),
+            "score_surface: reference holds the value 2, expected 0, 1 or the ignore label 258");
+  EXPECT_EQ(message(wide, wide.masked_fill(wide.eq(0), 258), 258), "no error");
+  // label_equals: the value in the tensor's own terms.
+  const auto bytes = torch::tensor({0, 2, 255}, torch::kUInt8);
+  EXPECT_FALSE(label_equals(bytes, 258).any().item<bool>());
+  EXPECT_FALSE(label_equals(bytes, -1).any().item<bool>());
+  EXPECT_TRUE(label_equals(bytes, 255)[2].item<bool>());
+  EXPECT_TRUE(label_equals(torch::tensor({0.0, 258.0}), 258)[1].item<bool>());
 }
 
 }  // namespace

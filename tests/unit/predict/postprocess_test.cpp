@@ -104,7 +104,7 @@ TEST(Postprocess, CaseOutputWritesAndScoresThePostprocessedLabels) {
     o.keep_prediction = true;
     o.postprocess = post;
     if (nifti_shape) {
-      o.nifti_path = dir / "p.nii.gz";
+      o.source_file = dir / "p.nii.gz";
       o.geometry = plain_geometry(*nifti_shape, {1.0, 1.0, 1.0});
     }
     CaseOutputSink sink(c, pre, o, 0.0);
