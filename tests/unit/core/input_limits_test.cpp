@@ -10,6 +10,7 @@
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/core/input_limits.h"
+#include "u3d/core/json.h"
 #include "u3d/core/staged_folder.h"
 
 namespace u3d {
@@ -81,6 +82,14 @@ TEST(InputLimits, ErrorLinesEscapeControlCharactersOfOurMessages) {
     EXPECT_EQ(error_line(e), "boom");
     EXPECT_EQ(error_line(DataError(std::string("wrapped: ") + e.what())), "wrapped: boom");
   }
+}
+
+// A JSON file that does not parse (a tampered fingerprint, folds.json, dataset.json): where and
+// what, without nlohmann's "[json.exception.parse_error.101]" tag.
+TEST(InputLimits, JsonParseErrorsNameTheFileAndThePlace) {
+  const std::string msg = test::error_of<DataError>([] { parse_json("{\"a\": 1,\n x}", "f.json"); });
+  EXPECT_EQ(msg.rfind("f.json: not valid JSON: parse error at line 2, column 2: ", 0), 0u) << msg;
+  EXPECT_EQ(msg.find("json.exception"), std::string::npos) << msg;
 }
 
 TEST(StagedFolder, AFailedWriteLeavesNothingAndACommitReplacesTheWhole) {
