@@ -2,18 +2,23 @@
 // one-line message and an exit code (0 ok, 1 runtime failure, 2 usage or config error).
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/util/Exception.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <functional>
 #include <new>
 #include <string>
 
 #include "u3d/app/commands.h"
 #include "u3d/core/errors.h"
+#include "u3d/core/files.h"
+#include "u3d/core/input_limits.h"
 #include "u3d/core/launch_env.h"
 #include "u3d/core/logging.h"
 #include "u3d/core/parallel.h"
@@ -62,6 +67,43 @@ const CLI::Validator kThreadCount(
     },
     "THREADS");
 
+// The one range check of every numeric option: the whole text is a finite number (a whole one for an
+// integer option) within [lo, hi] ((lo, hi] when `lo_open`); CLI11 puts the option's name in front.
+// It runs before CLI11's conversion, so "nan", "1e15" or "abc" never reach a command, and replaces
+// CLI11's range validators, whose message printed the limits of double in full (309 digits).
+enum class Whole : bool { kNo = false, kYes = true };
+CLI::Validator number_in(double lo, double hi, Whole whole, bool lo_open = false) {
+  const auto bound = [whole](double v) {
+    return whole == Whole::kYes ? fmt::format("{}", static_cast<int64_t>(v)) : fmt::format("{}", v);
+  };
+  const std::string range = fmt::format("{}{}, {}]", lo_open ? "(" : "[", bound(lo), bound(hi));
+  const char* kind = whole == Whole::kYes ? "an integer" : "a number";
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        const auto v = u3d::parse_double(text);  // strict and finite: no "nan", "inf", "3x"
+        const bool ok = v && (whole == Whole::kNo || (std::floor(*v) == *v && u3d::parse_int(text))) &&
+                        (lo_open ? *v > lo : *v >= lo) && *v <= hi;
+        return ok ? std::string() : fmt::format("'{}': expected {} in {}", text, kind, range);
+      },
+      fmt::format("{} in {}", whole == Whole::kYes ? "INT" : "NUMBER", range));
+}
+// A word option checked at parsing: "'xyz': expected one of auto, segmentation, dose" (exit 2).
+CLI::Validator one_of(const std::vector<std::string>& words) {
+  const std::string list = fmt::format("{}", fmt::join(words, ", "));
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        return std::find(words.begin(), words.end(), text) != words.end()
+                   ? std::string()
+                   : fmt::format("'{}': expected one of {}", text, list);
+      },
+      "WORD");
+}
+
+constexpr double kMaxCount = 1e9;                // steps, cases: more than any run needs, far from overflow
+constexpr double kMaxSeed = 9007199254740992.0;  // 2^53: every seed up to it exact as a double
+constexpr double kMaxSeconds = 7 * 24 * 3600.0;
+constexpr double kMaxGpuMemoryGib = 4096;  // far above any accelerator; GiB -> bytes stays exact
+
 // The options of an `evaluate` command that scores predictions against references:
 // {--reference, --predictions, --out, --force} with their help texts.
 template <class Command>
@@ -70,6 +112,28 @@ void add_scoring_options(CLI::App* app, Command& cmd, const std::array<std::stri
   app->add_option("--predictions", cmd.predictions, docs[1])->required();
   app->add_option("--out", cmd.out, docs[2]);
   app->add_flag("--force", cmd.force, docs[3]);
+}
+
+// The line for an exception that is not one of ours: a host allocation that failed (LibTorch's
+// allocator, std::bad_alloc) in our words; LibTorch's first line, named as such; anything else's.
+std::string failure_line(const std::exception& e) {
+  if (const auto bytes = u3d::host_allocation_failure(e)) {
+    return fmt::format(
+        "out of host memory{}; lower data.batch_size or data.patch_size, or use a machine with more "
+        "memory",
+        *bytes > 0 ? fmt::format(" (an allocation of {} failed)", u3d::human_bytes(*bytes)) : "");
+  }
+  return (dynamic_cast<const c10::Error*>(&e) ? "LibTorch: " : "") + u3d::error_line(e);
+}
+
+// The one way a command ends in failure: the status line cleared, one error line (console,
+// train.log, torchrun's error file), the logs flushed, the exit code.
+int report_failure(const std::string& line, int exit_code) {
+  u3d::set_status_line("");
+  spdlog::error("{}", line);
+  u3d::write_launcher_error_file(line);
+  u3d::flush_logs();
+  return exit_code;
 }
 
 }  // namespace
@@ -95,12 +159,12 @@ int main(int argc, char** argv) {
                         ->expected(0, 1);
   app.add_option("--workers", run.workers, "With --benchmark data: sampler thread counts to measure, e.g. 1,2,4");
   app.add_option("--benchmark-seconds", run.benchmark_seconds, "With --benchmark: seconds measured per result row")
-      ->check(CLI::PositiveNumber);
+      ->check(number_in(0, kMaxSeconds, Whole::kNo, /*lo_open=*/true));
   auto* steps_opt = app.add_option("--steps", run.steps, "With --benchmark (step): timed steps")
-                        ->check(CLI::PositiveNumber)
+                        ->check(number_in(1, kMaxCount, Whole::kYes))
                         ->capture_default_str();
   auto* warmup_opt = app.add_option("--warmup", run.warmup, "With --benchmark (step): untimed steps first")
-                         ->check(CLI::NonNegativeNumber)
+                         ->check(number_in(0, kMaxCount, Whole::kYes))
                          ->capture_default_str();
   app.add_option("--set", run.overrides, "Override a config key: --set training.epochs=3 (repeatable)")
       ->expected(1)
@@ -125,12 +189,20 @@ int main(int argc, char** argv) {
   synth_app
       ->add_option("--task", synth.task, "dose | segmentation | surface | kits (KiTS19-like CT, 1.6 mm, varied sizes)")
       ->capture_default_str();
-  synth_app->add_option("--cases", synth.cases, "Number of cases")->capture_default_str();
+  synth_app->add_option("--cases", synth.cases, "Number of cases")
+      ->check(number_in(0, kMaxCount, Whole::kYes))
+      ->capture_default_str();
   synth_app->add_option("--size", synth.size, "Volume size: S or D,H,W voxels")->capture_default_str();
   synth_app->add_option("--out", synth.out, "Output file")->required();
-  synth_app->add_option("--seed", synth.seed, "Seed")->capture_default_str();
-  synth_app->add_option("--val-fraction", synth.val_fraction, "Share of cases in 'val'")->capture_default_str();
-  synth_app->add_option("--test-fraction", synth.test_fraction, "Share of cases in 'test'")->capture_default_str();
+  synth_app->add_option("--seed", synth.seed, "Seed")
+      ->check(number_in(0, kMaxSeed, Whole::kYes))
+      ->capture_default_str();
+  synth_app->add_option("--val-fraction", synth.val_fraction, "Share of cases in 'val'")
+      ->check(number_in(0, 1, Whole::kNo))
+      ->capture_default_str();
+  synth_app->add_option("--test-fraction", synth.test_fraction, "Share of cases in 'test'")
+      ->check(number_in(0, 1, Whole::kNo))
+      ->capture_default_str();
   synth_app->add_flag("--force", synth.force, "Replace an existing output file");
   synth_app
       ->add_option("--format", synth.format,
@@ -157,8 +229,12 @@ int main(int argc, char** argv) {
                     "Per channel (one: all): ct | zscore | minmax | none | a data.normalize spec; default from the "
                     "channel names as nnU-Net (CT -> ct, else zscore)")
         ->delimiter(',');
-    sub->add_option("--val-fraction", c.val_fraction, "Share of labelled cases in split 'val'")->capture_default_str();
-    sub->add_option("--seed", c.seed, "Seed of the val selection")->capture_default_str();
+    sub->add_option("--val-fraction", c.val_fraction, "Share of labelled cases in split 'val'")
+        ->check(number_in(0, 1, Whole::kNo))
+        ->capture_default_str();
+    sub->add_option("--seed", c.seed, "Seed of the val selection")
+        ->check(number_in(0, kMaxSeed, Whole::kYes))
+        ->capture_default_str();
     sub->add_option("--threads", c.threads, "Threads; 0: every core")->check(kThreadCount)->capture_default_str();
     sub->add_flag("--force", c.force, "Replace an existing output file");
   };
@@ -191,13 +267,17 @@ int main(int argc, char** argv) {
   import_tiff_app
       ->add_option("--ignore-label", import_tiff.ignore_label,
                    "Label of unlabeled voxels (e.g. 2), excluded from losses and metrics; -1: none")
+      ->check(number_in(-1, 255, Whole::kYes))
       ->capture_default_str();
   import_tiff_app->add_option("--spacing", import_tiff.common.spacing,
                               "Voxel size of the volumes in mm: S or D,H,W (TIFF records none; default 1)");
   import_tiff_app
       ->add_option("--val-fraction", import_tiff.common.val_fraction, "Share of labelled cases in split 'val'")
+      ->check(number_in(0, 1, Whole::kNo))
       ->capture_default_str();
-  import_tiff_app->add_option("--seed", import_tiff.common.seed, "Seed of the val selection")->capture_default_str();
+  import_tiff_app->add_option("--seed", import_tiff.common.seed, "Seed of the val selection")
+      ->check(number_in(0, kMaxSeed, Whole::kYes))
+      ->capture_default_str();
   import_tiff_app->add_option("--threads", import_tiff.common.threads, "Threads; 0: every core")
       ->check(kThreadCount)
       ->capture_default_str();
@@ -228,6 +308,7 @@ int main(int argc, char** argv) {
   evaluate_segmentation_app
       ->add_option("--labels", evaluate_segmentation.labels,
                    "Label values to score; default: every foreground value found")
+      ->check(number_in(0, 2147483647, Whole::kYes))
       ->delimiter(',');
   evaluate_segmentation_app->add_flag("--only-predicted", evaluate_segmentation.only_predicted,
                                       "Score only the reference cases that have a prediction");
@@ -240,10 +321,12 @@ int main(int argc, char** argv) {
                       {"Folder of reference labels", "Folder of predicted 0/1 labels (same case names)",
                        "CSV file; default <predictions>/surface_evaluation.csv", "Replace an existing CSV"});
   evaluate_surface_app->add_option("--tolerance", evaluate_surface.tolerance, "Surface Dice tolerance in voxels")
+      ->check(number_in(0, 1e6, Whole::kNo))
       ->capture_default_str();
   evaluate_surface_app
       ->add_option("--ignore-label", evaluate_surface.ignore_label,
                    "Reference label excluded from every metric; -1: none")
+      ->check(number_in(-1, 255, Whole::kYes))
       ->capture_default_str();
   evaluate_surface_app->add_flag("--only-predicted", evaluate_surface.only_predicted,
                                  "Score only the reference cases that have a prediction");
@@ -284,10 +367,12 @@ int main(int argc, char** argv) {
       "plan", "Plan an experiment for a dataset: fingerprint, spacing, network, patch and batch for the GPU memory");
   plan_app->add_option("data", plan.data, "Dataset file (HDF5, format v1)")->required();
   plan_app->add_option("--gpu-memory", plan.gpu_memory_gib, "GPU memory budget in GiB (memory model); default 80")
-      ->check(CLI::PositiveNumber);
+      ->check(number_in(0, kMaxGpuMemoryGib, Whole::kNo, /*lo_open=*/true));
   plan_app->add_option("--device", plan.device, "cpu (memory model) or cuda (measure candidates on the GPU)")
       ->capture_default_str();
-  plan_app->add_option("--task", plan.task, "auto | segmentation | dose")->capture_default_str();
+  plan_app->add_option("--task", plan.task, "auto | segmentation | dose")
+      ->check(one_of({"auto", "segmentation", "dose"}))
+      ->capture_default_str();
   plan_app->add_option("--out", plan.out, "YAML config to write; default <data stem>_plan.yaml");
   plan_app->add_option("--name", plan.name, "experiment.name; default the data file's stem");
   plan_app->add_option("--threads", plan.threads, "Fingerprint threads; 0: every core")
@@ -302,7 +387,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? u3d::kExitOk : u3d::kExitUsage;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // One line, as every other usage error (CLI11's own ends in a second "Run with --help" line).
+    spdlog::error("{}; see trainer --help", u3d::error_line(e));
+    u3d::flush_logs();
+    return u3d::kExitUsage;
   }
 
   try {
@@ -330,27 +419,8 @@ int main(int argc, char** argv) {
     }
     return u3d::run_command(run);
   } catch (const u3d::Error& e) {
-    u3d::set_status_line("");
-    spdlog::error("{}", u3d::error_line(e));
-    u3d::write_launcher_error_file(u3d::error_line(e));
-    u3d::flush_logs();
-    return e.exit_code();
-  } catch (const c10::Error& e) {
-    u3d::set_status_line("");
-    spdlog::error("LibTorch: {}", u3d::error_line(e));
-    u3d::write_launcher_error_file("LibTorch: " + u3d::error_line(e));
-    u3d::flush_logs();
-    return u3d::kExitRuntime;
-  } catch (const std::bad_alloc&) {
-    spdlog::error("out of host memory; lower data.batch_size or data.patch_size");
-    u3d::write_launcher_error_file("out of host memory");
-    u3d::flush_logs();
-    return u3d::kExitRuntime;
+    return report_failure(u3d::error_line(e), e.exit_code());
   } catch (const std::exception& e) {
-    u3d::set_status_line("");
-    spdlog::error("{}", u3d::error_line(e));
-    u3d::write_launcher_error_file(u3d::error_line(e));
-    u3d::flush_logs();
-    return u3d::kExitRuntime;
+    return report_failure(failure_line(e), u3d::kExitRuntime);
   }
 }

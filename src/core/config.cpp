@@ -20,6 +20,7 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/input_limits.h"
 #include "u3d/core/normalize_spec.h"
 #include "u3d/core/text.h"
 
@@ -102,13 +103,26 @@ void apply_yaml(Config& cfg, const YAML::Node& root, const std::string& source) 
   }
 }
 
+// One YAML document: a second ("---" and more keys) would be ignored by YAML::Load, so it is refused.
 YAML::Node parse_yaml(const std::string& text, const std::string& source) {
+  std::vector<YAML::Node> documents;
   try {
-    return YAML::Load(text);
+    documents = YAML::LoadAll(text);
   } catch (const YAML::ParserException& e) {
     throw ConfigError(
         fmt::format("{}:{}:{}: YAML syntax error: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg));
   }
+  // An empty document ("---" at the end) holds nothing that could be ignored.
+  documents.erase(std::remove_if(documents.begin() + (documents.empty() ? 0 : 1), documents.end(),
+                                 [](const YAML::Node& d) { return !d || d.IsNull(); }),
+                  documents.end());
+  if (documents.size() > 1) {
+    throw ConfigError(
+        fmt::format("{}: a second YAML document (after '---'); a config is one document, and the keys "
+                    "after it would be ignored",
+                    where_of(source, documents[1])));
+  }
+  return documents.empty() ? YAML::Node() : documents.front();
 }
 
 // "[64, 64, 64]" -> 64*64*64-style helpers for validate().
@@ -227,6 +241,7 @@ Config load_config(const std::filesystem::path& path, const std::vector<std::str
   }
   std::string text;
   try {
+    check_input_file(path, kMaxConfigBytes, "a config file (YAML)");  // not /dev/zero, a FIFO, 2 GB
     text = read_file(path);
   } catch (const IoError& e) {
     throw ConfigError(e.what());

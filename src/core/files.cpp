@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "u3d/core/errors.h"
+#include "u3d/core/input_limits.h"
 
 namespace u3d {
 namespace {
@@ -154,6 +155,7 @@ void ensure_writable_directory(const fs::path& dir) {
 }
 
 std::string read_file(const fs::path& path) {
+  check_input_file(path, kMaxTextFileBytes, "a text file");  // no device, FIFO or folder; a sane size
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(fmt::format("{}: cannot open for reading", path.string()));
   std::ostringstream ss;

@@ -72,7 +72,11 @@ Json parse_json(const std::string& text, const std::string& source) {
   try {
     return Json::parse(text);
   } catch (const Json::parse_error& e) {
-    throw DataError(fmt::format("{}: not valid JSON: {}", source, e.what()));
+    // nlohmann's text without its tag "[json.exception.parse_error.101] ": where and what, one line.
+    const std::string what = e.what();
+    const auto tag = what.rfind("] ", what.find("parse error"));
+    throw DataError(
+        fmt::format("{}: not valid JSON: {}", source, tag == std::string::npos ? what : what.substr(tag + 2)));
   }
 }
 

@@ -67,6 +67,21 @@ std::shared_ptr<ConsoleSink>& console_sink() {
   return sink;
 }
 
+// A sink that cannot write (train.log on a full disk): one warning line on the console, in our
+// format, the first time; spdlog's own "[*** LOG ERROR ***]" block never reaches the user. The
+// console sink comes first, so every line still reaches the console.
+void on_sink_error(const std::string& what) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    const auto colon = what.rfind(": ");  // spdlog: "Failed flush to file <path>: <strerror>"
+    const std::string reason = colon == std::string::npos ? std::string("write failed") : what.substr(colon + 2);
+    const std::string text =
+        fmt::format("the log file cannot be written ({}); further log lines go to the console only", reason);
+    console_sink()->log(spdlog::details::log_msg("u3d", spdlog::level::warn, text));
+    console_sink()->flush();
+  });
+}
+
 std::shared_ptr<spdlog::logger> main_logger() {
   auto logger = spdlog::get("u3d");
   if (!logger) {
@@ -74,6 +89,7 @@ std::shared_ptr<spdlog::logger> main_logger() {
     console->set_pattern(kPattern);
     logger = std::make_shared<spdlog::logger>(
         "u3d", spdlog::sinks_init_list{console, std::make_shared<EarlySink>(kEarlyLines)});
+    logger->set_error_handler(on_sink_error);
     spdlog::register_logger(logger);
     spdlog::set_default_logger(logger);
   }

@@ -15,6 +15,7 @@
 #include "compact_case.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/input_limits.h"
 #include "u3d/core/parallel.h"
 #include "u3d/core/run.h"
 
@@ -25,16 +26,29 @@ using Clock = std::chrono::steady_clock;
 using namespace cache_detail;  // the compact case form (compact_case.h)
 
 // parallel_for (parallel.h) on worker threads only, each with one intra-op thread (the workers are
-// the parallelism; the caller keeps its own setting), stopping at the first failure.
+// the parallelism; the caller keeps its own setting), stopping at the first failure. A host
+// allocation that fails while loading (LibTorch's allocator, std::bad_alloc) is a DataError naming
+// the settings that shrink the load, never the allocator's text.
 template <class Fn>
 void parallel_items(int64_t n, int64_t threads, Fn&& fn) {
-  parallel_for(
-      n, threads,
-      [&](int64_t i) {
-        use_one_intra_op_thread();
-        fn(i);
-      },
-      OnError::kStopEarly, /*caller_works=*/false);
+  try {
+    parallel_for(
+        n, threads,
+        [&](int64_t i) {
+          use_one_intra_op_thread();
+          fn(i);
+        },
+        OnError::kStopEarly, /*caller_works=*/false);
+  } catch (const std::exception& e) {
+    const auto bytes = host_allocation_failure(e);
+    if (!bytes) throw;
+    const int64_t available = host_available_bytes();
+    throw DataError(fmt::format(
+        "data: out of host memory while loading {} cases{} ({} available); use data.cache_float16: true, "
+        "fewer or smaller cases, or a machine with more memory",
+        n, *bytes > 0 ? fmt::format(" (an allocation of {} failed)", human_bytes(static_cast<double>(*bytes))) : "",
+        available >= 0 ? human_bytes(static_cast<double>(available)) : "unknown"));
+  }
 }
 
 torch::TensorOptions arena_options(torch::ScalarType dtype, CachePlacement placement, const torch::Device& device) {
@@ -243,10 +257,9 @@ class StackedCacheBuilder {
     } catch (const std::exception& e) {
       throw DataError(
           fmt::format("data.cache: the training split needs {} of {} but it cannot be allocated ({} "
-                      "available): {}; use data.cache: memory, data.cache_float16: true or a smaller "
-                      "split",
+                      "available); use data.cache: memory, data.cache_float16: true or a smaller split",
                       human_bytes(static_cast<double>(needed)), placement_text(placement),
-                      available >= 0 ? human_bytes(static_cast<double>(available)) : "unknown", error_line(e)));
+                      available >= 0 ? human_bytes(static_cast<double>(available)) : "unknown"));
     }
 
     // Normalisation tables and the copy into the arena.

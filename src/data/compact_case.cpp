@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "u3d/core/errors.h"
+#include "u3d/core/input_limits.h"
 
 namespace u3d::cache_detail {
 
@@ -90,6 +91,7 @@ void add_label_maps(CompactCase& c, const LabelMapFn& make) {
   try {
     m = make(c.target);
   } catch (const std::exception& e) {
+    if (host_allocation_failure(e)) throw;  // the cache's loader names it (cache.cpp parallel_items)
     throw DataError(fmt::format("case '{}': ground-truth maps: {}", c.id, error_line(e)));
   }
   if (m.skeleton.defined()) c.skeleton = m.skeleton.to(torch::kUInt8).contiguous();

@@ -11,6 +11,7 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/finite.h"
+#include "u3d/core/input_limits.h"
 #include "u3d/core/parallel.h"
 #include "u3d/core/text.h"
 #include "u3d/io/h5.h"
@@ -183,7 +184,9 @@ CaseCheck checked_inspect(hid_t file, const DatasetInfo& info, const std::string
     return inspect_case(file, info, id, read_out);
   } catch (const std::exception& e) {  // anything unexpected still names the case
     CaseCheck c;
-    c.problems.push_back(error(id, "", fmt::format("cannot be checked: {}", error_line(e))));
+    // An allocation that failed: in our words, never the allocator's "enforce fail" text.
+    const std::string why = host_allocation_failure(e) ? "out of host memory while reading it" : error_line(e);
+    c.problems.push_back(error(id, "", fmt::format("cannot be checked: {}", why)));
     return c;
   }
 }

@@ -7,6 +7,7 @@
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/core/finite.h"
+#include "u3d/core/input_limits.h"
 #include "u3d/core/signals.h"
 #include "u3d/core/text.h"
 #include "u3d/io/h5.h"
@@ -124,6 +125,7 @@ DatasetReader::DatasetReader(const std::filesystem::path& path) : path_(path) {
   const std::string ctx = path.string();
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw IoError(fmt::format("{}: dataset file not found", ctx));
+  check_input_file(path, /*max_bytes=*/-1, "a dataset file (HDF5)");  // not a FIFO or a device
   if (H5Fis_hdf5(path.c_str()) <= 0) throw DataError(fmt::format("{}: not an HDF5 file", ctx));
   file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file_ < 0) throw DataError(fmt::format("{}: cannot open HDF5 file (truncated or corrupt?)", ctx));
@@ -232,8 +234,10 @@ const std::vector<std::string>& DatasetReader::split(const std::string& name) co
   if (it == info_.splits.end()) {
     std::vector<std::string> names;
     for (const auto& [n, ids] : info_.splits) names.push_back(n);
-    throw DataError(fmt::format("{}: split '{}' is missing; the file has: {}", path_.string(), name,
-                                names.empty() ? std::string("no splits") : fmt::format("{}", fmt::join(names, ", "))));
+    // A split is asked for by name (a config key, --split): one it lacks is a wrong request (exit 2).
+    throw ConfigError(
+        fmt::format("{}: split '{}' is missing; the file has: {}", path_.string(), name,
+                    names.empty() ? std::string("no splits") : fmt::format("{}", fmt::join(names, ", "))));
   }
   return it->second;
 }

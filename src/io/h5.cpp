@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "u3d/core/files.h"
+#include "u3d/core/input_limits.h"
 
 #include <fmt/ranges.h>
 
@@ -336,16 +337,9 @@ torch::ScalarType stored_dtype(hid_t dataset, const std::string& context) {
 }
 
 // A damaged or forged file can declare any shape, with chunks never written: refuse one that could
-// not fit in the memory available before anything is allocated (it used to end in std::bad_alloc).
+// not fit in the memory available before anything is allocated (core/input_limits.h, as every reader).
 std::string declared_size_problem(const std::vector<int64_t>& shape, torch::ScalarType dtype) {
-  double bytes = static_cast<double>(c10::elementSize(dtype));
-  for (const int64_t s : shape) bytes *= static_cast<double>(s);
-  const int64_t available = host_available_bytes();
-  if (available <= 0 || bytes <= static_cast<double>(available)) return "";
-  return fmt::format(
-      "declares shape [{}] ({} as {}), more than the {} of memory available; the file is damaged, or "
-      "the volume is too large for this machine",
-      fmt::join(shape, ", "), human_bytes(bytes), c10::toString(dtype), human_bytes(static_cast<double>(available)));
+  return u3d::declared_size_problem(shape, static_cast<int64_t>(c10::elementSize(dtype)), c10::toString(dtype));
 }
 
 void write_tensor(hid_t loc, const std::string& path, const torch::Tensor& tensor, const std::vector<int64_t>& chunk,

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -46,8 +47,10 @@ std::map<std::string, fs::path> tiff_files_in(const fs::path& dir) {
     }
     const auto [it, added] = out.emplace(id, e.path());
     if (!added) {
-      const auto [a, b] = std::minmax(it->second.string(), e.path().string());
-      throw DataError(fmt::format("{} and {}: two volumes of case '{}'; keep one", a, b, id));
+      // Named in sorted order, by value: std::minmax over two temporaries returned dangling references.
+      std::array<std::string, 2> both = {it->second.string(), e.path().string()};
+      std::sort(both.begin(), both.end());
+      throw DataError(fmt::format("{} and {}: two volumes of case '{}'; keep one", both[0], both[1], id));
     }
   }
   if (ec) throw DataError(fmt::format("{}: cannot list the folder: {}", dir.string(), ec.message()));

@@ -11,6 +11,7 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/input_limits.h"
 
 namespace u3d {
 namespace {
@@ -52,8 +53,7 @@ nifti_dmat44 to_mat(const std::array<double, 16>& a) {
 
 NimPtr open_header(const std::filesystem::path& path) {
   init_library();
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) throw IoError(fmt::format("{}: file not found", path.string()));
+  check_input_file(path, /*max_bytes=*/-1, "a NIfTI file");
   if (!is_nifti_path(path)) {
     throw DataError(fmt::format("{}: not a NIfTI file name; expected .nii or .nii.gz", path.string()));
   }
@@ -125,6 +125,8 @@ NiftiVolume read_nifti(const std::filesystem::path& path) {
   // The voxels are read here rather than by nifti_image_load, which silently replaces NaN and Inf
   // by 0 in float files; the importers must see them to refuse such files.
   {
+    check_declared_size(path.string() + ":", {nim->nz, nim->ny, nim->nx}, nim->nbyper,
+                        nifti_datatype_string(nim->datatype));  // before the buffer: a header may declare anything
     const int64_t bytes = nim->nvox * nim->nbyper;
     znzFile fp = znzopen(nim->iname, "rb", nifti_is_gzfile(nim->iname));
     if (znz_isnull(fp)) throw DataError(fmt::format("{}: cannot open the voxel data", path.string()));

@@ -6,6 +6,7 @@
 #include "u3d/core/files.h"
 #include "u3d/core/json.h"
 #include "u3d/core/rng.h"
+#include "u3d/core/staged_folder.h"
 #include "u3d/io/nifti.h"
 
 namespace u3d {
@@ -397,9 +398,10 @@ void write_phantom_nnunet_raw(const PhantomOptions& o, const std::filesystem::pa
   if (o.cases < 2) throw UsageError(fmt::format("synth: --cases {} is too few; need at least 2", o.cases));
   const int64_t n_test = std::llround(o.cases * o.test_fraction);
   if (n_test >= o.cases) throw UsageError("synth: --test-fraction leaves no training cases");
+  StagedFolder out(dir);  // a failure (full disk, stop signal) leaves no folder, not empty ones
   for (const char* sub : {"imagesTr", "labelsTr", "imagesTs", "labelsTs"}) {
     if (n_test == 0 && std::string(sub).back() == 's') continue;  // no test cases: no *Ts folders
-    ensure_writable_directory(dir / sub);
+    ensure_writable_directory(out.path() / sub);
   }
   const DatasetInfo info = phantom_info(Task::kSegmentation, o.kind);
   Json labels = Json::object();
@@ -408,7 +410,7 @@ void write_phantom_nnunet_raw(const PhantomOptions& o, const std::filesystem::pa
   const char* kind =
       o.kind == PhantomKind::kSurface ? "surface" : (o.kind == PhantomKind::kKits ? "kits" : "segmentation");
   write_file_atomic(
-      dir / "dataset.json",
+      out.path() / "dataset.json",
       json_file_text({{"channel_names", {{"0", "phantom"}}},
                       {"labels", labels},
                       {"numTraining", o.cases - n_test},
@@ -418,9 +420,10 @@ void write_phantom_nnunet_raw(const PhantomOptions& o, const std::filesystem::pa
     const CaseData c = make_phantom_case(Task::kSegmentation, o.size, o.seed, i, o.kind);
     const bool test = i >= o.cases - n_test;
     const SourceGeometry g = plain_geometry({c.target.size(0), c.target.size(1), c.target.size(2)}, c.spacing);
-    write_nifti(dir / (test ? "imagesTs" : "imagesTr") / (c.id + "_0000.nii.gz"), c.image[0], g);
-    write_nifti(dir / (test ? "labelsTs" : "labelsTr") / (c.id + ".nii.gz"), c.target, g);
+    write_nifti(out.path() / (test ? "imagesTs" : "imagesTr") / (c.id + "_0000.nii.gz"), c.image[0], g);
+    write_nifti(out.path() / (test ? "labelsTs" : "labelsTr") / (c.id + ".nii.gz"), c.target, g);
   }
+  out.commit();
 }
 
 }  // namespace u3d

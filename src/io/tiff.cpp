@@ -16,6 +16,8 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/input_limits.h"
+#include "u3d/core/staged_folder.h"
 
 namespace u3d {
 namespace {
@@ -149,8 +151,7 @@ void read_page(TIFF* tif, const PageFormat& f, uint8_t* out, const std::string& 
 
 torch::Tensor read_tiff_volume(const fs::path& path) {
   const std::string file = path.string();
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) throw IoError(fmt::format("{}: not found or not a file", file));
+  check_input_file(path, /*max_bytes=*/-1, "a TIFF file");
   TiffMessages msg(path);
   TiffHandle tif(TIFFOpen(file.c_str(), "r"));
   if (!tif) {
@@ -171,6 +172,8 @@ torch::Tensor read_tiff_volume(const fs::path& path) {
     throw DataError(fmt::format("{}: page 0 is empty ({}x{}, {} pages)", file, first.width, first.height, pages));
   }
   const int64_t h = first.height, w = first.width;
+  check_declared_size(file + ":", {pages, h, w}, static_cast<int64_t>(c10::elementSize(*dtype)),
+                      sample_text(first));  // a forged header may declare terabytes
   torch::Tensor volume = torch::empty({pages, h, w}, torch::TensorOptions().dtype(*dtype));
   const bool widen = *dtype == torch::kInt32;  // uint16 samples
   std::vector<uint16_t> staging(widen ? static_cast<size_t>(h * w) : 0);
@@ -304,13 +307,15 @@ void write_tiff_volume(const fs::path& path, const torch::Tensor& volume) {
 void write_phantom_tiff(const PhantomOptions& o, const fs::path& dir) {
   if (o.task != Task::kSegmentation) throw UsageError("synth: --format tiff writes segmentation phantoms only");
   if (o.cases < 2) throw UsageError(fmt::format("synth: --cases {} is too few; need at least 2", o.cases));
-  ensure_writable_directory(dir / "images");
-  ensure_writable_directory(dir / "labels");
+  StagedFolder out(dir);  // a failure (full disk, stop signal) leaves no folder, not empty ones
+  ensure_writable_directory(out.path() / "images");
+  ensure_writable_directory(out.path() / "labels");
   for (int64_t i = 0; i < o.cases; ++i) {
     const CaseData c = make_phantom_case(Task::kSegmentation, o.size, o.seed, i, o.kind);
-    write_tiff_volume(dir / "images" / (c.id + ".tif"), c.image[0].to(torch::kFloat));
-    write_tiff_volume(dir / "labels" / (c.id + ".tif"), c.target.to(torch::kUInt8));
+    write_tiff_volume(out.path() / "images" / (c.id + ".tif"), c.image[0].to(torch::kFloat));
+    write_tiff_volume(out.path() / "labels" / (c.id + ".tif"), c.target.to(torch::kUInt8));
   }
+  out.commit();
 }
 
 }  // namespace u3d

@@ -1,5 +1,5 @@
 // Misuse by a hostile but fair user (issue 13), with real processes, signals, flock, HDF5 files and
-// full file systems: a second trainer on a busy run folder, HDF5 writers on a full disk, thread
+// full file systems: a second trainer on a busy run folder, HDF5 and folder writers on a full disk, thread
 // settings beyond the machine, forged case ids, stale prediction outputs, signals during writes,
 // and a table of malformed configs and dataset files through the CLI.
 #include <fmt/format.h>
@@ -113,6 +113,16 @@ TEST_F(Misuse, HdfWritersOnAFullDiskExitOneNamingTheFileAndLeaveNothing) {
   EXPECT_TRUE(test::contains(nnunet.output, "free on its file system")) << nnunet.output;
   expect_clean_failure(nnunet);
   EXPECT_EQ(entries(small), before);
+  // Folder outputs (issue 35): staged, so a full disk leaves no folder (it left empty imagesTr/ and
+  // labelsTr/, or images/ and labels/).
+  for (const std::string format : {"nnunet", "tiff"}) {
+    const auto r = trainer(
+        {"synth", "--task", "segmentation", "--cases", "4", "--size", "32", "--format", format, "--out", "small/out"});
+    EXPECT_EQ(r.exit_code, 1) << format << ": " << r.output;
+    EXPECT_EQ(error_lines(r.output), 1u) << r.output;
+    expect_clean_failure(r);
+    EXPECT_EQ(entries(small), before) << format << ": " << r.output;
+  }
   test::unmount(small);
 }
 

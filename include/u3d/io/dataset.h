@@ -98,7 +98,7 @@ class DatasetReader {
 
   const DatasetInfo& info() const { return info_; }
   const std::filesystem::path& path() const { return path_; }
-  // Case ids of `split`; DataError naming the available splits when it is absent.
+  // Case ids of `split`; ConfigError (exit 2: a wrong request) naming the available splits when absent.
   const std::vector<std::string>& split(const std::string& name) const;
   bool has_split(const std::string& name) const { return info_.splits.count(name) > 0; }
   // (D, H, W) of a case without reading its voxels.

@@ -103,6 +103,15 @@ TEST(Config, YamlSyntaxErrorGivesLineAndColumn) {
   EXPECT_NE(msg.find("exp.yaml:"), std::string::npos) << msg;
 }
 
+// A second YAML document used to be ignored: its keys never applied, silently.
+TEST(Config, ASecondYamlDocumentIsAnError) {
+  const auto msg = error_of("data:\n  path: d.h5\n---\ntraining:\n  epochs: 7\n");
+  EXPECT_NE(msg.find("exp.yaml:4:1: a second YAML document (after '---'); a config is one document"), std::string::npos)
+      << msg;
+  // A leading "---" or a trailing empty document holds nothing that could be ignored.
+  EXPECT_EQ(load_config_from_string("---\ndata:\n  path: d.h5\n---\n", "exp.yaml").data.path, "d.h5");
+}
+
 TEST(Config, DuplicateKeyIsAnError) {
   const auto msg = error_of("data:\n  path: d.h5\n  path: e.h5\n");
   EXPECT_NE(msg.find("appears twice"), std::string::npos) << msg;

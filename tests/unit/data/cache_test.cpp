@@ -205,6 +205,27 @@ TEST(StackedCache, TooLargeForTheMemoryIsAClearError) {
   }
 }
 
+// An allocation that fails while the cases load (LibTorch's allocator: "[enforce fail at
+// alloc_cpu.cpp] ... DefaultCPUAllocator") is a DataError naming the load and the settings, never
+// the allocator's text (it used to reach the user as "LibTorch: [enforce fail ...]").
+TEST(TensorCache, AnAllocationFailureWhileLoadingIsOneLineOfOurs) {
+  test::TempDir dir;
+  test::make_phantom(dir / "p.h5", Task::kDose, 4, 16);
+  const DatasetReader reader(dir / "p.h5");
+  const Preprocessor pre(dose_data(), reader.info());
+  const CaseSource exhausted = [](const std::string&) -> CaseData {
+    (void)torch::empty({int64_t{1} << 50}, torch::kUInt8);  // 1 PB: the allocator refuses
+    return {};
+  };
+  const std::string msg =
+      test::error_of<DataError>([&] { (void)TensorCache::load(reader, reader.split("train"), pre, 2, exhausted); });
+  EXPECT_NE(msg.find("data: out of host memory while loading 3 cases (an allocation of 1125.9 TB failed"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find("enforce fail"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("DefaultCPUAllocator"), std::string::npos) << msg;
+}
+
 TEST(StackedCache, LoadingIsIndependentOfThreadCount) {
   test::TempDir dir;
   test::make_phantom(dir / "p.h5", Task::kSegmentation, 6, 12);

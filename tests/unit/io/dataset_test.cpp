@@ -69,6 +69,7 @@ TEST(Dataset, Int16ImagesStayExactAndReadAsFloat) {
   EXPECT_FALSE(back.mask.defined());
 }
 
+// A split is asked for by name (a config key, --split): a missing one is a usage error (exit 2).
 TEST(Dataset, MissingSplitNamesTheAvailableOnes) {
   test::TempDir dir;
   write(dir / "d.h5", seg_info(), {seg_case("c1")}, {{"train", {"c1"}}});
@@ -76,7 +77,8 @@ TEST(Dataset, MissingSplitNamesTheAvailableOnes) {
   try {
     r.split("val");
     FAIL();
-  } catch (const DataError& e) {
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.exit_code(), kExitUsage);
     EXPECT_NE(std::string(e.what()).find("split 'val' is missing; the file has: train"), std::string::npos) << e.what();
   }
 }

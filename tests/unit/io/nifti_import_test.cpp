@@ -431,5 +431,24 @@ TEST(Import, NormalisationFromChannelNamesAsNnunet) {
   EXPECT_DOUBLE_EQ(percentile({1, 2, 3, 4, 5}, 90), 4.6);
 }
 
+// A NIfTI header declaring 30000^3 voxels is refused from the header, before the voxel buffer is
+// allocated (it used to end as "voxel data cannot be read (truncated file ...)" after a failed malloc).
+TEST(NiftiRead, DeclaredSizesBeyondMemoryAreRefusedBeforeReading) {
+  test::TempDir dir;
+  const fs::path p = dir / "huge.nii";
+  write_nifti(p, torch::zeros({2, 2, 2}, torch::kFloat), plain_geometry({2, 2, 2}, {1.0, 1.0, 1.0}));
+  {
+    std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+    const int16_t dim = 30000;
+    for (const std::streamoff offset : {42, 44, 46}) {  // dim[1..3] of the NIfTI-1 header
+      f.seekp(offset);
+      f.write(reinterpret_cast<const char*>(&dim), sizeof(dim));
+    }
+  }
+  const std::string msg = error_of<DataError>([&] { read_nifti(p); });
+  EXPECT_NE(msg.find(p.string() + ": declares shape [30000, 30000, 30000]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("memory available"), std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace u3d

@@ -2,10 +2,12 @@
 // the ignore label of both segmentation importers (TIFF --ignore-label, nnU-Net's "ignore" entry).
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <sys/stat.h>
 #include <tiffio.h>
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -172,6 +174,45 @@ TEST(Tiff, WriterRefusesWhatTiffCannotHoldAndLeavesNothing) {
   EXPECT_NE(error_of<DataError>([&] { write_tiff_volume(p, torch::zeros({2, 2}, torch::kUInt8)); }), "no error");
   EXPECT_TRUE(fs::is_empty(dir.path()));
 }
+// A classic little-endian TIFF header declaring one `width` x `height` uint16 page, with no pixels.
+void write_forged_tiff(const fs::path& path, uint32_t width, uint32_t height) {
+  std::string b("II*\0\x08\0\0\0", 8);  // the first IFD right after the header
+  const auto put16 = [&b](uint16_t v) { b.append(reinterpret_cast<const char*>(&v), 2); };
+  const auto put32 = [&b](uint32_t v) { b.append(reinterpret_cast<const char*>(&v), 4); };
+  const std::vector<std::array<uint32_t, 3>> entries = {
+      // tag, type (3 short, 4 long), value
+      {256, 4, width}, {257, 4, height}, {258, 3, 16},     {259, 3, 1}, {262, 3, 1},
+      {273, 4, 8},     {277, 3, 1},      {278, 4, height}, {279, 4, 1}, {339, 3, 1}};
+  put16(static_cast<uint16_t>(entries.size()));
+  for (const auto& [tag, type, value] : entries) {
+    put16(static_cast<uint16_t>(tag));
+    put16(static_cast<uint16_t>(type));
+    put32(1);
+    if (type == 3) {
+      put16(static_cast<uint16_t>(value));
+      put16(0);
+    } else {
+      put32(value);
+    }
+  }
+  put32(0);  // no next IFD
+  std::ofstream(path, std::ios::binary) << b;
+}
+
+// A header declaring 500 GB is refused from the header, before any allocation (it used to reach
+// LibTorch's allocator, whose "enforce fail" line was the message); a FIFO is not read at all.
+TEST(Tiff, DeclaredSizesAndFilesAreCheckedBeforeReading) {
+  test::TempDir dir;
+  write_forged_tiff(dir / "huge.tif", 500000, 500000);
+  const std::string msg = error_of<DataError>([&] { read_tiff_volume(dir / "huge.tif"); });
+  EXPECT_NE(msg.find((dir / "huge.tif").string() + ": declares shape [1, 500000, 500000] (1.0 TB as uint16)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("memory available"), std::string::npos) << msg;
+  ASSERT_EQ(::mkfifo((dir / "pipe.tif").c_str(), 0644), 0);
+  EXPECT_EQ(error_of<IoError>([&] { read_tiff_volume(dir / "pipe.tif"); }),
+            (dir / "pipe.tif").string() + ": is a FIFO (named pipe); expected a TIFF file (a regular file)");
+}
 
 class ImportTiff : public ::testing::Test {
  protected:
@@ -267,6 +308,17 @@ TEST_F(ImportTiff, NamesEveryUnmatchedFileInOneLine) {
   EXPECT_NE(msg.find((labels() / "c.tif").string() + " (no image)"), std::string::npos) << msg;
   EXPECT_EQ(msg.find((images() / "a.tif").string()), std::string::npos) << msg;
   EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+}
+
+// Defect 4: a.tif and a.tiff name one case; the message names both files, the same every run (it
+// used to print garbage bytes: std::minmax over two temporaries kept dangling references).
+TEST_F(ImportTiff, TwoFilesOfOneStemAreNamedBoth) {
+  add_case("a", 0);
+  add_case("b", 1);
+  write_tiff_volume(images() / "a.tiff", ramp(shape, torch::kUInt8));
+  const std::string expected = fmt::format("{} and {}: two volumes of case 'a'; keep one",
+                                           (images() / "a.tif").string(), (images() / "a.tiff").string());
+  for (int run = 0; run < 3; ++run) EXPECT_EQ(failure(options()), expected);
 }
 
 TEST_F(ImportTiff, EveryBadInputNamesTheFileOrCase) {
