@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 #include <fmt/ranges.h>
+#include <net/if.h>
 #include <spdlog/spdlog.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -83,12 +84,17 @@ std::unique_ptr<Distributed> Distributed::join(const LaunchEnv& env, const Train
   // The store and the roll call within one training.dist_timeout_s (rendezvous.h: each failure one
   // line of ours), then the groups.
   rendezvous_detail::quiet_c10d_logs();
+  // Gloo (also the host-side group beside NCCL) binds this interface; its own error is an assertion.
+  if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface && *iface && ::if_nametoindex(iface) == 0) {
+    throw ConfigError(fmt::format("environment: GLOO_SOCKET_IFNAME='{}': no such network interface on this node ({})",
+                                  iface, env.describe()));
+  }
   const auto deadline = rendezvous_detail::Clock::now() + timeout;
   auto tcp = rendezvous_detail::connect_store(env, deadline, cfg.dist_timeout_s);
   tcp->setTimeout(timeout);
   // As torch.distributed's env:// rendezvous: keys of an earlier attempt (torchrun restart) apart.
   d->impl_->store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("/worker/attempt_{}", env.restart_count), tcp);
-  rendezvous_detail::check_in(*d->impl_->store, env, deadline, cfg.dist_timeout_s);
+  rendezvous_detail::check_in(d->impl_->store, env, deadline, cfg.dist_timeout_s);
   try {
     auto group_store = c10::make_intrusive<c10d::PrefixStore>("u3d", d->impl_->store);
     d->impl_->group = c10::make_intrusive<c10d::ProcessGroup>(group_store, rank, size);
@@ -298,24 +304,36 @@ std::string Distributed::describe_failure(const std::string& during, const std::
   // Every surviving rank marks itself; after a short wait, the ranks without a mark are gone.
   const int64_t attempt = ++impl_->failures;
   const std::string detail = what.empty() ? "" : "; " + what;
-  std::vector<int64_t> gone;
+  // On a thread of its own, for at most 8 s: a store whose host hangs (stopped, deadlocked) never
+  // answers, and c10d's queries have no timeout of their own.
+  auto gone_box = std::make_shared<std::vector<int64_t>>();
+  bool answered = false;
   try {
-    impl_->store->set(fmt::format("u3d_alive/{}/{}", attempt, rank()), std::vector<uint8_t>{1});
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    for (;;) {
-      gone.clear();
-      for (int64_t r = 0; r < world_size(); ++r) {
-        if (!impl_->store->check({fmt::format("u3d_alive/{}/{}", attempt, r)})) gone.push_back(r);
-      }
-      if (gone.empty() || std::chrono::steady_clock::now() > deadline) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    answered = rendezvous_detail::finishes_by(
+        std::chrono::steady_clock::now() + std::chrono::seconds(8),
+        [store = impl_->store, gone_box, attempt, me = rank(), world = world_size()] {
+          store->set(fmt::format("u3d_alive/{}/{}", attempt, me), std::vector<uint8_t>{1});
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+          for (;;) {
+            std::vector<int64_t> gone;
+            for (int64_t r = 0; r < world; ++r) {
+              if (!store->check({fmt::format("u3d_alive/{}/{}", attempt, r)})) gone.push_back(r);
+            }
+            *gone_box = gone;
+            if (gone.empty() || std::chrono::steady_clock::now() > deadline) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          }
+        });
   } catch (const std::exception&) {
-    // The store itself is gone: its host (rank 0 under srun, torchrun's agent) ended.
-    return fmt::format("{}: {} failed and the rendezvous store at {}:{} is gone too ({}){}", env_.describe(), during,
-                       env_.store_host, env_.store_port,
-                       env_.agent_store ? "torchrun's agent ended" : "rank 0 hosts it and ended", detail);
   }
+  if (!answered) {
+    // The store itself is gone, or its host does not answer: rank 0 under srun, torchrun's agent.
+    return fmt::format("{}: {} failed and the rendezvous store at {}:{} is gone too or does not answer ({}){}",
+                       env_.describe(), during, env_.store_host, env_.store_port,
+                       env_.agent_store ? "torchrun's agent ended or hangs" : "rank 0 hosts it: it ended or hangs",
+                       detail);
+  }
+  const std::vector<int64_t> gone = *gone_box;
   if (gone.empty()) {
     return fmt::format(
         "{}: {} failed on this rank while every rank is alive{}", env_.describe(), during,

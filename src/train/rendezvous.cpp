@@ -32,35 +32,14 @@ std::chrono::milliseconds until(Clock::time_point deadline) {
 
 // The TCPStore made on a thread of its own, waited for until `deadline`: a listener that accepts
 // and never answers leaves c10d's constructor waiting for ever (its first query has no timeout).
-// Null when the deadline passed (the thread stays blocked, detached, until the process ends).
+// Null when the deadline passed.
 c10::intrusive_ptr<c10d::Store> store_within(const std::string& host, const c10d::TCPStoreOptions& options,
                                              Clock::time_point deadline) {
-  struct Pending {
-    std::mutex mutex;
-    std::condition_variable done_cv;
-    bool done = false;
-    c10::intrusive_ptr<c10d::Store> store;
-    std::exception_ptr error;
-  };
-  auto pending = std::make_shared<Pending>();
-  std::thread([pending, host, options] {
-    c10::intrusive_ptr<c10d::Store> store;
-    std::exception_ptr error;
-    try {
-      store = c10::make_intrusive<c10d::TCPStore>(host, options);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    const std::lock_guard<std::mutex> lock(pending->mutex);
-    pending->store = std::move(store);
-    pending->error = error;
-    pending->done = true;
-    pending->done_cv.notify_all();
-  }).detach();
-  std::unique_lock<std::mutex> lock(pending->mutex);
-  if (!pending->done_cv.wait_until(lock, deadline, [&] { return pending->done; })) return {};
-  if (pending->error) std::rethrow_exception(pending->error);
-  return pending->store;
+  auto store = std::make_shared<c10::intrusive_ptr<c10d::Store>>();
+  if (!finishes_by(deadline, [store, host, options] { *store = c10::make_intrusive<c10d::TCPStore>(host, options); })) {
+    return {};
+  }
+  return *store;
 }
 
 // Whether something at host:port accepts a TCP connection within `wait` (a bare connect, no bytes).
@@ -113,6 +92,32 @@ std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; 
 std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
 }  // namespace
+
+bool finishes_by(Clock::time_point deadline, std::function<void()> work) {
+  struct Pending {
+    std::mutex mutex;
+    std::condition_variable done_cv;
+    bool done = false;
+    std::exception_ptr error;
+  };
+  auto pending = std::make_shared<Pending>();
+  std::thread([pending, work = std::move(work)] {
+    std::exception_ptr error;
+    try {
+      work();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    const std::lock_guard<std::mutex> lock(pending->mutex);
+    pending->error = error;
+    pending->done = true;
+    pending->done_cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(pending->mutex);
+  if (!pending->done_cv.wait_until(lock, deadline, [&] { return pending->done; })) return false;
+  if (pending->error) std::rethrow_exception(pending->error);
+  return true;
+}
 
 void quiet_c10d_logs() {
   const char* wanted = std::getenv("TORCH_CPP_LOG_LEVEL");
@@ -188,7 +193,9 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, Clock::time_
   throw not_a_store(fmt::format("did not answer as one within training.dist_timeout_s {:g} s", timeout_s));
 }
 
-void check_in(c10d::Store& store, const LaunchEnv& env, Clock::time_point deadline, double timeout_s) {
+namespace {
+
+void check_in_now(c10d::Store& store, const LaunchEnv& env, Clock::time_point deadline, double timeout_s) {
   // Keys: join/<rank> holds that rank's world size; join/claims/<rank> counts the processes started
   // as that rank; join/ready counts the ranks > 0 that agreed with rank 0; join/failed holds the
   // first job-wide problem found ("config <line>" or "gone <line>"), so that every rank stops with
@@ -268,6 +275,20 @@ void check_in(c10d::Store& store, const LaunchEnv& env, Clock::time_point deadli
     throw DistributedError(
         fmt::format("{}: the rendezvous store at {}:{} went away while the ranks were joining ({} "
                     "hosts it and ended)",
+                    env.describe(), env.store_host, env.store_port, env.agent_store ? "torchrun's agent" : "rank 0"));
+  }
+}
+
+}  // namespace
+
+void check_in(const c10::intrusive_ptr<c10d::Store>& store, const LaunchEnv& env, Clock::time_point deadline,
+              double timeout_s) {
+  // On a thread of its own: a store whose host hangs (stopped, deadlocked) never answers.
+  if (!finishes_by(deadline + std::chrono::seconds(5),
+                   [store, env, deadline, timeout_s] { check_in_now(*store, env, deadline, timeout_s); })) {
+    throw DistributedError(
+        fmt::format("{}: the rendezvous store at {}:{} stopped answering while the ranks were "
+                    "joining ({} hosts it and hangs)",
                     env.describe(), env.store_host, env.store_port, env.agent_store ? "torchrun's agent" : "rank 0"));
   }
 }

@@ -13,12 +13,18 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <functional>
 
 #include "u3d/core/launch_env.h"
 
 namespace u3d::rendezvous_detail {
 
 using Clock = std::chrono::steady_clock;
+
+// Runs `work` on a thread of its own and waits for it until `deadline`: false when the deadline
+// passed (the thread, blocked in a store or socket call with no timeout of its own, stays detached
+// until the process ends: `work` must own what it uses). Rethrows what `work` threw.
+bool finishes_by(Clock::time_point deadline, std::function<void()> work);
 
 // c10d's own log lines ("[c10d] The client socket has failed to connect ...", with C++ stack
 // traces) are silenced for the rest of the process, unless TORCH_CPP_LOG_LEVEL asks for them.
@@ -29,7 +35,9 @@ void quiet_c10d_logs();
 c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, Clock::time_point deadline, double timeout_s);
 
 // Every rank checks in with its rank and world size and waits (until `deadline`) for the others:
-// returns when ranks 0 .. world_size - 1 are all there and agree.
-void check_in(c10d::Store& store, const LaunchEnv& env, Clock::time_point deadline, double timeout_s);
+// returns when ranks 0 .. world_size - 1 are all there and agree. A store that stops answering
+// (its host hangs) is a DistributedError a few seconds after `deadline`.
+void check_in(const c10::intrusive_ptr<c10d::Store>& store, const LaunchEnv& env, Clock::time_point deadline,
+              double timeout_s);
 
 }  // namespace u3d::rendezvous_detail

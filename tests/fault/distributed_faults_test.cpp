@@ -154,6 +154,39 @@ TEST_F(DataParallelFaults, AKilledRankMakesTheOtherExitNamingIt) {
   }
 }
 
+TEST_F(DataParallelFaults, AGlooInterfaceThatDoesNotExistIsNamed) {
+  const auto started = Clock::now();
+  auto ranks = test::spawn_ranks(2, start_args("iface", kStartTimeout), dir.path(), {}, {},
+                                 {{}, {{"GLOO_SOCKET_IFNAME", "nosuchif0"}}});
+  expect_start_failure(ranks, {1}, 2, "environment: GLOO_SOCKET_IFNAME='nosuchif0': no such network interface",
+                       started);
+  expect_start_failure(ranks, {0}, 1, "rank 0 of 2 (local rank 0, torchrun): rank 1 never joined the job", started);
+}
+
+TEST_F(DataParallelFaults, AStoppedRankZeroThatHostsTheStoreIsNamedWithinTheTimeout) {
+  // Rank 0 hangs (SIGSTOP) while it hosts the store: rank 1's all-reduce times out, and asking the
+  // store which ranks are alive must not wait for ever on the stopped host either.
+  config("stopped", {{"training.epochs", "1"},
+                     {"data.batch_size", "2"},
+                     {"training.steps_per_epoch", "1000000"},
+                     {"training.dist_timeout_s", std::to_string(kStartTimeout)}});
+  auto ranks = test::spawn_ranks(2, {"--config", "stopped.yaml"}, dir.path());
+  ASSERT_TRUE(ranks[0]->wait_until([&] { return ranks[0]->output().find("data-parallel:") != std::string::npos; }, 120))
+      << test::outputs(ranks);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  ranks[0]->signal(SIGSTOP);
+  const auto stopped = Clock::now();
+  const int code = ranks[1]->wait(kStartTimeout + 60);
+  const double seconds = std::chrono::duration<double>(Clock::now() - stopped).count();
+  ranks[0]->signal(SIGKILL);
+  ranks[0]->signal(SIGCONT);
+  EXPECT_EQ(code, 1) << ranks[1]->output();
+  EXPECT_LT(seconds, kStartTimeout + 20) << "rank 1 must give up within training.dist_timeout_s and a few seconds";
+  const std::string out = ranks[1]->output();
+  EXPECT_NE(out.find("rank 1 of 2 (local rank 1, torchrun): "), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 0 hosts it"), std::string::npos) << out;
+}
+
 TEST_F(DataParallelFaults, RanksWithDifferentConfigsStopWithOneLineEach) {
   const fs::path error_file = dir / "error.json";
   auto ranks = test::spawn_ranks(2, args("differ"), dir.path(), {{"TORCHELASTIC_ERROR_FILE", error_file.string()}},
