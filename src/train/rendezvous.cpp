@@ -1,6 +1,5 @@
 #include "rendezvous.h"
 
-#include <fcntl.h>
 #include <fmt/ranges.h>
 #include <netdb.h>
 #include <poll.h>

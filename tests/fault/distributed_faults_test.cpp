@@ -163,6 +163,24 @@ TEST_F(DataParallelFaults, AGlooInterfaceThatDoesNotExistIsNamed) {
   expect_start_failure(ranks, {0}, 1, "rank 0 of 2 (local rank 0, torchrun): rank 1 never joined the job", started);
 }
 
+TEST_F(DataParallelFaults, AWorldSizeWithoutARankIsNotAPlainRunThatTrainsAlone) {
+  start_args("half", kStartTimeout);
+  for (const auto& [set, expected] : std::vector<std::pair<std::map<std::string, std::string>, std::string>>{
+           {{{"WORLD_SIZE", "2"}}, "environment: WORLD_SIZE=2 is set but RANK is not"},
+           {{{"RANK", "1"}}, "environment: RANK=1 is set but WORLD_SIZE is not"}}) {
+    ProcessOptions o;
+    o.env = set;
+    for (const char* unset : {"RANK", "WORLD_SIZE", "SLURM_STEP_ID"}) {
+      if (!set.count(unset)) o.env[unset] = "";  // empty reads as unset
+    }
+    o.log = dir / ("half-" + set.begin()->first + ".out");
+    TrainerProcess p({"--config", "half.yaml"}, dir.path(), o);
+    EXPECT_EQ(p.wait(60), 2) << p.output();
+    EXPECT_NE(p.output().find(expected), std::string::npos) << p.output();
+  }
+  EXPECT_FALSE(fs::exists(run("half") / "checkpoints")) << "no run of one process";
+}
+
 TEST_F(DataParallelFaults, AStoppedRankZeroThatHostsTheStoreIsNamedWithinTheTimeout) {
   // Rank 0 hangs (SIGSTOP) while it hosts the store: rank 1's all-reduce times out, and asking the
   // store which ranks are alive must not wait for ever on the stopped host either.
