@@ -74,7 +74,16 @@ std::string first_slurm_host(const std::string& nodelist) {
 
 LaunchEnv read_launch_env() {
   LaunchEnv e;
-  if (const auto world = env_int("WORLD_SIZE", 1, kMaxRanks); world && env("RANK")) {
+  const auto world = env_int("WORLD_SIZE", 1, kMaxRanks);
+  // torchrun sets RANK and WORLD_SIZE together: one without the other (outside an srun step, which
+  // has its own) is a launch mistake, not one plain process that silently trains alone.
+  if (world.has_value() != env("RANK").has_value() && (!world || *world > 1) && !env("SLURM_STEP_ID")) {
+    throw ConfigError(fmt::format(
+        "environment: {} is set but {} is not; a data-parallel rank needs both (torchrun "
+        "sets them), one process neither",
+        world ? "WORLD_SIZE=" + std::to_string(*world) : "RANK=" + *env("RANK"), world ? "RANK" : "WORLD_SIZE"));
+  }
+  if (world && env("RANK")) {
     e.launched = true;
     e.launcher = "torchrun";
     e.world_size = *world;

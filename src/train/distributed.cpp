@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 #include <fmt/ranges.h>
+#include <net/if.h>
 #include <spdlog/spdlog.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -19,6 +20,7 @@
 #include <cstring>
 #include <thread>
 
+#include "rendezvous.h"
 #include "u3d/core/errors.h"
 
 namespace u3d {
@@ -79,16 +81,21 @@ std::unique_ptr<Distributed> Distributed::join(const LaunchEnv& env, const Train
   d->comm_device_ = nccl ? device : torch::Device(torch::kCPU);
   const auto timeout = to_ms(cfg.dist_timeout_s);
   const int rank = static_cast<int>(env.rank), size = static_cast<int>(env.world_size);
+  // The store and the roll call within one training.dist_timeout_s (rendezvous.h: each failure one
+  // line of ours), then the groups.
+  rendezvous_detail::quiet_c10d_logs();
+  // Gloo (also the host-side group beside NCCL) binds this interface; its own error is an assertion.
+  if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface && *iface && ::if_nametoindex(iface) == 0) {
+    throw ConfigError(fmt::format("environment: GLOO_SOCKET_IFNAME='{}': no such network interface on this node ({})",
+                                  iface, env.describe()));
+  }
+  const auto deadline = rendezvous_detail::Clock::now() + timeout;
+  auto tcp = rendezvous_detail::connect_store(env, deadline, cfg.dist_timeout_s);
+  tcp->setTimeout(timeout);
+  // As torch.distributed's env:// rendezvous: keys of an earlier attempt (torchrun restart) apart.
+  d->impl_->store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("/worker/attempt_{}", env.restart_count), tcp);
+  rendezvous_detail::check_in(d->impl_->store, env, deadline, cfg.dist_timeout_s);
   try {
-    c10d::TCPStoreOptions opts;
-    opts.port = static_cast<uint16_t>(env.store_port);
-    opts.isServer = env.rank == 0 && !env.agent_store;
-    opts.numWorkers = env.agent_store ? std::nullopt : std::optional<size_t>(static_cast<size_t>(size));
-    opts.waitWorkers = false;
-    opts.timeout = timeout;
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.store_host, opts);
-    // As torch.distributed's env:// rendezvous: keys of an earlier attempt (torchrun restart) apart.
-    d->impl_->store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("/worker/attempt_{}", env.restart_count), tcp);
     auto group_store = c10::make_intrusive<c10d::PrefixStore>("u3d", d->impl_->store);
     d->impl_->group = c10::make_intrusive<c10d::ProcessGroup>(group_store, rank, size);
     // A Gloo group on the CPU (its own keys), as torch.distributed's new_group(backend="gloo").
@@ -128,13 +135,14 @@ std::unique_ptr<Distributed> Distributed::join(const LaunchEnv& env, const Train
     } else {
       d->impl_->control = d->impl_->group;
     }
-  } catch (const Error&) {
-    throw;
   } catch (const std::exception& e) {
+    // Every rank checked in: the ranks' own connections (Gloo, NCCL) failed.
+    spdlog::debug("c10d: {}", error_line(e));
     throw DistributedError(
-        fmt::format("{}: could not join the process group at {}:{} within {:g} s "
-                    "(training.dist_timeout_s): {}",
-                    env.describe(), env.store_host, env.store_port, cfg.dist_timeout_s, error_line(e)));
+        fmt::format("{}: every rank joined the store at {}:{}, but the {} connections between the ranks failed within "
+                    "training.dist_timeout_s {:g} s (a rank ended meanwhile, or the nodes cannot reach each other: "
+                    "GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME, a firewall)",
+                    env.describe(), env.store_host, env.store_port, d->backend_name_, cfg.dist_timeout_s));
   }
   spdlog::info("distributed: {} ranks over {} (c10d), store {}:{}{}; this is {}", size, d->backend_name_,
                env.store_host, env.store_port, env.agent_store ? " (torchrun's agent)" : "", env.describe());
@@ -146,7 +154,8 @@ Distributed::~Distributed() = default;
 const c10::intrusive_ptr<c10d::ProcessGroup>& Distributed::group() const { return impl_->group; }
 
 void Distributed::fail(const std::string& during, const std::exception& e) {
-  throw DistributedError(describe_failure(during, error_line(e)));
+  spdlog::debug("c10d: {}", error_line(e));  // the backend's words: train.log at debug level only
+  throw DistributedError(describe_failure(during, ""));
 }
 
 void Distributed::all_reduce_(torch::Tensor& t, bool max) {
@@ -294,31 +303,49 @@ void Distributed::broadcast_parameters(torch::nn::Module& module) {
 std::string Distributed::describe_failure(const std::string& during, const std::string& what) {
   // Every surviving rank marks itself; after a short wait, the ranks without a mark are gone.
   const int64_t attempt = ++impl_->failures;
-  std::vector<int64_t> gone;
+  const std::string detail = what.empty() ? "" : "; " + what;
+  // On a thread of its own, for at most 8 s: a store whose host hangs (stopped, deadlocked) never
+  // answers, and c10d's queries have no timeout of their own.
+  auto gone_box = std::make_shared<std::vector<int64_t>>();
+  bool answered = false;
   try {
-    impl_->store->set(fmt::format("u3d_alive/{}/{}", attempt, rank()), std::vector<uint8_t>{1});
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    for (;;) {
-      gone.clear();
-      for (int64_t r = 0; r < world_size(); ++r) {
-        if (!impl_->store->check({fmt::format("u3d_alive/{}/{}", attempt, r)})) gone.push_back(r);
-      }
-      if (gone.empty() || std::chrono::steady_clock::now() > deadline) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    answered = rendezvous_detail::finishes_by(
+        std::chrono::steady_clock::now() + std::chrono::seconds(8),
+        [store = impl_->store, gone_box, attempt, me = rank(), world = world_size()] {
+          store->set(fmt::format("u3d_alive/{}/{}", attempt, me), std::vector<uint8_t>{1});
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+          for (;;) {
+            std::vector<int64_t> gone;
+            for (int64_t r = 0; r < world; ++r) {
+              if (!store->check({fmt::format("u3d_alive/{}/{}", attempt, r)})) gone.push_back(r);
+            }
+            *gone_box = gone;
+            if (gone.empty() || std::chrono::steady_clock::now() > deadline) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          }
+        });
   } catch (const std::exception&) {
-    // The store itself is gone: its host (rank 0 under srun, torchrun's agent) ended.
-    return fmt::format("{}: {} failed and the rendezvous store at {}:{} is gone too ({}); {}", env_.describe(), during,
-                       env_.store_host, env_.store_port,
-                       env_.agent_store ? "torchrun's agent ended" : "rank 0 hosts it and ended", what);
   }
+  if (!answered) {
+    // The store itself is gone, or its host does not answer: rank 0 under srun, torchrun's agent.
+    return fmt::format("{}: {} failed and the rendezvous store at {}:{} is gone too or does not answer ({}){}",
+                       env_.describe(), during, env_.store_host, env_.store_port,
+                       env_.agent_store ? "torchrun's agent ended or hangs" : "rank 0 hosts it: it ended or hangs",
+                       detail);
+  }
+  const std::vector<int64_t> gone = *gone_box;
   if (gone.empty()) {
-    return fmt::format("{}: {} failed on this rank while every rank is alive: {}", env_.describe(), during, what);
+    return fmt::format(
+        "{}: {} failed on this rank while every rank is alive{}", env_.describe(), during,
+        what.empty()
+            ? fmt::format(" (a network error between the ranks, or longer than training.dist_timeout_s {:g} s)",
+                          timeout_s_)
+            : detail);
   }
   return fmt::format(
       "{}: {} failed: rank{} {} crashed, was killed or hung (no answer within training.dist_timeout_s "
-      "{:g} s); {}",
-      env_.describe(), during, gone.size() > 1 ? "s" : "", rank_list(gone), timeout_s_, what);
+      "{:g} s){}",
+      env_.describe(), during, gone.size() > 1 ? "s" : "", rank_list(gone), timeout_s_, detail);
 }
 
 }  // namespace u3d

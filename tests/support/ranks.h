@@ -5,6 +5,8 @@
 // variables Slurm's srun sets.
 #pragma once
 #include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <functional>
@@ -43,19 +45,69 @@ inline std::vector<std::unique_ptr<TrainerProcess>> start_ranks(
   return out;
 }
 
+// The variables torchrun sets for rank `r` of `world` ranks on this node, the store at 127.0.0.1:`port`.
+inline std::map<std::string, std::string> torchrun_variables(int r, int world, int port) {
+  return {{"RANK", std::to_string(r)},           {"LOCAL_RANK", std::to_string(r)},
+          {"WORLD_SIZE", std::to_string(world)}, {"LOCAL_WORLD_SIZE", std::to_string(world)},
+          {"MASTER_ADDR", "127.0.0.1"},          {"MASTER_PORT", std::to_string(port)}};
+}
+
 // Ranks with the variables torchrun sets; see start_ranks for the rest.
 inline std::vector<std::unique_ptr<TrainerProcess>> spawn_ranks(
     int world, const std::vector<std::string>& args, const fs::path& cwd,
     const std::map<std::string, std::string>& env = {}, const std::vector<std::vector<std::string>>& rank_args = {},
     const std::vector<std::map<std::string, std::string>>& rank_env = {}, fs::path program = {}) {
   const int port = free_tcp_port();
-  const auto torchrun_env = [&](int r) -> std::map<std::string, std::string> {
-    return {{"RANK", std::to_string(r)},           {"LOCAL_RANK", std::to_string(r)},
-            {"WORLD_SIZE", std::to_string(world)}, {"LOCAL_WORLD_SIZE", std::to_string(world)},
-            {"MASTER_ADDR", "127.0.0.1"},          {"MASTER_PORT", std::to_string(port)}};
-  };
+  const auto torchrun_env = [&](int r) { return torchrun_variables(r, world, port); };
   return start_ranks(world, args, cwd, std::to_string(port), torchrun_env, env, rank_args, rank_env, program);
 }
+
+// Only the ranks `which` of a job of `world` ranks (the others never start), with torchrun's
+// variables and the store at 127.0.0.1:`port`; `rank_env[i]` is added to rank which[i]'s. Rank
+// which[i]'s output goes to <cwd>/rank0-r<which[i]>-<port>.out.
+inline std::vector<std::unique_ptr<TrainerProcess>> spawn_some_ranks(
+    int world, const std::vector<int>& which, int port, const std::vector<std::string>& args, const fs::path& cwd,
+    const std::vector<std::map<std::string, std::string>>& rank_env = {}) {
+  std::vector<std::unique_ptr<TrainerProcess>> out;
+  for (size_t i = 0; i < which.size(); ++i) {
+    auto env = torchrun_variables(which[i], world, port);
+    if (i < rank_env.size()) {
+      for (const auto& [k, v] : rank_env[i]) env[k] = v;
+    }
+    const std::string tag = "r" + std::to_string(which[i]) + "-" + std::to_string(port);
+    auto one = start_ranks(/*world=*/1, args, cwd, tag, [&](int) { return env; }, {}, {}, {}, {});
+    out.push_back(std::move(one[0]));
+  }
+  return out;
+}
+
+// A program that is not a rendezvous store holding a port: a plain TCP listener on every address
+// of this machine. It accepts nothing and says nothing (the kernel still completes a client's
+// connection into its backlog), as a stuck or unrelated server would. Closed when destroyed.
+class SilentListener {
+ public:
+  SilentListener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t len = sizeof(addr);
+    if (fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && ::listen(fd_, 64) == 0 &&
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port_ = ntohs(addr.sin_port);
+    }
+  }
+  ~SilentListener() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  SilentListener(const SilentListener&) = delete;
+  SilentListener& operator=(const SilentListener&) = delete;
+  int port() const { return port_; }  // 0 when the listener could not be made
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
 
 // Ranks with the variables `srun --ntasks=<world>` sets inside a job step on this one node
 // (SLURM_STEP_ID, SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_STEP_TASKS_PER_NODE, the node

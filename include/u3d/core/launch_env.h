@@ -37,7 +37,8 @@ struct LaunchEnv {
 };
 
 // Reads the variables above. ConfigError (exit 2) naming the variable when one is set but not a
-// number in range (RANK=abc, LOCAL_RANK >= LOCAL_WORLD_SIZE, ...).
+// number in range (RANK=abc, LOCAL_RANK >= LOCAL_WORLD_SIZE, ...), or when RANK or WORLD_SIZE > 1
+// is set without the other outside an srun step.
 LaunchEnv read_launch_env();
 // The environment as read once per process (read_launch_env() on the first call).
 const LaunchEnv& launch_env();

@@ -38,9 +38,11 @@ namespace u3d {
 class Distributed {
  public:
   // Connects to the job's store (torchrun's agent store, or rank 0's TCPStore under srun; prefix
-  // /worker/attempt_<restart count>) and makes the process group: training.dist_backend auto is
-  // NCCL on CUDA and Gloo on CPU (ConfigError for nccl on CPU). Waits at most
-  // training.dist_timeout_s for the other ranks.
+  // /worker/attempt_<restart count>), checks every rank in and makes the process group:
+  // training.dist_backend auto is NCCL on CUDA and Gloo on CPU (ConfigError for nccl on CPU). The
+  // store and the roll call take at most training.dist_timeout_s; each way they fail (nothing at
+  // MASTER_ADDR:MASTER_PORT, a program there that is not a store, ranks started with different
+  // world sizes or twice as one rank, a rank that never joined) is one line (src/train/rendezvous.h).
   static std::unique_ptr<Distributed> join(const LaunchEnv& env, const TrainingConfig& cfg,
                                            const torch::Device& device);
   ~Distributed();
@@ -83,9 +85,10 @@ class Distributed {
   void broadcast_parameters(torch::nn::Module& module);
 
   // The message for a failed collective: which ranks did not check in within a few seconds
-  // (crashed or hung), and the backend's own words.
+  // (crashed or hung), then `what` (our words; empty: nothing more).
   std::string describe_failure(const std::string& during, const std::string& what);
-  // Throws DistributedError(describe_failure(during, e's line)): for a collective that threw.
+  // Throws DistributedError(describe_failure(during, "")) for a collective that threw: the
+  // backend's own words (Gloo, NCCL) are logged at debug level only, never on the user's line.
   [[noreturn]] void fail(const std::string& during, const std::exception& e);
 
  private:
