@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace u3d {
@@ -30,6 +31,11 @@ std::string StoppingRules::after_epoch(int64_t epoch, double next_epoch_seconds,
         state.run_seconds / 60.0, t.max_minutes, next_epoch_seconds / 60.0);
   }
   return "";
+}
+
+double StoppingRules::next_epoch_seconds(int64_t epoch, double epoch_seconds, double validation_seconds) const {
+  const auto validation = [&](int64_t e) { return rc_.full_validation_due(e) ? validation_seconds : 0.0; };
+  return std::max(0.0, epoch_seconds - validation(epoch)) + validation(epoch + 1);
 }
 
 std::string StoppingRules::nothing_left(const TrainState& state, bool resumed) const {
