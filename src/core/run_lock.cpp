@@ -98,10 +98,15 @@ RunLock::RunLock(const std::filesystem::path& run_root) : root_(run_root) {
       throw IoError(fmt::format("{}: cannot lock {}: {}", run_root.string(), target.string(), std::strerror(err)));
     }
     const std::string pid = holder_pid(file);
+    std::error_code missing;
+    const std::string holder = !pid.empty() ? "PID " + pid
+                               : std::filesystem::exists(file, missing)
+                                   ? std::string("PID not yet recorded")
+                                   : "PID unknown: " + file.string() + " was removed";
     throw ConfigError(
         fmt::format("{}: the run folder is in use by another trainer process ({}); wait for it to end, "
                     "or choose another experiment.name",
-                    run_root.string(), pid.empty() ? std::string("PID not yet recorded") : "PID " + pid));
+                    run_root.string(), holder));
   }
   // The holder's PID, for a second process's message (the lock holds without it).
   const std::string text = std::to_string(::getpid()) + "\n";
