@@ -128,6 +128,12 @@ ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const tor
       rc.monitor_name = rc.metric.name, rc.monitor_higher_is_better = rc.metric.higher_is_better;
       break;
   }
+  if (rc.validates() && !rc.monitor_measured(training.epochs)) {  // never best.pt, never an early stop
+    throw ConfigError(
+        fmt::format("{}: checkpoint.monitor: {} is measured on the whole val volumes, which training.val_full: "
+                    "false turns off; monitor auto, val_loss or pseudo_dice_ema, or set training.val_full: true",
+                    key_origin(rc.cfg, "checkpoint.monitor"), to_string(rc.cfg.checkpoint.monitor)));
+  }
   return rc;
 }
 

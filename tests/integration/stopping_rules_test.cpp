@@ -131,6 +131,17 @@ TEST_F(StoppingRules, EarlyStopWithoutAValidationSplitIsAConfigError) {
   const auto r = train("nv", {"--set", "training.early_stop_patience=3", "--set", "data.val_split=\"\""});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(contains(r.output, "training.early_stop_patience needs a validation split")) << r.output;
+  // A monitored value that no validation of the run measures (issue 35): never a best, never an
+  // early stop; refused.
+  test::make_phantom(dir / "s.h5", Task::kSegmentation, 6, 16);
+  test::write_text(dir / "nf.yaml", test::tiny_config("s.h5", "nf", Task::kSegmentation));
+  const auto none = train("nf", {"--set", "training.early_stop_patience=3", "--set", "training.val_full=false", "--set",
+                                 "training.val_patch_batches=1", "--set", "checkpoint.monitor=val_metric"});
+  EXPECT_EQ(none.exit_code, 2) << none.output;
+  EXPECT_TRUE(contains(none.output,
+                       "checkpoint.monitor: val_metric is measured on the whole val volumes, which "
+                       "training.val_full: false turns off"))
+      << none.output;
 }
 
 }  // namespace
