@@ -5,10 +5,12 @@
 #include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
 
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -117,19 +119,38 @@ fs::path onnx_script() {
       "the folder that holds it");
 }
 
+// Runs `argv` (argv[0] looked up in PATH) and waits: its wait status, or -1 when it cannot start.
+// No shell: a path may hold quotes, spaces or `$` without changing the command.
+int run_program(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  if (::posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ) != 0) return -1;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return status;
+}
+
 void write_onnx(const fs::path& model_pt, const fs::path& out) {
   const char* python = std::getenv("U3D_PYTHON");
-  const std::string command = fmt::format("'{}' '{}' '{}' --out '{}'", python ? python : "python3",
-                                          onnx_script().string(), model_pt.string(), out.string());
+  const std::vector<std::string> argv = {python ? python : "python3", onnx_script().string(), model_pt.string(),
+                                         "--out", out.string()};
+  const std::string command = fmt::format("{}", fmt::join(argv, " "));
   spdlog::info("export: {}", command);
-  const int status = std::system(command.c_str());
+  const int status = run_program(argv);
   if (status != 0) {
     std::error_code ec;
     fs::remove(out, ec);
     throw IoError(
-        fmt::format("export onnx: {} failed (exit {}); it needs a Python with torch, onnx and onnxscript "
+        fmt::format("export onnx: {} failed ({}); it needs a Python with torch, onnx and onnxscript "
                     "(set U3D_PYTHON)",
-                    command, WIFEXITED(status) ? WEXITSTATUS(status) : status));
+                    command,
+                    status < 0          ? "cannot start " + argv.front()
+                    : WIFEXITED(status) ? fmt::format("exit {}", WEXITSTATUS(status))
+                                        : fmt::format("signal {}", WTERMSIG(status))));
   }
 }
 

@@ -141,6 +141,22 @@ TEST_F(Training, AFailedExportLeavesThePreviousExportAsItWas) {
   for (const auto& [f, bytes] : before) EXPECT_TRUE(test::read_text(out / f) == bytes) << f << " was replaced";
 }
 
+// Issue 35 (the paths class): the ONNX step runs its Python without a shell, so an output folder
+// whose name holds a quote, a space or `$` is passed as it is (a shell command broke on it).
+TEST_F(Training, ExportRunsTheOnnxStepWithoutAShell) {
+  ASSERT_EQ(train("q", {"--set", "training.epochs=1"}).exit_code, 0);
+  // Stands in for python3 export_onnx.py MODEL_PT --out OUT.
+  test::write_text(dir / "fake_python", "#!/bin/sh\n[ \"$3\" = --out ] && [ -f \"$2\" ] && printf onnx > \"$4\"\n");
+  fs::permissions(dir / "fake_python", fs::perms::owner_all);
+  test::ProcessOptions fake;
+  fake.env["U3D_PYTHON"] = (dir / "fake_python").string();
+  const std::string out = "it's a $HOME";
+  test::TrainerProcess p({"export", "runs/q", "--format", "onnx", "--out", out}, dir.path(), fake);
+  ASSERT_EQ(p.wait(), 0) << p.output();
+  EXPECT_EQ(test::read_text(dir / out / "model.onnx"), "onnx");
+  EXPECT_TRUE(fs::exists(dir / out / "model.pt"));  // what the ONNX step read
+}
+
 TEST_F(Training, SegmentationRunsEndToEnd) {
   test::make_phantom(dir / "s.h5", Task::kSegmentation, 6, 16);
   test::write_text(dir / "s.yaml", test::tiny_config("s.h5", "seg", Task::kSegmentation));
