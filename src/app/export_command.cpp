@@ -5,10 +5,12 @@
 #include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
 
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -18,6 +20,7 @@
 #include "u3d/core/files.h"
 #include "u3d/core/json.h"
 #include "u3d/core/output_guard.h"
+#include "u3d/core/run_lock.h"
 #include "u3d/core/version.h"
 #include "u3d/io/dataset.h"
 #include "u3d/model/checkpoint.h"
@@ -117,20 +120,58 @@ fs::path onnx_script() {
       "the folder that holds it");
 }
 
+// Runs `argv` (argv[0] looked up in PATH) and waits: its wait status, or -1 when it cannot start.
+// No shell: a path may hold quotes, spaces or `$` without changing the command.
+int run_program(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  if (::posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ) != 0) return -1;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return status;
+}
+
 void write_onnx(const fs::path& model_pt, const fs::path& out) {
   const char* python = std::getenv("U3D_PYTHON");
-  const std::string command = fmt::format("'{}' '{}' '{}' --out '{}'", python ? python : "python3",
-                                          onnx_script().string(), model_pt.string(), out.string());
+  const std::vector<std::string> argv = {python ? python : "python3", onnx_script().string(), model_pt.string(),
+                                         "--out", out.string()};
+  const std::string command = fmt::format("{}", fmt::join(argv, " "));
   spdlog::info("export: {}", command);
-  const int status = std::system(command.c_str());
+  const int status = run_program(argv);
   if (status != 0) {
     std::error_code ec;
     fs::remove(out, ec);
     throw IoError(
-        fmt::format("export onnx: {} failed (exit {}); it needs a Python with torch, onnx and onnxscript "
+        fmt::format("export onnx: {} failed ({}); it needs a Python with torch, onnx and onnxscript "
                     "(set U3D_PYTHON)",
-                    command, WIFEXITED(status) ? WEXITSTATUS(status) : status));
+                    command,
+                    status < 0          ? "cannot start " + argv.front()
+                    : WIFEXITED(status) ? fmt::format("exit {}", WEXITSTATUS(status))
+                                        : fmt::format("signal {}", WTERMSIG(status))));
   }
+}
+
+// The checkpoint to export. "best" and "last" must verify against the manifest: an export is
+// what others load, so a run folder without manifest.sha256 is refused with the way to restore it
+// (CheckpointStore::resolve returns only verified ones where there is a manifest). A path the user
+// names is exported with a warning when it cannot be verified, as --resume PATH loads it.
+fs::path verified_checkpoint(const CheckpointStore& store, const std::string& which) {
+  std::error_code ec;
+  if ((which == "best" || which == "last") && !fs::exists(store.manifest_path(), ec)) {
+    throw CheckpointError(
+        fmt::format("{}: no {} in it, so --checkpoint {} cannot be verified; export writes only a checkpoint that "
+                    "verifies: check that the checkpoints load (trainer --predict-only --checkpoint PATH), restore "
+                    "the manifest (cd {} && sha256sum epoch_*.pt best.pt > {}) or name a file with --checkpoint "
+                    "PATH to export it unverified",
+                    store.dir().string(), CheckpointStore::kManifestName, which, store.dir().string(),
+                    CheckpointStore::kManifestName),
+        kExitUsage);
+  }
+  return store.resolve(which);  // with a manifest: verified (a mismatch of a named path is an error)
 }
 
 }  // namespace
@@ -149,7 +190,7 @@ int export_command(const ExportCommand& cmd) {
     throw UsageError(fmt::format("{}: not a run folder (no checkpoints/ in it)", run.string()));
   }
   const CheckpointStore store(run / "checkpoints", /*keep_last=*/2);
-  const fs::path checkpoint = store.resolve(cmd.checkpoint);  // CheckpointError naming it
+  const fs::path checkpoint = verified_checkpoint(store, cmd.checkpoint);
   const CheckpointInfo info = read_checkpoint_info(checkpoint);
   const Config trained = load_config_from_string(info.config_yaml, checkpoint.string() + " (config)");
   Network net = build_network(trained.model, info.in_channels, info.out_channels);
@@ -158,30 +199,46 @@ int export_command(const ExportCommand& cmd) {
   const ModelMeta meta = model_meta(trained, info, checkpoint, *net);
   const fs::path out = cmd.out.empty() ? run / "export" : fs::path(cmd.out);
   for (const auto& f : kFormats) refuse_output_over_input("export", "--out", out / file_of(f), {checkpoint});
+  check_no_dangling_link(out);
   ensure_writable_directory(out);
   remove_stale_temporaries(out);
 
+  // The whole set is made in a staging folder and moved in only when every format succeeded: a
+  // failure on the way (the ONNX step, a full disk) leaves the previous export as it was.
+  const fs::path staged = out / fmt::format(".export.tmp.{}", static_cast<long>(::getpid()));
   const NamedTensors tensors = export_tensors(*net);
-  // model.pt is written first: the ONNX script builds the network from it.
   const bool onnx = formats.count("onnx") > 0;
-  if (formats.count("pt") || onnx) {
-    write_file_atomic(out / "model.pt", state_dict_pt_bytes(tensors, info.config_yaml, meta));
-  }
-  if (formats.count("safetensors")) write_file_atomic(out / "model.safetensors", safetensors_bytes(tensors, meta));
-  if (formats.count("torchscript")) {
-    const int64_t side = std::min<int64_t>(2 * net->size_divisor(), 64);
-    write_file_atomic(out / "model.ts",
-                      torchscript_bytes(*net, {1, info.in_channels, side, side, side}, json_object(meta)));
-  }
-  if (onnx) {
-    const fs::path staged = out / fmt::format(".model.onnx.tmp.{}", static_cast<long>(::getpid()));
-    write_onnx(out / "model.pt", staged);
-    fs::rename(staged, out / "model.onnx");
+  try {
+    ensure_writable_directory(staged);
+    // model.pt is written first: the ONNX script builds the network from it.
+    if (formats.count("pt") || onnx) {
+      write_file_atomic(staged / "model.pt", state_dict_pt_bytes(tensors, info.config_yaml, meta));
+    }
+    if (formats.count("safetensors")) {
+      write_file_atomic(staged / "model.safetensors", safetensors_bytes(tensors, meta));
+    }
+    if (formats.count("torchscript")) {
+      const int64_t side = std::min<int64_t>(2 * net->size_divisor(), 64);
+      write_file_atomic(staged / "model.ts",
+                        torchscript_bytes(*net, {1, info.in_channels, side, side, side}, json_object(meta)));
+    }
+    if (onnx) write_onnx(staged / "model.pt", staged / "model.onnx");
+  } catch (...) {
+    fs::remove_all(staged, ec);
+    throw;
   }
   // One export per folder: files of formats not asked for now came from another checkpoint.
   for (const auto& f : kFormats) {
-    if (formats.count(f) == 0 && !(f == "pt" && onnx)) fs::remove(out / file_of(f), ec);
+    const fs::path from = staged / file_of(f), to = out / file_of(f);
+    if (fs::exists(from, ec)) {
+      fs::rename(from, to, ec);
+      if (ec) throw IoError(fmt::format("{}: cannot move the exported file into place: {}", to.string(), ec.message()));
+    } else {
+      fs::remove(to, ec);
+    }
   }
+  fsync_directory(out);
+  fs::remove_all(staged, ec);
   for (const auto& f : kFormats) {
     if (fs::exists(out / file_of(f), ec)) spdlog::info("export: {}", (out / file_of(f)).string());
   }

@@ -329,7 +329,7 @@ const std::vector<Option>& option_table() {
       U3D_KEY(training, skeleton_iterations,
               "cldice and skeleton_recall: soft-skeleton iterations (min/max pooling); about half the thickest "
               "structure in voxels",
-              at_least<int64_t>(1)),
+              in_range<int64_t>(1, 512)),
       U3D_KEY(training, boundary_distance,
               "boundary: the ground truth's signed distance is truncated at this many voxels (and divided by "
               "it)",
@@ -390,8 +390,9 @@ const std::vector<Option>& option_table() {
               at_least(0.0)),
       U3D_KEY(training, early_stop_patience,
               "Stop, with a checkpoint, once the monitored value (checkpoint.monitor) has not improved for this "
-              "many epochs; counted from the best epoch, so it survives --resume. Needs a validation split. 0: "
-              "never",
+              "many epochs that measure it (a whole-volume value every training.val_every epochs; epochs "
+              "without validation do not count); counted from the best epoch, so it survives --resume. Needs a "
+              "validation split. 0: never",
               at_least<int64_t>(0)),
       // checkpoint
       U3D_KEY(checkpoint, every_epochs, "Write a checkpoint every N epochs (and after the last)", at_least<int64_t>(1)),

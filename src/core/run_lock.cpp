@@ -15,10 +15,13 @@
 namespace u3d {
 namespace {
 
-// The PID the holder wrote, or "" when it has not written it yet (or the file cannot be read).
-std::string holder_pid(int fd) {
+// The PID the holder wrote into `file`, or "" when it has not written it yet (or the file is gone).
+std::string holder_pid(const std::filesystem::path& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
   char buf[32] = {};
   const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  ::close(fd);
   if (n <= 0) return "";
   std::string s(buf, static_cast<size_t>(n));
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
@@ -26,7 +29,7 @@ std::string holder_pid(int fd) {
   return s;
 }
 
-// Whether `fd` is still the file at `path` (a releasing holder may have unlinked it).
+// Whether `fd` is still the file or folder at `path` (a releasing holder may have removed it).
 bool still_linked(int fd, const std::filesystem::path& path) {
   struct stat opened {
   }, linked{};
@@ -34,47 +37,83 @@ bool still_linked(int fd, const std::filesystem::path& path) {
   return opened.st_dev == linked.st_dev && opened.st_ino == linked.st_ino;
 }
 
+// flock(2) cannot lock a folder here (NFS emulates flock with POSIX locks, which need a file open
+// for writing): lock a file in it instead.
+bool folder_lock_unsupported(int err) { return err == EBADF || err == ENOLCK || err == EOPNOTSUPP || err == EINVAL; }
+
 }  // namespace
 
+void check_no_dangling_link(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (auto p = dir; !p.empty(); p = p.parent_path()) {
+    if (std::filesystem::is_symlink(std::filesystem::symlink_status(p, ec)) && !std::filesystem::exists(p, ec)) {
+      const auto target = std::filesystem::read_symlink(p, ec);
+      throw IoError(
+          fmt::format("{}: is a symbolic link to {}, which does not exist (or is a loop of links); "
+                      "create that folder or remove the link",
+                      p.string(), target.string()));
+    }
+    if (p == p.parent_path()) break;
+  }
+}
+
 RunLock::RunLock(const std::filesystem::path& run_root) : root_(run_root) {
+  check_no_dangling_link(run_root);
   std::error_code ec;
   for (auto p = run_root; !p.empty() && !std::filesystem::exists(p, ec); p = p.parent_path()) {
     created_.push_back(p);
     if (p == p.parent_path()) break;
   }
-  const std::filesystem::path path = run_root / kFileName;
-  int rc = -1;
+  const std::filesystem::path file = run_root / kFileName;
+  // The folder itself is locked: unlike a file in it, it cannot be unlinked while the run uses it.
+  std::filesystem::path target = run_root;
+  int flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+  int rc = -1, err = 0;
   for (int attempt = 0;; ++attempt) {
     ensure_writable_directory(run_root);  // one message for a folder that cannot be made or written
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    fd_ = ::open(target.c_str(), flags, 0644);
     if (fd_ < 0) {
       if (errno == ENOENT && attempt < 10) continue;  // the folder was removed by a releasing holder
-      throw IoError(fmt::format("{}: cannot create the lock file {}: {}", run_root.string(), path.string(),
-                                std::strerror(errno)));
+      throw IoError(
+          fmt::format("{}: cannot open {} to lock it: {}", run_root.string(), target.string(), std::strerror(errno)));
     }
     do {
       rc = ::flock(fd_, LOCK_EX | LOCK_NB);
     } while (rc != 0 && errno == EINTR);
-    if (rc != 0 || still_linked(fd_, path) || attempt >= 10) break;
-    ::close(fd_);  // locked a file a releasing holder had just unlinked: take the new one
+    err = rc != 0 ? errno : 0;
+    if (rc != 0 && target == run_root && folder_lock_unsupported(err) && attempt < 10) {
+      ::close(fd_);
+      target = file;
+      flags = O_RDWR | O_CREAT | O_CLOEXEC;
+      continue;
+    }
+    if (rc != 0 || still_linked(fd_, target) || attempt >= 10) break;
+    ::close(fd_);  // locked what a releasing holder had just removed: take the new one
     fd_ = -1;
   }
   if (rc != 0) {
-    const int err = errno;
-    const std::string pid = err == EWOULDBLOCK ? holder_pid(fd_) : "";
     ::close(fd_);
     fd_ = -1;
     if (err != EWOULDBLOCK) {
-      throw IoError(fmt::format("{}: cannot lock {}: {}", run_root.string(), path.string(), std::strerror(err)));
+      throw IoError(fmt::format("{}: cannot lock {}: {}", run_root.string(), target.string(), std::strerror(err)));
     }
+    const std::string pid = holder_pid(file);
+    std::error_code missing;
+    const std::string holder = !pid.empty() ? "PID " + pid
+                               : std::filesystem::exists(file, missing)
+                                   ? std::string("PID not yet recorded")
+                                   : "PID unknown: " + file.string() + " was removed";
     throw ConfigError(
         fmt::format("{}: the run folder is in use by another trainer process ({}); wait for it to end, "
                     "or choose another experiment.name",
-                    run_root.string(), pid.empty() ? std::string("PID not yet recorded") : "PID " + pid));
+                    run_root.string(), holder));
   }
+  // The holder's PID, for a second process's message (the lock holds without it).
   const std::string text = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
-    // The lock holds regardless; only the PID in a second process's message would be missing.
+  const int pid_fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (pid_fd >= 0) {
+    [[maybe_unused]] const ssize_t n = ::write(pid_fd, text.data(), text.size());
+    ::close(pid_fd);
   }
 }
 
@@ -85,7 +124,7 @@ void RunLock::remove_if_unused() noexcept {
       if (e.path().filename() != kFileName) return;  // the run wrote something: keep the folder
     }
     std::error_code ec;
-    std::filesystem::remove(root_ / kFileName, ec);  // still locked: see the header
+    std::filesystem::remove(root_ / kFileName, ec);
     for (const auto& folder : created_) {
       if (::rmdir(folder.c_str()) != 0) break;  // not empty (another process's run) or gone
     }

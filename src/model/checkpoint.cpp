@@ -90,6 +90,10 @@ CheckpointInfo read_info(torch::serialize::InputArchive& ar, const std::filesyst
   if (!ar.try_read("u3d.format", format)) {
     throw CheckpointError(fmt::format("{}: not a trainer checkpoint ('u3d.format' missing)", path.string()));
   }
+  if (!format.isInt()) {
+    throw CheckpointError(
+        fmt::format("{}: not a trainer checkpoint ('u3d.format' holds a {})", path.string(), format.tagKind()));
+  }
   if (format.toInt() != kCheckpointFormat) {
     throw CheckpointError(fmt::format("{}: checkpoint format {} is not supported (this build reads {})", path.string(),
                                       format.toInt(), kCheckpointFormat));
@@ -102,6 +106,14 @@ CheckpointInfo read_info(torch::serialize::InputArchive& ar, const std::filesyst
       throw CheckpointError(fmt::format("{}: not a trainer checkpoint ('{}' missing)", path.string(), key));
     }
     using T = std::decay_t<decltype(value)>;
+    const bool fits = std::is_same_v<T, std::string>           ? v.isString()
+                      : std::is_same_v<T, double>              ? v.isDouble()
+                      : std::is_same_v<T, std::vector<double>> ? v.isDoubleList()
+                                                               : v.isInt();
+    if (!fits) {
+      throw CheckpointError(
+          fmt::format("{}: not a trainer checkpoint ('{}' holds a {})", path.string(), key, v.tagKind()));
+    }
     if constexpr (std::is_same_v<T, std::string>) {
       value = v.toStringRef();
     } else if constexpr (std::is_same_v<T, double>) {
@@ -127,9 +139,13 @@ torch::serialize::InputArchive open_archive(const std::filesystem::path& path, c
   torch::serialize::InputArchive ar;
   try {
     ar.load_from(path.string(), device);
-  } catch (const c10::Error& e) {
-    throw CheckpointError(fmt::format("{}: cannot read checkpoint (truncated or corrupt?): {}", path.string(),
-                                      std::string(e.what_without_backtrace()).substr(0, 200)));
+  } catch (const std::exception&) {
+    // LibTorch's zip reader (miniz) says why in a paragraph of its own; the user needs the file,
+    // that its bytes are damaged, and what to do.
+    throw CheckpointError(
+        fmt::format("{}: cannot read checkpoint: the file is truncated or corrupt ({} bytes, not a complete "
+                    "checkpoint archive); use another checkpoint of the run",
+                    path.string(), std::filesystem::file_size(path, ec)));
   }
   return ar;
 }
@@ -218,8 +234,7 @@ CheckpointInfo load_checkpoint(const std::filesystem::path& path, NetworkImpl& m
       }
     }
   } catch (const c10::Error& e) {
-    throw CheckpointError(fmt::format("{}: does not fit this model: {}", path.string(),
-                                      std::string(e.what_without_backtrace()).substr(0, 300)));
+    throw CheckpointError(fmt::format("{}: does not fit this model: {}", path.string(), error_line(e)));
   }
   return info;
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -126,7 +127,9 @@ void CheckpointStore::commit(const std::filesystem::path& path,
   std::vector<ManifestEntry> kept;
   for (const auto& e : entries) {
     std::error_code ec;
-    if (e.name == name ? e.hash == digest : std::filesystem::exists(dir_ / e.name, ec)) kept.push_back(e);
+    const bool twice =
+        std::any_of(kept.begin(), kept.end(), [&](const auto& k) { return k.name == e.name && k.hash == e.hash; });
+    if (!twice && (e.name == name ? e.hash == digest : std::filesystem::exists(dir_ / e.name, ec))) kept.push_back(e);
   }
   try {
     write_manifest(manifest_path(), kept);
@@ -248,6 +251,40 @@ void CheckpointStore::prune() const {
   }
 }
 
+void CheckpointStore::tidy_manifest() const {
+  const auto entries = read_manifest(manifest_path());
+  if (!entries) return;
+  std::map<std::string, std::vector<std::string>> hashes;  // name -> its listed hashes
+  for (const auto& e : *entries) hashes[e.name].push_back(e.hash);
+  std::vector<ManifestEntry> kept;
+  for (const auto& [name, listed] : hashes) {
+    std::error_code ec;
+    if (!std::filesystem::exists(dir_ / name, ec)) continue;  // never renamed into place, or pruned
+    if (listed.size() == 1) {
+      kept.push_back({listed.front(), name});
+      continue;
+    }
+    std::string actual;  // a kill between steps 2 and 4 of a commit: keep the hash the file has
+    try {
+      actual = sha256_file(dir_ / name);
+    } catch (const IoError&) {
+    }
+    if (std::find(listed.begin(), listed.end(), actual) != listed.end()) {
+      kept.push_back({actual, name});
+    } else {  // the file matches none: keep them all, so that verification reports it
+      for (const auto& h : listed) kept.push_back({h, name});
+    }
+  }
+  if (kept.size() == entries->size()) return;
+  try {
+    write_manifest(manifest_path(), kept);
+    spdlog::info("{}: {} stale line(s) of an interrupted checkpoint write removed", manifest_path().string(),
+                 entries->size() - kept.size());
+  } catch (const IoError& e) {
+    spdlog::warn("could not tidy {}: {}", manifest_path().string(), e.what());
+  }
+}
+
 void CheckpointStore::remove_stale_temporaries() const {
   const int n = u3d::remove_stale_temporaries(dir_);
   if (n > 0) spdlog::info("removed {} temporary file(s) left in {} by an interrupted write", n, dir_.string());
@@ -271,6 +308,7 @@ std::filesystem::path CheckpointStore::resolve(const std::string& which) const {
   if (which == "best") {
     if (std::filesystem::exists(best_path(), ec)) {
       const Verification v = verify(best_path());
+      if (v.status == Verification::Status::kNoManifest) spdlog::warn("{}; using it unverified", v.detail);
       if (v.verified() || v.status == Verification::Status::kNoManifest) return best_path();
       spdlog::warn("{}; using the newest intact checkpoint instead", v.detail);
       return newest_or_throw();

@@ -1,6 +1,9 @@
 #include "u3d/train/resolve.h"
 
+#include <algorithm>
+
 #include "u3d/core/errors.h"
+#include "u3d/core/text.h"
 #include "u3d/data/folds.h"
 #include "u3d/data/sampler.h"
 #include "u3d/model/autocast.h"
@@ -16,10 +19,39 @@ Monitor resolve_monitor(const Config& cfg, bool scores_dose) {
   return cfg.training.val_full ? Monitor::kValMetric : Monitor::kPseudoDiceEma;
 }
 
+// cldice and skeleton_recall erode each patch training.skeleton_iterations times, keeping every
+// step for the backward pass: beyond half the largest patch edge an iteration changes nothing and
+// only costs memory (10,000 of them grew the graph to 20 GB).
+void check_skeleton_iterations(const Config& cfg) {
+  const LossSpec& spec = cfg.training.loss;
+  if (!spec.is_list()) return;
+  const Loss loss(spec);
+  const std::vector<std::string>& terms = loss.term_names();
+  const bool skeleton = std::any_of(terms.begin(), terms.end(),
+                                    [](const std::string& t) { return t == "cldice" || t == "skeleton_recall"; });
+  const auto& patch = cfg.data.patch_size;
+  const int64_t most = (*std::max_element(patch.begin(), patch.end()) + 1) / 2;
+  if (!skeleton || cfg.training.skeleton_iterations <= most) return;
+  throw ConfigError(fmt::format(
+      "{}: training.skeleton_iterations {} is more than half the largest edge of data.patch_size {} ({}): "
+      "iterations beyond it change nothing and each keeps patch-sized tensors for the backward pass; use at most {}",
+      key_origin(cfg, "training.skeleton_iterations"), cfg.training.skeleton_iterations,
+      shape_text(std::vector<int64_t>(patch.begin(), patch.end())), most, most));
+}
+
 }  // namespace
 
 bool ResolvedConfig::full_validation_due(int64_t epoch) const {
   return validates() && cfg.training.val_full && (epoch % cfg.training.val_every == 0 || epoch == cfg.training.epochs);
+}
+
+bool ResolvedConfig::monitor_measured(int64_t epoch) const {
+  switch (monitor) {
+    case Monitor::kPseudoDice:
+    case Monitor::kPseudoDiceEma: return validates_patches();
+    case Monitor::kValLoss: return validates_patches() || full_validation_due(epoch);  // patches' loss, or the volumes'
+    default: return full_validation_due(epoch);
+  }
 }
 
 ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const torch::Device& device, int64_t rank,
@@ -70,7 +102,8 @@ ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const tor
     throw ConfigError("model.deep_supervision: needs a segmentation dataset (labels to down-sample)");
   }
   resolve_loss(training.loss, task, /*has_mask=*/true);  // the loss fits the task (masks: once loaded)
-  loss_options(training, rc.info);                       // class weights fit the classes
+  check_skeleton_iterations(rc.cfg);
+  loss_options(training, rc.info);  // class weights fit the classes
   if (task == Task::kSegmentation && rc.info.ignore_label >= 0 &&
       (data.foreground == "auto" || data.foreground == "target")) {
     // Oversample the classes, not the unlabeled voxels (the ignore label is above them).
@@ -94,6 +127,12 @@ ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const tor
     case Monitor::kAuto:
       rc.monitor_name = rc.metric.name, rc.monitor_higher_is_better = rc.metric.higher_is_better;
       break;
+  }
+  if (rc.validates() && !rc.monitor_measured(training.epochs)) {  // never best.pt, never an early stop
+    throw ConfigError(
+        fmt::format("{}: checkpoint.monitor: {} is measured on the whole val volumes, which training.val_full: "
+                    "false turns off; monitor auto, val_loss or pseudo_dice_ema, or set training.val_full: true",
+                    key_origin(rc.cfg, "checkpoint.monitor"), to_string(rc.cfg.checkpoint.monitor)));
   }
   return rc;
 }

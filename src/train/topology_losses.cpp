@@ -1,5 +1,6 @@
 #include "u3d/train/topology_losses.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "u3d/core/errors.h"
@@ -151,14 +152,20 @@ torch::Tensor truncated_distance(const torch::Tensor& mask, int64_t max_distance
   torch::NoGradGuard no_grad;
   const torch::Tensor m = mask.detach().gt(0.5).to(torch::kFloat);
   // 1 + the number of steps k = 1 .. max_distance-1 after which dilate^k(seed) has not reached a voxel.
+  // After (largest edge - 1) steps every voxel a seed can reach is reached, so the steps beyond it
+  // add the same (1 - reached) each: counted at once, the time does not grow with max_distance.
+  const auto sizes = mask.sizes();
+  const int64_t edge = *std::max_element(sizes.end() - 3, sizes.end());
+  const int64_t dilations = std::min(max_distance - 1, edge);
   const auto steps_to_reach = [&](const torch::Tensor& seed) {
     torch::Tensor reached = seed;
     torch::Tensor d = torch::ones_like(seed);
-    for (int64_t k = 1; k < max_distance; ++k) {
+    for (int64_t k = 1; k <= dilations; ++k) {
       reached = dilate(reached);
       d = d + (1.0 - reached);
     }
-    return d;
+    const auto rest = static_cast<double>(max_distance - 1 - dilations);
+    return rest > 0 ? d + rest * (1.0 - reached) : d;
   };
   const torch::Tensor outside = 1.0 - m;
   return steps_to_reach(m) * outside - steps_to_reach(outside) * m;

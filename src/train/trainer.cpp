@@ -10,6 +10,7 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/run_lock.h"
 #include "u3d/core/signals.h"
 #include "u3d/core/version.h"
 #include "u3d/train/resume.h"
@@ -102,8 +103,10 @@ void Trainer::check_run_folder() const {
 
 void Trainer::prepare_run() {
   ensure_writable_directory(paths_.root);
+  check_no_dangling_link(paths_.checkpoints);  // one line naming the link, not "File exists"
   ensure_writable_directory(paths_.checkpoints);
   keeper_.store().remove_stale_temporaries();  // left by a run killed while writing
+  keeper_.store().tidy_manifest();             // and the manifest lines such a kill left
   remove_stale_temporaries(paths_.root);
   add_log_file(paths_.log);  // with the lines logged since the start
 }
@@ -342,7 +345,10 @@ torch::Tensor Trainer::train_step(const MicroBatches& micro) {
 std::optional<ValStats> Trainer::validate(int64_t epoch) {
   if (!validator_->due(epoch)) return std::nullopt;
   try {
-    return validator_->run(epoch, state_, [this] { return stopping(); });
+    const auto started = Clock::now();
+    std::optional<ValStats> val = validator_->run(epoch, state_, [this] { return stopping(); });
+    if (rc_.full_validation_due(epoch)) validation_seconds_ = seconds_since(started);
+    return val;
   } catch (const std::exception& e) {
     rethrow(e, out_of_memory_message(cfg(), runtime_.device, "validation"));
   }
@@ -368,7 +374,8 @@ bool Trainer::end_epoch(int64_t epoch, const EpochStats& stats, const std::optio
                 schedule_->at(std::max<int64_t>(0, state_.global_step - 1)));
   }
   state_.run_seconds = carried_run_seconds_ + seconds_since(run_started_);
-  std::string rule = rules_.after_epoch(epoch, /*next_epoch_seconds=*/seconds_since(epoch_started_), state_);
+  const double next_epoch = rules_.next_epoch_seconds(epoch, seconds_since(epoch_started_), validation_seconds_);
+  std::string rule = rules_.after_epoch(epoch, next_epoch, state_);
   const bool stop_here = ranks_.rank0_decides(!rule.empty());  // data-parallel: the clock is rank 0's
   if (!stop_here) rule.clear();
   if (stop_here && rule.empty()) rule = "rank 0's stopping rule";

@@ -229,6 +229,7 @@ double Validator::monitored(const ValStats& val) const {
 }
 
 bool Validator::improves(const ValStats& val, int64_t epoch, TrainState& state) const {
+  if (!rc_.monitor_measured(epoch)) return false;  // e.g. the pseudo-Dice only, the monitor a whole-volume value
   const double score = monitored(val);
   if (!std::isfinite(score)) {
     spdlog::warn("epoch {}: the validation {} is not finite; it is never taken as the best", epoch, rc_.monitor_name);

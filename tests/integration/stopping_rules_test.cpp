@@ -27,6 +27,13 @@ class StoppingRules : public ::testing::Test {
     const int code = p.wait();
     return {code, p.output()};
   }
+  // train() with --resume and `more` after `sets`.
+  test::CommandResult resumed(const std::string& name, std::vector<std::string> sets, const std::string& faults,
+                              const std::vector<std::string>& more = {}) {
+    sets.push_back("--resume");
+    sets.insert(sets.end(), more.begin(), more.end());
+    return train(name, sets, faults);
+  }
   fs::path run(const std::string& name) const { return dir / "runs" / name; }
   test::TempDir dir;
 };
@@ -56,6 +63,33 @@ TEST_F(StoppingRules, EarlyStopAfterPatienceEpochsWithACheckpointAndResumeHasNot
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "stopping after epoch 5 of 8")) << r.output;
   EXPECT_EQ(read_csv(run("es") / "metrics.csv").size(), 5u);
+}
+
+// Issue 35, defect 6: with training.val_every above the patience, epochs without a validation are
+// no evidence against the monitored value: the count runs over validated epochs only (before, the
+// run stopped after epoch 2, before its first validation).
+TEST_F(StoppingRules, EarlyStopCountsOnlyEpochsThatValidate) {
+  // Validations after epochs 3, 6, 9, 12; epoch 3's is the best (NaN from epoch 4 on), so the
+  // patience of 2 runs out at the validation of epoch 9.
+  const std::vector<std::string> sets = {
+      "--set", "training.epochs=12", "--set", "training.val_every=3", "--set", "training.early_stop_patience=2"};
+  auto r = train("ve", sets, "nan_val@4-12");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output,
+                       "stopping after epoch 9 of 12: early stop: val_mae has not improved for 6 epochs (2 "
+                       "validated; training.early_stop_patience 2; best"))
+      << r.output;
+  const auto rows = read_csv(run("ve") / "metrics.csv");
+  ASSERT_EQ(rows.size(), 9u);
+  EXPECT_FALSE(rows[2].at("val_mae").empty());
+  EXPECT_TRUE(fs::exists(run("ve") / "checkpoints" / "best.pt"));
+  // The resume counts the same way: nothing left to train; a patience of 3 trains to the last epoch.
+  r = resumed("ve", sets, "nan_val@4-12");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "nothing to train: early stop")) << r.output;
+  r = resumed("ve", sets, "nan_val@4-12", {"--set", "training.early_stop_patience=3"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read_csv(run("ve") / "metrics.csv").size(), 12u) << r.output;
 }
 
 TEST_F(StoppingRules, TimeBudgetStopsBeforeAnEpochWouldOverrunAndTheClockSurvivesResume) {
@@ -97,6 +131,17 @@ TEST_F(StoppingRules, EarlyStopWithoutAValidationSplitIsAConfigError) {
   const auto r = train("nv", {"--set", "training.early_stop_patience=3", "--set", "data.val_split=\"\""});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(contains(r.output, "training.early_stop_patience needs a validation split")) << r.output;
+  // A monitored value that no validation of the run measures (issue 35): never a best, never an
+  // early stop; refused.
+  test::make_phantom(dir / "s.h5", Task::kSegmentation, 6, 16);
+  test::write_text(dir / "nf.yaml", test::tiny_config("s.h5", "nf", Task::kSegmentation));
+  const auto none = train("nf", {"--set", "training.early_stop_patience=3", "--set", "training.val_full=false", "--set",
+                                 "training.val_patch_batches=1", "--set", "checkpoint.monitor=val_metric"});
+  EXPECT_EQ(none.exit_code, 2) << none.output;
+  EXPECT_TRUE(contains(none.output,
+                       "checkpoint.monitor: val_metric is measured on the whole val volumes, which "
+                       "training.val_full: false turns off"))
+      << none.output;
 }
 
 }  // namespace

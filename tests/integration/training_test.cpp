@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <set>
 
 #include "fixtures.h"
 #include "test_support.h"
@@ -92,6 +93,68 @@ TEST_F(Training, PredictOnlyWritesPredictionsAndMetrics) {
   ASSERT_EQ(rows.size(), 3u);  // 2 val cases + mean
   EXPECT_EQ(rows.back().at("case"), "mean");
   EXPECT_GT(std::stod(rows.back().at("mae")), 0.0);
+}
+
+// Issue 35, defect 8: training.skeleton_iterations is bounded by the table (at most 512) and, for a
+// loss with cldice or skeleton_recall, by half the largest patch edge: beyond it an iteration changes
+// nothing and keeps patch-sized tensors for the backward pass (10,000 grew the graph to 20 GB).
+// Either is a config error (exit 2) before the run folder is made.
+TEST_F(Training, SkeletonIterationsBeyondHalfThePatchEdgeAreAConfigError) {
+  test::make_phantom(dir / "s.h5", Task::kSegmentation, 6, 16);
+  std::string yaml = test::tiny_config("s.h5", "sk", Task::kSegmentation);
+  yaml.insert(yaml.find("training:\n") + 10, "  loss: [{name: ce, weight: 1}, {name: cldice, weight: 0.5}]\n");
+  test::write_text(dir / "sk.yaml", yaml);
+  auto r = trainer({"--config", "sk.yaml", "--set", "training.skeleton_iterations=9", "--set", "training.epochs=1"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("training.skeleton_iterations 9 is more than half the largest edge of data.patch_size "
+                          "(16, 16, 16) (8): iterations beyond it change nothing"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(run("sk") / "checkpoints"));
+  r = trainer({"--config", "sk.yaml", "--set", "training.skeleton_iterations=100000"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("training.skeleton_iterations"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(run("sk") / "checkpoints"));
+  r = trainer({"--config", "sk.yaml", "--set", "training.skeleton_iterations=8", "--set", "training.epochs=1"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+// Issue 35: a failed export (here its ONNX step) leaves the previous export as it was, never a mix
+// of old and new model files, and no staging folder.
+TEST_F(Training, AFailedExportLeavesThePreviousExportAsItWas) {
+  ASSERT_EQ(train("x", {"--set", "training.epochs=2"}).exit_code, 0);
+  auto r =
+      trainer({"export", "runs/x", "--checkpoint", "runs/x/checkpoints/epoch_0001.pt", "--format", "safetensors,pt"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const fs::path out = run("x") / "export";
+  test::write_text(out / "model.onnx", "the ONNX file of that earlier export");
+  std::map<std::string, std::string> before;
+  for (const char* f : {"model.pt", "model.safetensors", "model.onnx"}) before[f] = test::read_text(out / f);
+  test::ProcessOptions no_python;
+  no_python.env["U3D_PYTHON"] = "false";  // the ONNX step fails
+  test::TrainerProcess p({"export", "runs/x", "--format", "safetensors,pt,onnx"}, dir.path(), no_python);
+  EXPECT_EQ(p.wait(), 1) << p.output();
+  EXPECT_NE(p.output().find("export onnx:"), std::string::npos) << p.output();
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(out)) names.insert(e.path().filename().string());
+  EXPECT_EQ(names, (std::set<std::string>{"model.onnx", "model.pt", "model.safetensors"}));
+  for (const auto& [f, bytes] : before) EXPECT_TRUE(test::read_text(out / f) == bytes) << f << " was replaced";
+}
+
+// Issue 35 (the paths class): the ONNX step runs its Python without a shell, so an output folder
+// whose name holds a quote, a space or `$` is passed as it is (a shell command broke on it).
+TEST_F(Training, ExportRunsTheOnnxStepWithoutAShell) {
+  ASSERT_EQ(train("q", {"--set", "training.epochs=1"}).exit_code, 0);
+  // Stands in for python3 export_onnx.py MODEL_PT --out OUT.
+  test::write_text(dir / "fake_python", "#!/bin/sh\n[ \"$3\" = --out ] && [ -f \"$2\" ] && printf onnx > \"$4\"\n");
+  fs::permissions(dir / "fake_python", fs::perms::owner_all);
+  test::ProcessOptions fake;
+  fake.env["U3D_PYTHON"] = (dir / "fake_python").string();
+  const std::string out = "it's a $HOME";
+  test::TrainerProcess p({"export", "runs/q", "--format", "onnx", "--out", out}, dir.path(), fake);
+  ASSERT_EQ(p.wait(), 0) << p.output();
+  EXPECT_EQ(test::read_text(dir / out / "model.onnx"), "onnx");
+  EXPECT_TRUE(fs::exists(dir / out / "model.pt"));  // what the ONNX step read
 }
 
 TEST_F(Training, SegmentationRunsEndToEnd) {

@@ -2,28 +2,35 @@
 //
 //   RunLock lock(paths.root);   // training, --resume and --predict-only into the same run
 //
-// An exclusive flock(2) on <run>/.trainer.lock, held for the life of the object (the process).
-// The kernel releases it when the process ends in any way (also SIGKILL), so a stale lock can
-// never block a later run; the file itself is left in place (removing it would race with a
-// process that opened it). The holder writes its PID into the file for the message a second
-// process gets: ConfigError (exit 2) naming the run folder and that PID.
+// An exclusive flock(2) on the run folder itself, held for the life of the object (the process):
+// a folder in use cannot be unlinked, so deleting files in it (.trainer.lock included) never lets
+// a second process in. Where the file system cannot lock a folder (NFS emulates flock with POSIX
+// locks), the file <run>/.trainer.lock is locked instead. The kernel releases the lock when the
+// process ends in any way (also SIGKILL), so a stale lock can never block a later run. The holder
+// writes its PID into <run>/.trainer.lock for the message a second process gets: ConfigError
+// (exit 2) naming the run folder and that PID.
 //
 // A start that fails its checks leaves no trace: when the lock made the run folder (and its
 // parents) and the folder holds nothing but the lock file on release, the lock file and the
-// folders it made are removed. Unlinking a held lock file is safe because every process
-// checks, after flock, that the file it locked is still the one at the path (else it retries).
+// folders it made are removed. Removing a held folder is safe because every process checks, after
+// flock, that what it locked is still at the path (else it retries).
 #pragma once
 #include <filesystem>
 #include <vector>
 
 namespace u3d {
 
+// IoError when `dir` or a folder above it is a symbolic link that leads nowhere (its target is
+// missing, or a loop), naming the link and its target; called before an output folder is made,
+// where creating it would fail with a bare "File exists".
+void check_no_dangling_link(const std::filesystem::path& dir);
+
 class RunLock {
  public:
   static constexpr const char* kFileName = ".trainer.lock";
 
   // Creates `run_root` (and parents) when missing and takes the lock; ConfigError when another
-  // process holds it, IoError when the folder or the lock file cannot be created.
+  // process holds it, IoError when the folder cannot be created (check_no_dangling_link) or locked.
   explicit RunLock(const std::filesystem::path& run_root);
   ~RunLock();
   RunLock(const RunLock&) = delete;

@@ -68,6 +68,11 @@ class CheckpointStore {
   void prune() const;
   // Removes ".<name>.tmp.<pid>.<n>" files left by a writer that no longer runs.
   void remove_stale_temporaries() const;
+  // Rewrites the manifest as a completed commit leaves it, after a kill inside one: one line per
+  // name (for a name listed twice, the hash its file has; all of them when it has neither) and no
+  // line for a file that is not there. Afterwards `sha256sum -c manifest.sha256` passes when every
+  // checkpoint is intact. Called at the start of a run, beside remove_stale_temporaries().
+  void tidy_manifest() const;
   // "last": newest_valid(); "best": best.pt when it verifies, else newest_valid() (warning);
   // otherwise a path, verified against its own folder's manifest (a mismatch is an error, a file
   // the manifest does not list a warning). CheckpointError with exit code 2 when nothing exists.

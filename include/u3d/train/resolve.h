@@ -54,6 +54,11 @@ struct ResolvedConfig {
   bool validates_patches() const { return validates() && cfg.training.val_patch_batches > 0; }
   // Whole-volume validation after `epoch` (training.val_every, and after the last epoch).
   bool full_validation_due(int64_t epoch) const;
+  // Whether the validation after `epoch` measures the monitored value (checkpoint.monitor): the
+  // pseudo-Dice every epoch (training.val_patch_batches), the whole-volume values only when
+  // full_validation_due(). Epochs that do not measure it neither improve it nor count against
+  // training.early_stop_patience.
+  bool monitor_measured(int64_t epoch) const;
 };
 
 // Every dataset- and device-dependent check of a training run (ConfigError naming the key), for

@@ -162,6 +162,7 @@ class Trainer {
   FaultHooks faults_;      // test-only fault injection (faults.h); nothing in normal runs
   std::chrono::steady_clock::time_point run_started_, epoch_started_;  // this process's clocks
   double carried_run_seconds_ = 0;  // TrainState::run_seconds of the processes before a resume
+  double validation_seconds_ = 0;   // the last whole-volume validation's wall time (max_minutes)
 };
 
 }  // namespace u3d

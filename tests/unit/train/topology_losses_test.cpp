@@ -207,6 +207,31 @@ TEST(TopologyLosses, TruncatedDistanceOfSingleVoxel) {
       torch::equal(u3d::truncated_distance(torch::ones({1, 1, 3, 3, 3}), 5), torch::full({1, 1, 3, 3, 3}, -5.0)));
 }
 
+// Issue 35 (a sibling of the unbounded skeleton_iterations): training.boundary_distance far beyond
+// the patch no longer means as many dilations per step; the steps past the largest edge are
+// counted at once, with the same result as dilating every time.
+TEST(TopologyLosses, TruncatedDistanceBeyondThePatchEqualsDilatingEveryStep) {
+  torch::manual_seed(3);
+  const torch::Tensor mask = (torch::rand({2, 1, 6, 7, 5}) > 0.8).to(torch::kFloat);
+  const auto by_every_step = [](const torch::Tensor& m, int64_t max_distance) {
+    const auto steps = [&](const torch::Tensor& seed) {
+      torch::Tensor reached = seed, d = torch::ones_like(seed);
+      for (int64_t k = 1; k < max_distance; ++k) {
+        reached = u3d::soft_dilate(reached);
+        d = d + (1.0 - reached);
+      }
+      return d;
+    };
+    return steps(m) * (1.0 - m) - steps(1.0 - m) * m;
+  };
+  for (const torch::Tensor& m : {mask, torch::zeros_like(mask), torch::ones_like(mask)}) {
+    for (int64_t max_distance : {1, 3, 7, 8, 40}) {
+      EXPECT_TRUE(torch::equal(u3d::truncated_distance(m, max_distance), by_every_step(m, max_distance)))
+          << "max_distance " << max_distance;
+    }
+  }
+}
+
 TEST(TopologyLosses, BoundaryLossPrefersTheCorrectPrediction) {
   torch::Tensor labels = torch::zeros({1, 8, 8, 8}, torch::kLong);
   labels.index_put_({0, Slice(2, 6), Slice(2, 6), Slice(2, 6)}, 1);
