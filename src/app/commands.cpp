@@ -129,6 +129,9 @@ int run_command(const RunCommand& cmd) {
   }
   if (cmd.predict_only && (all_folds || !cmd.ensemble.empty())) {
     std::vector<std::string> members = cmd.ensemble;
+    // The folds' members are the folds of folds.json: a data.folds that differs from it, or a missing
+    // file under fold runs, is refused (load_folds) rather than ensembling the wrong members.
+    if (all_folds) load_folds(*open_dataset(cfg), cfg);
     for (int64_t k = 0; all_folds && k < cfg.data.folds; ++k) members.push_back("fold_" + std::to_string(k));
     const RunLock lock(std::filesystem::path(cfg.experiment.output_dir) / cfg.experiment.name / "ensemble");
     const StopSignals signals;

@@ -20,7 +20,6 @@
 #include "u3d/core/files.h"
 #include "u3d/core/json.h"
 #include "u3d/core/output_guard.h"
-#include "u3d/core/run_lock.h"
 #include "u3d/core/version.h"
 #include "u3d/io/dataset.h"
 #include "u3d/model/checkpoint.h"
@@ -199,7 +198,6 @@ int export_command(const ExportCommand& cmd) {
   const ModelMeta meta = model_meta(trained, info, checkpoint, *net);
   const fs::path out = cmd.out.empty() ? run / "export" : fs::path(cmd.out);
   for (const auto& f : kFormats) refuse_output_over_input("export", "--out", out / file_of(f), {checkpoint});
-  check_no_dangling_link(out);
   ensure_writable_directory(out);
   remove_stale_temporaries(out);
 

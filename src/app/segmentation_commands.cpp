@@ -9,6 +9,7 @@
 #include "u3d/app/commands.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/output_guard.h"
 #include "u3d/core/signals.h"
 #include "u3d/core/text.h"
 #include "u3d/evaluate/segmentation_eval.h"
@@ -34,6 +35,13 @@ std::filesystem::path start_evaluation(const std::string& command, const Command
   const std::filesystem::path csv =
       cmd.out.empty() ? std::filesystem::path(cmd.predictions) / file_name : std::filesystem::path(cmd.out);
   std::error_code ec;
+  std::vector<std::filesystem::path> inputs;  // the label files the evaluation reads: never its --out
+  for (const auto& dir : {o.reference, o.predictions}) {
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      if (e.is_regular_file(ec)) inputs.push_back(e.path());
+    }
+  }
+  refuse_output_over_input(command, "--out", csv, inputs);
   if (std::filesystem::exists(csv, ec) && !cmd.force) {
     throw UsageError(
         fmt::format("{}: {} exists; pass --force to replace it or --out another file", command, csv.string()));

@@ -139,9 +139,24 @@ void write_file_atomic(const fs::path& path, std::string_view content) {
   write_file_atomic(path, [&](const ByteSink& sink) { sink(content.data(), content.size()); });
 }
 
+void check_no_dangling_link(const fs::path& dir) {
+  std::error_code ec;
+  for (auto p = dir; !p.empty(); p = p.parent_path()) {
+    if (fs::is_symlink(fs::symlink_status(p, ec)) && !fs::exists(p, ec)) {
+      const auto target = fs::read_symlink(p, ec);
+      throw IoError(
+          fmt::format("{}: is a symbolic link to {}, which does not exist (or is a loop of links); "
+                      "create that folder or remove the link",
+                      p.string(), target.string()));
+    }
+    if (p == p.parent_path()) break;
+  }
+}
+
 void ensure_writable_directory(const fs::path& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
+  if (ec) check_no_dangling_link(dir);  // "File exists" from a link that leads nowhere
   if (ec) throw IoError(fmt::format("{}: cannot create folder: {}", dir.string(), ec.message()));
   if (!fs::is_directory(dir, ec)) throw IoError(fmt::format("{}: exists and is not a folder", dir.string()));
   const fs::path probe = temporary_beside(dir / "write-probe");

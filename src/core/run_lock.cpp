@@ -43,22 +43,8 @@ bool folder_lock_unsupported(int err) { return err == EBADF || err == ENOLCK || 
 
 }  // namespace
 
-void check_no_dangling_link(const std::filesystem::path& dir) {
-  std::error_code ec;
-  for (auto p = dir; !p.empty(); p = p.parent_path()) {
-    if (std::filesystem::is_symlink(std::filesystem::symlink_status(p, ec)) && !std::filesystem::exists(p, ec)) {
-      const auto target = std::filesystem::read_symlink(p, ec);
-      throw IoError(
-          fmt::format("{}: is a symbolic link to {}, which does not exist (or is a loop of links); "
-                      "create that folder or remove the link",
-                      p.string(), target.string()));
-    }
-    if (p == p.parent_path()) break;
-  }
-}
-
 RunLock::RunLock(const std::filesystem::path& run_root) : root_(run_root) {
-  check_no_dangling_link(run_root);
+  check_no_dangling_link(run_root);  // before anything counts as created (and removed on failure)
   std::error_code ec;
   for (auto p = run_root; !p.empty() && !std::filesystem::exists(p, ec); p = p.parent_path()) {
     created_.push_back(p);

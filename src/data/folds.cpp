@@ -129,7 +129,7 @@ std::filesystem::path folds_file(const Config& cfg) {
 }
 
 std::vector<std::string> fold_pool(const DatasetReader& reader, const Config& cfg) {
-  std::vector<std::string> ids = reader.split(cfg.data.train_split);  // DataError naming the splits
+  std::vector<std::string> ids = reader.split(cfg.data.train_split);  // ConfigError naming the splits
   if (!cfg.data.val_split.empty() && reader.has_split(cfg.data.val_split)) {
     const auto& val = reader.split(cfg.data.val_split);
     ids.insert(ids.end(), val.begin(), val.end());

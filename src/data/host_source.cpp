@@ -18,6 +18,7 @@
 
 #include "batch_sources.h"
 #include "u3d/core/errors.h"
+#include "u3d/core/input_limits.h"
 #include "u3d/core/run.h"
 
 namespace u3d::loader_detail {
@@ -171,9 +172,11 @@ class HostSource final : public BatchSource {
         }
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(mutex);
-        if (!error) {
-          error = std::make_exception_ptr(
-              DataError(fmt::format("data loader: batch {} of epoch {}: {}", step, epoch, error_line(e))));
+        if (!error) {  // an allocation failure goes on as it is: main() names it, never the allocator's text
+          error = host_allocation_failure(e)
+                      ? std::current_exception()
+                      : std::make_exception_ptr(DataError(
+                            fmt::format("data loader: batch {} of epoch {}: {}", step, epoch, error_line(e))));
         }
         stopping = true;
         ready_cv.notify_all();

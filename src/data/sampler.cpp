@@ -9,6 +9,7 @@
 #include "u3d/core/errors.h"
 #include "u3d/core/faults.h"
 #include "u3d/core/files.h"
+#include "u3d/core/input_limits.h"
 #include "u3d/core/rng.h"
 #include "u3d/core/text.h"
 #include "u3d/data/finalize.h"
@@ -331,6 +332,7 @@ void PatchSampler::fill_raw(int64_t epoch, int64_t step, RawBatch& out) const {
     try {
       fill_sample(p, out, b);
     } catch (const std::exception& e) {
+      if (host_allocation_failure(e)) throw;  // main() says "out of host memory", never the allocator's text
       throw DataError(fmt::format("case '{}': {}", cache_->id(p.case_index), error_line(e)));
     }
   }

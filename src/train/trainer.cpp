@@ -10,7 +10,6 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
-#include "u3d/core/run_lock.h"
 #include "u3d/core/signals.h"
 #include "u3d/core/version.h"
 #include "u3d/train/resume.h"
@@ -103,7 +102,6 @@ void Trainer::check_run_folder() const {
 
 void Trainer::prepare_run() {
   ensure_writable_directory(paths_.root);
-  check_no_dangling_link(paths_.checkpoints);  // one line naming the link, not "File exists"
   ensure_writable_directory(paths_.checkpoints);
   keeper_.store().remove_stale_temporaries();  // left by a run killed while writing
   keeper_.store().tidy_manifest();             // and the manifest lines such a kill left

@@ -53,7 +53,8 @@ TEST_F(CliInput, NumericOptionsAnswerWithOneRangeMessage) {
                "--steps: '1e20': expected an integer in [1, 1000000000]");
   expect_error(trainer({"--config", "x.yaml", "--benchmark-seconds", "0"}), 2,
                "--benchmark-seconds: '0': expected a number in (0, 604800]");
-  expect_error(trainer({"plan", "p.h5", "--task", "xyz"}), 2, "--task: 'xyz': expected one of auto, segmentation, dose");
+  expect_error(trainer({"plan", "p.h5", "--task", "xyz"}), 2,
+               "--task: 'xyz': expected one of auto, segmentation, dose");
   expect_error(trainer({"evaluate", "surface", "--reference", ".", "--predictions", ".", "--ignore-label", "256"}), 2,
                "--ignore-label: '256': expected an integer in [-1, 255]");
 }

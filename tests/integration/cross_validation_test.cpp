@@ -118,6 +118,9 @@ TEST_F(CrossValidation, FoldsNeverLeakAndAreNeverRemadeUnderTheirRuns) {
   EXPECT_FALSE(fs::exists(exp() / "fold_1"));
   r = train({"--fold", "0", "--predict-only"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = train({"--fold", "all", "--predict-only"});  // the ensemble's members come from folds.json too
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "folds.json: missing, but fold_0")) << r.output;
   r = trainer({"evaluate", "cv", "runs/cv"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "folds.json: not found")) << r.output;
@@ -125,6 +128,11 @@ TEST_F(CrossValidation, FoldsNeverLeakAndAreNeverRemadeUnderTheirRuns) {
   test::write_text(exp() / "folds.json", saved);
   r = trainer({"evaluate", "cv", "runs/cv"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  // An ensemble of more folds than the file holds would pool runs that never existed.
+  r = train({"--fold", "all", "--predict-only", "--set", "data.folds=3"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "folds.json: holds 2 folds")) << r.output;
+  EXPECT_FALSE(fs::exists(exp() / "ensemble" / "predictions"));
 }
 
 TEST_F(CrossValidation, MisuseGetsOneLineAndExitTwo) {

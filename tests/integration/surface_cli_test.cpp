@@ -63,6 +63,13 @@ TEST_F(SurfaceCli, ScoresPerCaseHonourTheIgnoreLabelAndNameBadFiles) {
   // An existing CSV is kept without --force; a prediction value outside 0/1 names its file.
   r = trainer({"evaluate", "surface", "--reference", "ref", "--predictions", "pred"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
+  // --out never names a label file it reads, --force or not (it would be replaced by the CSV).
+  const auto ref_bytes = test::read_text(dir / "ref" / "a.nii.gz");
+  r = trainer(
+      {"evaluate", "surface", "--reference", "ref", "--predictions", "pred", "--out", "ref/a.nii.gz", "--force"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "is the input")) << r.output;
+  EXPECT_EQ(test::read_text(dir / "ref" / "a.nii.gz"), ref_bytes);
   write("pred", "b", sheet(0, false) * 3);
   r = trainer({"evaluate", "surface", "--reference", "ref", "--predictions", "pred", "--force"});
   EXPECT_EQ(r.exit_code, 1) << r.output;

@@ -35,7 +35,13 @@ void fsync_directory(const fs::path& dir);
 // renames it to `path` and fsyncs the folder. IoError naming `path` when the rename fails.
 void commit_staged_file(const fs::path& tmp, const fs::path& path);
 
-// Creates `dir` (and parents) and checks that a file can be created in it; IoError otherwise.
+// IoError when `dir` or a folder above it is a symbolic link that leads nowhere (its target is
+// missing, or a loop), naming the link and its target, where creating the folder would fail with a
+// bare "File exists".
+void check_no_dangling_link(const fs::path& dir);
+
+// Creates `dir` (and parents) and checks that a file can be created in it; IoError otherwise (a
+// dangling link on the way named as such: check_no_dangling_link).
 void ensure_writable_directory(const fs::path& dir);
 
 // Whole file as a string; IoError naming the path when it cannot be read.

@@ -20,17 +20,12 @@
 
 namespace u3d {
 
-// IoError when `dir` or a folder above it is a symbolic link that leads nowhere (its target is
-// missing, or a loop), naming the link and its target; called before an output folder is made,
-// where creating it would fail with a bare "File exists".
-void check_no_dangling_link(const std::filesystem::path& dir);
-
 class RunLock {
  public:
   static constexpr const char* kFileName = ".trainer.lock";
 
   // Creates `run_root` (and parents) when missing and takes the lock; ConfigError when another
-  // process holds it, IoError when the folder cannot be created (check_no_dangling_link) or locked.
+  // process holds it, IoError when the folder cannot be created (ensure_writable_directory) or locked.
   explicit RunLock(const std::filesystem::path& run_root);
   ~RunLock();
   RunLock(const RunLock&) = delete;

@@ -52,6 +52,26 @@ TEST(Files, UnwritableFolderNamesThePath) {
   EXPECT_THROW(write_file_atomic(dir / "file" / "x.txt", "y"), IoError);
 }
 
+// Every output folder (run, checkpoints, predictions, export, synth, import) is made here: a
+// symbolic link on the way that leads nowhere is named with its target, not "File exists", and is kept.
+TEST(Files, ADanglingLinkOnTheWayToAnOutputFolderIsNamed) {
+  test::TempDir dir;
+  fs::create_symlink(dir / "gone", dir / "link");
+  for (const auto& out : {dir / "link", dir / "link" / "predictions" / "val"}) {
+    try {
+      ensure_writable_directory(out);
+      FAIL() << "expected IoError for " << out;
+    } catch (const IoError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find((dir / "link").string() + ": is a symbolic link to " + (dir / "gone").string()),
+                std::string::npos)
+          << what;
+    }
+  }
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(dir / "link")));
+  EXPECT_FALSE(fs::exists(dir / "gone"));
+}
+
 TEST(Files, HumanBytes) {
   EXPECT_EQ(human_bytes(512), "512 B");
   EXPECT_EQ(human_bytes(1.5e9), "1.5 GB");
