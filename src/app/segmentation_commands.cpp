@@ -35,10 +35,11 @@ std::filesystem::path start_evaluation(const std::string& command, const Command
   const std::filesystem::path csv =
       cmd.out.empty() ? std::filesystem::path(cmd.predictions) / file_name : std::filesystem::path(cmd.out);
   std::error_code ec;
-  std::vector<std::filesystem::path> inputs;  // the label files the evaluation reads: never its --out
+  // The label files the evaluation reads (not earlier CSVs): never its --out.
+  std::vector<std::filesystem::path> inputs;
   for (const auto& dir : {o.reference, o.predictions}) {
     for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-      if (e.is_regular_file(ec)) inputs.push_back(e.path());
+      if (e.is_regular_file(ec) && e.path().extension() != ".csv") inputs.push_back(e.path());
     }
   }
   refuse_output_over_input(command, "--out", csv, inputs);
