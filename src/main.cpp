@@ -378,6 +378,9 @@ int main(int argc, char** argv) {
   plan_app->add_option("--threads", plan.threads, "Fingerprint threads; 0: every core")
       ->check(kThreadCount)
       ->capture_default_str();
+  plan_app
+      ->add_option("--split", plan.splits, "Fingerprint only these splits' cases (comma-separated); default every case")
+      ->delimiter(',');
   plan_app->add_flag("--force", plan.force, "Replace existing outputs");
   u3d::PlotCommand plot;
   auto* plot_app = app.add_subcommand("plot", "Draw <run>/progress.png and .svg from metrics.csv");

@@ -1,12 +1,15 @@
 // `trainer plan DATA.h5`: fingerprint the dataset (plan/fingerprint.h), plan the experiment
 // (plan/planner.h) and write it as a commented YAML config (and a low-resolution one when the
-// planned patch covers little of the volumes).
+// planned patch covers little of the volumes). `--split A,B` fingerprints only those splits' cases.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <set>
 
 #include "u3d/app/commands.h"
 #include "u3d/core/errors.h"
@@ -15,6 +18,7 @@
 #include "u3d/core/output_guard.h"
 #include "u3d/core/text.h"
 #include "u3d/io/dataset.h"
+#include "u3d/io/open_dataset.h"
 #include "u3d/plan/planner.h"
 #include "u3d/train/step_probe.h"
 
@@ -57,6 +61,19 @@ std::string run_name(const PlanCommand& cmd, const std::filesystem::path& data) 
   return name;
 }
 
+// The cases of the splits `names` (--split), each once, in the order named; ConfigError naming
+// --split and the splits the file has for a split it lacks or an empty one.
+std::vector<std::string> split_cases(const DatasetReader& reader, const std::vector<std::string>& names) {
+  std::vector<std::string> ids;
+  std::set<std::string> seen;
+  for (const auto& name : names) {
+    for (const auto& id : split_ids(reader, "--split", name)) {
+      if (seen.insert(id).second) ids.push_back(id);
+    }
+  }
+  return ids;
+}
+
 }  // namespace
 
 int plan_command(const PlanCommand& cmd) {
@@ -86,9 +103,18 @@ int plan_command(const PlanCommand& cmd) {
   const std::string name = run_name(cmd, data);
   const auto t0 = std::chrono::steady_clock::now();
   const DatasetReader reader(data);
-  bool computed = false;
-  const DatasetFingerprint fp = load_or_compute_fingerprint(data, reader, cmd.threads, &computed);
-  spdlog::info("plan: fingerprint of {} {} in {:.1f} s", data.string(),
+  bool computed = true;
+  DatasetFingerprint fp = cmd.splits.empty()
+                              ? load_or_compute_fingerprint(data, reader, cmd.threads, &computed)
+                              : compute_fingerprint(reader, split_cases(reader, cmd.splits), cmd.threads);
+  for (auto it = fp.splits.begin(); !cmd.splits.empty() && it != fp.splits.end();) {  // the table: named splits only
+    it = std::find(cmd.splits.begin(), cmd.splits.end(), it->first) == cmd.splits.end() ? fp.splits.erase(it) : ++it;
+  }
+  const std::string what =
+      cmd.splits.empty() ? data.string()
+                         : fmt::format("{} split(s) {} ({} cases; not stored, {} covers every case)", data.string(),
+                                       fmt::join(cmd.splits, ", "), fp.cases.size(), fingerprint_path(data).string());
+  spdlog::info("plan: fingerprint of {} {} in {:.1f} s", what,
                computed ? "computed" : "read from " + fingerprint_path(data).string(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   std::fputs(fingerprint_table(fp).c_str(), stdout);

@@ -14,6 +14,8 @@
 #include "u3d/core/input_limits.h"
 #include "u3d/core/parallel.h"
 #include "u3d/core/text.h"
+#include "u3d/data/input_check.h"
+#include "u3d/data/preprocess.h"
 #include "u3d/io/h5.h"
 
 namespace u3d {
@@ -335,15 +337,26 @@ struct CheckedReader::Impl {
   h5::Handle file;
   std::mutex mutex;
   std::map<std::string, CaseCheck> seen;  // by case id
+  const Preprocessor* pre = nullptr;      // check_inputs()
+  std::unique_ptr<InputRangeCheck> inputs;
 };
 
 CheckedReader::CheckedReader(const DatasetReader& reader)
-    : impl_(
-          new Impl{reader, h5::Handle(H5Fopen(reader.path().c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose), {}, {}}) {
+    : impl_(new Impl{reader,
+                     h5::Handle(H5Fopen(reader.path().c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose),
+                     {},
+                     {},
+                     nullptr,
+                     nullptr}) {
   if (!impl_->file.valid()) throw IoError(fmt::format("{}: cannot open HDF5 file", reader.path().string()));
 }
 
 CheckedReader::~CheckedReader() = default;
+
+void CheckedReader::check_inputs(const Preprocessor& pre, const std::vector<std::string>& specs) {
+  impl_->pre = &pre;
+  impl_->inputs = std::make_unique<InputRangeCheck>(pre.channel_names(), specs);
+}
 
 CaseData CheckedReader::read(const std::string& id) {
   CaseData c;
@@ -355,6 +368,7 @@ CaseData CheckedReader::read(const std::string& id) {
     impl_->seen[id] = std::move(check);
   }
   if (bad) throw DataError(fmt::format("{}: case '{}' failed its checks", impl_->reader.path().string(), id));
+  if (impl_->inputs && c.image.defined()) impl_->inputs->add(impl_->pre->image(c.image));
   // DatasetReader::read_case's form: labels and masks as uint8.
   if (c.target.defined() && impl_->reader.info().task == Task::kSegmentation) c.target = c.target.to(torch::kUInt8);
   if (c.mask.defined()) c.mask = c.mask.to(torch::kUInt8);
@@ -391,6 +405,10 @@ DataReport CheckedReader::report() const {
   report.cases_checked = static_cast<int64_t>(ids.size());
   add_spacing_warnings(ids, checks);
   for (auto& c : checks) report.problems.insert(report.problems.end(), c.problems.begin(), c.problems.end());
+  if (impl_->inputs) {
+    const auto inputs = impl_->inputs->warnings();
+    report.problems.insert(report.problems.begin(), inputs.begin(), inputs.end());  // file-level first
+  }
   return report;
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "u3d/core/errors.h"
+#include "u3d/core/text.h"
 #include "u3d/data/folds.h"
 #include "u3d/io/open_dataset.h"
 #include "u3d/model/layout.h"
@@ -35,6 +36,35 @@ void warn_differences(const Config& cfg, const Config& trained) {
       spdlog::warn("predict: {} differs from the checkpoint; using the checkpoint's value", d);
     }
   }
+}
+
+// The member's task and input channels against the dataset's, checked before anything the config
+// says: a run used on other data is named first, with what it was trained for (its config's keys,
+// data.normalize included, are the checkpoint's and not the user's to fix). ConfigError.
+void check_member_fits(const PredictionMember& m, const DatasetInfo& data, const std::string& data_path) {
+  const DataConfig& t = m.trained.data;
+  bool fits = m.info.task == to_string(data.task);
+  if (t.channels.empty()) {
+    fits = fits && m.info.in_channels == static_cast<int64_t>(data.channel_names.size());
+  } else {
+    for (const auto& name : t.channels) {
+      fits = fits && find_channel(data.channel_names, name).has_value();
+    }
+  }
+  if (data.task == Task::kSegmentation) fits = fits && m.info.out_channels == data.num_classes;
+  if (fits) return;
+  const auto classes = [](const std::string& task, int64_t n) {
+    return task == "segmentation" ? fmt::format(", {} classes", n) : std::string();
+  };
+  const std::string trained_channels =
+      t.channels.empty() ? fmt::format("all of {}'s", t.path) : fmt::format("[{}]", fmt::join(t.channels, ", "));
+  throw ConfigError(fmt::format(
+      "predict: run {} (checkpoint {}) was trained for {} on {} input channel(s), {}{}; {} is a {} dataset with "
+      "{} channel(s) [{}]{}: predict with the run trained for this data (experiment.name, --ensemble), or give "
+      "this run data like its own (data.path)",
+      m.checkpoint.parent_path().parent_path().string(), m.checkpoint.filename().string(), m.info.task,
+      m.info.in_channels, trained_channels, classes(m.info.task, m.info.out_channels), data_path, to_string(data.task),
+      data.channel_names.size(), fmt::join(data.channel_names, ", "), classes(to_string(data.task), data.num_classes)));
 }
 
 // One preprocessing and one window for every member of an ensemble.
@@ -89,6 +119,7 @@ ResolvedPrediction resolve_prediction(const Config& cfg, std::vector<PredictionM
   rp.trained = members.front().trained;
   const CheckpointInfo& info = members.front().info;
   const std::string& ckpt_path = members.front().checkpoint.string();
+  for (const auto& m : members) check_member_fits(m, reader.info(), cfg.data.path);
   warn_differences(cfg, rp.trained);
   check_members(members);
   rp.pre = make_preprocessor(rp.trained.data, reader.info());

@@ -34,6 +34,7 @@ TrainData::TrainData(const ResolvedConfig& rc, const DatasetReader& reader, cons
   CaseSource read;
   if (cfg.data.preflight) {
     checked = std::make_unique<CheckedReader>(reader);
+    checked->check_inputs(*pre_, cfg.data.normalize);  // resolved: resolve() wrote the `dataset` entries
     read = [&checked](const std::string& id) { return checked->read(id); };
   }
   try {

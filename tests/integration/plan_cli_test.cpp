@@ -164,5 +164,25 @@ TEST_F(PlanCli, ImportsNeverReplaceAFileTheyRead) {
   }
 }
 
+// `--split` fingerprints the named splits' cases only (and stores nothing: the kept fingerprint
+// covers every case); a split the file lacks is a usage mistake naming --split.
+TEST_F(PlanCli, SplitFingerprintsOnlyTheNamedSplits) {
+  test::make_phantom(dir / "seg.h5", Task::kSegmentation, 8, 16);  // 6 train, 2 val
+  auto r = trainer({"plan", "seg.h5", "--gpu-memory", "8", "--out", "val.yaml", "--split", "val"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "split(s) val (2 cases; not stored")) << r.output;
+  EXPECT_TRUE(contains(r.output, "cases           2 ")) << r.output;  // the fingerprint table
+  EXPECT_FALSE(fs::exists(dir / "seg.h5.fingerprint.json"));
+  EXPECT_TRUE(fs::exists(dir / "val.yaml"));
+  r = trainer({"plan", "seg.h5", "--gpu-memory", "8", "--out", "both.yaml", "--split", "train,val,val"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "(8 cases; not stored")) << r.output;
+  r = trainer({"plan", "seg.h5", "--gpu-memory", "8", "--out", "none.yaml", "--split", "nope"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "--split")) << r.output;
+  EXPECT_TRUE(contains(r.output, "nope")) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "none.yaml"));
+}
+
 }  // namespace
 }  // namespace u3d

@@ -181,13 +181,14 @@ int evaluate_cv_command(const EvaluateCvCommand& cmd);
 // (<out stem>_lowres.yaml) when the patch covers less than 1/8 of the median volume.
 struct PlanCommand {
   std::string data;
-  double gpu_memory_gib = 0;   // 0: --device cuda measures the device, else 80 GiB assumed
-  std::string device = "cpu";  // cpu: the memory model; cuda: candidates measured on the GPU
-  std::string task = "auto";   // auto | segmentation | dose
-  std::string out;             // default <data stem>_plan.yaml
-  std::string name;            // experiment.name; default the data file's stem
-  int64_t threads = 0;         // fingerprint threads; 0: every core
-  bool force = false;          // replace existing outputs
+  double gpu_memory_gib = 0;        // 0: --device cuda measures the device, else 80 GiB assumed
+  std::string device = "cpu";       // cpu: the memory model; cuda: candidates measured on the GPU
+  std::string task = "auto";        // auto | segmentation | dose
+  std::string out;                  // default <data stem>_plan.yaml
+  std::string name;                 // experiment.name; default the data file's stem
+  int64_t threads = 0;              // fingerprint threads; 0: every core
+  std::vector<std::string> splits;  // --split: fingerprint these splits' cases only (not stored); empty: every case
+  bool force = false;               // replace existing outputs
 };
 int plan_command(const PlanCommand& cmd);
 

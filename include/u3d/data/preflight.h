@@ -12,7 +12,8 @@
 // Warnings (usable, but worth a look): an empty target (all zero / background only) or an empty
 // loss mask (the sampler and the masked losses handle both), a mask with values other than 0 and
 // 1, a negative regression target, a missing spacing (1 mm assumed), a spacing far (more than 2x)
-// from the dataset's median.
+// from the dataset's median; for a training run (CheckedReader::check_inputs), an input channel
+// nearly constant or far outside ±10 after normalisation (data/input_check.h).
 #pragma once
 #include <filesystem>
 #include <memory>
@@ -23,6 +24,8 @@
 #include "u3d/io/dataset.h"
 
 namespace u3d {
+
+class Preprocessor;  // data/preprocess.h
 
 struct DataProblem {
   enum class Severity { kWarning, kError };
@@ -67,6 +70,10 @@ class CheckedReader {
   CheckedReader(const CheckedReader&) = delete;
   CheckedReader& operator=(const CheckedReader&) = delete;
 
+  // Also checks what the network will see: each case read() without an error goes through
+  // `pre`'s image() into an InputRangeCheck (data/input_check.h) whose warnings report() adds.
+  // `specs`: data.normalize as resolved. Call before the first read(); keeps a reference to `pre`.
+  void check_inputs(const Preprocessor& pre, const std::vector<std::string>& specs);
   CaseData read(const std::string& id);
   void check_rest(const std::vector<std::string>& ids, int64_t threads);
   // Every case read or checked so far, by case id, with the spacing-versus-median warnings.
