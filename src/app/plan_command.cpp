@@ -134,10 +134,12 @@ int plan_command(const PlanCommand& cmd) {
   const std::string yaml = plan_yaml(plan, fp, cmd.data, name);
   load_config_from_string(yaml, out.string());  // what training loads: never write a config it refuses
   write_file_atomic(out, yaml);
-  spdlog::info("plan: {} patch {} batch {}, {} levels, {} step peak {} of {} ({}); wrote {}", plan.configuration,
-               shape_text(plan.patch, ShapeStyle::kCross), plan.batch, plan.levels,
-               plan.measured ? "measured" : "estimated", human_bytes(static_cast<double>(plan.step_bytes)),
-               human_bytes(static_cast<double>(plan.budget_bytes)),
+  // GiB, the unit of --gpu-memory: `--gpu-memory 80` is echoed as 80 GiB (not 85.9 GB).
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  spdlog::info("plan: {} patch {} batch {}, {} levels, {} step peak {:.3g} GiB of {:g} GiB ({}); wrote {}",
+               plan.configuration, shape_text(plan.patch, ShapeStyle::kCross), plan.batch, plan.levels,
+               plan.measured ? "measured" : "estimated", static_cast<double>(plan.step_bytes) / kGiB,
+               static_cast<double>(plan.budget_bytes) / kGiB,
                plan.budget_assumed ? "assumed: pass --gpu-memory or --device cuda" : "budget", out.string());
   if (plan.lowres_plan) {
     const Plan& low = *plan.lowres_plan;

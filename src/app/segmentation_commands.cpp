@@ -19,6 +19,19 @@
 namespace u3d {
 namespace {
 
+// A folder named by an option must exist: a usage error (exit 2) as for every other argument; a
+// file where the folder belongs is named as such (a single prediction given for a folder of them).
+void require_folder(const std::string& path, const std::string& command, const char* option) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    throw UsageError(fmt::format("{}: {} {}: folder not found", command, option, path));
+  }
+  if (!std::filesystem::is_directory(path, ec)) {
+    throw UsageError(
+        fmt::format("{}: {} {}: is a file; expected a folder (of one file per case)", command, option, path));
+  }
+}
+
 // The common part of an `evaluate` command over two label folders: checks --reference and
 // --predictions, copies them and --threads into `o`, and returns the CSV to write: --out, or
 // <predictions>/<file_name>; UsageError naming `command` when it exists and --force is not given.
@@ -28,6 +41,8 @@ std::filesystem::path start_evaluation(const std::string& command, const Command
   if (cmd.reference.empty() || cmd.predictions.empty()) {
     throw UsageError(command + ": --reference DIR and --predictions DIR are required");
   }
+  require_folder(cmd.reference, command, "--reference");
+  require_folder(cmd.predictions, command, "--predictions");
   o.reference = cmd.reference;
   o.predictions = cmd.predictions;
   o.threads = cmd.threads;
@@ -83,17 +98,6 @@ NiftiImportOptions import_options(const ImportCommon& c, const char* command) {
     o.spacing = std::array<double, 3>{v[0], v[1], v[2]};
   }
   return o;
-}
-
-// A folder named by an option must exist: a usage error (exit 2) as for every other argument.
-void require_folder(const std::string& path, const char* command, const char* option) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
-    throw UsageError(fmt::format("{}: {} {}: folder not found", command, option, path));
-  }
-  if (!std::filesystem::is_directory(path, ec)) {
-    throw UsageError(fmt::format("{}: {} {}: not a folder", command, option, path));
-  }
 }
 
 }  // namespace

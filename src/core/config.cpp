@@ -14,6 +14,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <set>
 #include <type_traits>
 #include <utility>
@@ -64,10 +65,60 @@ std::string suggestion(const std::string& key, const std::vector<std::string>& c
   return (best_d <= limit) ? fmt::format(" (did you mean '{}'?)", best) : "";
 }
 
+// Names other tools (nnU-Net, PyTorch Lightning, Hugging Face, MONAI, Keras) give to keys of ours,
+// matched on the last part of an unknown key: "training.learning_rate", "lr" or "trainer.max_epochs".
+// A name that is already the last part of one of our keys (batch_size, weight_decay) is left to
+// suggestion(), which finds it in any section.
+const std::map<std::string, std::string>& synonyms() {
+  static const std::map<std::string, std::string> table = {
+      {"learning_rate", "training.lr"},
+      {"initial_lr", "training.lr"},
+      {"base_lr", "training.lr"},
+      {"lr_scheduler", "training.lr_schedule"},
+      {"scheduler", "training.lr_schedule"},
+      {"num_epochs", "training.epochs"},
+      {"max_epochs", "training.epochs"},
+      {"n_epochs", "training.epochs"},
+      {"num_iterations_per_epoch", "training.steps_per_epoch"},
+      {"iterations_per_epoch", "training.steps_per_epoch"},
+      {"steps", "training.steps_per_epoch"},
+      {"bs", "data.batch_size"},
+      {"train_batch_size", "data.batch_size"},
+      {"per_device_train_batch_size", "data.batch_size"},
+      {"num_workers", "data.workers"},
+      {"oversample_foreground_percent", "data.foreground_fraction"},
+      {"crop_size", "data.patch_size"},
+      {"roi_size", "data.patch_size"},
+      {"gradient_clip_val", "training.grad_clip_norm"},
+      {"max_grad_norm", "training.grad_clip_norm"},
+      {"clip_grad_norm", "training.grad_clip_norm"},
+      {"accumulate_grad_batches", "training.accumulate_steps"},
+      {"gradient_accumulation_steps", "training.accumulate_steps"},
+      {"amp", "training.precision"},
+      {"mixed_precision", "training.precision"},
+      {"fp16", "training.precision"},
+      {"check_val_every_n_epoch", "training.val_every"},
+      {"val_interval", "training.val_every"},
+      {"patience", "training.early_stop_patience"},
+      {"loss_function", "training.loss"},
+      {"random_seed", "experiment.seed"},
+      {"save_top_k", "checkpoint.keep_last"},
+  };
+  return table;
+}
+
 [[noreturn]] void unknown_key(const std::string& where, const std::string& key) {
+  const bool is_section = key.find('.') == std::string::npos;
+  if (const auto it = synonyms().find(leaf(key)); it != synonyms().end()) {
+    throw ConfigError(fmt::format("{}: unknown {} '{}' (did you mean '{}'? '{}' is its name in other tools)", where,
+                                  is_section ? "section" : "key", key, it->second, leaf(key)));
+  }
   std::vector<std::string> keys;
   for (const auto& o : option_table()) keys.push_back(o.key);
-  const bool is_section = key.find('.') == std::string::npos;
+  const auto by_leaf = std::find_if(keys.begin(), keys.end(), [&](const std::string& k) { return leaf(k) == key; });
+  if (is_section && by_leaf != keys.end()) {  // `--set lr=0.01`, `epochs:` at the top of the file
+    throw ConfigError(fmt::format("{}: unknown section '{}' (did you mean '{}'?)", where, key, *by_leaf));
+  }
   throw ConfigError(fmt::format("{}: unknown {} '{}'{}", where, is_section ? "section" : "key", key,
                                 suggestion(key, is_section ? section_names() : keys)));
 }

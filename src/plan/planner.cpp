@@ -252,7 +252,9 @@ Plan make(const DatasetFingerprint& fp, const PlanOptions& options, const Measur
     const std::string name = to_lower(ch.name);
     if (name == "ct" || ch.p00_5 < -500) {
       const double hi = std::max(ch.p99_5, ch.p00_5 + 1e-3);
-      plan.normalize.push_back(fmt::format("ct:{}:{}:{}:{}", ch.p00_5, hi, ch.mean, std::max(ch.std, 1e-6)));
+      // Six significant digits: the statistics of a sample, not exact values (no 15-digit floats in the YAML).
+      plan.normalize.push_back(
+          fmt::format("ct:{:.6g}:{:.6g}:{:.6g}:{:.6g}", ch.p00_5, hi, ch.mean, std::max(ch.std, 1e-6)));
     } else if (ch.binary) {
       plan.normalize.push_back("none");
     } else {

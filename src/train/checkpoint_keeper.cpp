@@ -3,14 +3,19 @@
 #include <spdlog/spdlog.h>
 
 #include "u3d/core/errors.h"
+#include "u3d/core/launch_env.h"
 #include "u3d/core/signals.h"
+#include "u3d/train/resume.h"
 
 namespace u3d {
 
 CheckpointKeeper::CheckpointKeeper(const Config& cfg, const RunPaths& paths)
     : on_error_(cfg.checkpoint.on_error),
       store_(paths.checkpoints, cfg.checkpoint.keep_last),
-      cadence_(cfg.checkpoint.every_epochs, cfg.checkpoint.every_minutes, cfg.training.epochs) {}
+      cadence_(cfg.checkpoint.every_epochs, cfg.checkpoint.every_minutes, cfg.training.epochs),
+      continue_command_(continue_command(cfg) + (launch_env().launched
+                                                     ? fmt::format(" (under the same {} launch)", launch_env().launcher)
+                                                     : "")) {}
 
 void CheckpointKeeper::at_epoch_end(int64_t epoch, int64_t global_step, bool improved, bool last) {
   if (last || cadence_.due_at_epoch_end(epoch)) commit(store_.periodic_path(epoch), global_step, /*periodic=*/true);
@@ -65,11 +70,9 @@ void CheckpointKeeper::on_stop(const TrainState& state, int signal) {
     return;
   }
   const auto latest = store_.latest();
-  spdlog::info(
-      "stopped by {} at epoch {} step {} (global step {}); checkpoint {} is the newest; continue with "
-      "--resume",
-      StopSignals::name(signal), state.epoch + (state.step_in_epoch > 0 ? 1 : 0), state.step_in_epoch,
-      state.global_step, latest ? latest->filename().string() : std::string("?"));
+  spdlog::info("stopped by {} at epoch {} step {} (global step {}); checkpoint {} is the newest; continue with: {}",
+               StopSignals::name(signal), state.epoch + (state.step_in_epoch > 0 ? 1 : 0), state.step_in_epoch,
+               state.global_step, latest ? latest->filename().string() : std::string("?"), continue_command_);
 }
 
 void CheckpointKeeper::on_finish() const {
@@ -85,9 +88,9 @@ std::string CheckpointKeeper::last_checkpoint_note() const {
   const auto last = saved_global_step_ >= 0 ? store_.latest() : std::nullopt;
   if (!last) return "no checkpoint was written yet";
   return fmt::format(
-      "the last checkpoint {} is intact (continue with --resume; --allow-config-change KEY for "
+      "the last checkpoint {} is intact (continue with: {}; add --set KEY=VALUE --allow-config-change KEY for "
       "settings you change)",
-      last->string());
+      last->string(), continue_command_);
 }
 
 CheckpointCadence::CheckpointCadence(int64_t every_epochs, double every_minutes, int64_t last_epoch)

@@ -4,8 +4,13 @@
 
 #include <fmt/ranges.h>
 
+#include <errno.h>  // program_invocation_name (glibc): argv[0] as the user typed it
+
 #include <algorithm>
+#include <cctype>
+#include <map>
 #include <sstream>
+#include <string_view>
 
 #include "u3d/core/errors.h"
 #include "u3d/core/sha256.h"
@@ -24,7 +29,33 @@ std::vector<std::string> sections() {
   return out;
 }
 
+// `arg` as one word of a POSIX shell: unchanged when it holds only safe characters, else in single quotes.
+std::string shell_word(const std::string& arg) {
+  const bool safe = !arg.empty() && std::all_of(arg.begin(), arg.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) ||
+           std::string_view("_-./=,:+@%").find(c) != std::string_view::npos;
+  });
+  if (safe) return arg;
+  std::string out = "'";
+  for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 }  // namespace
+
+std::string continue_command(const Config& cfg, const std::vector<std::string>& replace) {
+  constexpr std::string_view kSet = "--set ";
+  std::map<std::string, std::string> sets;  // key -> "key=value", as given
+  for (const auto& [key, where] : cfg.origin) {
+    if (where.rfind(kSet, 0) == 0) sets[key] = where.substr(kSet.size());
+  }
+  for (const auto& r : replace) sets[r.substr(0, r.find('='))] = r;
+  const char* program = program_invocation_name;
+  std::string out = shell_word(program && *program ? program : "trainer");
+  out += " --config " + shell_word(cfg.source.empty() ? "CONFIG.yaml" : cfg.source);
+  for (const auto& [key, assignment] : sets) out += " --set " + shell_word(assignment);
+  return out + " --resume";
+}
 
 const std::vector<std::string>& runtime_config_keys() {
   static const std::vector<std::string> keys = {"experiment.name",

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "u3d/train/resume.h"
+
 namespace u3d {
 
 std::string StoppingRules::after_epoch(int64_t epoch, double next_epoch_seconds, const TrainState& state) const {
@@ -26,9 +28,10 @@ std::string StoppingRules::after_epoch(int64_t epoch, double next_epoch_seconds,
   const double budget = t.max_minutes * 60.0;
   if (budget > 0 && state.run_seconds + next_epoch_seconds > budget) {
     return fmt::format(
-        "time budget: {:.3g} of training.max_minutes {:g} min used and an epoch takes {:.3g} min; raise "
-        "training.max_minutes and --resume to go on",
-        state.run_seconds / 60.0, t.max_minutes, next_epoch_seconds / 60.0);
+        "time budget: {:.3g} of training.max_minutes {:g} min used and an epoch takes {:.3g} min; to go on, raise "
+        "training.max_minutes: {}",
+        state.run_seconds / 60.0, t.max_minutes, next_epoch_seconds / 60.0,
+        continue_command(rc_.cfg, {fmt::format("training.max_minutes={:g}", 2 * t.max_minutes)}));
   }
   return "";
 }

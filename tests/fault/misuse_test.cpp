@@ -405,7 +405,7 @@ TEST_F(Misuse, DeclaredSizesBeyondMemoryAreRefusedBeforeReading) {
   }
 }
 
-// Arguments that name a missing folder, a negative label, an option without the one it goes
+// Arguments that name a missing folder or a file for a folder, a negative label, an option without the one it goes
 // with, or a folder for a checkpoint: usage errors (exit 2) naming the argument.
 TEST_F(Misuse, MisusedArgumentsAreUsageErrorsNamingTheArgument) {
   struct Row {
@@ -423,6 +423,10 @@ TEST_F(Misuse, MisusedArgumentsAreUsageErrorsNamingTheArgument) {
       {{"import", "nifti", "--images", "no_such_images", "--out", "n.h5"}, "no_such_images"},
       {{"import", "openkbp", "--source", "no_such_openkbp", "--out", "n.h5"}, "no_such_openkbp"},
       {{"evaluate", "segmentation", "--reference", "refs", "--predictions", "preds", "--labels", "-5"}, "--labels"},
+      // One prediction file where the folder of them belongs: said so, not "folder not found".
+      {{"evaluate", "segmentation", "--reference", "refs", "--predictions", "a.yaml"},
+       "evaluate segmentation: --predictions a.yaml: is a file; expected a folder"},
+      {{"evaluate", "surface", "--reference", "a.yaml", "--predictions", "preds"}, "--reference a.yaml: is a file"},
       {{"--config", "a.yaml", "--checkpoint", "last"}, "--predict-only"},
   };
   ASSERT_EQ(trainer({"synth", "--task", "segmentation", "--cases", "2", "--size", "16", "--format", "nnunet", "--out",

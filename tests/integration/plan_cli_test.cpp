@@ -33,7 +33,8 @@ TEST_F(PlanCli, PlannedConfigTrainsAsIsAndOutputsAreNotClobbered) {
   test::make_phantom(dir / "seg.h5", Task::kSegmentation, 8, 16);
   auto r = trainer({"plan", "seg.h5", "--gpu-memory", "8", "--out", "seg.yaml"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, "median shape")) << r.output;  // the fingerprint table
+  EXPECT_TRUE(contains(r.output, "median shape")) << r.output;            // the fingerprint table
+  EXPECT_TRUE(contains(r.output, " GiB of 8 GiB (budget)")) << r.output;  // in the unit of --gpu-memory
   EXPECT_TRUE(fs::exists(dir / "seg.h5.fingerprint.json"));
   const std::string yaml = test::read_text(dir / "seg.yaml");
   EXPECT_TRUE(contains(yaml, "patch_size: [16, 16, 16]")) << yaml;

@@ -99,6 +99,9 @@ TEST_F(StoppingRules, TimeBudgetStopsBeforeAnEpochWouldOverrunAndTheClockSurvive
   auto r = train("tb", sets, "slow_val@400");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   ASSERT_TRUE(contains(r.output, "time budget:")) << r.output;
+  // The way on: the run's own command with twice the budget in place of its --set.
+  EXPECT_TRUE(contains(r.output, " --config tb.yaml --set training.epochs=6 --set training.max_minutes=0.05 --resume"))
+      << r.output;
   const size_t done = read_csv(run("tb") / "metrics.csv").size();
   ASSERT_GE(done, 1u);
   ASSERT_LT(done, 6u);

@@ -61,7 +61,9 @@ class CheckpointKeeper {
   // A checkpoint inside epoch `epoch` after `step_in_epoch` steps.
   void inside_epoch(int64_t epoch, int64_t step_in_epoch, int64_t global_step);
   // The run was stopped by `signal` (StopSignals): writes the checkpoint of `state` unless the
-  // newest already holds it, logs where to continue, and throws IoError when that write failed.
+  // newest already holds it, logs the exact command that continues the run (continue_command,
+  // resume.h: the run's --config and --set overrides, then --resume), and throws IoError when that
+  // write failed.
   void on_stop(const TrainState& state, int signal);
   // The run finished: IoError when the last periodic checkpoint could not be written.
   void on_finish() const;
@@ -79,6 +81,7 @@ class CheckpointKeeper {
   int64_t saved_global_step_ = -1;  // global step of the newest committed periodic checkpoint
   bool last_save_failed_ = false;
   bool writes_ = true;
+  std::string continue_command_;  // what the stop messages print (resume.h)
 };
 
 }  // namespace u3d

@@ -35,6 +35,14 @@ void check_allow_patterns(const std::vector<std::string>& patterns);
 void check_config_drift(const Config& saved, const Config& now, const std::vector<std::string>& allowed,
                         const std::string& checkpoint);
 
+// The command that continues the run of `cfg` after a stop, for the stop messages: the program as
+// it was started (argv[0]), `--config` with the run's config file, every `--set` override the run
+// was started with (in key order; `--fold K` is its `--set experiment.fold=K`) and `--resume`.
+// `replace` ("key=value", e.g. a larger training.max_minutes) takes the place of that key's
+// override or is added. Arguments are quoted for a POSIX shell where they need it. A resume never
+// reuses overrides on its own: they are part of the command, so what runs is what is printed.
+std::string continue_command(const Config& cfg, const std::vector<std::string>& replace = {});
+
 // SHA-256 of the training case ids (one per line, in split order): the sampler's fingerprint of
 // the data it draws from.
 std::string case_ids_sha256(const std::vector<std::string>& ids);

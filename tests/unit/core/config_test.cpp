@@ -72,6 +72,20 @@ TEST(Config, KeyInTheWrongSectionSuggestsTheRightSection) {
   EXPECT_NE(msg.find("did you mean 'data.batch_size'"), std::string::npos) << msg;
 }
 
+// Names other tools use for our keys point at ours, in the file and in --set.
+TEST(Config, NamesFromOtherToolsSuggestOurKey) {
+  const auto msg = error_of("data:\n  path: d.h5\ntraining:\n  learning_rate: 0.01\n");
+  EXPECT_NE(msg.find("unknown key 'training.learning_rate' (did you mean 'training.lr'? 'learning_rate' is its name"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(error_of(kMinimal, {"lr=0.01"}).find("did you mean 'training.lr'"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"epochs=5"}).find("did you mean 'training.epochs'"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"batch_size=2"}).find("did you mean 'data.batch_size'"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"trainer.max_epochs=5"}).find("did you mean 'training.epochs'"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"data.num_workers=2"}).find("did you mean 'data.workers'"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"training.batch_size=2"}).find("did you mean 'data.batch_size'"), std::string::npos);
+}
+
 TEST(Config, UnknownSectionIsAnError) {
   const auto msg = error_of("data:\n  path: d.h5\ntrainig:\n  epochs: 2\n");
   EXPECT_NE(msg.find("unknown section 'trainig'"), std::string::npos) << msg;

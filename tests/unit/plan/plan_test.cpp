@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <regex>
 
 #include "fixtures.h"
 #include "test_support.h"
@@ -371,6 +372,19 @@ TEST(Planner, PatchFitsTheBudgetDividesAndYamlLoads) {
   const std::string low = plan_yaml(*plan.lowres_plan, fp, "data/big.h5", "big_lowres");
   EXPECT_NE(low.find("--spacing"), std::string::npos);
   EXPECT_EQ(load_config_from_string(low, "low.yaml").data.path, "data/big_lowres.h5");
+}
+
+// The CT statistics are a sample's: written with six significant digits, never 15-digit floats.
+TEST(Planner, YamlNumbersHaveSensibleDigits) {
+  DatasetFingerprint fp = synthetic_fingerprint({64, 64, 64}, {{1, 1, 1}, {1, 1, 1}, {1, 1, 1}});
+  fp.channels[0].mean = 63.29384712938471;
+  fp.channels[0].std = 412.0123456789123;
+  fp.channels[0].p00_5 = -1023.4999999999;
+  fp.channels[0].p99_5 = 1523.123456789;
+  const Plan plan = make_plan(fp, PlanOptions{});
+  EXPECT_EQ(plan.normalize[0], "ct:-1023.5:1523.12:63.2938:412.012");
+  const std::string yaml = plan_yaml(plan, fp, "data/ct.h5", "ct");
+  EXPECT_FALSE(std::regex_search(yaml, std::regex("[0-9]\\.[0-9]{7,}"))) << yaml;
 }
 
 TEST(Planner, SmallDatasetKeepsTheWholeVolumeAndValSplit) {

@@ -1,4 +1,5 @@
 // What a resume may change: runtime keys freely, others only when --allow-config-change names them.
+#include <errno.h>
 #include <gtest/gtest.h>
 
 #include "test_support.h"
@@ -52,6 +53,24 @@ TEST(Resume, AllowPatternsAreChecked) {
         << e.what();
   }
   EXPECT_THROW(check_allow_patterns({"trainingg.*"}), ConfigError);
+}
+
+// The stop message's command: argv[0], the run's --config, every --set it was started with (a
+// replacement takes an override's place), --resume; shell-quoted where a value needs it.
+TEST(Resume, ContinueCommandRepeatsConfigAndOverrides) {
+  const Config cfg = load_config_from_string(
+      "data: {path: x.h5}\n", "my runs/exp.yaml",
+      {"training.epochs=3", "experiment.description=it's a test", "training.max_minutes=5", "training.epochs=4"});
+  const std::string program = program_invocation_name;
+  EXPECT_EQ(continue_command(cfg), program +
+                                       " --config 'my runs/exp.yaml' --set 'experiment.description=it'\\''s a test'"
+                                       " --set training.epochs=4 --set training.max_minutes=5 --resume");
+  EXPECT_EQ(continue_command(cfg, {"training.max_minutes=10", "checkpoint.keep_last=1"}),
+            program +
+                " --config 'my runs/exp.yaml' --set checkpoint.keep_last=1 --set 'experiment.description=it'\\''s a "
+                "test' --set training.epochs=4 --set training.max_minutes=10 --resume");
+  // A run without overrides: the config and --resume alone.
+  EXPECT_EQ(continue_command(base()), program + " --config test.yaml --resume");
 }
 
 TEST(Resume, CaseFingerprint) {
