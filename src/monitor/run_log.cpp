@@ -89,7 +89,11 @@ void RunLog::banner(const Runtime& runtime, int64_t parameters, const std::strin
       settings_.world_size > 1 ? fmt::format(" per rank, {} over {} ranks",
                                              cfg.data.batch_size * micro * settings_.world_size, settings_.world_size)
                                : "");
-  spdlog::info("resolved config (also in {}):\n{}", paths_.config.string(), describe(settings_.cfg));
+  // The settings that differ from the defaults; every key is in config.yaml (and at logging.level debug).
+  const auto changed = diff(Config{}, settings_.cfg);
+  spdlog::info("resolved config in {}; {} setting(s) differ from the defaults{}{}", paths_.config.string(),
+               changed.size(), changed.empty() ? "" : ":\n  ", fmt::join(changed, "\n  "));
+  spdlog::debug("resolved config, every key:\n{}", describe(settings_.cfg));
 }
 
 bool RunLog::progress_due() const {

@@ -37,7 +37,11 @@ TEST_F(Training, ShortTrainingLowersTheLossAndWritesTheRunFolder) {
   // The resolved config in the run folder loads back to the config that ran.
   const Config saved = load_config(run("a") / "config.yaml");
   EXPECT_EQ(saved.training.epochs, 6);
-  EXPECT_NE(r.output.find("resolved config"), std::string::npos);
+  // The start banner lists only the settings that differ from the defaults, each with its default.
+  EXPECT_NE(r.output.find("resolved config in runs/a/config.yaml; "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("training.epochs: " + get_value(Config{}, "training.epochs") + " -> 6"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("logging.tensorboard_steps"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("device cpu"), std::string::npos);
   EXPECT_NE(test::read_text(run("a") / "train.log").find("epoch 6/6"), std::string::npos);
 }
