@@ -156,7 +156,7 @@ def run(variant, args):
             return loss
     else:
         # configs/segmentation_nnunet_like.yaml's training: SGD, Nesterov momentum, weight decay, clip.
-        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, nesterov=args.nesterov,
+        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, nesterov=bool(args.nesterov),
                               weight_decay=args.weight_decay, fused=fused)
         labels = torch.randint(0, args.out_channels, (args.batch, args.size, args.size, args.size), device=dev)
         weights = None

@@ -156,7 +156,10 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
   for (int64_t i = 0; i < r.warmup; ++i) step.run(micro_batches);
   sync(rt.device);
   r.warmup_skipped_steps = monitor.totals().skipped;  // fp16: the loss scale calibrates here
-  if (rt.device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(rt.device.index());
+  if (rt.device.is_cuda()) {
+    init_cuda_allocator();
+    c10::cuda::CUDACachingAllocator::resetPeakStats(rt.device.index());
+  }
   using Clock = std::chrono::steady_clock;
   {
     const TimedStepsRange range;

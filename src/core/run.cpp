@@ -1,5 +1,6 @@
 #include "u3d/core/run.h"
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -124,9 +125,12 @@ void set_deterministic(bool on) {
   ctx.setAllowTF32CuDNN(!on);
 }
 
+void init_cuda_allocator() { at::globalContext().lazyInitDevice(c10::DeviceType::CUDA); }
+
 int64_t peak_memory_bytes(const torch::Device& device, int64_t* total) {
   if (total) *total = 0;
   if (device.is_cuda()) {
+    init_cuda_allocator();
     const auto index = device.has_index() ? device.index() : 0;
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
     if (total) {
@@ -143,6 +147,7 @@ int64_t peak_memory_bytes(const torch::Device& device, int64_t* total) {
 GpuMemoryPeaks gpu_memory_peaks(const torch::Device& device) {
   GpuMemoryPeaks peaks;
   if (!device.is_cuda()) return peaks;
+  init_cuda_allocator();
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0);
   const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
   peaks.allocated = stats.allocated_bytes[all].peak;
@@ -153,6 +158,7 @@ GpuMemoryPeaks gpu_memory_peaks(const torch::Device& device) {
 int64_t gpu_memory_in_use(const torch::Device& device, int64_t* total) {
   if (total) *total = 0;
   if (!device.is_cuda()) return -1;
+  init_cuda_allocator();
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0);
   if (total) {
     size_t free_bytes = 0, total_bytes = 0;

@@ -216,6 +216,7 @@ int64_t measure_step_bytes_cuda(const TrainingSteps& steps, const ModelConfig& m
   auto& ctx = at::globalContext();
   const bool autotune = ctx.benchmarkCuDNN();
   ctx.setBenchmarkCuDNN(true);
+  init_cuda_allocator();
   torch::cuda::synchronize();
   c10::cuda::CUDACachingAllocator::emptyCache();
   c10::cuda::CUDACachingAllocator::resetPeakStats(0);

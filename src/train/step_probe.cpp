@@ -2,6 +2,7 @@
 
 #include <torch/cuda.h>
 
+#include "u3d/core/errors.h"
 #include "u3d/data/batch.h"
 #include "u3d/model/layout.h"
 #include "u3d/model/unet.h"
@@ -24,6 +25,9 @@ void run_training_steps(const ModelConfig& model, int64_t in_ch, int64_t out_ch,
   cfg.training.cuda_graph = Toggle::kOff;
   cfg.training.optimizer = optimizer_states == 1 ? OptimizerKind::kSgd : OptimizerKind::kAdamW;
   const bool segmentation = out_ch > 1;
+  if (model.deep_supervision && !segmentation) {  // as resolve.cpp refuses it for training
+    throw ConfigError("model.deep_supervision: needs a segmentation dataset (labels to down-sample)");
+  }
   const Loss loss(segmentation ? LossKind::kDiceCe : LossKind::kMaskedL1);
   torch::manual_seed(0);
   Network net = build_network(model, in_ch, out_ch);

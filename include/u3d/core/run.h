@@ -62,6 +62,11 @@ int64_t data_workers(const Config& cfg);
 // own team of cores threads for each large op and oversubscribe the machine.
 void use_one_intra_op_thread();
 
+// Initialises CUDA and its caching allocator once per process (what the first CUDA tensor does). The
+// allocator's statistics (peaks, resets) refuse a device before that ("Invalid device argument"), so
+// every reader below calls it first; so do callers that reset the peaks before allocating anything.
+void init_cuda_allocator();
+
 // Peak memory so far: the CUDA caching allocator's peak on a CUDA device, else the process's peak
 // resident set (host RAM). `total`, when given, receives the device's memory (0 when unknown).
 int64_t peak_memory_bytes(const torch::Device& device, int64_t* total = nullptr);

@@ -1,8 +1,9 @@
 """What each section's estimate is computed from: the work it launches (processes, torch imports,
 cuDNN autotuning per network, steps x a step time) priced with these constants. GPU constants are
-for one H100 and are guesses from the work's size, not measurements (no GPU had run gpu-check when
-they were written): the report puts each estimate beside the measured time, so the first run on a
-GPU shows how far off they are. CPU constants price the rehearsal on a 2-core VM (measured there).
+for one H100: measured in the first gpu-check on an H100 80GB HBM3 (2026-11-26, commit 4cad5c8,
+docs/performance.md "Report on a GPU") and rounded up by about a quarter; the two marked "not
+measured" (ncu, torch.compile) are still guesses. The report puts each estimate beside the measured
+time. CPU constants price the rehearsal on a 2-core VM (measured there).
 
 A section starts only when elapsed + its estimate fits before --deadline (less REPORT_RESERVE_S,
 kept for the last report); every command's timeout ends before the deadline too."""
@@ -10,31 +11,31 @@ kept for the last report); every command's timeout ends before the deadline too.
 REPORT_RESERVE_S = 4.0
 
 H100 = {
-    "trainer_start": 5.0,      # launcher, LibTorch load, CUDA context (bundle or build tree)
-    "test_process": 5.0,       # a GoogleTest process: LibTorch load and CUDA context
-    "test": 6.0,               # one in-process GPU test (tiny networks)
-    "torch_import": 10.0,      # python3 -c 'import torch' + CUDA context, once per check
+    "trainer_start": 2.5,      # launcher, LibTorch load, CUDA context (trainer --version: 2.3 s)
+    "test_process": 1.5,       # a GoogleTest process: LibTorch load and CUDA context (listing: 0.7 s)
+    "test": 1.0,               # one in-process GPU test (tiny networks: 0.01 to 0.7 s)
+    "torch_import": 6.0,       # python3 -c 'import torch' + CUDA context, once per check (4.6 s)
     "roofline": 4.0,           # 8192^2 bf16 matmuls and a 2 GiB copy, 5 repetitions each
-    "autotune_openkbp": 15.0,  # cuDNN autotune of the OpenKBP baseline's 3D convolutions at 128^3
-    "autotune_nnunet": 20.0,   # the same for the nnU-Net-like network (more layers)
-    "autotune_mlperf": 20.0,   # the same for the MLPerf 3D U-Net (6 levels)
-    "capture": 3.0,            # CUDA-graph capture after the eager warm-up steps
-    "step_openkbp": 0.05,      # one 128^3 batch-2 bf16 step of the OpenKBP baseline (1.29 TFLOP)
-    "step_nnunet": 0.20,       # one 128^3 batch-2 bf16 step of the nnU-Net-like network (~5.7 TFLOP)
-    "step_mlperf": 0.03,       # one 128^3 batch-2 bf16 step of the MLPerf 3D U-Net (5.7 TFLOP; NVIDIA: 27.7 ms)
-    "synth_small": 3.0,        # trainer synth, 32^3 phantoms
-    "synth_128": 20.0,         # trainer synth, 8 phantoms of 128^3
-    "synth_kits": 15.0,        # trainer synth --task kits, 4 cases from 128^3 up
+    "autotune_openkbp": 10.0,  # cuDNN autotune of the OpenKBP baseline's 3D convolutions at 128^3 (~9 s)
+    "autotune_nnunet": 7.0,    # the same for the nnU-Net-like network (~5 s)
+    "autotune_mlperf": 7.0,    # the same for the MLPerf 3D U-Net (~5 s)
+    "capture": 6.0,            # CUDA-graph capture after the eager warm-up steps (1.5 to 8 s)
+    "step_openkbp": 0.02,      # one 128^3 batch-2 bf16 step of the OpenKBP baseline (14.1 ms)
+    "step_nnunet": 0.07,       # one 128^3 batch-2 bf16 step of the nnU-Net-like network (54.9 ms)
+    "step_mlperf": 0.07,       # one 128^3 batch-2 bf16 step of the MLPerf 3D U-Net (53.3 ms; NVIDIA: 27.7 ms)
+    "synth_small": 1.0,        # trainer synth, 32^3 phantoms (0.7 s)
+    "synth_128": 6.0,          # trainer synth, 8 phantoms of 128^3 (4.8 s)
+    "synth_kits": 6.0,         # trainer synth --task kits, 4 cases from 128^3 up (4.3 s)
     "tiny_step": 0.01,         # a 32^3 step of a small U-Net with the step log's loss read
     "tiny_epoch_extra": 1.0,   # per epoch: validation, checkpoint, metrics row
-    "export": 4.0,             # trainer export --format safetensors
+    "export": 1.0,             # trainer export --format safetensors (0.6 s)
     "data_row": 2.0,           # --benchmark data: seconds per measured row (--benchmark-seconds)
     "data_rows": 9,            # rows per run with --workers 1,4 (memory, pinned: 2 stages x 2; gpu: 1)
-    "profile_factor": 3.0,     # profiled steps are this much slower
-    "ncu": 90.0,               # ncu over 400 kernel launches (each replayed for its counters)
-    "compile": 100.0,          # torch.compile of the whole OpenKBP-baseline step (inductor, autotune)
-    "import_openkbp": 30.0,    # unpack + trainer import openkbp of the 340-case sample
-    "predict_eval": 60.0,      # --predict-only with TTA and evaluate openkbp
+    "profile_factor": 3.0,     # profiled steps are this much slower (not measured)
+    "ncu": 90.0,               # ncu over 400 kernel launches (each replayed for its counters; not measured)
+    "compile": 100.0,          # torch.compile of the whole OpenKBP-baseline step (inductor, autotune; not measured)
+    "import_openkbp": 30.0,    # unpack + trainer import openkbp of the 340-case sample (not measured)
+    "predict_eval": 60.0,      # --predict-only with TTA and evaluate openkbp (not measured)
 }
 
 CPU = {
@@ -53,18 +54,19 @@ CPU = {
 # Heavier GPU tests (several trainer processes each): seconds, by name; every other test costs
 # H100["test"]. From what each test launches (tests/gpu/*.cpp), priced like the trainer runs above.
 GPU_TEST_SECONDS = {
-    "GpuFixes.DeterministicCudaRunsOfBothTasksRepeatExactly": 40.0,
-    "GpuFixes.ResumeWithGraphAndGpuCacheContinuesBitForBit": 20.0,
-    "GpuFixes.GpuSamplerIsCapturedWithTheStepAndTrainsLikeTheEagerRun": 20.0,
-    "GpuFixes.CaptureWhileTheSamplerThreadsSynchroniseWithTheirCopies": 12.0,
-    "GpuFixes.PlanMeasuresTheRealStepAndReportsWhatDoesNotFit": 20.0,
-    "GpuData.TrainingWithEachPlacement": 30.0,
-    "GpuData.BenchmarkMeasuresEveryPlacement": 20.0,
-    "Gpu.TrainingOnCudaLowersTheLoss": 15.0,
-    "GpuTrainStep.StepBenchmarkOnCudaReportsPeakMemoryAndReplays": 15.0,
-    "DataParallelCuda.NcclRanksTrainLikeThePlainRun": 30.0,
-    "DataParallelCuda.CapturedNcclStepsTrainLikeEagerOnes": 30.0,
-    "DataParallelCuda.WaitForDeviceGivesUpAfterTheTimeout": 15.0,
+    "GpuFixes.DeterministicCudaRunsOfBothTasksRepeatExactly": 10.0,  # measured 7.7 s on the H100
+    "GpuFixes.ResumeWithGraphAndGpuCacheContinuesBitForBit": 6.0,  # 4.6 s
+    "GpuFixes.GpuSamplerIsCapturedWithTheStepAndTrainsLikeTheEagerRun": 6.0,  # 4.9 s
+    "GpuFixes.CaptureWhileTheSamplerThreadsSynchroniseWithTheirCopies": 10.0,  # 7.5 s
+    "GpuFixes.PlanMeasuresTheRealStepAndReportsWhatDoesNotFit": 10.0,  # 7.3 s (failed at its 4th measure)
+    "GpuData.TrainingWithEachPlacement": 17.0,  # 13.3 s
+    "GpuData.BenchmarkMeasuresEveryPlacement": 7.0,  # 5.7 s
+    "Gpu.TrainingOnCudaLowersTheLoss": 11.0,  # 8.7 s
+    "GpuTrainStep.StepBenchmarkOnCudaReportsPeakMemoryAndReplays": 16.0,  # 12.4 s
+    "GpuTrainStep.ResidualEncoderUNetCapturesInBf16": 8.0,  # 5.9 s
+    "DataParallelCuda.NcclRanksTrainLikeThePlainRun": 7.0,  # 5.1 s
+    "DataParallelCuda.CapturedNcclStepsTrainLikeEagerOnes": 8.0,  # 6.1 s
+    "DataParallelCuda.WaitForDeviceGivesUpAfterTheTimeout": 4.0,  # 3.1 s
 }
 
 

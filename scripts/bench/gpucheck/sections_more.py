@@ -156,7 +156,8 @@ class Profile(Spec):
         # Eager steps (ncu does not attribute a graph replay's kernels per launch); only kernels inside
         # the benchmark's NVTX range "u3d.timed_steps" (step_benchmark.cpp), so none of the warm-up's
         # cuDNN autotune trials.
-        cmd = [ncu, "--target-processes", "all", "--nvtx", "--nvtx-include", "u3d.timed_steps/", "--launch-count",
+        # --clock-control none: the clocks the timed runs had (ncu locks them to base clock by default).
+        cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--nvtx", "--nvtx-include", "u3d.timed_steps/", "--launch-count",
                str(NCU_COUNT), "--csv", "--metrics", "gpu__time_duration.sum"] + check.trainer + [
                "--config", KBP_CFG, "--benchmark", "--steps", "3", "--warmup", str(NCU_WARMUP),
                "--set", "training.cuda_graph=off", "--set", "training.loss=l1"]
