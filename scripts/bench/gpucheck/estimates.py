@@ -1,8 +1,8 @@
 """What each section's estimate is computed from: the work it launches (processes, torch imports,
 cuDNN autotuning per network, steps x a step time) priced with these constants. GPU constants are
 for one H100: measured in the first gpu-check on an H100 80GB HBM3 (2026-11-26, commit 4cad5c8,
-docs/performance.md "Report on a GPU") and rounded up by about a quarter; the two marked "not
-measured" (ncu, torch.compile) are still guesses. The report puts each estimate beside the measured
+docs/performance.md "Report on a GPU") and rounded up by about a quarter; those marked "not
+measured" are still guesses. The report puts each estimate beside the measured
 time. CPU constants price the rehearsal on a 2-core VM (measured there).
 
 A section starts only when elapsed + its estimate fits before --deadline (less REPORT_RESERVE_S,
@@ -32,8 +32,8 @@ H100 = {
     "data_row": 2.0,           # --benchmark data: seconds per measured row (--benchmark-seconds)
     "data_rows": 9,            # rows per run with --workers 1,4 (memory, pinned: 2 stages x 2; gpu: 1)
     "profile_factor": 3.0,     # profiled steps are this much slower (not measured)
-    "ncu": 90.0,               # ncu over 400 kernel launches (each replayed for its counters; not measured)
-    "compile": 100.0,          # torch.compile of the whole OpenKBP-baseline step (inductor, autotune; not measured)
+    "ncu": 35.0,               # ncu over 400 kernel launches (each replayed for its counters; 27.8 s)
+    "compile": 115.0,          # torch.compile of the whole OpenKBP-baseline step (inductor; ~110 s with its steps)
     "import_openkbp": 30.0,    # unpack + trainer import openkbp of the 340-case sample (not measured)
     "predict_eval": 60.0,      # --predict-only with TTA and evaluate openkbp (not measured)
 }
