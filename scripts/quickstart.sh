@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # From nothing to a trained dose-prediction model on the built-in phantom:
 # install, build, make data, train configs/quickstart.yaml, predict the validation cases and
-# print the validation error next to the "predict the mean" baseline. Safe to run again.
+# print the validation error next to the "predict the mean" baseline, put `trainer` on PATH
+# (scripts/install.sh: ~/.local/bin) and print the next commands. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >/dev/null
@@ -20,3 +21,10 @@ echo "[quickstart] training took $(( $(date +%s) - start )) s"
 "$TRAINER" --config configs/quickstart.yaml --predict-only --checkpoint best
 echo "[quickstart] validation mean absolute dose error (Gy), per case and mean:"
 column -s, -t < runs/quickstart/predictions/val_metrics.csv
+scripts/install.sh   # trainer on PATH: ~/.local/bin/trainer -> build/release/trainer
+cat <<'EOF'
+[quickstart] next:
+    trainer --config configs/quickstart.yaml --resume --set training.epochs=50   # train on: 50 epochs in all
+    trainer --config configs/quickstart.yaml --predict-only                       # predict with the best checkpoint
+    trainer plan data/phantom_dose.h5 --out plan.yaml                             # a recipe sized for your data and GPU
+EOF

@@ -51,7 +51,7 @@ if [ "$MODE" = download ]; then
   . /etc/os-release
   echo "$PRETTY_NAME $(dpkg --print-architecture)" > "$DIR/debs/RELEASE"
   log "done: copy $DIR to the offline machine (same release: $PRETTY_NAME) and run scripts/setup.sh --offline DIR"
-  log "LibTorch there: U3D_TORCH_PYTHON=python3 (an installed torch $TORCH_VERSION), or wheels: pip download torch==$TORCH_VERSION tensorboard==2.21.0 safetensors==0.8.0 onnx==1.23.2 onnxscript==0.7.2 -d $DIR/wheels"
+  log "LibTorch there: U3D_TORCH_PYTHON=python3 (an installed torch $TORCH_VERSION), or wheels: pip download torch==$TORCH_VERSION tensorboard==2.21.0 safetensors==0.8.0 onnx==1.23.2 onnxscript==0.7.2 wheel==0.45.1 -d $DIR/wheels"
   exit 0
 fi
 
@@ -117,5 +117,13 @@ if ! "$VENV/bin/python" -c "import tensorboard, safetensors, onnx, onnxscript" 2
   log "installing ${PY_PACKAGES[*]} into $VENV"
   "$VENV/bin/python" -m pip install -q --no-cache-dir "${pip_src[@]}" "${PY_PACKAGES[@]}" ||
     die "pip install ${PY_PACKAGES[*]} into $VENV failed"
+fi
+# scripts/wheel.sh packs the release bundle as a Python wheel with the `wheel` package (`wheel pack`).
+if ! "$VENV/bin/python" -c "import wheel" 2>/dev/null; then
+  pip_src=()
+  if [ "$MODE" = offline ]; then pip_src=(--no-index --find-links "$DIR/wheels"); fi
+  log "installing wheel==0.45.1 into $VENV"
+  "$VENV/bin/python" -m pip install -q --no-cache-dir "${pip_src[@]}" wheel==0.45.1 ||
+    die "pip install wheel==0.45.1 into $VENV failed"
 fi
 "$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null
