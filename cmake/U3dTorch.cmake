@@ -25,6 +25,25 @@ if(NOT Torch_DIR AND NOT DEFINED ENV{Torch_DIR})
   endif()
 endif()
 
+# Two warnings of LibTorch's own config, with call stacks, that a normal build should not show:
+# - Caffe2's cuda.cmake warns whenever CMAKE_CUDA_ARCHITECTURES is defined (it reads
+#   TORCH_CUDA_ARCH_LIST instead), and its enable_language(CUDA) defines it under policy CMP0104's
+#   NEW behaviour. OLD leaves it undefined; this project compiles no CUDA code of its own.
+# - TorchConfig looks for a separate kineto library, which the wheels link into libtorch_cpu.so:
+#   naming that library as kineto's is what it is.
+if(POLICY CMP0104)
+  cmake_policy(SET CMP0104 OLD)
+endif()
+set(_u3d_torch_root "")
+if(Torch_DIR)
+  get_filename_component(_u3d_torch_root "${Torch_DIR}/../../.." ABSOLUTE)
+elseif(_u3d_torch_prefix)
+  get_filename_component(_u3d_torch_root "${_u3d_torch_prefix}/../.." ABSOLUTE)
+endif()
+if(NOT kineto_LIBRARY AND _u3d_torch_root AND EXISTS "${_u3d_torch_root}/lib/libtorch_cpu.so")
+  set(kineto_LIBRARY "${_u3d_torch_root}/lib/libtorch_cpu.so" CACHE FILEPATH "kineto (linked into libtorch_cpu)")
+endif()
+
 find_package(Torch REQUIRED)
 if(Torch_VERSION AND Torch_VERSION VERSION_LESS 2.6)
   message(FATAL_ERROR "u3d: LibTorch ${Torch_VERSION} found at ${Torch_DIR}; 2.6 or newer is required")
