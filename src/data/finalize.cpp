@@ -151,11 +151,7 @@ Batch BatchFinalizer::operator()(const RawBatch& raw) const {
     if (cache_.segmentation()) {
       b.target = raw.target.squeeze(1).to(torch::kLong);  // (N, d, h, w)
     } else {
-      // (N, 1, d, h, w). A product with the float reciprocal, not a division: CUDA divides by a
-      // scalar as a product with its reciprocal and the CPU divides, so only the product gives the
-      // same bits on both (the GPU sampler's batches equal the host sampler's).
-      const float inverse = static_cast<float>(1.0 / cache_.target_scale());
-      b.target = raw.target.to(torch::kFloat).mul(inverse);
+      b.target = scale_target(raw.target, cache_.target_scale());  // (N, 1, d, h, w)
     }
   }
   if (raw.mask.defined()) b.mask = raw.mask.to(torch::kFloat);

@@ -127,9 +127,13 @@ torch::Tensor Preprocessor::image(const torch::Tensor& raw) const {
   return x;
 }
 
+torch::Tensor scale_target(const torch::Tensor& raw, double target_scale) {
+  return raw.to(torch::kFloat).mul(static_cast<float>(1.0 / target_scale));
+}
+
 torch::Tensor Preprocessor::target(const torch::Tensor& raw) const {
   if (task_ == Task::kSegmentation) return raw;
-  return (raw.to(torch::kFloat) / target_scale_).unsqueeze(0).contiguous();
+  return scale_target(raw, target_scale_).unsqueeze(0).contiguous();
 }
 
 torch::Tensor Preprocessor::restore_target(const torch::Tensor& out) const {

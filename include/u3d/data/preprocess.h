@@ -27,6 +27,12 @@ inline float normalize_value(float raw, float sub, float div) { return (raw - su
 // (N, C, 1, 1, 1) for a batch.
 void normalize_(torch::Tensor& x, const torch::Tensor& sub, const torch::Tensor& div);
 
+// A regression target in training units: `raw` (any shape and dtype, target units) as float32
+// times the float reciprocal of `target_scale`. A product, not a division: CUDA divides by a scalar
+// as a product with its reciprocal while the CPU divides, and only the product gives the same bits
+// on both (GPU-sampled batches equal host-sampled ones and the evaluation tensors, bit for bit).
+torch::Tensor scale_target(const torch::Tensor& raw, double target_scale);
+
 class Preprocessor {
  public:
   // Resolves data.channels against the file's channel names (ConfigError naming the unknown one).
@@ -51,7 +57,8 @@ class Preprocessor {
   std::vector<ChannelAffine> channel_affines(const torch::Tensor& selected) const;
   // Regression targets are divided by this for training (data.target_scale).
   double target_scale() const { return target_scale_; }
-  // Regression: (D, H, W) in target units -> (1, D, H, W) float32 divided by data.target_scale.
+  // Regression: (D, H, W) in target units -> (1, D, H, W) float32 divided by data.target_scale
+  // (as scale_target does).
   // Segmentation: (D, H, W) uint8 labels, unchanged.
   torch::Tensor target(const torch::Tensor& raw) const;
   // Network output (N, 1, ...) in training units -> target units (multiplied by data.target_scale).
