@@ -146,6 +146,27 @@ TEST_F(DicomCli, AMissingSliceIsOneLineOrASkippedPatient) {
   EXPECT_EQ(DatasetReader((dir / "x.h5").string()).info().case_ids, (std::vector<std::string>{"P1"}));
 }
 
+// Two image series of one patient: the one its RT Structure Set references, else --series, else one line.
+TEST_F(DicomCli, SeveralCandidateSeriesAreChosenByReferenceOrSeries) {
+  write("referenced", "P1");
+  fs::rename(dir / "referenced/P1", dir / "referenced/first");
+  write("referenced", "P1", "--no-rt");  // a second CT series (another study) without RT objects
+  auto r = trainer({"import", "dicom", "--source", "referenced", "--out", "a.h5", "--val-fraction", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(DatasetReader((dir / "a.h5").string()).info().splits.at("train"), (std::vector<std::string>{"P1"}));
+  write("plain", "P1", "--no-rt");
+  fs::rename(dir / "plain/P1", dir / "plain/first");
+  write("plain", "P1", "--no-rt");
+  r = trainer({"import", "dicom", "--source", "plain", "--out", "b.h5"});
+  expect_one_error(r, "patient P1: 2 candidate image series (");
+  EXPECT_NE(r.output.find("choose one with --series UID"), std::string::npos) << r.output;
+  const size_t open = r.output.find("series (") + 8;
+  const std::string uid = r.output.substr(open, r.output.find(',', open) - open);
+  r = trainer({"import", "dicom", "--source", "plain", "--out", "b.h5", "--series", uid});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(DatasetReader((dir / "b.h5").string()).split("test"), (std::vector<std::string>{"P1"}));
+}
+
 // pydicom's shipped sample files, each alone in a folder: imported, or refused with one line.
 TEST_F(DicomCli, PydicomSampleFilesImportOrAreRefusedInOneLine) {
   const std::string find = python_->string() +
