@@ -354,9 +354,13 @@ RtDose read_rtdose(const fs::path& file) {
     const double first = d.frame_offsets[0];
     for (double& o : d.frame_offsets) o -= first;
   }
+  if (frames > 1 && d.frame_offsets[1] < d.frame_offsets[0]) {  // frames stacked against the normal
+    std::reverse(d.frame_offsets.begin(), d.frame_offsets.end());
+    d.gy = d.gy.flip({0}).contiguous();
+  }
   for (size_t k = 1; k < d.frame_offsets.size(); ++k) {
     if (!(d.frame_offsets[k] > d.frame_offsets[k - 1])) {
-      throw DataError(fmt::format("{}: GridFrameOffsetVector is not strictly ascending", what));
+      throw DataError(fmt::format("{}: GridFrameOffsetVector is not strictly monotonic", what));
     }
   }
   return d;

@@ -40,6 +40,15 @@ torch::Tensor expected_sphere() {
   return m;
 }
 
+// write_dicom.py's dose field at the CT voxel centres, (D, H, W) float64 in Gy.
+torch::Tensor analytic_dose() {
+  const auto k = torch::arange(kSlices, torch::kFloat64).view({-1, 1, 1});
+  const auto j = torch::arange(kRows, torch::kFloat64).view({1, -1, 1});
+  const auto i = torch::arange(kCols, torch::kFloat64).view({1, 1, -1});
+  return kDoseA + kDoseB[0] * (kOrigin[0] + i * kColStep) + kDoseB[1] * (kOrigin[1] + j * kRowStep) +
+         kDoseB[2] * (kOrigin[2] + k * kSliceStep);
+}
+
 double dice(const torch::Tensor& a, const torch::Tensor& b) {
   const auto x = a.to(torch::kBool), y = b.to(torch::kBool);
   return 2.0 * (x & y).sum().item<double>() / (x.sum().item<double>() + y.sum().item<double>());
@@ -90,17 +99,23 @@ TEST_F(DicomCli, SphereAndAnalyticDoseComeBackOnTheCtGrid) {
   EXPECT_GT(sphere.sum().item<int64_t>(), 1000);
   EXPECT_GE(dice(c.image[1], sphere), 0.98);
   // dose(x, y, z) = A + B . (x, y, z) at every CT voxel centre, within 1%.
-  const auto k = torch::arange(kSlices, torch::kFloat64).view({-1, 1, 1});
-  const auto j = torch::arange(kRows, torch::kFloat64).view({1, -1, 1});
-  const auto i = torch::arange(kCols, torch::kFloat64).view({1, 1, -1});
-  const auto truth = kDoseA + kDoseB[0] * (kOrigin[0] + i * kColStep) + kDoseB[1] * (kOrigin[1] + j * kRowStep) +
-                     kDoseB[2] * (kOrigin[2] + k * kSliceStep);
+  const auto truth = analytic_dose();
   ASSERT_TRUE(c.target.defined());
   EXPECT_LT(((c.target.to(torch::kFloat64) - truth).abs() / truth).max().item<double>(), 0.01);
   ASSERT_TRUE(c.source.has_value());
   EXPECT_EQ(c.source->format, "dicom");
   EXPECT_DOUBLE_EQ(c.source->affine[3], kOrigin[0]);  // voxel (0, 0, 0) at the first slice's position
   EXPECT_DOUBLE_EQ(c.source->affine[11], kOrigin[2]);
+}
+
+// An RT Dose whose frames run against the normal (GridFrameOffsetVector 0, -3, -6, ...) lands the same.
+TEST_F(DicomCli, DoseFramesStackedAgainstTheNormal) {
+  write("export", "P1", "--dose-descending");
+  const auto r = trainer({"import", "dicom", "--source", "export", "--out", "x.h5", "--val-fraction", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const CaseData c = DatasetReader((dir / "x.h5").string()).read_case("P1");
+  const auto truth = analytic_dose();
+  EXPECT_LT(((c.target.to(torch::kFloat64) - truth).abs() / truth).max().item<double>(), 0.01);
 }
 
 TEST_F(DicomCli, ShuffledNamesNestedFoldersAndTwoPatientsGiveTheSameCase) {

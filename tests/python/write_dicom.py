@@ -1,6 +1,6 @@
 """Writes one patient's DICOM-RT export with independent writers (pydicom, rt-utils) for the DICOM tests.
 
-  write_dicom.py OUT_DIR --patient P1 [--shuffle SEED] [--nested] [--no-rt]
+  write_dicom.py OUT_DIR --patient P1 [--shuffle SEED] [--nested] [--no-rt] [--dose-descending]
 
 OUT_DIR receives a CT series (pydicom; int16 with RescaleIntercept -1024: HU = i + 2 j + 3 k - 1024 at
 column i, row j, slice k counted along the slice normal; InstanceNumber deliberately reversed), an RT
@@ -8,7 +8,8 @@ Structure Set (rt-utils) holding the sphere mask "Sphere" (centre CENTRE mm, rad
 mask axes are rows, columns, slices sorted along the normal) and an RT Dose (pydicom; a grid of its own
 that covers the CT; dose(x, y, z) = DOSE_A + DOSE_B . (x, y, z) Gy with DoseGridScaling 1e-4).
 The constants are the tests' (tests/integration/dicom_cli_test.cpp repeats them). --shuffle gives the
-files random names, --nested spreads them over nested folders.
+files random names, --nested spreads them over nested folders, --dose-descending stacks the RT Dose's
+frames against the normal (ImagePositionPatient at the top frame, GridFrameOffsetVector 0, -3, -6, ...).
 """
 import argparse
 import os
@@ -95,14 +96,16 @@ def write_rtstruct(ct_folder, path):
     rt.save(path)
 
 
-def write_rtdose(path, patient, study_uid, frame_uid):
+def write_rtdose(path, patient, study_uid, frame_uid, descending=False):
     ds = base(patient, study_uid, "RTDOSE", RT_DOSE_STORAGE, generate_uid())
     ds.FrameOfReferenceUID = frame_uid
-    ds.ImagePositionPatient = list(DOSE_ORIGIN)
+    step = -DOSE_FRAME_STEP if descending else DOSE_FRAME_STEP
+    top = DOSE_ORIGIN[2] + (DOSE_FRAMES - 1) * DOSE_FRAME_STEP if descending else DOSE_ORIGIN[2]
+    ds.ImagePositionPatient = [DOSE_ORIGIN[0], DOSE_ORIGIN[1], top]
     ds.ImageOrientationPatient = [1, 0, 0, 0, 1, 0]
     ds.PixelSpacing = list(DOSE_SPACING)
     ds.Rows, ds.Columns, ds.NumberOfFrames = DOSE_ROWS, DOSE_COLS, DOSE_FRAMES
-    ds.GridFrameOffsetVector = [f * DOSE_FRAME_STEP for f in range(DOSE_FRAMES)]
+    ds.GridFrameOffsetVector = [f * step for f in range(DOSE_FRAMES)]
     ds.FrameIncrementPointer = pydicom.tag.Tag(0x3004, 0x000C)
     ds.SamplesPerPixel = 1
     ds.PhotometricInterpretation = "MONOCHROME2"
@@ -112,7 +115,7 @@ def write_rtdose(path, patient, study_uid, frame_uid):
     f, j, i = np.meshgrid(np.arange(DOSE_FRAMES), np.arange(DOSE_ROWS), np.arange(DOSE_COLS), indexing="ij")
     x = DOSE_ORIGIN[0] + i * DOSE_SPACING[1]
     y = DOSE_ORIGIN[1] + j * DOSE_SPACING[0]
-    z = DOSE_ORIGIN[2] + f * DOSE_FRAME_STEP
+    z = top + f * step
     gy = DOSE_A + DOSE_B[0] * x + DOSE_B[1] * y + DOSE_B[2] * z
     ds.PixelData = np.round(gy / 1e-4).astype("<u4").tobytes()
     ds.save_as(path, enforce_file_format=True)
@@ -125,6 +128,7 @@ def main():
     p.add_argument("--shuffle", type=int, default=None)
     p.add_argument("--nested", action="store_true")
     p.add_argument("--no-rt", action="store_true")
+    p.add_argument("--dose-descending", action="store_true")
     a = p.parse_args()
     study_uid, frame_uid = generate_uid(), generate_uid()
     work = os.path.join(a.out, a.patient)
@@ -134,7 +138,7 @@ def main():
         paths.append(os.path.join(work, "rtstruct.dcm"))
         write_rtstruct(ct_folder, paths[-1])
         paths.append(os.path.join(work, "rtdose.dcm"))
-        write_rtdose(paths[-1], a.patient, study_uid, frame_uid)
+        write_rtdose(paths[-1], a.patient, study_uid, frame_uid, a.dose_descending)
     if a.shuffle is not None or a.nested:
         rng = random.Random(a.shuffle or 0)
         rng.shuffle(paths)

@@ -67,7 +67,8 @@ struct RtStructureSet {
 RtStructureSet read_rtstruct(const std::filesystem::path& file);
 
 // An RT Dose grid in Gy: DoseGridScaling applied, frames placed by GridFrameOffsetVector (relative
-// to ImagePositionPatient along the normal; an absolute vector, first entry not 0, is made relative).
+// to ImagePositionPatient along the normal; an absolute vector, first entry not 0, is made relative;
+// descending offsets, frames stacked against the normal, are reordered).
 struct RtDose {
   Vec3 origin{}, row_dir{}, col_dir{}, normal{};
   std::array<double, 2> pixel_spacing{};  // between rows, between columns
