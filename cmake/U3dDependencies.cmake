@@ -42,3 +42,16 @@ target_compile_definitions(u3d_nifti INTERFACE HAVE_ZLIB)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(U3D_CAIRO REQUIRED IMPORTED_TARGET cairo)
 pkg_check_modules(U3D_PNG REQUIRED IMPORTED_TARGET libpng)
+
+# DICOM and DICOM-RT (src/io/dicom*.cpp, `trainer import dicom`): DCMTK (Debian libdcmtk-dev 3.6.7):
+# dcmdata reads the files, dcmjpeg / dcmjpls / dcmdata's RLE codec decode compressed pixel data.
+# Linked privately: DCMTK's headers are included by src/io/dicom.cpp alone.
+find_package(DCMTK CONFIG REQUIRED)
+add_library(u3d_dcmtk INTERFACE)
+target_link_libraries(u3d_dcmtk INTERFACE DCMTK::dcmdata DCMTK::dcmjpeg DCMTK::dcmjpls DCMTK::oflog DCMTK::ofstd)
+# DCMTK reads its data dictionary from a file (DCM_DICT_DEFAULT 2): the bundle carries Debian's copy,
+# which src/io/dicom.cpp loads from <prefix>/share/unet3d-trainer/ when no system one is found.
+find_file(U3D_DCMTK_DICT dicom.dic PATHS /usr/share/libdcmtk17 /usr/share/dcmtk PATH_SUFFIXES dcmtk NO_DEFAULT_PATH)
+if(U3D_DCMTK_DICT)
+  install(FILES ${U3D_DCMTK_DICT} DESTINATION share/unet3d-trainer COMPONENT bundle)
+endif()

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "u3d/app/commands.h"
+#include "u3d/app/dicom_command.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/core/input_limits.h"
@@ -296,6 +297,24 @@ int main(int argc, char** argv) {
   import_openkbp_app->add_option("--split", import_openkbp.split, "Split name for a plain folder of pt_* folders")
       ->capture_default_str();
 
+  u3d::ImportDicomCommand import_dicom;  // docs/dicom.md
+  auto* import_dicom_app =
+      import_app->add_subcommand("dicom", "DICOM / DICOM-RT folder tree (CT or MR series, RT Structure Set, RT Dose)");
+  import_dicom_app->add_option("--source", import_dicom.source, "Folder of DICOM files (any depth, any names)")
+      ->required();
+  import_dicom_app->add_option("--out", import_dicom.out, "Output dataset file (.h5)")->required();
+  import_dicom_app->add_option("--task", import_dicom.task, "dose (RT Dose target) or segmentation (label map)")
+      ->capture_default_str();
+  import_dicom_app->add_option("--structures", import_dicom.structures, "YAML map 'channel: [structure names]'");
+  import_dicom_app->add_option("--series", import_dicom.series, "SeriesInstanceUID of the image series to import");
+  import_dicom_app->add_flag("--skip-bad", import_dicom.skip_bad, "Leave out a bad patient (one line) and go on");
+  import_dicom_app->add_flag("--anonymize", import_dicom.anonymize, "Case ids case_000...; no names or paths written");
+  import_dicom_app->add_option("--val-fraction", import_dicom.val_fraction, "Share of labelled cases in split 'val'")
+      ->check(number_in(0, 1, Whole::kNo))
+      ->capture_default_str();
+  import_dicom_app->add_option("--seed", import_dicom.seed, "Seed of the val selection")->capture_default_str();
+  import_dicom_app->add_flag("--force", import_dicom.force, "Replace an existing output file");
+
   // trainer evaluate <task>
   auto* evaluate_app = app.add_subcommand("evaluate", "Score predictions against references");
   evaluate_app->require_subcommand(1);
@@ -406,6 +425,7 @@ int main(int argc, char** argv) {
     if (*import_nnunet_app) return u3d::import_nnunet_command(import_nnunet);
     if (*import_nifti_app) return u3d::import_nifti_command(import_nifti);
     if (*import_tiff_app) return u3d::import_tiff_command(import_tiff);
+    if (*import_dicom_app) return u3d::import_dicom_command(import_dicom);
     if (*evaluate_surface_app) return u3d::evaluate_surface_command(evaluate_surface);
     if (*evaluate_cv_app) return u3d::evaluate_cv_command(evaluate_cv);
     if (*evaluate_segmentation_app) return u3d::evaluate_segmentation_command(evaluate_segmentation);

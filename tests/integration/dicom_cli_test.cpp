@@ -1,0 +1,231 @@
+// `trainer import dicom` through the real binary on DICOM written by independent writers: a CT series
+// and an RT Dose by pydicom, an RT Structure Set by rt-utils (tests/python/write_dicom.py, run with the
+// torch venv's Python, where scripts/setup.sh installs both), and pydicom's own sample files. A known
+// sphere comes back as a channel (Dice >= 0.98), an analytic dose field within 1%; shuffled names,
+// nested folders and a second patient change nothing; bad input is one line naming the patient.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+
+#include "test_support.h"
+#include "u3d/io/dataset.h"
+
+namespace u3d {
+namespace {
+
+// write_dicom.py's constants.
+constexpr int64_t kRows = 48, kCols = 40, kSlices = 24;
+constexpr double kRowStep = 1.25, kColStep = 1.25, kSliceStep = 2.5;  // rt-utils needs them equal
+constexpr double kOrigin[3] = {-30.0, -40.0, 100.0}, kCentre[3] = {-6.0, -6.0, 128.0}, kRadius = 12.0;
+constexpr double kDoseA = 10.0, kDoseB[3] = {0.1, 0.05, 0.2};
+
+double world(int axis, int64_t k, int64_t j, int64_t i) {
+  return kOrigin[axis] + (axis == 0 ? i * kColStep : axis == 1 ? j * kRowStep : k * kSliceStep);
+}
+
+torch::Tensor expected_sphere() {
+  torch::Tensor m = torch::zeros({kSlices, kRows, kCols}, torch::kUInt8);
+  auto a = m.accessor<uint8_t, 3>();
+  for (int64_t k = 0; k < kSlices; ++k) {
+    for (int64_t j = 0; j < kRows; ++j) {
+      for (int64_t i = 0; i < kCols; ++i) {
+        double r2 = 0;
+        for (int ax = 0; ax < 3; ++ax) r2 += std::pow(world(ax, k, j, i) - kCentre[ax], 2);
+        a[k][j][i] = r2 <= kRadius * kRadius;
+      }
+    }
+  }
+  return m;
+}
+
+// write_dicom.py's dose field at the CT voxel centres, (D, H, W) float64 in Gy.
+torch::Tensor analytic_dose() {
+  const auto k = torch::arange(kSlices, torch::kFloat64).view({-1, 1, 1});
+  const auto j = torch::arange(kRows, torch::kFloat64).view({1, -1, 1});
+  const auto i = torch::arange(kCols, torch::kFloat64).view({1, 1, -1});
+  return kDoseA + kDoseB[0] * (kOrigin[0] + i * kColStep) + kDoseB[1] * (kOrigin[1] + j * kRowStep) +
+         kDoseB[2] * (kOrigin[2] + k * kSliceStep);
+}
+
+double dice(const torch::Tensor& a, const torch::Tensor& b) {
+  const auto x = a.to(torch::kBool), y = b.to(torch::kBool);
+  return 2.0 * (x & y).sum().item<double>() / (x.sum().item<double>() + y.sum().item<double>());
+}
+
+class DicomCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    python_ = test::torch_python();
+    if (!python_) GTEST_SKIP() << "no torch venv (U3D_TORCH_PYTHON); scripts/setup.sh makes it";
+  }
+  test::CommandResult trainer(const std::vector<std::string>& args) { return test::run_trainer(args, dir.path()); }
+  // write_dicom.py OUT --patient P [extra...]; fails the test when the writer fails.
+  void write(const std::string& out, const std::string& patient, const std::string& extra = "") {
+    const std::string cmd = python_->string() + " " + (test::source_dir() / "tests/python/write_dicom.py").string() +
+                            " " + (dir / out).string() + " --patient " + patient + " " + extra + " > /dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  void expect_one_error(const test::CommandResult& r, const std::string& needle) {
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
+    size_t errors = 0;
+    for (size_t p = r.output.find("[error]"); p != std::string::npos; p = r.output.find("[error]", p + 1)) ++errors;
+    EXPECT_EQ(errors, 1u) << r.output;
+  }
+  std::optional<fs::path> python_;
+  test::TempDir dir;
+};
+
+TEST_F(DicomCli, SphereAndAnalyticDoseComeBackOnTheCtGrid) {
+  write("export", "P1");
+  const auto r = trainer({"import", "dicom", "--source", "export", "--out", "x.h5", "--val-fraction", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  DatasetReader ds((dir / "x.h5").string());
+  EXPECT_EQ(ds.info().channel_names, (std::vector<std::string>{"CT", "Sphere"}));
+  EXPECT_EQ(ds.info().target_units, "Gy");
+  const CaseData c = ds.read_case("P1");
+  ASSERT_EQ(c.image.sizes(), (std::vector<int64_t>{2, kSlices, kRows, kCols}));
+  EXPECT_NEAR(c.spacing[0], kSliceStep, 1e-6);
+  EXPECT_NEAR(c.spacing[1], kRowStep, 1e-6);
+  EXPECT_NEAR(c.spacing[2], kColStep, 1e-6);
+  // HU = i + 2 j + 3 k - 1024: slices by position (InstanceNumber is reversed), rescale applied.
+  const auto ct = c.image[0];
+  for (const auto& [k, j, i] : std::vector<std::array<int64_t, 3>>{{0, 0, 0}, {5, 7, 3}, {23, 47, 39}}) {
+    EXPECT_EQ(ct[k][j][i].item<float>(), static_cast<float>(i + 2 * j + 3 * k - 1024)) << k << "," << j << "," << i;
+  }
+  const torch::Tensor sphere = expected_sphere();
+  EXPECT_GT(sphere.sum().item<int64_t>(), 1000);
+  EXPECT_GE(dice(c.image[1], sphere), 0.98);
+  // dose(x, y, z) = A + B . (x, y, z) at every CT voxel centre, within 1%.
+  const auto truth = analytic_dose();
+  ASSERT_TRUE(c.target.defined());
+  EXPECT_LT(((c.target.to(torch::kFloat64) - truth).abs() / truth).max().item<double>(), 0.01);
+  ASSERT_TRUE(c.source.has_value());
+  EXPECT_EQ(c.source->format, "dicom");
+  EXPECT_DOUBLE_EQ(c.source->affine[3], kOrigin[0]);  // voxel (0, 0, 0) at the first slice's position
+  EXPECT_DOUBLE_EQ(c.source->affine[11], kOrigin[2]);
+}
+
+// An RT Dose whose frames run against the normal (GridFrameOffsetVector 0, -3, -6, ...) lands the same.
+TEST_F(DicomCli, DoseFramesStackedAgainstTheNormal) {
+  write("export", "P1", "--dose-descending");
+  const auto r = trainer({"import", "dicom", "--source", "export", "--out", "x.h5", "--val-fraction", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const CaseData c = DatasetReader((dir / "x.h5").string()).read_case("P1");
+  const auto truth = analytic_dose();
+  EXPECT_LT(((c.target.to(torch::kFloat64) - truth).abs() / truth).max().item<double>(), 0.01);
+}
+
+TEST_F(DicomCli, ShuffledNamesNestedFoldersAndTwoPatientsGiveTheSameCase) {
+  write("plain", "P1");
+  write("mixed", "P1", "--shuffle 7 --nested");
+  write("mixed", "P2", "--shuffle 8 --nested");
+  ASSERT_EQ(trainer({"import", "dicom", "--source", "plain", "--out", "a.h5"}).exit_code, 0);
+  const auto r = trainer({"import", "dicom", "--source", "mixed", "--out", "b.h5", "--val-fraction", "0.5"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  DatasetReader a((dir / "a.h5").string()), b((dir / "b.h5").string());
+  EXPECT_EQ(b.info().case_ids, (std::vector<std::string>{"P1", "P2"}));
+  const CaseData x = a.read_case("P1"), y = b.read_case("P1");
+  EXPECT_TRUE(torch::equal(x.image, y.image));
+  EXPECT_TRUE(torch::equal(x.target, y.target));
+  EXPECT_TRUE(torch::equal(y.image, b.read_case("P2").image));
+}
+
+TEST_F(DicomCli, SegmentationThroughAStructureMap) {
+  write("export", "P1");
+  test::write_text(dir / "map.yaml", "Ball: [ball, ' SPHERE ']\nLiver: [liver]\n");
+  const auto r = trainer({"import", "dicom", "--source", "export", "--out", "x.h5", "--task", "segmentation",
+                          "--structures", "map.yaml", "--anonymize", "--val-fraction", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("missing channels [Liver]"), std::string::npos) << r.output;
+  DatasetReader ds((dir / "x.h5").string());
+  EXPECT_EQ(ds.info().class_names, (std::vector<std::string>{"background", "Ball", "Liver"}));
+  EXPECT_EQ(ds.info().case_ids, (std::vector<std::string>{"case_000"}));
+  const CaseData c = ds.read_case("case_000");
+  EXPECT_GE(dice(c.target == 1, expected_sphere()), 0.98);
+  EXPECT_TRUE(c.source->files.empty());  // --anonymize writes no paths
+}
+
+TEST_F(DicomCli, AMissingSliceIsOneLineOrASkippedPatient) {
+  write("export", "P1");
+  write("export", "P2");
+  fs::remove(dir / "export/P2/ct/ct_010.dcm");
+  expect_one_error(trainer({"import", "dicom", "--source", "export", "--out", "x.h5"}), "patient P2, series");
+  EXPECT_FALSE(fs::exists(dir / "x.h5"));
+  const auto r =
+      trainer({"import", "dicom", "--source", "export", "--out", "x.h5", "--skip-bad", "--val-fraction", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("uneven slice spacing"), std::string::npos) << r.output;
+  EXPECT_EQ(DatasetReader((dir / "x.h5").string()).info().case_ids, (std::vector<std::string>{"P1"}));
+}
+
+// Two image series of one patient: the one its RT Structure Set references, else --series, else one line.
+TEST_F(DicomCli, SeveralCandidateSeriesAreChosenByReferenceOrSeries) {
+  write("referenced", "P1");
+  fs::rename(dir / "referenced/P1", dir / "referenced/first");
+  write("referenced", "P1", "--no-rt");  // a second CT series (another study) without RT objects
+  auto r = trainer({"import", "dicom", "--source", "referenced", "--out", "a.h5", "--val-fraction", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(DatasetReader((dir / "a.h5").string()).info().splits.at("train"), (std::vector<std::string>{"P1"}));
+  write("plain", "P1", "--no-rt");
+  fs::rename(dir / "plain/P1", dir / "plain/first");
+  write("plain", "P1", "--no-rt");
+  r = trainer({"import", "dicom", "--source", "plain", "--out", "b.h5"});
+  expect_one_error(r, "patient P1: 2 candidate image series (");
+  EXPECT_NE(r.output.find("choose one with --series UID"), std::string::npos) << r.output;
+  const size_t open = r.output.find("series (") + 8;
+  const std::string uid = r.output.substr(open, r.output.find(',', open) - open);
+  r = trainer({"import", "dicom", "--source", "plain", "--out", "b.h5", "--series", uid});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(DatasetReader((dir / "b.h5").string()).split("test"), (std::vector<std::string>{"P1"}));
+}
+
+// pydicom's shipped sample files, each alone in a folder: imported, or refused with one line.
+TEST_F(DicomCli, PydicomSampleFilesImportOrAreRefusedInOneLine) {
+  const std::string find = python_->string() +
+                           " -c \"import pydicom.data, os; print(os.path.dirname(pydicom.data.get_testdata_file("
+                           "'CT_small.dcm')))\" > " +
+                           (dir / "where.txt").string();
+  ASSERT_EQ(std::system(find.c_str()), 0) << "pydicom is missing from the venv: run scripts/setup.sh";
+  std::string where = test::read_text(dir / "where.txt");
+  while (!where.empty() && (where.back() == '\n' || where.back() == '\r')) where.pop_back();
+  struct Sample {
+    const char* file;
+    bool imports;
+    const char* reason;  // of a refusal
+  };
+  // The MR_small variants (RLE, JPEG-LS, big endian, implicit VR) decode to MR_small's voxels.
+  std::map<std::string, torch::Tensor> images;
+  for (const Sample& s : {Sample{"CT_small.dcm", true, ""}, Sample{"MR_small.dcm", true, ""},
+                          Sample{"MR_small_RLE.dcm", true, ""}, Sample{"MR_small_jpeg_ls_lossless.dcm", true, ""},
+                          Sample{"MR_small_bigendian.dcm", true, ""}, Sample{"MR_small_implicit.dcm", true, ""},
+                          Sample{"MR_small_jp2klossless.dcm", false, "cannot decode pixel data of transfer syntax"},
+                          Sample{"JPEG2000.dcm", false, "no CT or MR image series (found: NM)"},
+                          Sample{"rtstruct.dcm", false, "no CT or MR image series (found: RTSTRUCT)"},
+                          Sample{"rtdose.dcm", false, "no CT or MR image series (found: RTDOSE)"}}) {
+    SCOPED_TRACE(s.file);
+    const fs::path folder = dir / (std::string("in_") + s.file);
+    fs::create_directories(folder);
+    fs::copy_file(fs::path(where) / s.file, folder / s.file);
+    const auto r = trainer({"import", "dicom", "--source", folder.string(), "--out", std::string(s.file) + ".h5"});
+    if (s.imports) {
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      const DatasetReader ds((dir / (std::string(s.file) + ".h5")).string());
+      ASSERT_EQ(ds.split("test").size(), 1u);  // no RT Dose: a case to predict
+      images[s.file] = ds.read_case(ds.split("test")[0]).image;
+      EXPECT_EQ(images[s.file].size(1), 1);
+    } else {
+      expect_one_error(r, s.reason);
+    }
+  }
+  for (const char* variant :
+       {"MR_small_RLE.dcm", "MR_small_jpeg_ls_lossless.dcm", "MR_small_bigendian.dcm", "MR_small_implicit.dcm"}) {
+    EXPECT_TRUE(torch::equal(images[variant], images["MR_small.dcm"])) << variant;
+  }
+  EXPECT_GT(images["MR_small.dcm"].std().item<double>(), 0);
+}
+
+}  // namespace
+}  // namespace u3d

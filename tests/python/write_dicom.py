@@ -1,0 +1,154 @@
+"""Writes one patient's DICOM-RT export with independent writers (pydicom, rt-utils) for the DICOM tests.
+
+  write_dicom.py OUT_DIR --patient P1 [--shuffle SEED] [--nested] [--no-rt] [--dose-descending]
+
+OUT_DIR receives a CT series (pydicom; int16 with RescaleIntercept -1024: HU = i + 2 j + 3 k - 1024 at
+column i, row j, slice k counted along the slice normal; InstanceNumber deliberately reversed), an RT
+Structure Set (rt-utils) holding the sphere mask "Sphere" (centre CENTRE mm, radius RADIUS mm; rt-utils'
+mask axes are rows, columns, slices sorted along the normal) and an RT Dose (pydicom; a grid of its own
+that covers the CT; dose(x, y, z) = DOSE_A + DOSE_B . (x, y, z) Gy with DoseGridScaling 1e-4).
+The constants are the tests' (tests/integration/dicom_cli_test.cpp repeats them). --shuffle gives the
+files random names, --nested spreads them over nested folders, --dose-descending stacks the RT Dose's
+frames against the normal (ImagePositionPatient at the top frame, GridFrameOffsetVector 0, -3, -6, ...).
+"""
+import argparse
+import os
+import random
+
+import numpy as np
+import pydicom
+from pydicom.dataset import Dataset, FileMetaDataset
+from pydicom.uid import ExplicitVRLittleEndian, generate_uid
+
+ROWS, COLS, SLICES = 48, 40, 24
+# Equal in-plane spacing: rt-utils 1.2.7 takes PixelSpacing as (x, y), the reverse of DICOM (row step, column step).
+PIXEL_SPACING = (1.25, 1.25)  # mm between rows, between columns
+SLICE_SPACING = 2.5
+ORIGIN = (-30.0, -40.0, 100.0)
+CENTRE = (-6.0, -6.0, 128.0)
+RADIUS = 12.0
+DOSE_ORIGIN = (-35.0, -45.0, 95.0)
+DOSE_SPACING = (3.0, 2.5)  # rows, columns
+DOSE_ROWS, DOSE_COLS, DOSE_FRAMES, DOSE_FRAME_STEP = 40, 40, 24, 3.0
+DOSE_A, DOSE_B = 10.0, (0.1, 0.05, 0.2)
+CT_IMAGE_STORAGE = "1.2.840.10008.5.1.4.1.1.2"
+RT_DOSE_STORAGE = "1.2.840.10008.5.1.4.1.1.481.2"
+
+
+def base(patient, study_uid, modality, sop_class, series_uid):
+    meta = FileMetaDataset()
+    meta.MediaStorageSOPClassUID = sop_class
+    meta.MediaStorageSOPInstanceUID = generate_uid()
+    meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds = Dataset()
+    ds.file_meta = meta
+    ds.SOPClassUID = sop_class
+    ds.SOPInstanceUID = meta.MediaStorageSOPInstanceUID
+    ds.PatientName = f"Test^{patient}"
+    ds.PatientID = patient
+    ds.StudyInstanceUID = study_uid
+    ds.SeriesInstanceUID = series_uid
+    ds.Modality = modality
+    ds.StudyDate, ds.StudyTime = "20260101", "120000"
+    ds.StudyID = "1"
+    ds.SeriesNumber = 1
+    return ds
+
+
+def write_ct(folder, patient, study_uid, frame_uid):
+    series_uid = generate_uid()
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for k in range(SLICES):
+        ds = base(patient, study_uid, "CT", CT_IMAGE_STORAGE, series_uid)
+        ds.FrameOfReferenceUID = frame_uid
+        ds.InstanceNumber = SLICES - k  # reversed: slices are ordered by position, never by number
+        ds.ImagePositionPatient = [ORIGIN[0], ORIGIN[1], ORIGIN[2] + k * SLICE_SPACING]
+        ds.ImageOrientationPatient = [1, 0, 0, 0, 1, 0]
+        ds.PixelSpacing = list(PIXEL_SPACING)
+        ds.SliceThickness = SLICE_SPACING
+        ds.Rows, ds.Columns = ROWS, COLS
+        ds.SamplesPerPixel = 1
+        ds.PhotometricInterpretation = "MONOCHROME2"
+        ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 16, 15, 1
+        ds.RescaleSlope, ds.RescaleIntercept = 1, -1024
+        j, i = np.meshgrid(np.arange(ROWS), np.arange(COLS), indexing="ij")
+        ds.PixelData = (i + 2 * j + 3 * k).astype("<i2").tobytes()
+        path = os.path.join(folder, f"ct_{k:03d}.dcm")
+        ds.save_as(path, enforce_file_format=True)
+        paths.append(path)
+    return paths
+
+
+def sphere_mask():
+    j, i, k = np.meshgrid(np.arange(ROWS), np.arange(COLS), np.arange(SLICES), indexing="ij")
+    x = ORIGIN[0] + i * PIXEL_SPACING[1]
+    y = ORIGIN[1] + j * PIXEL_SPACING[0]
+    z = ORIGIN[2] + k * SLICE_SPACING
+    return (x - CENTRE[0]) ** 2 + (y - CENTRE[1]) ** 2 + (z - CENTRE[2]) ** 2 <= RADIUS**2  # rows, cols, slices
+
+
+def write_rtstruct(ct_folder, path):
+    from rt_utils import RTStructBuilder
+
+    rt = RTStructBuilder.create_new(dicom_series_path=ct_folder)
+    rt.add_roi(mask=sphere_mask(), name="Sphere")
+    rt.save(path)
+
+
+def write_rtdose(path, patient, study_uid, frame_uid, descending=False):
+    ds = base(patient, study_uid, "RTDOSE", RT_DOSE_STORAGE, generate_uid())
+    ds.FrameOfReferenceUID = frame_uid
+    step = -DOSE_FRAME_STEP if descending else DOSE_FRAME_STEP
+    top = DOSE_ORIGIN[2] + (DOSE_FRAMES - 1) * DOSE_FRAME_STEP if descending else DOSE_ORIGIN[2]
+    ds.ImagePositionPatient = [DOSE_ORIGIN[0], DOSE_ORIGIN[1], top]
+    ds.ImageOrientationPatient = [1, 0, 0, 0, 1, 0]
+    ds.PixelSpacing = list(DOSE_SPACING)
+    ds.Rows, ds.Columns, ds.NumberOfFrames = DOSE_ROWS, DOSE_COLS, DOSE_FRAMES
+    ds.GridFrameOffsetVector = [f * step for f in range(DOSE_FRAMES)]
+    ds.FrameIncrementPointer = pydicom.tag.Tag(0x3004, 0x000C)
+    ds.SamplesPerPixel = 1
+    ds.PhotometricInterpretation = "MONOCHROME2"
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 32, 32, 31, 0
+    ds.DoseUnits, ds.DoseType, ds.DoseSummationType = "GY", "PHYSICAL", "PLAN"
+    ds.DoseGridScaling = 1e-4
+    f, j, i = np.meshgrid(np.arange(DOSE_FRAMES), np.arange(DOSE_ROWS), np.arange(DOSE_COLS), indexing="ij")
+    x = DOSE_ORIGIN[0] + i * DOSE_SPACING[1]
+    y = DOSE_ORIGIN[1] + j * DOSE_SPACING[0]
+    z = top + f * step
+    gy = DOSE_A + DOSE_B[0] * x + DOSE_B[1] * y + DOSE_B[2] * z
+    ds.PixelData = np.round(gy / 1e-4).astype("<u4").tobytes()
+    ds.save_as(path, enforce_file_format=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("out")
+    p.add_argument("--patient", required=True)
+    p.add_argument("--shuffle", type=int, default=None)
+    p.add_argument("--nested", action="store_true")
+    p.add_argument("--no-rt", action="store_true")
+    p.add_argument("--dose-descending", action="store_true")
+    a = p.parse_args()
+    study_uid, frame_uid = generate_uid(), generate_uid()
+    work = os.path.join(a.out, a.patient)
+    ct_folder = os.path.join(work, "ct")
+    paths = write_ct(ct_folder, a.patient, study_uid, frame_uid)
+    if not a.no_rt:
+        paths.append(os.path.join(work, "rtstruct.dcm"))
+        write_rtstruct(ct_folder, paths[-1])
+        paths.append(os.path.join(work, "rtdose.dcm"))
+        write_rtdose(paths[-1], a.patient, study_uid, frame_uid, a.dose_descending)
+    if a.shuffle is not None or a.nested:
+        rng = random.Random(a.shuffle or 0)
+        rng.shuffle(paths)
+        for n, old in enumerate(paths):
+            sub = os.path.join(*[f"d{rng.randrange(3)}" for _ in range(1 + n % 3)]) if a.nested else ""
+            name = f"{rng.getrandbits(48):012x}" if a.shuffle is not None else os.path.basename(old)
+            new = os.path.join(a.out, sub, f"{a.patient}_{name}")
+            os.makedirs(os.path.dirname(new), exist_ok=True)
+            os.replace(old, new)
+
+
+if __name__ == "__main__":
+    main()
