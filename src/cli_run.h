@@ -112,6 +112,7 @@ inline void add_predict_command(CLI::App& app, RunCli& c) {
       ->expected(1, -1);
   p->add_option("-o,--output", c.files.out, "With -i: folder of NAME.nii.gz predictions (made whole, or not at all)");
   p->add_option("--run", c.files.run, "With -i: a run folder, or an experiment folder of fold_K runs");
+  p->add_option("--model", c.files.model, "With -i, instead of --run: a folder written by trainer export");
   p->add_option("--device", c.files.device, "With -i: auto | cpu | cuda; default the run's training.device")
       ->check(one_of({"auto", "cpu", "cuda"}));
   p->add_flag("--force", c.files.force, "With -i: replace a non-empty OUT");
@@ -153,7 +154,7 @@ inline bool any_given(const std::vector<CLI::Option*>& options) {
 // Runs the form that was parsed (a run subcommand or the root flags). UsageError as run_command's.
 inline int dispatch_run(const CLI::App& app, RunCli& c) {
   u3d::RunCommand& run = c.run;
-  if (*c.predict && (!c.files.inputs.empty() || !c.files.run.empty())) {
+  if (*c.predict && (!c.files.inputs.empty() || !c.files.run.empty() || !c.files.model.empty())) {
     if (any_given(c.config_mode)) {
       throw u3d::UsageError(
           "predict: -i/--run predicts raw files with the run's own settings; --config, --set and "
@@ -161,7 +162,7 @@ inline int dispatch_run(const CLI::App& app, RunCli& c) {
     }
     c.files.checkpoint = run.checkpoint;
     c.files.fold = run.fold;
-    if (c.files.inputs.empty()) throw u3d::UsageError("predict: --run needs -i, the images to predict");
+    if (c.files.inputs.empty()) throw u3d::UsageError("predict: --run and --model need -i, the images to predict");
     return u3d::predict_files_command(c.files);
   }
   if (*c.predict && (!c.files.out.empty() || !c.files.device.empty() || c.files.force)) {

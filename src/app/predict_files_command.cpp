@@ -1,9 +1,9 @@
-// `trainer predict -i IN -o OUT --run RUN_DIR`: raw NIfTI images predicted as nnUNetv2_predict does,
-// with no dataset import and no training config: the cases (predict/raw_cases.h) are imported into a
-// scratch dataset beside OUT (the run's channels and classes, resampled to the run's spacing when its
-// data was), predicted with prediction's library verb (resolve_prediction.h, prediction_run.h) and
-// the NIfTI files, each with its input's header, moved into OUT, which is staged and renamed into
-// place whole: a failure or a stop leaves no OUT and no partial one.
+// `trainer predict -i IN -o OUT --run RUN_DIR` (or --model EXPORT_DIR, predict/exported_model.h): raw NIfTI images
+// predicted as nnUNetv2_predict does, with no dataset import and no training config: the cases (predict/raw_cases.h)
+// are imported into a scratch dataset beside OUT (the run's channels and classes, resampled to the run's spacing when
+// its data was), predicted with prediction's library verb (resolve_prediction.h, prediction_run.h) and the NIfTI files,
+// each with its input's header, moved into OUT, which is staged and renamed into place whole: a failure or a stop
+// leaves no OUT and no partial one.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -21,6 +21,7 @@
 #include "u3d/core/text.h"
 #include "u3d/io/dataset.h"
 #include "u3d/io/import.h"
+#include "u3d/predict/exported_model.h"
 #include "u3d/predict/prediction_run.h"
 #include "u3d/predict/raw_cases.h"
 #include "u3d/predict/resolve_prediction.h"
@@ -165,9 +166,20 @@ class QuietScope {
 
 int predict_files_command(const PredictFilesCommand& cmd) {
   if (cmd.out.empty()) throw UsageError("predict: -i needs -o OUT_DIR, the folder the predictions go to");
-  if (cmd.run.empty()) throw UsageError("predict: -i needs --run RUN_DIR, the trained run (or experiment) to use");
+  if (cmd.run.empty() == cmd.model.empty()) {
+    throw UsageError(
+        "predict: -i needs --run RUN_DIR (a trained run or experiment) or --model DIR (a folder of "
+        "trainer export), one of them");
+  }
+  if (!cmd.model.empty() && (!cmd.fold.empty() || cmd.checkpoint != "best")) {
+    throw UsageError("predict: --fold and --checkpoint choose among a run's checkpoints; --model is one model");
+  }
+  fs::path out(cmd.out);
+  if (out.filename().empty()) out = out.parent_path();  // "preds/" is the folder "preds"
+  const StagedFolder scratch(out.parent_path() / ("." + out.filename().string() + ".work"));
   std::vector<PredictionMember> members;
-  for (const auto& run : member_runs(cmd)) {
+  if (!cmd.model.empty()) members.push_back(member_from_export(cmd.model, scratch.path() / "checkpoints"));
+  for (const auto& run : cmd.model.empty() ? member_runs(cmd) : std::vector<fs::path>{}) {
     members.push_back(read_prediction_member(run / "checkpoints", /*keep_last=*/0, cmd.checkpoint));
   }
   const PredictionMember& first = members.front();
@@ -179,8 +191,6 @@ int predict_files_command(const PredictFilesCommand& cmd) {
   }
   const std::vector<fs::path> inputs(cmd.inputs.begin(), cmd.inputs.end());
   const std::vector<RawCase> cases = find_raw_cases(inputs, first.info.in_channels);
-  fs::path out(cmd.out);
-  if (out.filename().empty()) out = out.parent_path();  // "preds/" is the folder "preds"
   refuse_out_over_inputs(out, inputs);
   std::error_code ec;
   if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec)) && !cmd.force) {
@@ -205,13 +215,12 @@ int predict_files_command(const PredictFilesCommand& cmd) {
   io.compression_level = 1;
 
   spdlog::info("predict: {} case(s) of {} channel(s) with {} model(s) of {}{}", cases.size(), first.info.in_channels,
-               members.size(), cmd.run,
+               members.size(), cmd.model.empty() ? cmd.run : cmd.model,
                io.spacing ? fmt::format(", resampled to the run's {} x {} x {} mm", (*io.spacing)[2], (*io.spacing)[1],
                                         (*io.spacing)[0])
                           : std::string());
   const StopSignals signals;  // a stop between cases removes everything staged
   StagedFolder staged(out);
-  const StagedFolder scratch(out.parent_path() / ("." + out.filename().string() + ".work"));
   {
     const QuietScope quiet;
     folders.images = scratch.path() / "images";

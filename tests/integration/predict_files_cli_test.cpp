@@ -84,6 +84,20 @@ TEST_F(PredictFiles, EqualsPredictOnlyWithEachInputsGeometry) {
   EXPECT_TRUE(std::none_of(here.begin(), here.end(), [](const std::string& n) { return n[0] == '.'; }))
       << "no scratch or staged folder left";
 
+  // The same model from the folder trainer export writes (--model), with no run folder at hand.
+  r = trainer({"export", "runs/seg", "--format", "safetensors", "--out", "exported"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  fs::rename(dir / "runs", dir / "moved_runs");
+  r = trainer({"predict", "-i", (raw / "imagesTs").string(), "-o", "out_model", "--model", "exported"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_same_predictions(dir / "out_model", dir / "moved_runs" / "seg" / "predictions" / "test");
+  expect_one_error(trainer({"predict", "-i", (raw / "imagesTs").string(), "-o", "o3", "--model", "exported", "--run",
+                            "moved_runs/seg"}),
+                   2, "--run RUN_DIR (a trained run or experiment) or --model DIR");
+  expect_one_error(trainer({"predict", "-i", (raw / "imagesTs").string(), "-o", "o3", "--model", "moved_runs"}), 1,
+                   "no model.safetensors in it");
+  fs::rename(dir / "moved_runs", dir / "runs");
+
   // Files named one by one, and a non-empty OUT replaced only with --force.
   const std::vector<std::string> files = {
       (raw / "imagesTs" / "case_004_0000.nii.gz").string(), (raw / "imagesTs" / "case_004_0001.nii.gz").string(),
