@@ -15,6 +15,8 @@
 #include <new>
 #include <string>
 
+#include "cli_options.h"
+#include "cli_run.h"
 #include "u3d/app/commands.h"
 #include "u3d/app/dicom_command.h"
 #include "u3d/core/errors.h"
@@ -25,6 +27,8 @@
 #include "u3d/core/parallel.h"
 #include "u3d/core/text.h"
 #include "u3d/core/version.h"
+
+using namespace u3d_cli;  // NOLINT: the command line's own helpers (cli_options.h, cli_run.h)
 
 namespace {
 
@@ -54,56 +58,6 @@ std::string version_text() {
   }
   return out;
 }
-
-// --threads N: 0 (automatic) up to u3d::max_threads() (parallel.h), as the config keys that start threads.
-const CLI::Validator kThreadCount(
-    [](std::string& text) -> std::string {
-      const auto n = u3d::parse_int(text);  // strict: the whole text is the number
-      if (!n || *n < 0) return fmt::format("'{}': expected 0 or a positive integer", text);
-      if (*n > u3d::max_threads()) {
-        return fmt::format("{} threads is more than this machine allows: at most {} ({} per core, {} cores)", text,
-                           u3d::max_threads(), u3d::kMaxThreadsPerCore, u3d::core_count());
-      }
-      return "";
-    },
-    "THREADS");
-
-// The one range check of every numeric option: the whole text is a finite number (a whole one for an
-// integer option) within [lo, hi] ((lo, hi] when `lo_open`); CLI11 puts the option's name in front.
-// It runs before CLI11's conversion, so "nan", "1e15" or "abc" never reach a command, and replaces
-// CLI11's range validators, whose message printed the limits of double in full (309 digits).
-enum class Whole : bool { kNo = false, kYes = true };
-CLI::Validator number_in(double lo, double hi, Whole whole, bool lo_open = false) {
-  const auto bound = [whole](double v) {
-    return whole == Whole::kYes ? fmt::format("{}", static_cast<int64_t>(v)) : fmt::format("{}", v);
-  };
-  const std::string range = fmt::format("{}{}, {}]", lo_open ? "(" : "[", bound(lo), bound(hi));
-  const char* kind = whole == Whole::kYes ? "an integer" : "a number";
-  return CLI::Validator(
-      [=](std::string& text) -> std::string {
-        const auto v = u3d::parse_double(text);  // strict and finite: no "nan", "inf", "3x"
-        const bool ok = v && (whole == Whole::kNo || (std::floor(*v) == *v && u3d::parse_int(text))) &&
-                        (lo_open ? *v > lo : *v >= lo) && *v <= hi;
-        return ok ? std::string() : fmt::format("'{}': expected {} in {}", text, kind, range);
-      },
-      fmt::format("{} in {}", whole == Whole::kYes ? "INT" : "NUMBER", range));
-}
-// A word option checked at parsing: "'xyz': expected one of auto, segmentation, dose" (exit 2).
-CLI::Validator one_of(const std::vector<std::string>& words) {
-  const std::string list = fmt::format("{}", fmt::join(words, ", "));
-  return CLI::Validator(
-      [=](std::string& text) -> std::string {
-        return std::find(words.begin(), words.end(), text) != words.end()
-                   ? std::string()
-                   : fmt::format("'{}': expected one of {}", text, list);
-      },
-      "WORD");
-}
-
-constexpr double kMaxCount = 1e9;                // steps, cases: more than any run needs, far from overflow
-constexpr double kMaxSeed = 9007199254740992.0;  // 2^53: every seed up to it exact as a double
-constexpr double kMaxSeconds = 7 * 24 * 3600.0;
-constexpr double kMaxGpuMemoryGib = 4096;  // far above any accelerator; GiB -> bytes stays exact
 
 // The options of an `evaluate` command that scores predictions against references:
 // {--reference, --predictions, --out, --force} with their help texts.
@@ -145,48 +99,25 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::function<std::string()>(version_text));
   app.require_subcommand(0, 1);
 
-  u3d::RunCommand run;
-  app.add_option("-c,--config", run.config, "Experiment config (YAML)");
-  std::string resume_path;
-  auto* resume = app.add_option("--resume", resume_path, "Continue the run from its newest checkpoint, or CHECKPOINT")
-                     ->expected(0, 1);
-  app.add_flag("--predict-only", run.predict_only, "Predict predict.split with a checkpoint into <run>/predictions/");
-  auto* checkpoint_opt =
-      app.add_option("--checkpoint", run.checkpoint, "With --predict-only: best (default), last or a path");
-  std::string benchmark_kind;
-  auto* benchmark = app.add_option("--benchmark", benchmark_kind,
-                                   "Benchmark instead of training: data (the batch pipeline alone, no model), or "
-                                   "no value / step (the training step alone, synthetic batches)")
-                        ->expected(0, 1);
-  app.add_option("--workers", run.workers, "With --benchmark data: sampler thread counts to measure, e.g. 1,2,4");
-  app.add_option("--benchmark-seconds", run.benchmark_seconds, "With --benchmark: seconds measured per result row")
-      ->check(number_in(0, kMaxSeconds, Whole::kNo, /*lo_open=*/true));
-  auto* steps_opt = app.add_option("--steps", run.steps, "With --benchmark (step): timed steps")
-                        ->check(number_in(1, kMaxCount, Whole::kYes))
-                        ->capture_default_str();
-  auto* warmup_opt = app.add_option("--warmup", run.warmup, "With --benchmark (step): untimed steps first")
-                         ->check(number_in(0, kMaxCount, Whole::kYes))
-                         ->capture_default_str();
-  app.add_option("--set", run.overrides, "Override a config key: --set training.epochs=3 (repeatable)")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  app.add_option("--fold", run.fold,
-                 "Cross-validation fold (data.folds): K, or all (train every fold in turn; with --predict-only: "
-                 "the ensemble of every fold)");
-  app.add_option("--ensemble", run.ensemble,
-                 "With --predict-only: run folders whose models are averaged, e.g. fold_0,fold_1 (under "
-                 "<output_dir>/<name>) or paths")
-      ->delimiter(',')
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  app.add_option("--allow-config-change", run.allow_config_change,
-                 "With --resume: config keys that may differ from the checkpoint's (KEY[,KEY...], or section.*)")
-      ->expected(1)
-      ->delimiter(',')
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  // Commands in workflow order (as --help lists them); each block below adds its options.
+  auto* synth_app = app.add_subcommand("synth", "Make a phantom dataset (HDF5, format v1)");
+  auto* import_app = app.add_subcommand("import", "Convert external data into a dataset file (HDF5, format v1)");
+  auto* check_app = app.add_subcommand("check-data", "Read every case of a dataset in full and report every problem");
+  auto* plan_app = app.add_subcommand(
+      "plan", "Plan an experiment for a dataset: fingerprint, spacing, network, patch and batch for the GPU memory");
+  RunCli rc;
+  add_root_aliases(app, rc);
+  add_train_command(app, rc);
+  add_resume_command(app, rc);
+  add_predict_command(app, rc);
+  auto* evaluate_app = app.add_subcommand("evaluate", "Score predictions against references");
+  auto* export_app = app.add_subcommand(
+      "export", "Write a run's checkpoint as model.safetensors, model.pt, model.ts (and model.onnx) for PyTorch");
+  add_benchmark_command(app, rc);
+  auto* plot_app = app.add_subcommand("plot", "Draw <run>/progress.png and .svg from metrics.csv");
+  auto* reference_app = app.add_subcommand("config-reference", "Print every config key as Markdown");
 
   u3d::SynthCommand synth;
-  auto* synth_app = app.add_subcommand("synth", "Make a phantom dataset (HDF5, format v1)");
   synth_app
       ->add_option("--task", synth.task, "dose | segmentation | surface | kits (KiTS19-like CT, 1.6 mm, varied sizes)")
       ->capture_default_str();
@@ -211,17 +142,13 @@ int main(int argc, char** argv) {
                    "(segmentation: folders images/ and labels/ of 3D TIFF volumes)")
       ->capture_default_str();
 
-  auto* reference_app = app.add_subcommand("config-reference", "Print every config key as Markdown");
-
   u3d::CheckDataCommand check;
-  auto* check_app = app.add_subcommand("check-data", "Read every case of a dataset in full and report every problem");
   check_app->add_option("file", check.file, "Dataset file (HDF5, format v1)")->required();
   check_app->add_option("--split", check.split, "Check only this split's cases");
   check_app->add_option("--threads", check.threads, "Reader threads; 0: cores - 1")
       ->check(kThreadCount)
       ->capture_default_str();
   // trainer import <format>: external data -> dataset file (HDF5, format v1)
-  auto* import_app = app.add_subcommand("import", "Convert external data into a dataset file (HDF5, format v1)");
   import_app->require_subcommand(1);
   auto add_import_common = [](CLI::App* sub, u3d::ImportCommon& c) {
     sub->add_option("--out", c.out, "Output dataset file (.h5)")->required();
@@ -316,7 +243,6 @@ int main(int argc, char** argv) {
   import_dicom_app->add_flag("--force", import_dicom.force, "Replace an existing output file");
 
   // trainer evaluate <task>
-  auto* evaluate_app = app.add_subcommand("evaluate", "Score predictions against references");
   evaluate_app->require_subcommand(1);
   u3d::EvaluateSegmentationCommand evaluate_segmentation;
   auto* evaluate_segmentation_app =
@@ -369,8 +295,6 @@ int main(int argc, char** argv) {
       ->capture_default_str();
 
   u3d::ExportCommand export_cmd;
-  auto* export_app = app.add_subcommand(
-      "export", "Write a run's checkpoint as model.safetensors, model.pt, model.ts (and model.onnx) for PyTorch");
   export_app->add_option("run_dir", export_cmd.run_dir, "Run folder (<output_dir>/<name>)")->required();
   export_app->add_option("--checkpoint", export_cmd.checkpoint, "best, last or a checkpoint path")
       ->capture_default_str();
@@ -382,8 +306,6 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   export_app->add_option("--out", export_cmd.out, "Output folder (default <run>/export)");
   u3d::PlanCommand plan;
-  auto* plan_app = app.add_subcommand(
-      "plan", "Plan an experiment for a dataset: fingerprint, spacing, network, patch and batch for the GPU memory");
   plan_app->add_option("data", plan.data, "Dataset file (HDF5, format v1)")->required();
   plan_app->add_option("--gpu-memory", plan.gpu_memory_gib, "GPU memory budget in GiB (memory model); default 80")
       ->check(number_in(0, kMaxGpuMemoryGib, Whole::kNo, /*lo_open=*/true));
@@ -402,9 +324,11 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   plan_app->add_flag("--force", plan.force, "Replace existing outputs");
   u3d::PlotCommand plot;
-  auto* plot_app = app.add_subcommand("plot", "Draw <run>/progress.png and .svg from metrics.csv");
   plot_app->add_option("run_dir", plot.run_dir, "Run folder")->required();
   plot_app->add_option("--out", plot.out, "PNG file (default <run>/progress.png; the .svg beside it)");
+
+  Verbosity verbosity;
+  add_verbosity(&app, verbosity);
 
   try {
     app.parse(argc, argv);
@@ -417,6 +341,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    apply_verbosity(verbosity, rc);
     if (*synth_app) return u3d::synth_command(synth);
     if (*reference_app) return u3d::config_reference_command();
     if (*check_app) return u3d::check_data_command(check);
@@ -432,15 +357,7 @@ int main(int argc, char** argv) {
     if (*export_app) return u3d::export_command(export_cmd);
     if (*plot_app) return u3d::plot_command(plot);
     if (*plan_app) return u3d::plan_command(plan);
-    if (resume->count() > 0) run.resume = resume_path;
-    if (benchmark->count() > 0) run.benchmark = benchmark_kind;
-    run.steps_given = steps_opt->count() > 0 || warmup_opt->count() > 0;
-    run.checkpoint_given = checkpoint_opt->count() > 0;
-    if (run.config.empty()) {
-      std::fputs(app.help().c_str(), stderr);
-      throw u3d::UsageError("--config is required (trainer --config exp.yaml)");
-    }
-    return u3d::run_command(run);
+    return dispatch_run(app, rc);
   } catch (const u3d::Error& e) {
     return report_failure(u3d::error_line(e), e.exit_code());
   } catch (const std::exception& e) {

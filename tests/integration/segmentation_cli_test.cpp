@@ -37,20 +37,6 @@ std::string seg_config(const std::string& name, const std::string& dataset, int 
   return s.str();
 }
 
-void expect_same_geometry(const fs::path& input, const fs::path& output) {
-  const auto in = test::read_header_fields(input);
-  const auto out = test::read_header_fields(output);
-  EXPECT_EQ(out.dims, in.dims) << output;
-  EXPECT_EQ(out.pixdim, in.pixdim) << output;
-  EXPECT_EQ(out.qform_code, in.qform_code) << output;
-  EXPECT_EQ(out.quatern, in.quatern) << output;
-  EXPECT_EQ(out.qto_xyz, in.qto_xyz) << output;
-  EXPECT_EQ(out.sform_code, in.sform_code) << output;
-  EXPECT_EQ(out.sto_xyz, in.sto_xyz) << output;
-  EXPECT_EQ(out.xyz_units, in.xyz_units) << output;
-  EXPECT_EQ(out.datatype, DT_UINT8) << output;
-}
-
 class SegmentationCli : public ::testing::Test {
  protected:
   void SetUp() override { raw = test::make_nnunet_raw(dir.path(), 4, shape, /*test_cases=*/1); }
@@ -92,7 +78,7 @@ TEST_F(SegmentationCli, ImportTrainPredictEvaluateKeepsTheInputGeometry) {
   const std::string val = data.split("val").at(0);
   const auto nifti = run / "predictions" / "val" / (val + ".nii.gz");
   ASSERT_TRUE(fs::exists(nifti)) << r.output;
-  expect_same_geometry(raw / "imagesTr" / (val + "_0000.nii.gz"), nifti);
+  test::expect_same_label_geometry(raw / "imagesTr" / (val + "_0000.nii.gz"), nifti);
   const auto labels = read_nifti(nifti).data;
   EXPECT_LE(labels.max().item<int>(), 2);
   EXPECT_TRUE(fs::exists(run / "predictions" / "val_metrics.csv"));
@@ -100,7 +86,8 @@ TEST_F(SegmentationCli, ImportTrainPredictEvaluateKeepsTheInputGeometry) {
   // Cases without labels (imagesTs) predict too.
   r = trainer({"--config", "seg.yaml", "--predict-only", "--set", "predict.split=test"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  expect_same_geometry(raw / "imagesTs" / "case_004_0000.nii.gz", run / "predictions" / "test" / "case_004.nii.gz");
+  test::expect_same_label_geometry(raw / "imagesTs" / "case_004_0000.nii.gz",
+                                   run / "predictions" / "test" / "case_004.nii.gz");
 
   const auto pred_dir = run / "predictions" / "val";
   // labelsTr holds the 3 training cases too: scoring the val case alone is asked for, never implied.
@@ -149,7 +136,7 @@ TEST_F(SegmentationCli, ResampledImportPredictsInTheOriginalGrid) {
       {"--config", "r.yaml", "--predict-only", "--set", "predict.probabilities=true", "--set", "predict.tta=none"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto nifti = dir / "runs" / "r" / "predictions" / "val" / (val + ".nii.gz");
-  expect_same_geometry(raw / "imagesTr" / (val + "_0000.nii.gz"), nifti);  // 28x24x20 again
+  test::expect_same_label_geometry(raw / "imagesTr" / (val + "_0000.nii.gz"), nifti);  // 28x24x20 again
   // Softmax probabilities in the dataset's grid: (K, D, H, W), summing to 1 per voxel.
   const auto p =
       read_h5_float(dir / "runs" / "r" / "predictions" / "val.h5", "cases/" + val + "/probabilities", {3, 10, 12, 14});

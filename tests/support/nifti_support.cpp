@@ -1,6 +1,7 @@
 #include "nifti_support.h"
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <nifti2_io.h>
 
 #include <cstring>
@@ -126,6 +127,20 @@ fs::path make_nnunet_raw(const fs::path& dir, int cases, const Shape3& shape, in
     }
   }
   return root;
+}
+
+void expect_same_label_geometry(const fs::path& input, const fs::path& output) {
+  const auto in = read_header_fields(input);
+  const auto out = read_header_fields(output);
+  EXPECT_EQ(out.dims, in.dims) << output;
+  EXPECT_EQ(out.pixdim, in.pixdim) << output;
+  EXPECT_EQ(out.qform_code, in.qform_code) << output;
+  EXPECT_EQ(out.quatern, in.quatern) << output;
+  EXPECT_EQ(out.qto_xyz, in.qto_xyz) << output;
+  EXPECT_EQ(out.sform_code, in.sform_code) << output;
+  EXPECT_EQ(out.sto_xyz, in.sto_xyz) << output;
+  EXPECT_EQ(out.xyz_units, in.xyz_units) << output;
+  EXPECT_EQ(out.datatype, DT_UINT8) << output;
 }
 
 }  // namespace u3d::test

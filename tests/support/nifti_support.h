@@ -44,6 +44,9 @@ struct HeaderFields {
   std::array<double, 16> qto_xyz{};
 };
 HeaderFields read_header_fields(const fs::path& path);
+// EXPECTs that `output` (a uint8 label file) has `input`'s grid and header: dims, pixdim, qform and
+// sform (codes, parameters, matrices) and units, as read by nifticlib.
+void expect_same_label_geometry(const fs::path& input, const fs::path& output);
 
 // nnU-Net raw folder <dir>/Dataset001_Test: `cases` labelled cases (plus `test_cases` in imagesTs)
 // of `shape` (D, H, W), two channels "CT" (int16, HU-like) and "T2" (float32), labels

@@ -47,6 +47,27 @@ void run_prediction(const Config& cfg, const std::string& checkpoint);
 std::filesystem::path run_ensemble_prediction(const Config& cfg, const std::vector<std::string>& members,
                                               const std::string& checkpoint);
 
+// `trainer predict -i IN... -o OUT --run RUN_DIR [--fold N|all] [--checkpoint best|last|FILE]` or
+// `--model EXPORT_DIR` (the folder `trainer export` writes) instead of --run
+// (src/app/predict_files_command.cpp): raw NIfTI images predicted as nnUNetv2_predict does, with no
+// import and no config (everything comes from the checkpoints). IN: folders and/or files named
+// NAME_0000.nii.gz, NAME_0001.nii.gz, ... (one per input channel, predict/raw_cases.h); OUT gets
+// NAME.nii.gz (NAME.nii for .nii inputs), uint8 labels in the input's grid with its header. --run: a run
+// folder, or a cross-validation experiment (<output_dir>/<name>) whose fold_K runs are averaged (all,
+// nnU-Net's default, or --fold N). OUT is written whole or not at all; an existing non-empty OUT
+// needs --force.
+struct PredictFilesCommand {
+  std::vector<std::string> inputs;  // -i
+  std::string out;                  // -o
+  std::string run;                  // --run (or --model)
+  std::string model;                // --model: a folder of `trainer export` (predict/exported_model.h)
+  std::string checkpoint = "best";  // --checkpoint best|last|FILE of each run
+  std::string fold;                 // --fold N|all; "": the run, or every fold of an experiment
+  std::string device;               // --device auto|cpu|cuda; "": the run's training.device
+  bool force = false;               // --force: replace a non-empty OUT
+};
+int predict_files_command(const PredictFilesCommand& cmd);
+
 struct CheckDataCommand {
   std::string file;     // dataset (HDF5, format v1)
   std::string split;    // only this split's cases; empty: every case in the file
