@@ -18,6 +18,7 @@
 #include "u3d/core/input_limits.h"
 #include "u3d/core/parallel.h"
 #include "u3d/core/run.h"
+#include "u3d/core/signals.h"
 
 namespace u3d {
 namespace {
@@ -26,7 +27,8 @@ using Clock = std::chrono::steady_clock;
 using namespace cache_detail;  // the compact case form (compact_case.h)
 
 // parallel_for (parallel.h) on worker threads only, each with one intra-op thread (the workers are
-// the parallelism; the caller keeps its own setting), stopping at the first failure. A host
+// the parallelism; the caller keeps its own setting), stopping at the first failure; a stop signal
+// (core/signals.h) ends the load before the next case with a StoppedError. A host
 // allocation that fails while loading (LibTorch's allocator, std::bad_alloc) is a DataError naming
 // the settings that shrink the load, never the allocator's text.
 template <class Fn>
@@ -35,6 +37,9 @@ void parallel_items(int64_t n, int64_t threads, Fn&& fn) {
     parallel_for(
         n, threads,
         [&](int64_t i) {
+          if (const int signal = StopSignals::pending()) {
+            throw StoppedError(fmt::format("stopped by {} while loading the data", StopSignals::name(signal)), signal);
+          }
           use_one_intra_op_thread();
           fn(i);
         },

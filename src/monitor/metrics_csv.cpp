@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 
 #include "u3d/core/csv.h"
 #include "u3d/core/errors.h"
@@ -50,17 +51,27 @@ void MetricsCsv::resume(int64_t keep_through_epoch) {
   }
   const auto rows = parse_csv(read_file(path_));
   const std::vector<std::string> header = rows.empty() ? std::vector<std::string>{} : rows.front().fields;
-  if (header != columns_) {
+  // A file of an earlier version may lack columns added since (val_seconds, dice_<class>): its rows
+  // keep their values and leave the new columns empty. A column this run does not have is an error.
+  std::vector<size_t> at;  // header column i -> this run's column at[i]
+  for (const auto& column : header) {
+    at.push_back(static_cast<size_t>(std::find(columns_.begin(), columns_.end(), column) - columns_.begin()));
+  }
+  if (header.empty() || header.front() != columns_.front() || std::count(at.begin(), at.end(), columns_.size()) > 0 ||
+      std::set<size_t>(at.begin(), at.end()).size() != at.size()) {
     throw IoError(fmt::format("{}: header '{}' differs from this run's columns '{}'", path_.string(),
                               fmt::join(header, ","), fmt::join(columns_, ",")));
   }
-  std::string kept = csv_row(header);
+  std::string kept = csv_row(columns_);
   // Only complete rows (ending in '\n') with the right number of fields count; a partial last
   // row from a crash is dropped.
   for (size_t i = 1; i < rows.size(); ++i) {
-    if (!rows[i].complete || rows[i].fields.size() != columns_.size()) continue;
+    if (!rows[i].complete || rows[i].fields.size() != header.size()) continue;
     const auto epoch = parse_int(rows[i].fields[0]);
-    if (epoch && *epoch <= keep_through_epoch) kept += csv_row(rows[i].fields);
+    if (!epoch || *epoch > keep_through_epoch) continue;
+    std::vector<std::string> row(columns_.size());
+    for (size_t c = 0; c < header.size(); ++c) row[at[c]] = rows[i].fields[c];
+    kept += csv_row(row);
   }
   write_file_atomic(path_, kept);
 }

@@ -41,9 +41,13 @@ RunLog::RunLog(RunLogSettings settings, const RunPaths& paths) : settings_(std::
     case ProgressMode::kOff: break;
   }
   std::vector<std::string> columns = {
-      "epoch", "step",          "lr",           "train_loss", "val_loss",           rc.metric_name,
-      "best",  "epoch_seconds", "data_seconds", "data_share", "samples_per_second", "skipped_steps"};
-  if (rc.validates_patches) columns.insert(columns.begin() + 6, {"val_pseudo_dice", "val_pseudo_dice_ema"});
+      "epoch",         "step",        "lr",           "train_loss", "val_loss",           rc.metric_name, "best",
+      "epoch_seconds", "val_seconds", "data_seconds", "data_share", "samples_per_second", "skipped_steps"};
+  if (rc.validates_patches) {
+    std::vector<std::string> pseudo = {"val_pseudo_dice", "val_pseudo_dice_ema"};
+    for (const auto& c : dice_columns()) pseudo.push_back(c);
+    columns.insert(columns.begin() + 6, pseudo.begin(), pseudo.end());
+  }
   if (rc.scores_dose)
     columns.insert(std::find(columns.begin(), columns.end(), "best"), {"val_dose_score", "val_dvh_score"});
   std::vector<std::string> terms;  // training.loss as a list: each term's epoch mean after train_loss
@@ -57,6 +61,67 @@ RunLog::RunLog(RunLogSettings settings, const RunPaths& paths) : settings_(std::
 }
 
 RunLog::~RunLog() = default;
+
+std::vector<std::string> RunLog::dice_columns() const {
+  std::vector<std::string> columns;
+  if (!settings_.labels) return columns;
+  const auto& names = settings_.class_names;
+  for (int64_t c = 1; c < settings_.num_classes; ++c) {
+    const auto i = static_cast<size_t>(c);
+    const bool named = i < names.size() && !names[i].empty();
+    columns.push_back("dice_" + (named ? names[i] : std::to_string(c)));
+  }
+  return columns;
+}
+
+double RunLog::run_seconds_left(int64_t epoch, double epoch_left, bool after_validation) const {
+  const auto& full_due = settings_.full_validation_due;
+  auto after = [&](int64_t e) {  // the measured validation and checkpoint that follow epoch e
+    const bool full = full_due && full_due(e);
+    const double val = full ? full_val_seconds_ : settings_.validates_patches ? patch_val_seconds_ : 0.0;
+    return val + checkpoint_seconds_;
+  };
+  double left = std::max(0.0, epoch_left) + (after_validation ? checkpoint_seconds_ : after(epoch));
+  const int64_t epochs = settings_.cfg.training.epochs;
+  const double per_epoch =
+      std::isfinite(step_seconds_) ? step_seconds_ * static_cast<double>(settings_.steps_per_epoch) : 0;
+  for (int64_t e = epoch + 1; e <= epochs; ++e) left += per_epoch + after(e);
+  return left;
+}
+
+void RunLog::validation_progress(int64_t epoch, int64_t done, int64_t total) {
+  if (done == 0) phase_started_ = std::chrono::steady_clock::now();
+  if (!bar_ || (done > 0 && done < total && !progress_due())) return;
+  Progress p;
+  p.phase = Phase::kValidating;
+  p.epoch = epoch;
+  p.step = done;
+  p.elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - phase_started_).count();
+  p.steps_per_second = done > 0 && p.elapsed > 0 ? static_cast<double>(done) / p.elapsed : 0;
+  // Before the first case: the last validation's time; then this one's rate.
+  const double per_case = done > 0 ? p.elapsed / static_cast<double>(done)
+                                   : (total > 0 ? full_val_seconds_ / static_cast<double>(total) : 0.0);
+  p.seconds_left = done > 0 || full_val_seconds_ > 0 ? per_case * static_cast<double>(total - done) : -1;
+  p.run_seconds_left =
+      std::max(0.0, p.seconds_left) + patch_val_seconds_ + run_seconds_left(epoch, 0, /*after_validation=*/true);
+  last_progress_ = std::chrono::steady_clock::now();
+  set_status_line(progress_bar_line(p, settings_.cfg.training.epochs, total, console_columns()));
+}
+
+void RunLog::checkpointing(int64_t epoch) {
+  phase_started_ = std::chrono::steady_clock::now();
+  if (!bar_) return;
+  Progress p;
+  p.phase = Phase::kCheckpointing;
+  p.epoch = epoch;
+  p.run_seconds_left = run_seconds_left(epoch, 0, /*after_validation=*/true);
+  last_progress_ = std::chrono::steady_clock::now();
+  set_status_line(progress_bar_line(p, settings_.cfg.training.epochs, 0, console_columns()));
+}
+
+void RunLog::validated(bool full, double seconds) { (full ? full_val_seconds_ : patch_val_seconds_) = seconds; }
+
+void RunLog::checkpointed(double seconds) { checkpoint_seconds_ = seconds; }
 
 void RunLog::begin(const std::optional<RunPosition>& resumed) {
   if (settings_.cfg.logging.tensorboard) {
@@ -117,9 +182,10 @@ void RunLog::progress(const EpochPosition& at, const torch::Device& device) {
   p.samples_per_second = static_cast<double>(at.samples) / elapsed;
   p.steps_per_second = 1.0 / per_step;
   p.data_share = at.data_seconds / elapsed;
+  p.elapsed = elapsed;
   p.seconds_left = per_step * static_cast<double>(steps - at.step);
-  p.run_seconds_left =
-      p.seconds_left + per_step * static_cast<double>(steps * (settings_.cfg.training.epochs - at.epoch));
+  step_seconds_ = per_step;
+  p.run_seconds_left = run_seconds_left(at.epoch, p.seconds_left, /*after_validation=*/false);
   p.skipped = at.skipped;
   p.gpu_bytes = gpu_memory_in_use(device, &p.gpu_total);
   progress(p);
@@ -132,10 +198,11 @@ void RunLog::progress(const Progress& p) {
     return;
   }
   spdlog::info(
-      "epoch {}/{} step {}/{} loss {:.5f} lr {:.3g} {:.1f} samples/s, data wait {:.0f}%, epoch ends in {:.0f} "
-      "s, run in {}{}",
-      p.epoch, settings_.cfg.training.epochs, p.step, settings_.steps_per_epoch, p.loss, p.lr, p.samples_per_second,
-      100.0 * p.data_share, p.seconds_left, clock_text(p.run_seconds_left),
+      "epoch {}/{} step {}/{} [{}<{}, {}] loss {:.5f} lr {:.3g} {:.1f} samples/s, data wait {:.0f}%, run ETA "
+      "{}{}",
+      p.epoch, settings_.cfg.training.epochs, p.step, settings_.steps_per_epoch, tqdm_interval(p.elapsed),
+      tqdm_interval(p.seconds_left), tqdm_rate(p.steps_per_second), p.loss, p.lr, p.samples_per_second,
+      100.0 * p.data_share, clock_text(p.run_seconds_left),
       p.skipped > 0 ? fmt::format(", {} steps skipped (NaN/Inf)", p.skipped) : "");
 }
 
@@ -184,6 +251,7 @@ void RunLog::epoch(int64_t epoch, int64_t global_step, const EpochStats& train, 
       {"val_pseudo_dice_ema", value(&ValStats::pseudo_dice_ema)},
       {"best", improved ? "1" : "0"},
       {"epoch_seconds", fmt::format("{:.3f}", train.seconds)},
+      {"val_seconds", val ? fmt::format("{:.3f}", val->seconds) : std::string()},
       {"data_seconds", fmt::format("{:.3f}", train.data_seconds)},
       {"data_share", fmt::format("{:.4f}", data_share)},
       {"samples_per_second", fmt::format("{:.3f}", sps)},
@@ -193,18 +261,27 @@ void RunLog::epoch(int64_t epoch, int64_t global_step, const EpochStats& train, 
   for (size_t i = 0; i < terms.size(); ++i) {
     row["loss_" + terms[i].name] = i < train.term_losses.size() ? fmt_metric(train.term_losses[i]) : std::string();
   }
+  const auto dice = dice_columns();
+  for (size_t i = 0; i < dice.size() && val; ++i) {
+    row[dice[i]] = i < val->pseudo_dice_per_class.size() ? fmt_metric(val->pseudo_dice_per_class[i]) : std::string();
+  }
   csv_->append(row);
   epoch_views(global_step, row, val);
   clear_progress();
-  const std::string timing = fmt::format("{:.1f} s, {:.1f} samples/s, data wait {:.1f} s ({:.0f}%)", train.seconds, sps,
+  const std::string timing = fmt::format("{:.1f} s{}, {:.1f} samples/s, data wait {:.1f} s ({:.0f}%)", train.seconds,
+                                         val ? fmt::format(" + {:.1f} s validation", val->seconds) : "", sps,
                                          train.data_seconds, 100.0 * data_share);
   if (val) {
     const std::string dose = settings_.scores_dose ? fmt::format(" val_dose_score {:.4f} val_dvh_score {:.4f}",
                                                                  val->dose_score, val->dvh_score)
                                                    : "";
-    const std::string pseudo = std::isfinite(val->pseudo_dice) ? fmt::format(" pseudo_dice {:.4f} (ema {:.4f})",
-                                                                             val->pseudo_dice, val->pseudo_dice_ema)
-                                                               : "";
+    std::vector<std::string> per_class;  // nnU-Net's "Pseudo dice [0.87, 0.61]"
+    for (double d : val->pseudo_dice_per_class)
+      per_class.push_back(std::isfinite(d) ? fmt::format("{:.4f}", d) : "nan");
+    const std::string pseudo = std::isfinite(val->pseudo_dice)
+                                   ? fmt::format(" pseudo_dice {:.4f} [{}] (ema {:.4f})", val->pseudo_dice,
+                                                 fmt::join(per_class, ", "), val->pseudo_dice_ema)
+                                   : "";
     const std::string metric =
         std::isfinite(val->metric) ? fmt::format(" {} {:.4f}", settings_.metric_name, val->metric) : "";
     spdlog::info("epoch {}/{}: train_loss {:.5f} val_loss {:.5f}{}{}{}{} | {}", epoch, settings_.cfg.training.epochs,

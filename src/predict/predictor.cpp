@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "u3d/core/errors.h"
+#include "u3d/core/signals.h"
 #include "u3d/model/autocast.h"
 
 namespace u3d {
@@ -45,7 +47,8 @@ SlidingWindowOptions window_options(const Config& cfg, const Shape3& patch, cons
                               cfg.predict.gaussian,
                               mirror,
                               /*autocast=*/inference_autocast(cfg.training, device),
-                              channels_last};
+                              channels_last,
+                              /*stop=*/{}};
 }
 
 std::vector<std::vector<int64_t>> mirror_combinations() {
@@ -112,6 +115,9 @@ void sliding_window_predict(NetworkImpl& net, const torch::Tensor& image, const 
   torch::Tensor norm = torch::zeros({extent, padded[1], padded[2]}, torch::TensorOptions().device(device));
   int64_t base = 0;
   for (const auto& [first, last] : batches) {
+    if (o.stop && o.stop()) {
+      throw StoppedError("sliding-window prediction: stopped by a signal", std::max(StopSignals::pending(), 0));
+    }
     std::vector<torch::Tensor> windows;
     for (size_t i = first; i < last; ++i) {
       const auto& p = origins[i];

@@ -11,6 +11,8 @@ RunLogSettings run_log_settings(const ResolvedConfig& rc) {
   s.scores_dose = rc.scores_dose();
   s.labels = rc.task() == Task::kSegmentation;
   s.num_classes = rc.info.num_classes;
+  s.class_names = rc.info.class_names;
+  s.full_validation_due = [rc](int64_t epoch) { return rc.full_validation_due(epoch); };
   s.steps_per_epoch = rc.steps_per_epoch;
   s.world_size = rc.world_size;
   return s;

@@ -42,7 +42,12 @@ TrainState Trainer::fit() {
   run_started_ = Clock::now();
   check_run_folder();
   setup_runtime();
-  load_data();  // calls prepare_run() once every check has passed and the data is loaded
+  try {
+    load_data();  // calls prepare_run() once every check has passed and the data is loaded
+  } catch (const StoppedError&) {
+    // A stop signal while the cases load (data/cache.h ends the load before the next case): the
+    // line below says so; data-parallel ranks agree on it in stopping().
+  }
   if (stopping()) {
     spdlog::info("stopped by {} before training started; nothing to save", StopSignals::name(stop_signal_));
     return state_;
@@ -124,6 +129,9 @@ void Trainer::load_data() {
                      fmt::format("{} train {} val {}", rc_.cases_sha256, rc_.train_ids.size(), rc_.val_ids.size()),
                      fmt::format("every rank must read the same {} (a shared file system)", cfg().data.path));
   }
+  // The load can take minutes: say it starts (Ctrl-C stops it before the next case, data/cache.h).
+  spdlog::info("data: loading {} train / {} val cases of {}", rc_.train_ids.size(),
+               rc_.validates() ? rc_.val_ids.size() : 0, cfg().data.path);
   data_ = std::make_unique<TrainData>(rc_, *reader_, runtime_);
   state_.train_target_mean = data_->train_cache().target_mean();
   if (ranks_.main()) prepare_run();  // every check has passed: the run folder is used from here (rank 0 writes it)
@@ -298,7 +306,7 @@ torch::Tensor Trainer::optimizer_step(int64_t epoch, int64_t step, double& data_
 void Trainer::after_step(int64_t epoch, const torch::Tensor& loss, EpochPosition at) {
   if (log_) log_->step(state_.global_step, epoch, at.step, at.lr, loss, last_found_inf_);
   if (state_.global_step % cfg().training.max_nonfinite_steps == 0) check_nonfinite();
-  if (!log_ || !log_->progress_due() || at.step >= rc_.steps_per_epoch) return;
+  if (!log_ || !(log_->progress_due() || (at.step == rc_.steps_per_epoch && log_->shows_bar()))) return;  // N/N shown
   // An asynchronous snapshot: the newest whose copy has completed (CUDA), never a wait.
   monitor_->request(state_.step_in_epoch);
   const StepMonitor::Snapshot snapshot = monitor_->latest();
@@ -344,8 +352,12 @@ std::optional<ValStats> Trainer::validate(int64_t epoch) {
   if (!validator_->due(epoch)) return std::nullopt;
   try {
     const auto started = Clock::now();
+    validator_->set_progress([this, epoch](int64_t done, int64_t total) {
+      if (log_) log_->validation_progress(epoch, done, total);  // the status line's validating phase
+    });
     std::optional<ValStats> val = validator_->run(epoch, state_, [this] { return stopping(); });
     if (rc_.full_validation_due(epoch)) validation_seconds_ = seconds_since(started);
+    if (log_ && val->complete) log_->validated(rc_.full_validation_due(epoch), val->seconds);  // the run's ETA
     return val;
   } catch (const std::exception& e) {
     rethrow(e, out_of_memory_message(cfg(), runtime_.device, "validation"));
@@ -377,7 +389,10 @@ bool Trainer::end_epoch(int64_t epoch, const EpochStats& stats, const std::optio
   const bool stop_here = ranks_.rank0_decides(!rule.empty());  // data-parallel: the clock is rank 0's
   if (!stop_here) rule.clear();
   if (stop_here && rule.empty()) rule = "rank 0's stopping rule";
+  if (log_) log_->checkpointing(epoch);
+  const auto checkpoint_started = Clock::now();
   keeper_.at_epoch_end(epoch, state_.global_step, improved, /*last=*/!rule.empty());
+  if (log_) log_->checkpointed(seconds_since(checkpoint_started));  // the run's ETA counts it for each epoch left
   ranks_.barrier();
   if (!rule.empty()) spdlog::info("stopping after epoch {} of {}: {}", epoch, cfg().training.epochs, rule);
   return !rule.empty();

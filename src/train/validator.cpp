@@ -6,6 +6,8 @@
 #include <cmath>
 #include <thread>
 
+#include "u3d/core/errors.h"
+#include "u3d/core/signals.h"
 #include "u3d/evaluate/dose_metrics.h"
 #include "u3d/evaluate/metrics.h"
 #include "u3d/model/autocast.h"
@@ -13,6 +15,18 @@
 #include "u3d/train/distributed.h"
 
 namespace u3d {
+namespace {
+
+// The slow_val test fault: `ms` of sleep in slices, ended early by a stop signal (as a real case
+// is, between its batches of windows).
+void slow_down(int64_t ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < until && !StopSignals::pending()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+}  // namespace
 
 Validator::Validator(const ResolvedConfig& rc, const TrainData& data, const DatasetReader& reader,
                      const torch::Device& device, int64_t threads, NetworkImpl& net, const Loss& loss,
@@ -40,8 +54,10 @@ Validator::~Validator() = default;
 bool Validator::due(int64_t epoch) const { return rc_.full_validation_due(epoch) || data_.val_sampler(); }
 
 ValStats Validator::run(int64_t epoch, TrainState& state, const std::function<bool()>& stopping) {
+  const auto started = std::chrono::steady_clock::now();
   ValStats stats = rc_.full_validation_due(epoch) ? full_volumes(epoch, stopping) : ValStats{};
   if (stats.complete && data_.val_sampler()) patches(epoch, stats, state);
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return stats;
 }
 
@@ -49,7 +65,10 @@ ValStats Validator::full_volumes(int64_t epoch, const std::function<bool()>& sto
   const Config& cfg = rc_.cfg;
   const Preprocessor& pre = data_.pre();
   // The windows of prediction (predictor.h), without mirroring; autocast as the training step.
-  const SlidingWindowOptions sw = window_options(cfg, cfg.data.patch_size, device_, channels_last_, /*mirror=*/false);
+  SlidingWindowOptions sw = window_options(cfg, cfg.data.patch_size, device_, channels_last_, /*mirror=*/false);
+  // One process: a stop signal ends the case between batches of windows (a host-side check).
+  // Data-parallel ranks finish their case, so every rank meets the round's stopping() collective.
+  if (!dist_) sw.stop = [] { return StopSignals::pending() != 0; };
   // Per case, on the device: (1 + M,) float64, the loss and the metric's values (segmentation: the
   // Dice of each foreground class; regression: the MAE), read back once after the last case.
   std::vector<torch::Tensor> scores;
@@ -59,16 +78,24 @@ ValStats Validator::full_volumes(int64_t epoch, const std::function<bool()>& sto
   const int64_t n = static_cast<int64_t>(cases.size());
   const int64_t rank = dist_ ? dist_->rank() : 0, world = dist_ ? dist_->world_size() : 1;
   const bool segmentation = pre.task() == Task::kSegmentation;
+  const auto interrupted = [] {
+    ValStats stats;
+    stats.complete = false;
+    return stats;
+  };
   for (int64_t round = 0; round * world < n; ++round) {  // data-parallel: case round * W + rank
-    if (stopping()) {
-      ValStats interrupted;
-      interrupted.complete = false;
-      return interrupted;
-    }
+    if (progress_) progress_(std::min(round * world, n), n);
+    if (stopping()) return interrupted();
     if (round * world + rank >= n) continue;
     const auto& c = cases[static_cast<size_t>(round * world + rank)];
-    if (faults_.slow_val_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(faults_.slow_val_ms));
-    const torch::Tensor out = sliding_window_predict(net_, c.image, sw, device_);  // (K, D, H, W)
+    if (faults_.slow_val_ms > 0) slow_down(faults_.slow_val_ms);
+    torch::Tensor out;  // (K, D, H, W)
+    try {
+      out = sliding_window_predict(net_, c.image, sw, device_);
+    } catch (const StoppedError&) {  // sw.stop saw this process's signal
+      stopping();                    // records it (one process: no collective)
+      return interrupted();
+    }
     // The val cache is page-locked on CUDA (TrainData): asynchronous copies.
     const torch::Tensor target = c.target.to(device_, /*non_blocking=*/true);
     const torch::Tensor mask =
@@ -102,6 +129,7 @@ ValStats Validator::full_volumes(int64_t epoch, const std::function<bool()>& sto
     }
     scores.push_back(torch::cat({case_loss, metric}));
   }
+  if (progress_) progress_(n, n);
   // The one host read of the epoch's losses and metrics.
   std::vector<double> losses, metrics;
   if (!scores.empty()) {
@@ -165,6 +193,7 @@ void Validator::patches(int64_t epoch, ValStats& stats, TrainState& state) {
   const int64_t batches = rc_.cfg.training.val_patch_batches;
   const int64_t first = dist_ ? dist_->rank() : 0, stride = dist_ ? dist_->world_size() : 1;
   for (int64_t b = first; b < batches; b += stride) {  // data-parallel: this rank's share of the batches
+    if (progress_) progress_(b, batches);
     const Batch batch = data_.val_sampler()->batch(epoch, b).to(device_);
     torch::Tensor image = batch.image;
     if (channels_last_) image = image.contiguous(at::MemoryFormat::ChannelsLast3d);
@@ -204,6 +233,7 @@ void Validator::patches(int64_t epoch, ValStats& stats, TrainState& state) {
     const double denom = static_cast<double>(2 * h[0][c] + h[1][c] + h[2][c]);
     dice.push_back(denom > 0 ? 2.0 * static_cast<double>(h[0][c]) / denom : std::numeric_limits<double>::quiet_NaN());
   }
+  stats.pseudo_dice_per_class = dice;
   stats.pseudo_dice = nan_mean(dice);
   if (std::isfinite(stats.pseudo_dice)) {
     const double w = rc_.cfg.training.pseudo_dice_ema;

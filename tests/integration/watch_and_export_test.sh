@@ -85,8 +85,12 @@ if command -v script >/dev/null; then
   rm -rf "$RUN"
   script -q -e -c "TERM=xterm '$TRAINER' --config exp.yaml --set logging.tensorboard=false" tty.log > /dev/null ||
     { cat tty.log; fail "training under a pseudo-terminal"; }
-  grep -q $'\r\033\[Kepoch 1/2 ' tty.log || fail "no status line drawn on the terminal"
-  grep -q "it/s | ETA" tty.log || fail "status line without it/s and ETA"
+  # The phases, each counted as tqdm does: n/total [elapsed<remaining, rate], then the run's ETA.
+  grep -q $'\r\033\[Ktraining epoch 1/2 ' tty.log || fail "no training status line drawn on the terminal"
+  grep -qE '[0-9]+/[0-9]+ \[[0-9:]+<[0-9:?]+, +([0-9.]+(it/s|s/it)|\?it/s)\] \| run ETA' tty.log ||
+    fail "status line without tqdm's [elapsed<remaining, rate] and the run's ETA"
+  grep -q $'\r\033\[Kvalidating epoch 1/2 ' tty.log || fail "no validating phase on the status line"
+  grep -q $'\r\033\[Kcheckpointing epoch 1/2 ' tty.log || fail "no checkpointing phase on the status line"
   # Every log line starts at the beginning of a line or right after the erase-line code.
   "$PY" - tty.log <<'PY' || fail "a log line collided with the status line"
 import re, sys

@@ -29,6 +29,10 @@ struct ValStats {
   double dvh_score = std::numeric_limits<double>::quiet_NaN();
   double pseudo_dice = std::numeric_limits<double>::quiet_NaN();      // val patches, this epoch
   double pseudo_dice_ema = std::numeric_limits<double>::quiet_NaN();  // its running EMA
+  // nnU-Net's "Pseudo dice [0.87, 0.61]": the pseudo-Dice of each foreground class (1 .. K - 1), NaN
+  // for a class absent from prediction and target alike; pseudo_dice is their mean over the finite ones.
+  std::vector<double> pseudo_dice_per_class;
+  double seconds = 0;  // the validation's wall time (whole volumes and patches), s
   // With logging.tensorboard: the middle slice along D of the first val case, (H, W) float32 on the
   // CPU: its first input channel, its target (labels or target units) and the prediction.
   std::string preview_case;

@@ -8,8 +8,10 @@
 //
 // metrics.csv columns: epoch, step, lr, train_loss, [loss_<term> per term of a training.loss list,
 // unweighted], val_loss, <task metric>, [val_pseudo_dice,
-// val_pseudo_dice_ema], [val_dose_score, val_dvh_score], best, epoch_seconds, data_seconds,
-// data_share, samples_per_second, skipped_steps (bracketed ones when that validation runs).
+// val_pseudo_dice_ema, dice_<class> per foreground class (its pseudo-Dice; the class name, or its
+// index when unnamed)], [val_dose_score, val_dvh_score], best, epoch_seconds, val_seconds,
+// data_seconds, data_share, samples_per_second, skipped_steps (bracketed ones when that validation
+// runs). epoch_seconds is the training steps' time, val_seconds the validation's.
 #pragma once
 #include <torch/torch.h>
 
@@ -19,6 +21,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "u3d/core/config.h"
 #include "u3d/core/logging.h"
@@ -41,6 +45,11 @@ struct RunLogSettings {
   bool scores_dose = false;        // val_dose_score and val_dvh_score columns
   bool labels = false;             // segmentation: the previews on the label scale
   int64_t num_classes = 0;         // labels: 0 .. num_classes - 1
+  // Segmentation: the name of each class 0 .. num_classes - 1 (empty or short: indices); with patch
+  // validation each foreground class has a dice_<name> column, an epoch/dice_<name> TensorBoard scalar.
+  std::vector<std::string> class_names;
+  // Whether whole volumes are validated after an epoch (the run's ETA counts those validations).
+  std::function<bool(int64_t epoch)> full_validation_due;
   int64_t steps_per_epoch = 0;
   int64_t world_size = 1;  // data-parallel processes
 };
@@ -86,6 +95,15 @@ class RunLog {
     last_progress_ = epoch_started_ = std::chrono::steady_clock::now();
     first_step_ = first_step;
   }
+  // The status line while validating: `done` of `total` val cases of `epoch` (redrawn when due, and
+  // at 0 and at total). Host-side only.
+  void validation_progress(int64_t epoch, int64_t done, int64_t total);
+  // The status line while the checkpoints after `epoch` are written.
+  void checkpointing(int64_t epoch);
+  // Measured times the run's ETA counts for each epoch left: the last validation (`full`: whole
+  // volumes; else patches only) and the last epoch-end checkpoint.
+  void validated(bool full, double seconds);
+  void checkpointed(double seconds);
   // Removes the status line (before the epoch summary, at the end, on an error).
   void clear_progress() const;
   bool shows_bar() const { return bar_; }
@@ -106,6 +124,10 @@ class RunLog {
   void epoch_views(int64_t global_step, const std::map<std::string, std::string>& row,
                    const std::optional<ValStats>& val);
   void view_failed(const std::string& what, const std::exception& e);
+  // Seconds to the run's end from `epoch` with `epoch_left` s of its training steps to go; counts
+  // the validations and checkpoints of `epoch` (unless `after_validation`) and of every later epoch.
+  double run_seconds_left(int64_t epoch, double epoch_left, bool after_validation) const;
+  std::vector<std::string> dice_columns() const;
 
   const RunLogSettings settings_;
   const RunPaths& paths_;
@@ -115,6 +137,9 @@ class RunLog {
   std::chrono::steady_clock::time_point last_progress_;
   std::chrono::steady_clock::time_point epoch_started_;
   int64_t first_step_ = 0;
+  double step_seconds_ = std::numeric_limits<double>::quiet_NaN();                // per training step, last measured
+  double full_val_seconds_ = 0, patch_val_seconds_ = 0, checkpoint_seconds_ = 0;  // last measured
+  std::chrono::steady_clock::time_point phase_started_;
   std::unique_ptr<TensorBoardWriter> tb_;  // logging.tensorboard
   bool view_warned_ = false;               // a plot or TensorBoard failure was reported
   bool bar_ = false;                       // logging.progress resolved: a status line on the terminal

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,9 @@ struct SlidingWindowOptions {
   std::optional<at::ScalarType> autocast;
   // Windows in ChannelsLast3d (the network's layout, set_layout()).
   bool channels_last = false;
+  // Polled before each batch of windows (a host-side check, no device sync): when it returns true
+  // the prediction ends with a StoppedError (validation answers Ctrl-C inside a large case).
+  std::function<bool()> stop;
 };
 
 // The windows of a prediction as the config sets them, shared by validation (train/validator.h) and

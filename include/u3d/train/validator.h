@@ -42,6 +42,9 @@ class Validator {
             Distributed* dist = nullptr);
   ~Validator();
 
+  // Called after each val case (whole volumes) with the cases done and their number, for the status
+  // line; host-side only.
+  void set_progress(std::function<void(int64_t done, int64_t total)> progress) { progress_ = std::move(progress); }
   // Whether anything is validated after `epoch`.
   bool due(int64_t epoch) const;
   // The validation due after `epoch`. Updates state.pseudo_dice_ema. `stopping` is polled between
@@ -70,7 +73,8 @@ class Validator {
   const Loss& loss_;
   bool channels_last_;
   const TestFaults& faults_;
-  Distributed* dist_;                         // data-parallel: null for one process
+  Distributed* dist_;  // data-parallel: null for one process
+  std::function<void(int64_t, int64_t)> progress_;
   std::unique_ptr<DoseEvaluator> dose_eval_;  // OpenKBP dose/DVH scores of the val split, or null
 };
 

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "fixtures.h"
+#include "u3d/core/errors.h"
 #include "u3d/predict/predictor.h"
 
 namespace u3d {
@@ -31,6 +32,19 @@ TEST(Predictor, WindowStartsCoverTheVolume) {
     EXPECT_EQ(s.back(), size - 32);
     for (size_t i = 1; i < s.size(); ++i) EXPECT_LE(s[i] - s[i - 1], 16);
   }
+}
+
+// SlidingWindowOptions::stop is polled before each batch of windows: validation answers Ctrl-C
+// inside a large case instead of after it.
+TEST(Predictor, StopEndsThePredictionBetweenBatchesOfWindows) {
+  auto net = std::make_shared<Doubler>();
+  const auto image = torch::randn({1, 20, 13, 30});
+  SlidingWindowOptions o = test::window({8, 8, 16}, 1);
+  int polls = 0;
+  o.stop = [&] { return ++polls > 3; };
+  EXPECT_THROW(sliding_window_predict(*net, image, o, torch::kCPU), StoppedError);
+  EXPECT_EQ(polls, 4);
+  EXPECT_EQ(net->calls, 3);  // the windows after the stop never ran
 }
 
 TEST(Predictor, GaussianMapIsSymmetricWithPeakOne) {
