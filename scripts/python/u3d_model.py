@@ -57,6 +57,8 @@ DEFAULTS = {
     "convs_per_level": 2,
     "blocks_per_level": [],
     "kernel_size": 3,
+    "kernel_sizes": [],  # per stage (D, H, W) triples; empty: kernel_size everywhere
+    "strides": [],  # per stage (D, H, W) triples; empty: 1 at stage 0, then 2
     "norm": "instance",
     "norm_groups": 8,
     "activation": "leaky_relu",
@@ -103,6 +105,11 @@ def model_config(spec) -> dict:
     if isinstance(bpl, str):
         bpl = json.loads(bpl) if bpl.strip() else []
     cfg["blocks_per_level"] = [int(b) for b in bpl]
+    for k in ("kernel_sizes", "strides"):
+        v = cfg[k]
+        if isinstance(v, str):
+            v = json.loads(v) if v.strip() else []
+        cfg[k] = [tuple(int(a) for a in (t if isinstance(t, (list, tuple)) else [t, t, t])) for t in v]
     for key, allowed in (("architecture", ARCHITECTURES), ("norm", NORMS), ("activation", ACTIVATIONS),
                          ("output_activation", OUTPUT_ACTIVATIONS)):
         cfg[key] = str(cfg[key])
@@ -157,10 +164,10 @@ class ConvBlock(nn.Module):
 
     def __init__(self, cin, cout, stride, cfg, kernel=0, bias=None, activate=True):
         super().__init__()
-        k = kernel if kernel > 0 else cfg["kernel_size"]
+        k = _triple(kernel if kernel else cfg["kernel_size"])
         if bias is None:
             bias = cfg["norm"] == "none"
-        self.conv = nn.Conv3d(cin, cout, k, stride=stride, padding=k // 2, bias=bias)
+        self.conv = nn.Conv3d(cin, cout, k, stride=_triple(stride), padding=tuple(a // 2 for a in k), bias=bias)
         self.dropout = nn.Dropout3d(cfg["dropout"]) if cfg["dropout"] > 0 else None
         self.norm = _make_norm(cfg["norm"], cout, cfg["norm_groups"])
         self.activation = cfg["activation"]
@@ -179,11 +186,12 @@ class ConvBlock(nn.Module):
 class ResidualBlock(nn.Module):
     """nnU-Net's BasicBlockD: activation(conv2(conv1(x)) + project(pool(x)))."""
 
-    def __init__(self, cin, cout, stride, cfg):
+    def __init__(self, cin, cout, stride, cfg, kernel=0):
         super().__init__()
-        self.conv1 = ConvBlock(cin, cout, stride, cfg, bias=True)
-        self.conv2 = ConvBlock(cout, cout, 1, cfg, bias=True, activate=False)
-        self.pool = nn.AvgPool3d(stride, stride) if stride > 1 else None
+        stride = _triple(stride)
+        self.conv1 = ConvBlock(cin, cout, stride, cfg, kernel=kernel, bias=True)
+        self.conv2 = ConvBlock(cout, cout, 1, cfg, kernel=kernel, bias=True, activate=False)
+        self.pool = nn.AvgPool3d(stride, stride) if max(stride) > 1 else None
         self.project = ConvBlock(cin, cout, 1, cfg, kernel=1, bias=False, activate=False) if cin != cout else None
         self.activation = cfg["activation"]
         self.negative_slope = cfg["negative_slope"]
@@ -206,25 +214,33 @@ class UNet3d(nn.Module):
         bias = True if residual else None
         self.filters = [min(cfg["base_filters"] << l, cfg["max_filters"]) for l in range(self.levels)]
         f = self.filters
+        # model.kernel_sizes and model.strides (core/stage_geometry.h): per stage, per axis.
+        kernels = cfg["kernel_sizes"] or [_triple(cfg["kernel_size"])] * self.levels
+        strides = cfg["strides"] or [(1, 1, 1)] + [(2, 2, 2)] * (self.levels - 1)
+        self.divisors = [1, 1, 1]
+        for s in strides:
+            self.divisors = [d * a for d, a in zip(self.divisors, s)]
         prev = in_channels
         for l in range(self.levels):
             blocks = []
             if residual:
                 if l == 0:  # the stem
-                    blocks.append(ConvBlock(prev, f[0], 1, cfg, bias=True))
+                    blocks.append(ConvBlock(prev, f[0], 1, cfg, kernel=kernels[0], bias=True))
                     prev = f[0]
                 n = cfg["blocks_per_level"][l] if cfg["blocks_per_level"] else NNUNET_BLOCKS[min(l, 7)]
                 for b in range(n):
-                    blocks.append(ResidualBlock(prev if b == 0 else f[l], f[l], 2 if (l > 0 and b == 0) else 1, cfg))
+                    blocks.append(ResidualBlock(prev if b == 0 else f[l], f[l], strides[l] if b == 0 else 1, cfg,
+                                                kernel=kernels[l]))
             else:
                 for c in range(cfg["convs_per_level"]):
-                    blocks.append(ConvBlock(prev if c == 0 else f[l], f[l], 2 if (l > 0 and c == 0) else 1, cfg))
+                    blocks.append(ConvBlock(prev if c == 0 else f[l], f[l], strides[l] if c == 0 else 1, cfg,
+                                            kernel=kernels[l]))
             self.add_module(f"encoder{l}", nn.Sequential(*blocks))
             prev = f[l]
         for l in range(self.levels - 2, -1, -1):
-            self.add_module(f"up{l}", nn.ConvTranspose3d(f[l + 1], f[l], 2, stride=2))
+            self.add_module(f"up{l}", nn.ConvTranspose3d(f[l + 1], f[l], strides[l + 1], stride=strides[l + 1]))
             self.add_module(f"decoder{l}", nn.Sequential(*[
-                ConvBlock(2 * f[l] if c == 0 else f[l], f[l], 1, cfg, bias=bias)
+                ConvBlock(2 * f[l] if c == 0 else f[l], f[l], 1, cfg, kernel=kernels[l], bias=bias)
                 for c in range(cfg["convs_per_level"])]))
         self.head = nn.Conv3d(f[0], out_channels, 1)
         self.deep_heads = []
@@ -234,7 +250,7 @@ class UNet3d(nn.Module):
                 self.deep_heads.append(f"deep_head{l}")
 
     def size_divisor(self):
-        return 1 << (self.levels - 1)
+        return max(self.divisors)
 
     def _run(self, x, deep):
         skips = []

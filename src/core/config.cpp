@@ -23,6 +23,7 @@
 #include "u3d/core/files.h"
 #include "u3d/core/input_limits.h"
 #include "u3d/core/normalize_spec.h"
+#include "u3d/core/stage_geometry.h"
 #include "u3d/core/text.h"
 
 namespace u3d {
@@ -312,7 +313,6 @@ void validate(const Config& cfg) {
     throw ConfigError(fmt::format("{}: model.max_filters: {} is below model.base_filters = {}",
                                   key_origin(cfg, "model.max_filters"), m.max_filters, m.base_filters));
   }
-  const int64_t divisor = pow2(m.levels - 1);
   if (m.architecture == Architecture::kOpenKbpBaseline) {
     for (int axis = 0; axis < 3; ++axis) {
       if (cfg.data.patch_size[axis] % 64 != 0) {
@@ -348,11 +348,14 @@ void validate(const Config& cfg) {
                     "openkbp_baseline; set it to off",
                     key_origin(cfg, "model.activation_checkpointing"), to_string(m.activation_checkpointing)));
   }
+  validate_stage_geometry(cfg);
+  const Shape3 divisor = patch_divisor(m);  // 2^(levels - 1) per axis unless model.strides says otherwise
   for (int axis = 0; axis < 3; ++axis) {
-    if (cfg.data.patch_size[axis] % divisor != 0) {
+    if (cfg.data.patch_size[axis] % divisor[axis] != 0) {
       throw ConfigError(fmt::format(
-          "{}: data.patch_size: {} must divide by {} in every axis for model.levels = {} (each level halves it)",
-          key_origin(cfg, "data.patch_size"), Codec<Shape3>::format(cfg.data.patch_size), divisor, m.levels));
+          "{}: data.patch_size: {} must divide by {} (D, H, W) for model.levels = {} (the product of the strides)",
+          key_origin(cfg, "data.patch_size"), Codec<Shape3>::format(cfg.data.patch_size),
+          Codec<Shape3>::format(divisor), m.levels));
     }
   }
   if (!cfg.data.channels.empty() && cfg.data.normalize.size() != 1 &&

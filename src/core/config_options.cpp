@@ -175,7 +175,9 @@ const std::vector<Option>& option_table() {
               "(e.g. 70 for dose in Gy)",
               positive()),
       U3D_KEY(data, batch_size, "Patches per training step", at_least<int64_t>(1)),
-      U3D_KEY(data, patch_size, "Training patch (D, H, W) in voxels; must divide by 2^(model.levels - 1)",
+      U3D_KEY(data, patch_size,
+              "Training patch (D, H, W) in voxels; each axis must divide by the product of its model.strides "
+              "(2^(model.levels - 1) by default)",
               shape_at_least(1)),
       U3D_KEY(data, foreground_fraction, "Share of training patches centred on a foreground voxel (nnU-Net uses 0.33)",
               in_range(0.0, 1.0)),
@@ -280,6 +282,12 @@ const std::vector<Option>& option_table() {
       U3D_KEY(model, kernel_size, "Convolution kernel (odd)", Check<int64_t>([](const int64_t& k) {
                 return (k >= 1 && k % 2 == 1 && k <= 7) ? "" : std::string("must be 1, 3, 5 or 7");
               })),
+      U3D_KEY(model, kernel_sizes,
+              "unet, resenc_unet: convolution kernel per stage and axis, model.levels (D, H, W) triples, odd "
+              "(nnU-Net's conv_kernel_sizes, e.g. [[1, 3, 3], [3, 3, 3], ...]); empty: model.kernel_size everywhere"),
+      U3D_KEY(model, strides,
+              "unet, resenc_unet: down-sampling per stage and axis, model.levels triples of 1 or 2, the first "
+              "[1, 1, 1] (nnU-Net's pool_op_kernel_sizes); empty: 2 on every axis after stage 0"),
       U3D_KEY(model, norm, "Normalisation after each convolution"),
       U3D_KEY(model, norm_groups, "Groups for norm: group", at_least<int64_t>(1)),
       U3D_KEY(model, activation, "Non-linearity"),

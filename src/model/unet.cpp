@@ -3,6 +3,7 @@
 #include <ATen/record_function.h>
 
 #include "u3d/core/errors.h"
+#include "u3d/core/stage_geometry.h"
 #include "u3d/model/channels_last_norm.h"
 #include "u3d/model/checkpointing.h"
 #include "u3d/model/mean_pool.h"
@@ -41,6 +42,8 @@ void init_weights(torch::nn::Module& module, double negative_slope) {
   }
 }
 
+torch::ExpandingArray<3> triple(const Shape3& s) { return torch::ExpandingArray<3>(at::IntArrayRef(s.data(), 3)); }
+
 torch::Tensor activate(const torch::Tensor& y, Activation activation, double negative_slope) {
   switch (activation) {
     case Activation::kRelu: return torch::relu(y);
@@ -60,12 +63,18 @@ int64_t residual_blocks(const ModelConfig& cfg, int64_t level) {
   return kNnUNet[std::min<int64_t>(level, 7)];
 }
 
-ConvBlockImpl::ConvBlockImpl(int64_t in, int64_t out, int64_t stride, const ModelConfig& cfg, ConvBlockShape shape)
+ConvBlockImpl::ConvBlockImpl(int64_t in, int64_t out, const Shape3& stride, const ModelConfig& cfg,
+                             ConvBlockShape shape)
     : activation_(cfg.activation), negative_slope_(cfg.negative_slope), activate_(shape.activate) {
-  const int64_t k = shape.kernel > 0 ? shape.kernel : cfg.kernel_size;
+  Shape3 k{}, pad{};
+  for (size_t a = 0; a < 3; ++a) {
+    k[a] = shape.kernel[a] > 0 ? shape.kernel[a] : cfg.kernel_size;
+    pad[a] = k[a] / 2;
+  }
   const bool bias = shape.bias.value_or(cfg.norm == Norm::kNone);
   conv_ = register_module(
-      "conv", torch::nn::Conv3d(torch::nn::Conv3dOptions(in, out, k).stride(stride).padding(k / 2).bias(bias)));
+      "conv", torch::nn::Conv3d(
+                  torch::nn::Conv3dOptions(in, out, triple(k)).stride(triple(stride)).padding(triple(pad)).bias(bias)));
   if (cfg.dropout > 0) dropout_ = register_module("dropout", torch::nn::Dropout3d(cfg.dropout));
   norm_ = make_norm(cfg.norm, out, cfg.norm_groups);
   if (!norm_.is_empty()) register_module("norm", norm_.ptr());
@@ -82,14 +91,16 @@ torch::Tensor ConvBlockImpl::forward(const torch::Tensor& x) {
   return activate_ ? activate(y, activation_, negative_slope_) : y;
 }
 
-ResidualBlockImpl::ResidualBlockImpl(int64_t in, int64_t out, int64_t stride, const ModelConfig& cfg)
+ResidualBlockImpl::ResidualBlockImpl(int64_t in, int64_t out, const Shape3& stride, const ModelConfig& cfg,
+                                     const Shape3& kernel)
     : stride_(stride), activation_(cfg.activation), negative_slope_(cfg.negative_slope) {
-  conv1_ = register_module("conv1", ConvBlock(in, out, stride, cfg, ConvBlockShape{/*kernel=*/0, /*bias=*/true}));
+  conv1_ = register_module("conv1", ConvBlock(in, out, stride, cfg, ConvBlockShape{kernel, /*bias=*/true}));
   conv2_ = register_module(
-      "conv2", ConvBlock(out, out, /*stride=*/1, cfg, ConvBlockShape{/*kernel=*/0, /*bias=*/true, /*activate=*/false}));
+      "conv2", ConvBlock(out, out, /*stride=*/1, cfg, ConvBlockShape{kernel, /*bias=*/true, /*activate=*/false}));
   if (in != out) {
-    project_ = register_module("project", ConvBlock(in, out, /*stride=*/1, cfg,
-                                                    ConvBlockShape{/*kernel=*/1, /*bias=*/false, /*activate=*/false}));
+    project_ =
+        register_module("project", ConvBlock(in, out, /*stride=*/1, cfg,
+                                             ConvBlockShape{/*kernel=*/{1, 1, 1}, /*bias=*/false, /*activate=*/false}));
   }
   if (auto* norm = conv2_->norm()) {  // nnU-Net's init_last_bn_before_add_to_0 (init_weights leaves norms alone)
     torch::NoGradGuard no_grad;
@@ -106,6 +117,7 @@ torch::Tensor ResidualBlockImpl::forward(const torch::Tensor& x) {
 
 UNet3dImpl::UNet3dImpl(const ModelConfig& cfg, int64_t in_channels, int64_t out_channels)
     : levels_(cfg.levels),
+      divisors_(patch_divisor(cfg)),
       output_activation_(cfg.output_activation),
       checkpointing_(cfg.activation_checkpointing),
       dropout_(cfg.dropout > 0) {
@@ -113,33 +125,37 @@ UNet3dImpl::UNet3dImpl(const ModelConfig& cfg, int64_t in_channels, int64_t out_
   const std::optional<bool> bias = residual ? std::optional<bool>(true) : std::nullopt;  // nnU-Net's conv_bias
   for (int64_t l = 0; l < levels_; ++l) filters_.push_back(std::min(cfg.base_filters << l, cfg.max_filters));
   int64_t prev = in_channels;
+  const Shape3 one = {1, 1, 1};
   for (int64_t l = 0; l < levels_; ++l) {
     torch::nn::Sequential stage;
+    const Shape3 kernel = stage_kernel(cfg, l), stride = stage_stride(cfg, l);
     if (residual) {
       if (l == 0) {  // the stem
-        stage->push_back(ConvBlock(prev, filters_[0], /*stride=*/1, cfg, ConvBlockShape{/*kernel=*/0, /*bias=*/true}));
+        stage->push_back(ConvBlock(prev, filters_[0], one, cfg, ConvBlockShape{kernel, /*bias=*/true}));
         prev = filters_[0];
       }
       for (int64_t b = 0; b < residual_blocks(cfg, l); ++b) {
-        stage->push_back(ResidualBlock(b == 0 ? prev : filters_[l], filters_[l], (l > 0 && b == 0) ? 2 : 1, cfg));
+        stage->push_back(ResidualBlock(b == 0 ? prev : filters_[l], filters_[l], b == 0 ? stride : one, cfg, kernel));
       }
     } else {
       for (int64_t c = 0; c < cfg.convs_per_level; ++c) {
-        const int64_t stride = (l > 0 && c == 0) ? 2 : 1;
-        stage->push_back(ConvBlock(c == 0 ? prev : filters_[l], filters_[l], stride, cfg));
+        stage->push_back(ConvBlock(c == 0 ? prev : filters_[l], filters_[l], c == 0 ? stride : one, cfg,
+                                   ConvBlockShape{kernel, /*bias=*/std::nullopt}));
       }
     }
     encoder_.push_back(register_module(fmt::format("encoder{}", l), stage));
     prev = filters_[l];
   }
   for (int64_t l = levels_ - 2; l >= 0; --l) {
+    const Shape3 up = stage_stride(cfg, l + 1);  // kernel = stride (nnU-Net's transpconv)
     up_.push_back(register_module(
         fmt::format("up{}", l),
-        torch::nn::ConvTranspose3d(torch::nn::ConvTranspose3dOptions(filters_[l + 1], filters_[l], 2).stride(2))));
+        torch::nn::ConvTranspose3d(
+            torch::nn::ConvTranspose3dOptions(filters_[l + 1], filters_[l], triple(up)).stride(triple(up)))));
     torch::nn::Sequential stage;
     for (int64_t c = 0; c < cfg.convs_per_level; ++c) {
       stage->push_back(ConvBlock(c == 0 ? 2 * filters_[l] : filters_[l], filters_[l], /*stride=*/1, cfg,
-                                 ConvBlockShape{/*kernel=*/0, bias}));
+                                 ConvBlockShape{stage_kernel(cfg, l), bias}));
     }
     decoder_.push_back(register_module(fmt::format("decoder{}", l), stage));
   }
@@ -160,7 +176,7 @@ std::vector<torch::Tensor> UNet3dImpl::forward_deep(const torch::Tensor& x) {
   std::vector<torch::Tensor> deep;  // coarsest first while decoding
   torch::Tensor full = run(x, &deep);
   std::vector<torch::Tensor> out = {full};
-  out.insert(out.end(), deep.rbegin(), deep.rend());  // (N, K, D / 2^l, ...) for l = 1, 2, ...
+  out.insert(out.end(), deep.rbegin(), deep.rend());  // (N, K, D / s_D(l), ...) for l = 1, 2, ...
   return out;
 }
 
@@ -178,7 +194,7 @@ torch::Tensor UNet3dImpl::run_stage(torch::nn::Sequential& stage, const torch::T
 torch::Tensor UNet3dImpl::run(const torch::Tensor& x, std::vector<torch::Tensor>* deep) {
   const bool checkpoint_encoder = checkpointing_ != Checkpointing::kOff;
   const bool checkpoint_decoder = checkpointing_ == Checkpointing::kAll;
-  std::vector<torch::Tensor> skips;  // (N, f_l, D / 2^l, H / 2^l, W / 2^l)
+  std::vector<torch::Tensor> skips;  // (N, f_l, D / s_D(l), H / s_H(l), W / s_W(l)), s = stage_scale
   torch::Tensor y = x;
   for (int64_t l = 0; l < levels_; ++l) {
     y = run_stage(encoder_[static_cast<size_t>(l)], y, checkpoint_encoder);
@@ -190,7 +206,7 @@ torch::Tensor UNet3dImpl::run(const torch::Tensor& x, std::vector<torch::Tensor>
     y = torch::cat({y, skips[static_cast<size_t>(l)]}, /*dim=*/1);
     y = run_stage(decoder_[i], y, checkpoint_decoder);
     if (deep && l >= 1 && static_cast<size_t>(l) <= deep_heads_.size()) {
-      deep->push_back(deep_heads_[static_cast<size_t>(l - 1)](y));  // (N, K, D / 2^l, H / 2^l, W / 2^l)
+      deep->push_back(deep_heads_[static_cast<size_t>(l - 1)](y));  // (N, K, D / s_D(l), ...)
     }
   }
   y = head_(y);
@@ -275,12 +291,12 @@ int64_t count_conv_flops(const std::function<void()>& run) {
 }
 
 int64_t forward_flops(NetworkImpl& net, const Shape3& patch, int64_t in_channels) {
-  const int64_t divisor = net.size_divisor();
+  const Shape3 divisor = net.size_divisors();
   Shape3 probe = patch;
   int64_t scale = 1;
-  if (patch[0] % divisor == 0 && patch[1] % divisor == 0 && patch[2] % divisor == 0) {
-    probe = {divisor, divisor, divisor};
-    scale = (patch[0] / divisor) * (patch[1] / divisor) * (patch[2] / divisor);
+  if (patch[0] % divisor[0] == 0 && patch[1] % divisor[1] == 0 && patch[2] % divisor[2] == 0) {
+    probe = divisor;
+    scale = (patch[0] / divisor[0]) * (patch[1] / divisor[1]) * (patch[2] / divisor[2]);
   }
   const auto params = net.parameters();
   const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();

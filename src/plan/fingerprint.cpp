@@ -2,10 +2,13 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <sstream>
 
@@ -313,10 +316,12 @@ DatasetFingerprint load_or_compute_fingerprint(const fs::path& dataset, const Da
   std::error_code ec;
   const int64_t size = static_cast<int64_t>(fs::file_size(dataset, ec));
   if (ec) throw IoError(fmt::format("{}: cannot read its size ({})", dataset.string(), ec.message()));
-  const int64_t mtime = static_cast<int64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(fs::last_write_time(dataset, ec).time_since_epoch())
-          .count());
-  if (ec) throw IoError(fmt::format("{}: cannot read its modification time ({})", dataset.string(), ec.message()));
+  // Unix time in ns from stat(2): std::filesystem's file_clock has another epoch in libstdc++.
+  struct stat st {};
+  if (::stat(dataset.c_str(), &st) != 0) {
+    throw IoError(fmt::format("{}: cannot read its modification time ({})", dataset.string(), std::strerror(errno)));
+  }
+  const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
   if (computed) *computed = false;
   if (fs::exists(stored, ec)) {
     try {

@@ -15,6 +15,7 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/run.h"
+#include "u3d/core/stage_geometry.h"
 #include "u3d/model/unet.h"
 
 namespace u3d {
@@ -37,8 +38,8 @@ int64_t conv_block_tensors(const ModelConfig& cfg, bool activate) {
   return n + 1;  // the activation's output, kept by the next convolution
 }
 
-// Parameters of a Conv3d / ConvBlock.
-int64_t conv_params(int64_t in, int64_t out, int64_t k, bool bias) { return in * out * k * k * k + (bias ? out : 0); }
+// Parameters of a Conv3d / ConvBlock; `k`: the kernel's voxels (3 x 3 x 3 = 27).
+int64_t conv_params(int64_t in, int64_t out, int64_t k, bool bias) { return in * out * k + (bias ? out : 0); }
 int64_t norm_params(const ModelConfig& cfg, int64_t channels) { return cfg.norm == Norm::kNone ? 0 : 2 * channels; }
 int64_t conv_block_params(const ModelConfig& cfg, int64_t in, int64_t out, int64_t k, bool bias) {
   return conv_params(in, out, k, bias) + norm_params(cfg, out);
@@ -53,22 +54,26 @@ StepMemory estimate_step_memory(const ModelConfig& cfg, int64_t in_ch, int64_t o
     throw ConfigError("model.architecture: the memory model covers unet and resenc_unet, not openkbp_baseline");
   }
   const int64_t levels = cfg.levels;
-  const int64_t divisor = int64_t{1} << (levels - 1);
-  for (int64_t a = 0; a < 3; ++a) {
-    if (patch[a] < divisor || patch[a] % divisor != 0) {
-      throw ConfigError(fmt::format("data.patch_size: [{}, {}, {}] does not divide by 2^(levels - 1) = {}", patch[0],
-                                    patch[1], patch[2], divisor));
+  const Shape3 divisor = patch_divisor(cfg);
+  for (size_t a = 0; a < 3; ++a) {
+    if (patch[a] < divisor[a] || patch[a] % divisor[a] != 0) {
+      throw ConfigError(
+          fmt::format("data.patch_size: [{}, {}, {}] does not divide by the strides' product [{}, {}, {}]", patch[0],
+                      patch[1], patch[2], divisor[0], divisor[1], divisor[2]));
     }
   }
   const bool residual = cfg.architecture == Architecture::kResEncUNet;
   const bool ckpt_encoder = cfg.activation_checkpointing != Checkpointing::kOff;
   const bool ckpt_decoder = cfg.activation_checkpointing == Checkpointing::kAll;
-  const int64_t k = cfg.kernel_size;
   const bool plain_bias = cfg.norm == Norm::kNone;
-  std::vector<int64_t> f, voxels;  // filters and voxels per sample at level l
+  std::vector<int64_t> f, voxels, kv,
+      up;  // filters, voxels per sample, kernel voxels, up-conv kernel voxels at level l
   for (int64_t l = 0; l < levels; ++l) {
     f.push_back(std::min(cfg.base_filters << l, cfg.max_filters));
-    voxels.push_back((patch[0] >> l) * (patch[1] >> l) * (patch[2] >> l));
+    const Shape3 scale = stage_scale(cfg, l), kernel = stage_kernel(cfg, l), stride = stage_stride(cfg, l);
+    voxels.push_back((patch[0] / scale[0]) * (patch[1] / scale[1]) * (patch[2] / scale[2]));
+    kv.push_back(kernel[0] * kernel[1] * kernel[2]);
+    up.push_back(stride[0] * stride[1] * stride[2]);
   }
   const int64_t block = conv_block_tensors(cfg, /*activate=*/true);
   const int64_t sum_kept = cfg.activation == Activation::kRelu ? 0 : 1;  // residual sum, kept by the activation
@@ -85,7 +90,7 @@ StepMemory estimate_step_memory(const ModelConfig& cfg, int64_t in_ch, int64_t o
     if (residual) {
       if (l == 0) {  // the stem
         add_stage(block, 1, e, ckpt_encoder);
-        params += conv_block_params(cfg, prev, f[0], k, /*bias=*/true);
+        params += conv_block_params(cfg, prev, f[0], kv[0], /*bias=*/true);
         prev = f[0];
       }
       const int64_t blocks = residual_blocks(cfg, l);
@@ -95,13 +100,13 @@ StepMemory estimate_step_memory(const ModelConfig& cfg, int64_t in_ch, int64_t o
         int64_t per = block + conv_block_tensors(cfg, /*activate=*/false) + sum_kept + 1;
         if (in != f[l]) per += conv_block_tensors(cfg, /*activate=*/false) + (stride ? 1 : 0);
         add_stage(per, 1, e, ckpt_encoder);
-        params += conv_block_params(cfg, in, f[l], k, true) + conv_block_params(cfg, f[l], f[l], k, true);
+        params += conv_block_params(cfg, in, f[l], kv[l], true) + conv_block_params(cfg, f[l], f[l], kv[l], true);
         if (in != f[l]) params += conv_block_params(cfg, in, f[l], 1, false);
       }
     } else {
       add_stage(block, cfg.convs_per_level, e, ckpt_encoder);
       for (int64_t c = 0; c < cfg.convs_per_level; ++c) {
-        params += conv_block_params(cfg, c == 0 ? prev : f[l], f[l], k, plain_bias);
+        params += conv_block_params(cfg, c == 0 ? prev : f[l], f[l], kv[l], plain_bias);
       }
     }
     prev = f[l];
@@ -110,9 +115,9 @@ StepMemory estimate_step_memory(const ModelConfig& cfg, int64_t in_ch, int64_t o
     const int64_t e = batch * f[l] * voxels[l];
     elems += 2 * e;  // the concatenation, kept by the first decoder convolution
     add_stage(block, cfg.convs_per_level, e, ckpt_decoder);
-    params += conv_params(f[l + 1], f[l], 2, /*bias=*/true);
+    params += conv_params(f[l + 1], f[l], up[l + 1], /*bias=*/true);
     for (int64_t c = 0; c < cfg.convs_per_level; ++c) {
-      params += conv_block_params(cfg, c == 0 ? 2 * f[l] : f[l], f[l], k, residual || plain_bias);
+      params += conv_block_params(cfg, c == 0 ? 2 * f[l] : f[l], f[l], kv[l], residual || plain_bias);
     }
   }
   int64_t head_elems = batch * out_ch * voxels[0];  // the head's output (and its loss tensors)

@@ -92,7 +92,9 @@ TEST_F(PlanCli, IgnoreLabelAndOneVoxelDeepDatasetsArePlannedAndTrain) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   yaml = plan_and_train("flat.h5", "flat.yaml");
   EXPECT_TRUE(contains(yaml, "patch_size: [1, 32, 32]")) << yaml;
-  EXPECT_TRUE(contains(yaml, "levels: 1")) << yaml;
+  // nnU-Net's topology: the one-voxel axis is never down-sampled, the in-plane ones are (issue 39).
+  EXPECT_TRUE(contains(yaml, "levels: 4")) << yaml;
+  EXPECT_TRUE(contains(yaml, "strides: [[1, 1, 1], [1, 2, 2], [1, 2, 2], [1, 2, 2]]")) << yaml;
   EXPECT_TRUE(fs::exists(dir / "runs" / "flat" / "checkpoints" / "epoch_0001.pt"));
 }
 

@@ -1,5 +1,9 @@
 #include "fixtures.h"
 
+#include <fmt/format.h>
+
+#include "u3d/core/stats.h"
+
 namespace u3d::test {
 
 std::vector<CachedCase> random_cases(const std::string& prefix, int64_t count, const Shape3& shape, uint64_t seed,
@@ -44,6 +48,30 @@ DataConfig dose_data() {
   d.normalize = {"clip:-1000:1000", "none", "none", "none", "none"};
   d.target_scale = 70;
   return d;
+}
+
+DatasetFingerprint synthetic_fingerprint(const Shape3& shape, const std::vector<std::array<double, 3>>& spacings) {
+  DatasetFingerprint fp;
+  fp.task = Task::kSegmentation;
+  fp.channel_names = {"CT"};
+  fp.num_classes = 3;
+  fp.splits = {{"train", static_cast<int64_t>(spacings.size())}};
+  ChannelFingerprint ch;
+  ch.name = "CT";
+  ch.mean = 80;
+  ch.std = 40;
+  ch.p00_5 = -900;
+  ch.p99_5 = 1500;
+  fp.channels = {ch};
+  for (size_t i = 0; i < spacings.size(); ++i) fp.cases.push_back({fmt::format("c{}", i), shape, spacings[i]});
+  for (int a = 0; a < 3; ++a) {
+    std::vector<double> s;
+    for (const auto& sp : spacings) s.push_back(sp[a]);
+    fp.median_spacing[a] = percentile(s, 50.0);
+  }
+  fp.median_shape = shape;
+  fp.total_voxels = static_cast<int64_t>(spacings.size()) * shape[0] * shape[1] * shape[2];
+  return fp;
 }
 
 ModelConfig unet_config(int64_t levels, int64_t base_filters) {

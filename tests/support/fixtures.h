@@ -13,6 +13,7 @@
 #include "u3d/data/sampler.h"
 #include "u3d/io/dataset.h"
 #include "u3d/io/synth.h"
+#include "u3d/plan/fingerprint.h"
 #include "u3d/predict/predictor.h"
 
 namespace u3d::test {
@@ -34,6 +35,10 @@ void set_elastic(SamplerOptions& o, double prob, double magnitude, int64_t grid)
 // The OpenKBP-like dose phantom's data section: CT clipped to [-1000, 1000], the four masks as
 // they are, dose / 70.
 DataConfig dose_data();
+
+// A segmentation fingerprint without a dataset (the planner's input): one CT channel (mean 80, std
+// 40, P0.5 -900, P99.5 1500), 3 classes, a train split of one case of `shape` per entry of `spacings`.
+DatasetFingerprint synthetic_fingerprint(const Shape3& shape, const std::vector<std::array<double, 3>>& spacings);
 
 // A U-Net of `levels` levels and `base_filters` filters; every other key at its default.
 ModelConfig unet_config(int64_t levels, int64_t base_filters = 4);

@@ -3,7 +3,7 @@
 //   Config cfg = load_config("exp.yaml", {"training.epochs=3"});
 //
 // Order: defaults, then the YAML file, then `--set key.path=value` overrides, then validate().
-// Every key lives in one option table (config.cpp) that gives its type, default, allowed values and
+// Every key lives in one option table (src/core/config_options.cpp) that gives its type, default, allowed values and
 // documentation; parsing, overrides, printing, the YAML dump written to <run>/config.yaml and the
 // reference in docs/config.md (`trainer config-reference`) all come from that table.
 // Errors are ConfigError with one line: "<file>:<line>:<col>: <key>: <what is wrong>; <allowed>".
@@ -68,7 +68,7 @@ struct DataConfig {
   // [auto] = the OpenKBP structure names among the dataset's channels; [] = none; or channel names.
   std::vector<std::string> dvh_structures = {"auto"};
   bool preflight = true;  // read and check every train/val case in full before training
-  // Training cache (include/u3d/cache.h) and sampler threads (include/u3d/loader.h).
+  // Training cache (data/cache.h) and sampler threads (data/loader.h).
   CachePlacement cache = CachePlacement::kAuto;  // auto: gpu when it fits in gpu_cache_share of free GPU memory, else
                                                  // pinned (memory on CPU)
   double gpu_cache_share = 0.5;                  // share of free GPU memory the gpu cache may take (auto)
@@ -107,13 +107,17 @@ struct ModelConfig {
   // set; applied by load_config before validate().
   ModelPreset preset = ModelPreset::kNone;
   Architecture architecture = Architecture::kUNet;
-  int64_t levels = 4;           // resolution stages; patch dims must divide by 2^(levels-1)
+  int64_t levels = 4;  // resolution stages; patch dims must divide by the strides' product (core/stage_geometry.h)
   int64_t base_filters = 16;    // filters at full resolution, doubling per level
   int64_t max_filters = 320;    // cap on filters per level
   int64_t convs_per_level = 2;  // unet: per encoder and decoder stage; resenc_unet: per decoder stage
   // resenc_unet: residual blocks per encoder level; empty: nnU-Net's 1, 3, 4, 6, 6, 6, 6, 6
   std::vector<int64_t> blocks_per_level;
   int64_t kernel_size = 3;
+  // unet, resenc_unet: per stage (levels entries) and axis (D, H, W), nnU-Net's conv_kernel_sizes and
+  // pool_op_kernel_sizes; empty: kernel_size on every axis, and stride 1 at stage 0 then 2 (today's net)
+  std::vector<Shape3> kernel_sizes;
+  std::vector<Shape3> strides;
   Norm norm = Norm::kInstance;
   int64_t norm_groups = 8;  // for norm: group
   Activation activation = Activation::kLeakyRelu;
@@ -172,7 +176,7 @@ struct TrainingConfig {
   double pseudo_dice_ema = 0.9;     // ema = w * ema + (1 - w) * pseudo_dice
   bool deterministic = false;       // deterministic algorithms, no TF32
   int64_t max_nonfinite_steps = 20;  // consecutive steps skipped for NaN/Inf before the run stops
-  // Training step (include/u3d/train_step.h, docs/performance.md)
+  // Training step (train/train_step.h, docs/performance.md)
   Precision precision = Precision::kAuto;  // auto: bf16 on CUDA, fp32 on CPU; fp16 (CUDA only) adds loss scaling
   Toggle cuda_graph = Toggle::kAuto;       // capture the whole step in a CUDA graph; auto: when it can
   int64_t graph_warmup_steps = 3;          // eager steps on a side stream before the capture

@@ -3,6 +3,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -18,26 +19,34 @@ class NetworkImpl : public torch::nn::Module {
   // (N, C_in, D, H, W) -> (N, C_out, D, H, W): logits (segmentation) or the regression output.
   virtual torch::Tensor forward(const torch::Tensor& x) = 0;
   // Outputs at every supervised resolution, full resolution first: [(N, C_out, D, H, W),
-  // (N, C_out, D/2, H/2, W/2), ...]. Networks without deep supervision return {forward(x)}.
+  // (N, C_out, D / s_D, H / s_H, W / s_W), ...] with each stage's down-sampling s (stage_scale,
+  // core/stage_geometry.h). Networks without deep supervision return {forward(x)}.
   virtual std::vector<torch::Tensor> forward_deep(const torch::Tensor& x) { return {forward(x)}; }
-  // Every spatial size of an input must divide by this.
+  // A size every spatial axis of an input may take: the largest of size_divisors().
   virtual int64_t size_divisor() const = 0;
+  // What each spatial axis (D, H, W) of an input must divide by (model.strides: may differ per axis).
+  virtual Shape3 size_divisors() const {
+    const int64_t d = size_divisor();
+    return {d, d, d};
+  }
 };
 using Network = std::shared_ptr<NetworkImpl>;
 
 // How a ConvBlock differs from the model's defaults (kernel model.kernel_size, a bias only without
 // a norm, the activation at the end).
 struct ConvBlockShape {
-  int64_t kernel = 0;        // 0: model.kernel_size
-  std::optional<bool> bias;  // unset: only when model.norm is none
-  bool activate = true;      // false: conv -> [dropout] -> [norm] (before a residual sum)
+  Shape3 kernel = {0, 0, 0};  // (D, H, W); 0: model.kernel_size
+  std::optional<bool> bias;   // unset: only when model.norm is none
+  bool activate = true;       // false: conv -> [dropout] -> [norm] (before a residual sum)
 };
 
-// conv -> [dropout] -> [norm] -> activation, the unit every stage is made of.
-// (N, in, D, H, W) -> (N, out, D / stride, H / stride, W / stride)
+// conv -> [dropout] -> [norm] -> activation, the unit every stage is made of; padding kernel / 2 per axis.
+// (N, in, D, H, W) -> (N, out, D / s_D, H / s_H, W / s_W) for the stride s = (s_D, s_H, s_W)
 class ConvBlockImpl : public torch::nn::Module {
  public:
-  ConvBlockImpl(int64_t in, int64_t out, int64_t stride, const ModelConfig& cfg, ConvBlockShape shape = {});
+  ConvBlockImpl(int64_t in, int64_t out, const Shape3& stride, const ModelConfig& cfg, ConvBlockShape shape = {});
+  ConvBlockImpl(int64_t in, int64_t out, int64_t stride, const ModelConfig& cfg, ConvBlockShape shape = {})
+      : ConvBlockImpl(in, out, Shape3{stride, stride, stride}, cfg, shape) {}
   torch::Tensor forward(const torch::Tensor& x);
   // The norm's affine weight and bias (zeroed for nnU-Net's residual-block init), or null.
   torch::nn::Module* norm() { return norm_.is_empty() ? nullptr : norm_.ptr().get(); }
@@ -59,15 +68,19 @@ TORCH_MODULE(ConvBlock);
 // (no bias) -> norm when in != out. Convolutions carry a bias (nnU-Net's conv_bias); conv2's norm
 // starts at weight 0, bias 0, so each block starts as its skip path (nnU-Net's
 // init_last_bn_before_add_to_0).
-// (N, in, D, H, W) -> (N, out, D / stride, H / stride, W / stride)
+// Both convolutions use `kernel` ({0, 0, 0}: model.kernel_size).
+// (N, in, D, H, W) -> (N, out, D / s_D, H / s_H, W / s_W) for the stride s = (s_D, s_H, s_W)
 class ResidualBlockImpl : public torch::nn::Module {
  public:
-  ResidualBlockImpl(int64_t in, int64_t out, int64_t stride, const ModelConfig& cfg);
+  ResidualBlockImpl(int64_t in, int64_t out, const Shape3& stride, const ModelConfig& cfg,
+                    const Shape3& kernel = {0, 0, 0});
+  ResidualBlockImpl(int64_t in, int64_t out, int64_t stride, const ModelConfig& cfg)
+      : ResidualBlockImpl(in, out, Shape3{stride, stride, stride}, cfg) {}
   torch::Tensor forward(const torch::Tensor& x);
 
  private:
   ConvBlock conv1_{nullptr}, conv2_{nullptr};
-  int64_t stride_;              // skip path: mean_pool3d by the stride
+  Shape3 stride_;               // skip path: mean_pool3d by the stride
   ConvBlock project_{nullptr};  // in != out
   Activation activation_;
   double negative_slope_;
@@ -75,18 +88,21 @@ class ResidualBlockImpl : public torch::nn::Module {
 TORCH_MODULE(ResidualBlock);
 
 // Configurable U-Net: `levels` stages; stage l has min(base * 2^l, max) filters and
-// `convs_per_level` ConvBlocks, the first of stages l > 0 with stride 2 (strided-conv
-// down-sampling); the decoder up-samples with stride-2 transposed convolutions, concatenates the
-// skip connection and applies `convs_per_level` ConvBlocks; a 1x1x1 convolution is the head.
+// `convs_per_level` ConvBlocks of kernel stage_kernel(cfg, l), the first with the stride
+// stage_stride(cfg, l) (strided-conv down-sampling; core/stage_geometry.h: model.kernel_sizes and
+// model.strides, by default 3^3 kernels and stride 2 on every axis after stage 0); the decoder
+// up-samples stage l + 1 with a transposed convolution of kernel = stride = stage_stride(cfg, l + 1),
+// concatenates the skip connection and applies `convs_per_level` ConvBlocks of stage l's kernel
+// (nnU-Net's PlainConvUNet); a 1x1x1 convolution is the head.
 // With model.deep_supervision every decoder stage but the last also gets a 1x1x1 head
 // (nnU-Net's 3d_fullres): forward_deep returns levels - 1 outputs, full resolution first, while
 // forward (prediction) still returns the full-resolution one alone.
 //
 // model.architecture resenc_unet (nnU-Net's ResidualEncoderUNet): the encoder is a stem ConvBlock
-// (in -> base filters) and, per level l, blocks_per_level[l] ResidualBlocks, the first of levels
-// l > 0 with stride 2; the decoder is the one above with convs_per_level ConvBlocks per stage
-// (nnU-Net: 1); every convolution has a bias. Parameter names: encoder<l>.<i>..., up<l>,
-// decoder<l>.<i>..., head, deep_head<l>.
+// (in -> base filters, stage 0's kernel) and, per level l, blocks_per_level[l] ResidualBlocks of
+// stage l's kernel, the first with stage l's stride; the decoder is the one above with convs_per_level ConvBlocks per
+// stage (nnU-Net: 1); every convolution has a bias. Parameter names: encoder<l>.<i>..., up<l>, decoder<l>.<i>..., head,
+// deep_head<l>.
 //
 // model.activation_checkpointing (model/checkpointing.h): in training with autograd on, the blocks
 // of each encoder stage (encoder, all) and of each decoder stage (all) run checkpointed one by one
@@ -97,11 +113,13 @@ class UNet3dImpl : public NetworkImpl {
   UNet3dImpl(const ModelConfig& cfg, int64_t in_channels, int64_t out_channels);
   torch::Tensor forward(const torch::Tensor& x) override;
   std::vector<torch::Tensor> forward_deep(const torch::Tensor& x) override;
-  int64_t size_divisor() const override { return int64_t{1} << (levels_ - 1); }
+  int64_t size_divisor() const override { return std::max({divisors_[0], divisors_[1], divisors_[2]}); }
+  Shape3 size_divisors() const override { return divisors_; }  // patch_divisor(cfg)
   const std::vector<int64_t>& filters() const { return filters_; }
 
  private:
   int64_t levels_;
+  Shape3 divisors_;
   std::vector<int64_t> filters_;
   OutputActivation output_activation_;
   Checkpointing checkpointing_;
@@ -135,8 +153,8 @@ int64_t count_parameters(const torch::nn::Module& module, bool trainable_only = 
 int64_t count_conv_flops(const std::function<void()>& run);
 // Forward FLOPs of `net` for one sample of `in_channels` x `patch`, counted as count_conv_flops
 // does from the network's own forward: run once in eval mode without gradients on one sample of
-// size_divisor() per axis on the network's device, then scaled by the voxel ratio (exact: every
-// convolution's cost is linear in the voxels when each axis divides by size_divisor()); the full
+// size_divisors() on the network's device, then scaled by the voxel ratio (exact: every
+// convolution's cost is linear in the voxels when each axis divides by size_divisors()); the full
 // patch when it does not divide. A training step costs about 3x this per sample (forward, and a
 // backward of twice the forward: gradients of inputs and of weights).
 int64_t forward_flops(NetworkImpl& net, const Shape3& patch, int64_t in_channels);

@@ -9,12 +9,12 @@
 // the file (e.g. HU). Intensity statistics are taken over FOREGROUND voxels (segmentation: label
 // > 0; dose: loss mask > 0 or target > 0; a case with neither: every voxel): per case the
 // foreground voxels themselves when there are at most kSamplesPerCase, else kSamplesPerCase drawn
-// with replacement by a fixed-seed generator (as nnU-Net); the same voxels for every channel; then
-// mean, standard deviation (population) and the 0.5 / 99.5 percentiles (numpy's linear convention,
-// core/stats.h) over the pooled samples of all cases.
-// Segmentation: voxels holding the dataset's ignore label (DatasetInfo::ignore_label, unlabelled
-// voxels) are neither a class nor foreground; a case without labels (e.g. an nnU-Net imagesTs case)
-// counts for shapes, spacings and the channels' min / max only (its foreground is unknown).
+// with replacement by a fixed-seed generator (nnU-Net 2.x also draws with replacement, but 10^8 /
+// number of cases per case: its 10,000 is only analyze_case's default argument); the same voxels for every channel;
+// then mean, standard deviation (population) and the 0.5 / 99.5 percentiles (numpy's linear convention, core/stats.h)
+// over the pooled samples of all cases. Segmentation: voxels holding the dataset's ignore label
+// (DatasetInfo::ignore_label, unlabelled voxels) are neither a class nor foreground; a case without labels (e.g. an
+// nnU-Net imagesTs case) counts for shapes, spacings and the channels' min / max only (its foreground is unknown).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -69,7 +69,7 @@ struct DatasetFingerprint {
   std::array<double, 3> median_spacing{};  // per-axis median over the cases, mm
   int64_t total_voxels = 0;                // sum over the cases
 
-  // Staleness key: the dataset file's size in bytes and modification time (ns since the epoch).
+  // Staleness key: the dataset file's size in bytes and modification time (Unix time in ns, stat(2)).
   int64_t source_size = -1;
   int64_t source_mtime_ns = 0;
   int64_t version = kFingerprintVersion;

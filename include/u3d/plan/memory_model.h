@@ -66,7 +66,8 @@ struct StepMemory {
 
 // The estimate for one step of a batch of `batch` patches (D, H, W) with `in_ch` input and `out_ch`
 // output channels; `activation_bytes`: 4 (fp32) or 2 (bf16 / fp16 autocast). ConfigError for the
-// openkbp_baseline architecture (not modelled) or a patch that does not divide by 2^(levels - 1).
+// openkbp_baseline architecture (not modelled) or a patch that does not divide by the strides' product
+// per axis (patch_divisor, core/stage_geometry.h: 2^(levels - 1) by default); per-stage kernels and strides counted.
 StepMemory estimate_step_memory(const ModelConfig& cfg, int64_t in_ch, int64_t out_ch, const Shape3& patch,
                                 int64_t batch, int64_t activation_bytes, int64_t optimizer_states = 2,
                                 int64_t loss_tensors = 0);

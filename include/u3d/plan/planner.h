@@ -12,13 +12,13 @@
 //   - the full-resolution plan is made for the cases' grids as stored (training does not resample;
 //     when they are not at the target spacing, the YAML says how to re-import at it); the
 //     low-resolution plan for the median shape resampled to its spacing;
-//   - patch: from the median shape's aspect ratio, the largest axis shrunk by 2^(levels - 1) at a
-//     time until the step (batch 2) fits margin x budget; never larger than the median shape rounded
-//     up to 2^(levels - 1), nor than the smallest case rounded down to it (the sampler refuses a
-//     patch larger than any case);
-//   - levels: down-sampling (stride 2 on every axis) while every patch axis keeps >= 4 voxels at
-//     the bottleneck, at most 6, and never more than the smallest case allows (2^(levels - 1) <= its
-//     shortest axis: 1 level for volumes one voxel deep, whose patch is then 1 deep); filters 32 -> 320;
+//   - patch: the median shape (at most the smallest case: the sampler refuses a patch larger than
+//     any case), rounded down to the strides' product per axis; the axis largest relative to the
+//     median shape shrunk by its divisor at a time until the step (batch 2) fits margin x budget (nnU-Net);
+//   - topology (model.levels, model.strides, model.kernel_sizes): nnU-Net's for the patch at the
+//     grid's spacing (plan/topology.h): an axis is halved while it keeps >= 8 voxels and its spacing
+//     is within 2x of the finest, kernels (1, 3, 3)-style until an axis's spacing catches up; at
+//     most 8 stages; filters 32 -> 320;
 //   - batch: as many as fit (at least 2), capped so batch x patch voxels <= 5% of the dataset's
 //     voxels (but >= 2);
 //   - normalisation per channel: CT-like channels (named ct, any case, or whose 0.5 percentile is
@@ -63,6 +63,7 @@ struct Plan {
   Shape3 patch{};
   int64_t batch = 2;
   int64_t levels = 4;
+  std::vector<Shape3> strides, kernels;  // model.strides and model.kernel_sizes, one per level (plan/topology.h)
   int64_t base_filters = 32, max_filters = 320;
   int64_t in_channels = 1, out_channels = 1;
   std::vector<std::string> normalize;  // data.normalize, one per channel

@@ -13,6 +13,7 @@
 #include "u3d/core/config.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/stage_geometry.h"
 #include "u3d/core/stats.h"
 #include "u3d/core/text.h"
 #include "u3d/io/dataset.h"
@@ -155,6 +156,11 @@ TEST(Fingerprint, StoredBesideTheDatasetReusedAndRecomputedWhenItChanges) {
     DatasetReader reader(data);
     const DatasetFingerprint first = load_or_compute_fingerprint(data, reader, 1, &computed);
     EXPECT_TRUE(computed);
+    // The staleness key is Unix time in ns, as its header says (issue 39: it was file_clock's epoch).
+    const auto now_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
+    EXPECT_NEAR(static_cast<double>(first.source_mtime_ns), static_cast<double>(now_ns), 600e9);
     ASSERT_TRUE(fs::exists(dir / "seg.h5.fingerprint.json"));
     const auto stamp = fs::last_write_time(dir / "seg.h5.fingerprint.json");
     const DatasetFingerprint second = load_or_compute_fingerprint(data, reader, 1, &computed);
@@ -289,35 +295,10 @@ TEST(Fingerprint, TamperedStoredFingerprintIsRecomputed) {
   check_fingerprint(good, reader, stored.string());  // the true one passes
 }
 
-// A fingerprint without a dataset: `n` cases of `shape` at `spacings[i]`.
-DatasetFingerprint synthetic_fingerprint(const Shape3& shape, const std::vector<std::array<double, 3>>& spacings) {
-  DatasetFingerprint fp;
-  fp.task = Task::kSegmentation;
-  fp.channel_names = {"CT"};
-  fp.num_classes = 3;
-  fp.splits = {{"train", static_cast<int64_t>(spacings.size())}};
-  ChannelFingerprint ch;
-  ch.name = "CT";
-  ch.mean = 80;
-  ch.std = 40;
-  ch.p00_5 = -900;
-  ch.p99_5 = 1500;
-  fp.channels = {ch};
-  for (size_t i = 0; i < spacings.size(); ++i) fp.cases.push_back({fmt::format("c{}", i), shape, spacings[i]});
-  for (int a = 0; a < 3; ++a) {
-    std::vector<double> s;
-    for (const auto& sp : spacings) s.push_back(sp[a]);
-    fp.median_spacing[a] = percentile(s, 50.0);
-  }
-  fp.median_shape = shape;
-  fp.total_voxels = static_cast<int64_t>(spacings.size()) * shape[0] * shape[1] * shape[2];
-  return fp;
-}
-
 TEST(Planner, AnisotropicSpacingUsesThePercentileOnTheLowResolutionAxis) {
   std::vector<std::array<double, 3>> spacings;
   for (int i = 0; i < 10; ++i) spacings.push_back({2.5 + 0.5 * i, 0.8, 0.8});  // 2.5 .. 7.0 mm
-  const DatasetFingerprint fp = synthetic_fingerprint({40, 256, 256}, spacings);
+  const DatasetFingerprint fp = test::synthetic_fingerprint({40, 256, 256}, spacings);
   const Plan plan = make_plan(fp, PlanOptions{});
   EXPECT_TRUE(plan.anisotropic);
   EXPECT_EQ(plan.lowres_axis, 0);
@@ -327,27 +308,32 @@ TEST(Planner, AnisotropicSpacingUsesThePercentileOnTheLowResolutionAxis) {
   EXPECT_LT(plan.target_spacing[0], fp.median_spacing[0]);
   EXPECT_DOUBLE_EQ(plan.target_spacing[1], 0.8);
   EXPECT_TRUE(plan.resample_needed);
+  // The reason names the median spacing (4.75 mm), not the percentile that replaced it.
+  EXPECT_NE(plan.reasons.at("spacing").find("median spacing 4.75/0.8 > 3"), std::string::npos)
+      << plan.reasons.at("spacing");
 
-  const DatasetFingerprint iso = synthetic_fingerprint({64, 64, 64}, {{1, 1, 1}, {1.2, 1, 1}, {1.1, 1, 1}});
+  const DatasetFingerprint iso = test::synthetic_fingerprint({64, 64, 64}, {{1, 1, 1}, {1.2, 1, 1}, {1.1, 1, 1}});
   EXPECT_FALSE(make_plan(iso, PlanOptions{}).anisotropic);
 }
 
 TEST(Planner, PatchFitsTheBudgetDividesAndYamlLoads) {
-  const DatasetFingerprint fp = synthetic_fingerprint({256, 256, 256}, {{1, 1, 1}, {1, 1, 1}, {1, 1, 1}});
+  const DatasetFingerprint fp = test::synthetic_fingerprint({256, 256, 256}, {{1, 1, 1}, {1, 1, 1}, {1, 1, 1}});
   PlanOptions options;
   options.gpu_memory_gib = 8;
   const Plan plan = make_plan(fp, options);
-  const int64_t d = int64_t{1} << (plan.levels - 1);
+  ModelConfig m = test::unet_config(plan.levels, 32);
+  m.strides = plan.strides;
+  m.kernel_sizes = plan.kernels;
+  const Shape3 d = patch_divisor(m);
   for (int a = 0; a < 3; ++a) {
-    EXPECT_EQ(plan.patch[a] % d, 0) << a;
-    EXPECT_GE(plan.patch[a] / d, 4) << a;
+    EXPECT_EQ(plan.patch[a] % d[a], 0) << a;
+    EXPECT_GE(plan.patch[a] / d[a], 4) << a;
     EXPECT_LE(plan.patch[a], 256);
   }
-  EXPECT_LE(plan.levels, 6);
+  EXPECT_LE(plan.levels, 8);
   EXPECT_GE(plan.batch, 2);
   EXPECT_LT(plan.patch[0] * plan.patch[1] * plan.patch[2], 256 * 256 * 256);  // 8 GiB cannot take the whole volume
   EXPECT_LE(static_cast<double>(plan.step_bytes), 0.85 * 8 * 1024.0 * 1024 * 1024);
-  ModelConfig m = test::unet_config(plan.levels, 32);
   m.deep_supervision = true;
   EXPECT_EQ(plan.step_bytes, estimate_step_bytes(m, 1, 3, plan.patch, plan.batch, 2, 1, 6));
   // The search stops close to the budget: the next larger candidate did not fit.
@@ -360,6 +346,8 @@ TEST(Planner, PatchFitsTheBudgetDividesAndYamlLoads) {
   EXPECT_EQ(cfg.data.patch_size, plan.patch);
   EXPECT_EQ(cfg.data.batch_size, plan.batch);
   EXPECT_EQ(cfg.model.levels, plan.levels);
+  EXPECT_EQ(cfg.model.strides, plan.strides);
+  EXPECT_EQ(cfg.model.kernel_sizes, plan.kernels);
   EXPECT_EQ(cfg.data.val_split, "");  // no val split in this dataset
   EXPECT_EQ(cfg.data.normalize, plan.normalize);
   EXPECT_EQ(cfg.data.normalize[0], "ct:-900:1500:80:40");
@@ -376,7 +364,7 @@ TEST(Planner, PatchFitsTheBudgetDividesAndYamlLoads) {
 
 // The CT statistics are a sample's: written with six significant digits, never 15-digit floats.
 TEST(Planner, YamlNumbersHaveSensibleDigits) {
-  DatasetFingerprint fp = synthetic_fingerprint({64, 64, 64}, {{1, 1, 1}, {1, 1, 1}, {1, 1, 1}});
+  DatasetFingerprint fp = test::synthetic_fingerprint({64, 64, 64}, {{1, 1, 1}, {1, 1, 1}, {1, 1, 1}});
   fp.channels[0].mean = 63.29384712938471;
   fp.channels[0].std = 412.0123456789123;
   fp.channels[0].p00_5 = -1023.4999999999;
@@ -405,24 +393,29 @@ TEST(Planner, SmallDatasetKeepsTheWholeVolumeAndValSplit) {
   EXPECT_THROW(make_plan(fp, dose), ConfigError);
 }
 
-// Issue 35: 2-D TIFFs imported as volumes one voxel deep get a patch one voxel deep (and as many
-// levels as down-sampling allows: none), never a patch larger than the data; the YAML loads.
+// Issue 35: 2-D TIFFs imported as volumes one voxel deep get a patch one voxel deep, never a patch
+// larger than the data; the YAML loads. Issue 39: the in-plane axes are still down-sampled (nnU-Net's
+// topology pools an axis while it keeps >= 8 voxels), the one-voxel axis never.
 TEST(Planner, VolumesOneVoxelDeepGetAPatchNoLargerThanTheData) {
   for (const Shape3& shape : {Shape3{1, 32, 32}, Shape3{3, 64, 64}, Shape3{5, 7, 200}}) {
-    const DatasetFingerprint fp = synthetic_fingerprint(shape, {{1, 1, 1}, {1, 1, 1}, {1, 1, 1}});
+    const DatasetFingerprint fp = test::synthetic_fingerprint(shape, {{1, 1, 1}, {1, 1, 1}, {1, 1, 1}});
     const Plan plan = make_plan(fp, PlanOptions{});
-    const int64_t d = int64_t{1} << (plan.levels - 1);
+    ModelConfig m = test::unet_config(plan.levels);
+    m.strides = plan.strides;
+    const Shape3 d = patch_divisor(m);
     for (int a = 0; a < 3; ++a) {
       EXPECT_LE(plan.patch[a], shape[a]) << shape_text(plan.patch) << " for " << shape_text(shape);
       EXPECT_GE(plan.patch[a], 1);
-      EXPECT_EQ(plan.patch[a] % d, 0) << a;
+      EXPECT_EQ(plan.patch[a] % d[a], 0) << a;
     }
     const Config cfg = load_config_from_string(plan_yaml(plan, fp, "flat.h5", "flat"), "plan");
     EXPECT_EQ(cfg.data.patch_size, plan.patch);
     if (shape[0] == 1) {
       EXPECT_EQ(plan.patch, (Shape3{1, 32, 32}));
-      EXPECT_EQ(plan.levels, 1);
-      EXPECT_NE(plan.reasons.at("model.levels").find("the smallest case is [1, 32, 32]"), std::string::npos)
+      EXPECT_EQ(plan.levels, 4);  // 32 -> 16 -> 8 -> 4 in plane
+      EXPECT_EQ(plan.strides, (std::vector<Shape3>{{1, 1, 1}, {1, 2, 2}, {1, 2, 2}, {1, 2, 2}}));
+      EXPECT_NE(plan.reasons.at("model.levels").find("[1, 32, 32] -> [1, 4, 4] voxels at the bottleneck"),
+                std::string::npos)
           << plan.reasons.at("model.levels");
     }
   }
