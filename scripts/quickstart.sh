@@ -24,7 +24,7 @@ column -s, -t < runs/quickstart/predictions/val_metrics.csv
 scripts/install.sh   # trainer on PATH: ~/.local/bin/trainer -> build/release/trainer
 cat <<'EOF'
 [quickstart] next:
-    trainer --config configs/quickstart.yaml --resume --set training.epochs=50   # train on: 50 epochs in all
-    trainer --config configs/quickstart.yaml --predict-only                       # predict with the best checkpoint
-    trainer plan data/phantom_dose.h5 --out plan.yaml                             # a recipe sized for your data and GPU
+    trainer resume -c configs/quickstart.yaml --set training.epochs=50 --allow-config-change training.epochs   # train on
+    trainer predict -c configs/quickstart.yaml              # predict the validation cases with the best checkpoint
+    trainer plan data/phantom_dose.h5 --out plan.yaml       # a recipe sized for your data and GPU
 EOF
