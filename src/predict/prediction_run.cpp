@@ -11,6 +11,7 @@
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/data/cache.h"
+#include "u3d/data/input_check.h"
 #include "u3d/data/preflight.h"
 #include "u3d/evaluate/metrics.h"
 #include "u3d/io/openkbp.h"
@@ -115,11 +116,22 @@ void predict_split(const ResolvedPrediction& rp, const DatasetReader& reader, co
   std::string csv = csv_row({"case", metric, "baseline_" + metric});
   std::vector<double> values, baselines;
   int64_t nifti_files = 0;
+  // The training preflight's normalisation check (data/input_check.h) on the first case, as the
+  // checkpoint's data.normalize leaves it: a mistake there shows before the rest is predicted.
+  InputRangeCheck inputs(pre.channel_names(), rp.trained.data.normalize);
+  bool inputs_checked = false;
   for (const auto& id : ids) {
     // One case in memory at a time, normalised by the run's Preprocessor; its outputs are streamed
     // slab by slab (prediction_output.h).
     const TensorCache one = TensorCache::load(reader, {id}, pre, /*threads=*/1);
     const CachedCase& c = one[0];
+    if (!inputs_checked) {
+      inputs_checked = true;
+      inputs.add(c.image);
+      DataReport r;
+      r.file = cfg.data.path;
+      for (const auto& w : inputs.warnings()) spdlog::warn("predict preflight (case {}): {}", c.id, r.describe(w));
+    }
     CaseOutputOptions oo = writer.begin(c);
     oo.probabilities = cfg.predict.probabilities && seg;
     oo.postprocess = rp.post;

@@ -48,6 +48,22 @@ TEST_F(MistakesCli, PreflightWarnsWhenAChannelIsNearlyConstantOrFarOutsideTenAft
   EXPECT_TRUE(contains(r.output, "in each of 4 case(s)") || contains(r.output, "case(s), values in")) << r.output;
 }
 
+// --predict-only checks the inputs as the checkpoint's normalisation leaves them, with the same line.
+TEST_F(MistakesCli, PredictOnlyWarnsAboutTheNormalisationLikeTheTrainingPreflight) {
+  auto r = short_run("good", {});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = trainer({"--config", "good.yaml", "--predict-only"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(contains(r.output, "after data.normalize")) << r.output;
+  r = short_run("raw", {"--set", "data.normalize=[none]"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = trainer({"--config", "raw.yaml", "--predict-only"});  // the checkpoint's `none`, not the config's
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "predict preflight (case ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "channel 'ct' after data.normalize `none` is far outside ±10: values in [-1000"))
+      << r.output;
+}
+
 TEST_F(MistakesCli, PredictOnlyWithARunForOtherDataNamesTheRunItsTaskAndChannelsFirst) {
   auto r = short_run("dose_run", {});
   ASSERT_EQ(r.exit_code, 0) << r.output;
