@@ -80,6 +80,7 @@ UNET_DEFAULTS = {  # include/u3d/core/config.h ModelConfig / TrainingConfig defa
     "training.optimizer": "adamw", "training.lr": "1e-3", "training.momentum": "0.99", "training.nesterov": "true",
     "training.weight_decay": "1e-4", "training.grad_clip_norm": "0", "training.loss": "auto",
     "model.blocks_per_level": "[]", "model.activation_checkpointing": "off", "training.accumulate_steps": "1",
+    "model.dims": "3",
 }
 
 
@@ -90,17 +91,18 @@ def unet_args(keys, arch="unet"):
     k.update(keys)
     boolean = lambda v: "1" if v.lower() in ("true", "on", "yes", "1") else "0"
     unsupported = []
-    if k["model.norm"] not in ("instance", "none"):
+    if k["model.norm"] not in ("instance", "none") and not (arch == "unet" and k["model.norm"] == "batch"):
         unsupported.append(f"model.norm {k['model.norm']}")
-    if k["model.activation"] != ("relu" if arch == "mlperf_unet3d" else "leaky_relu"):
+    if k["model.activation"] not in ("relu", "leaky_relu") or (arch != "unet" and k["model.activation"] !=
+                                                                ("relu" if arch == "mlperf_unet3d" else "leaky_relu")):
         unsupported.append(f"model.activation {k['model.activation']}")
-    if k["training.optimizer"] != "sgd":
+    if k["training.optimizer"] not in ("sgd", "adamw"):
         unsupported.append(f"training.optimizer {k['training.optimizer']}")
     if k["training.loss"] not in ("dice_ce", "auto"):
         unsupported.append(f"training.loss {k['training.loss']}")
     if unsupported:
-        sys.exit("compare.py: the PyTorch U-Net mirrors norm instance|none, leaky_relu, sgd and dice_ce only; "
-                 "this config has " + ", ".join(unsupported))
+        sys.exit("compare.py: the PyTorch U-Net mirrors norm instance|none (unet: batch too), leaky_relu (unet: relu "
+                 "too), sgd|adamw and dice_ce only; this config has " + ", ".join(unsupported))
     return ["--levels", k["model.levels"], "--base-filters", k["model.base_filters"],
             "--max-filters", k["model.max_filters"], "--convs-per-level", k["model.convs_per_level"],
             "--kernel-size", k["model.kernel_size"], "--norm", k["model.norm"],
@@ -109,7 +111,9 @@ def unet_args(keys, arch="unet"):
             "--momentum", k["training.momentum"], "--nesterov", boolean(k["training.nesterov"]),
             "--weight-decay", k["training.weight_decay"], "--grad-clip-norm", k["training.grad_clip_norm"],
             "--blocks-per-level", k["model.blocks_per_level"].strip("[]").replace(" ", ""),
-            "--checkpointing", k["model.activation_checkpointing"], "--accumulate", k["training.accumulate_steps"]]
+            "--checkpointing", k["model.activation_checkpointing"], "--accumulate", k["training.accumulate_steps"],
+            "--optimizer", k["training.optimizer"]] + (
+        ["--activation", k["model.activation"], "--dims", k["model.dims"]] if arch == "unet" else [])
 
 
 def pytorch_argv(ours, keys, filters, steps, warmup, variants):
@@ -118,8 +122,10 @@ def pytorch_argv(ours, keys, filters, steps, warmup, variants):
     gpu-check sends the same options to its torch process (scripts/bench/torch_side.py)."""
     arch = ours.get("architecture", keys.get("model.architecture", "unet"))
     patch = ours["patch"]
-    if len(set(patch)) != 1:
-        sys.exit(f"pytorch_step.py takes cubic patches; the config's patch is {patch}")
+    flat = patch[0] == 1 and str(ours.get("resolved", {}).get("model.dims", keys.get("model.dims", "3"))) == "2"
+    if len(set(patch[1:] if flat else patch)) != 1:
+        sys.exit(f"pytorch_step.py takes cubic patches (model.dims 2: [1, n, n]); the config's patch is {patch}")
+    patch = patch[1:] if flat else patch
     device = "cuda" if ours["device"].startswith("cuda") else "cpu"
     argv = ["--device", device, "--filters", str(filters), "--batch", str(ours["batch"]), "--size", str(patch[0]),
             "--steps", str(steps), "--warmup", str(warmup), "--precision", ours["precision"], "--variants", variants,

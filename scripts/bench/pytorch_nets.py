@@ -55,25 +55,39 @@ class OpenKbpBaseline(nn.Module):
         return F.relu(y)
 
 
+def layers(a):
+    """The torch.nn classes of the trainer's model.dims (a.dims: 3, or 2 for the 2D U-Net on slices)."""
+    if getattr(a, "dims", 3) == 2:
+        return dict(conv=nn.Conv2d, up=nn.ConvTranspose2d, drop=nn.Dropout2d, inorm=nn.InstanceNorm2d,
+                    bnorm=nn.BatchNorm2d)
+    return dict(conv=nn.Conv3d, up=nn.ConvTranspose3d, drop=nn.Dropout3d, inorm=nn.InstanceNorm3d,
+                bnorm=nn.BatchNorm3d)
+
+
+CONVS = (nn.Conv3d, nn.ConvTranspose3d, nn.Conv2d, nn.ConvTranspose2d)
+
+
 class ConvBlock(nn.Module):
-    """conv (bias only without a norm) -> [channel dropout] -> [instance norm, affine] -> LeakyReLU: the
-    trainer's ConvBlockImpl with norm: instance|none and activation: leaky_relu."""
+    """conv (bias only without a norm) -> [channel dropout] -> [instance or batch norm, affine] ->
+    LeakyReLU or ReLU: the trainer's ConvBlockImpl with norm: instance|batch|none and activation:
+    leaky_relu|relu, in 3D or (a.dims 2) 2D."""
 
     def __init__(self, cin, cout, stride, a):
         super().__init__()
-        k = a.kernel_size
-        self.conv = nn.Conv3d(cin, cout, k, stride=stride, padding=k // 2, bias=a.norm == "none")
-        self.dropout = nn.Dropout3d(a.dropout) if a.dropout > 0 else None
-        # LibTorch's InstanceNorm3d defaults: eps 1e-5; affine, no running statistics (unet.cpp).
-        self.norm = nn.InstanceNorm3d(cout, affine=True, track_running_stats=False) if a.norm == "instance" else None
-        self.slope = a.negative_slope
+        k, L = a.kernel_size, layers(a)
+        self.conv = L["conv"](cin, cout, k, stride=stride, padding=k // 2, bias=a.norm == "none")
+        self.dropout = L["drop"](a.dropout) if a.dropout > 0 else None
+        # LibTorch's InstanceNorm defaults: eps 1e-5; affine, no running statistics (unet.cpp); BatchNorm's.
+        self.norm = (L["inorm"](cout, affine=True, track_running_stats=False) if a.norm == "instance" else
+                     L["bnorm"](cout) if a.norm == "batch" else None)
+        self.slope = 0.0 if getattr(a, "activation", "leaky_relu") == "relu" else a.negative_slope
 
     def forward(self, x):
         y = self.conv(x)
         for layer in (self.dropout, self.norm):  # each when configured
             if layer is not None:
                 y = layer(y)
-        return F.leaky_relu(y, self.slope)
+        return F.relu(y) if self.slope == 0.0 else F.leaky_relu(y, self.slope)
 
 
 class UNet(nn.Module):
@@ -98,15 +112,16 @@ class UNet(nn.Module):
         self.up = nn.ModuleList()
         self.decoder = nn.ModuleList()
         for l in range(a.levels - 2, -1, -1):  # deepest first
-            self.up.append(nn.ConvTranspose3d(f[l + 1], f[l], 2, stride=2))
+            self.up.append(layers(a)["up"](f[l + 1], f[l], 2, stride=2))
             self.decoder.append(nn.Sequential(*[
                 ConvBlock(2 * f[l] if c == 0 else f[l], f[l], 1, a) for c in range(a.convs_per_level)]))
         self.checkpointing = getattr(a, "checkpointing", "off")
-        self.head = nn.Conv3d(f[0], out_channels, 1)
+        conv = layers(a)["conv"]
+        self.head = conv(f[0], out_channels, 1)
         self.deep_heads = nn.ModuleList(
-            [nn.Conv3d(f[l], out_channels, 1) for l in range(1, a.levels - 1)] if a.deep_supervision else [])
+            [conv(f[l], out_channels, 1) for l in range(1, a.levels - 1)] if a.deep_supervision else [])
         for m in self.modules():  # init_weights(): Kaiming normal (fan in, leaky_relu), zero biases
-            if isinstance(m, (nn.Conv3d, nn.ConvTranspose3d)):
+            if isinstance(m, CONVS):
                 nn.init.kaiming_normal_(m.weight, a=a.negative_slope, mode="fan_in", nonlinearity="leaky_relu")
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
@@ -133,6 +148,40 @@ class UNet(nn.Module):
         deep = []  # coarsest first while decoding
         full = self.run(x, deep)
         return [full] + deep[::-1]
+
+
+class BudaUNet2d(nn.Module):
+    """The slice user's network as published (Buda et al., brain-segmentation-pytorch, unet.py; written
+    from its layer list, none of its code): encoders of 32, 64, 128, 256 filters and a 512 bottleneck,
+    each two 3x3 conv (no bias) - BatchNorm2d - ReLU, 2x2 max-pooling between them, 2x2 stride-2
+    transposed convolutions (bias) up, the concatenation [up, skip], two conv-BN-ReLU, a 1x1 conv (bias)
+    to `out_channels` and a sigmoid: 7,762,465 parameters for 1 channel in and out. The trainer's
+    model.preset unet2d has the same parameters, with the stage's first convolution strided instead of
+    the max-pool."""
+
+    def __init__(self, in_channels=1, out_channels=1, features=32):
+        super().__init__()
+
+        def block(cin, cout):
+            return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+                                 nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+        f = [features << i for i in range(5)]
+        self.enc = nn.ModuleList([block(in_channels if i == 0 else f[i - 1], f[i]) for i in range(4)])
+        self.bottleneck = block(f[3], f[4])
+        self.ups = nn.ModuleList([nn.ConvTranspose2d(f[i + 1], f[i], 2, stride=2) for i in range(3, -1, -1)])
+        self.dec = nn.ModuleList([block(2 * f[i], f[i]) for i in range(3, -1, -1)])
+        self.head = nn.Conv2d(f[0], out_channels, 1)
+
+    def forward(self, x):
+        skips = []
+        for enc in self.enc:
+            x = enc(x)
+            skips.append(x)
+            x = F.max_pool2d(x, 2)
+        x = self.bottleneck(x)
+        for up, dec in zip(self.ups, self.dec):
+            x = dec(torch.cat([up(x), skips.pop()], dim=1))
+        return torch.sigmoid(self.head(x))
 
 
 def conv_norm_act(cin, cout, k, stride, bias, slope):

@@ -22,6 +22,9 @@ PyTorch is a benchmark here, never a dependency of the trainer.
     python3 scripts/bench/pytorch_step.py --arch unet --out-channels 4 --size 128 --batch 2   # nnU-Net-like
     python3 scripts/bench/pytorch_step.py --arch unet --params-only --levels 4 --base-filters 4 --max-filters 12
     python3 scripts/bench/pytorch_step.py --arch mlperf_unet3d --size 128 --batch 2   # the MLPerf 3D U-Net
+    python3 scripts/bench/pytorch_step.py --arch unet --dims 2 --levels 5 --max-filters 512 --norm batch \
+        --activation relu --deep-supervision 0 --out-channels 1 --loss bce_dice --optimizer adamw --lr 1e-3 \
+        --weight-decay 1e-4 --grad-clip-norm 0 --size 256 --batch 16   # the slice user's 2D U-Net (unet2d)
 
 --arch mlperf_unet3d: the MLPerf Training 3D U-Net (model.preset mlperf_unet3d), the network of
 scripts/python/u3d_model.py (MlperfUNet3d: the reference's layers and names) with the unet step
@@ -57,6 +60,17 @@ def dice_ce_loss(logits, labels):
     return F.cross_entropy(logits.float(), labels) + soft_dice_loss(logits, labels)
 
 
+def bce_dice_loss(logits, labels, smooth=1e-5):
+    """--loss bce_dice (one sigmoid output, the slice user's BCE + Dice): BCE with logits plus
+    1 - the per-sample soft Dice of sigmoid(logits) and labels == 1."""
+    target = (labels == 1).unsqueeze(1).float()
+    logits = logits.float()
+    probs = torch.sigmoid(logits)
+    spatial = tuple(range(2, logits.dim()))
+    dice = (2.0 * (probs * target).sum(spatial) + smooth) / (probs.sum(spatial) + target.sum(spatial) + smooth)
+    return F.binary_cross_entropy_with_logits(logits, target) + 1.0 - dice.mean()
+
+
 def deep_supervision_weights(n):
     w = [1.0 / (1 << i) for i in range(n)]
     if n >= 2:
@@ -71,11 +85,12 @@ def deep_supervision_loss(outs, labels, weights):
         if w == 0:
             continue
         lab = labels
-        for a in range(3):  # downsample_labels(): every f-th voxel from f / 2
-            f = labels.shape[-3 + a] // o.shape[2 + a]
+        nd = o.dim() - 2  # spatial axes: 3, or 2 (--dims 2)
+        for a in range(nd):  # downsample_labels(): every f-th voxel from f / 2
+            f = labels.shape[-nd + a] // o.shape[2 + a]
             if f > 1:
                 idx = [slice(None)] * lab.dim()
-                idx[lab.dim() - 3 + a] = slice(f // 2, None, f)
+                idx[lab.dim() - nd + a] = slice(f // 2, None, f)
                 lab = lab[tuple(idx)]
         term = dice_ce_loss(o, lab.contiguous()) * w
         total = term if total is None else total + term
@@ -113,12 +128,13 @@ def conv_flops(model, x):
 
     def hook(mod, inp, out):
         nonlocal total
-        k = mod.weight.shape[2] * mod.weight.shape[3] * mod.weight.shape[4]
-        if isinstance(mod, nn.ConvTranspose3d):  # weight (C_in, C_out, k, k, k): every input voxel
+        k = mod.weight[0, 0].numel()  # the kernel's voxels (3D) or pixels (2D)
+        if isinstance(mod, (nn.ConvTranspose3d, nn.ConvTranspose2d)):  # weight (C_in, C_out, k...): every input
             total += 2 * inp[0].numel() * mod.weight.shape[1] * k
-        else:  # weight (C_out, C_in, k, k, k): every output voxel
+        else:  # weight (C_out, C_in, k...): every output voxel
             total += 2 * out.numel() * mod.weight.shape[1] * k
-    hs = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, (nn.Conv3d, nn.ConvTranspose3d))]
+    convs = (nn.Conv3d, nn.ConvTranspose3d, nn.Conv2d, nn.ConvTranspose2d)
+    hs = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, convs)]
     was_training = model.training
     model.eval()  # as forward_flops(): batch-norm statistics untouched, 1-voxel instance norms allowed
     with torch.no_grad():
@@ -134,10 +150,11 @@ def run(variant, args):
     torch.manual_seed(0)
     torch.backends.cudnn.benchmark = True
     model = build(args).to(dev)
-    mf = torch.channels_last_3d if args.channels_last else torch.contiguous_format
+    nd = args.dims  # spatial axes
+    mf = (torch.channels_last_3d if nd == 3 else torch.channels_last) if args.channels_last else torch.contiguous_format
     model = model.to(memory_format=mf)
     cin = args.in_channels or (11 if args.arch == "openkbp" else 1)
-    shape = (args.batch, cin, args.size, args.size, args.size)
+    shape = (args.batch, cin) + (args.size,) * nd
     x = torch.rand(shape, device=dev).to(memory_format=mf)
     flops_fwd = conv_flops(model, x)
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[args.precision]
@@ -155,10 +172,16 @@ def run(variant, args):
             opt.step()
             return loss
     else:
-        # configs/segmentation_nnunet_like.yaml's training: SGD, Nesterov momentum, weight decay, clip.
-        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, nesterov=bool(args.nesterov),
-                              weight_decay=args.weight_decay, fused=fused)
-        labels = torch.randint(0, args.out_channels, (args.batch, args.size, args.size, args.size), device=dev)
+        # configs/segmentation_nnunet_like.yaml's training: SGD, Nesterov momentum, weight decay, clip;
+        # or AdamW (--optimizer adamw: configs/slices_2d.yaml)
+        if args.optimizer == "adamw":
+            opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay, fused=fused)
+        else:
+            opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
+                                  nesterov=bool(args.nesterov), weight_decay=args.weight_decay, fused=fused)
+        classes = 2 if args.loss == "bce_dice" else args.out_channels
+        labels = torch.randint(0, classes, (args.batch,) + (args.size,) * nd, device=dev)
+        seg_loss = bce_dice_loss if args.loss == "bce_dice" else dice_ce_loss
         weights = None
 
         def step():
@@ -173,7 +196,7 @@ def run(variant, args):
                     weights = weights or deep_supervision_weights(len(outs))
                     loss = deep_supervision_loss(outs, labels, weights)
                 else:
-                    loss = dice_ce_loss(outs[0], labels)
+                    loss = seg_loss(outs[0], labels)
                 loss = loss / args.accumulate if args.accumulate > 1 else loss
                 loss.backward()
                 total = total + loss.detach()
@@ -204,7 +227,7 @@ def run(variant, args):
         "benchmark": "step", "tool": f"pytorch-{variant}", "torch": torch.__version__, "device": str(dev),
         "gpu": torch.cuda.get_device_name(0) if dev.type == "cuda" else None,
         "precision": args.precision, "channels_last": args.channels_last, "batch": args.batch,
-        "patch": [args.size] * 3,
+        "patch": [args.size] * 3 if nd == 3 else [1, args.size, args.size], "dims": nd,
         "architecture": {"unet": "unet", "resenc": "resenc_unet", "openkbp": "openkbp_baseline",
                          "mlperf_unet3d": "mlperf_unet3d"}[args.arch],
         "accumulate_steps": args.accumulate, "activation_checkpointing": args.checkpointing,
@@ -250,7 +273,13 @@ def make_parser():  # also parses torch_side.py's requests, in its one process
     g.add_argument("--max-filters", type=int, default=320)
     g.add_argument("--convs-per-level", type=int, default=2)
     g.add_argument("--kernel-size", type=int, default=3)
-    g.add_argument("--norm", choices=["instance", "none"], default="instance")
+    g.add_argument("--norm", choices=["instance", "batch", "none"], default="instance")
+    g.add_argument("--activation", choices=["leaky_relu", "relu"], default="leaky_relu")
+    g.add_argument("--dims", type=int, choices=[2, 3], default=3,
+                   help="model.dims: 2 is the 2D U-Net on slices, (batch, C, size, size) inputs")
+    g.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
+    g.add_argument("--loss", choices=["dice_ce", "bce_dice"], default="dice_ce",
+                   help="bce_dice: one sigmoid output (--out-channels 1), BCE + Dice")
     g.add_argument("--negative-slope", type=float, default=0.01)
     g.add_argument("--dropout", type=float, default=0.0)
     g.add_argument("--deep-supervision", type=int, choices=[0, 1], default=1)
@@ -286,7 +315,7 @@ def main():
     if args.params_only:
         torch.manual_seed(0)
         m = build(args)
-        x = torch.zeros(1, args.in_channels or (11 if args.arch == "openkbp" else 1), *([args.size] * 3))
+        x = torch.zeros(1, args.in_channels or (11 if args.arch == "openkbp" else 1), *([args.size] * args.dims))
         try:
             flops = conv_flops(m, x)
         except ValueError:  # PyTorch's instance norm refuses a 1-voxel bottleneck (LibTorch's does not)

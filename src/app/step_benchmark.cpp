@@ -52,6 +52,7 @@ class TimedStepsRange {
 // scripts/bench/compare.py builds the same network in PyTorch.
 Json resolved_keys(const Config& cfg) {
   static const char* const kKeys[] = {"model.architecture",
+                                      "model.dims",
                                       "model.levels",
                                       "model.base_filters",
                                       "model.max_filters",
@@ -236,7 +237,8 @@ int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& option
   if (!launch_env().is_main()) return kExitOk;  // data-parallel: rank 0 reports
   const auto& p = cfg.data.patch_size;
   const int64_t n = cfg.data.batch_size;
-  std::printf("training-step benchmark: %s, %s%s\n", to_string(cfg.model.architecture).c_str(), r.device.c_str(),
+  std::printf("training-step benchmark: %s%s, %s%s\n", to_string(cfg.model.architecture).c_str(),
+              cfg.model.dims == 2 ? " (2D, model.dims 2)" : "", r.device.c_str(),
               r.gpu_name.empty() ? "" : (" (" + r.gpu_name + ")").c_str());
   std::printf("  model          %lld parameters, %lld -> %lld channels\n", static_cast<long long>(r.parameters),
               static_cast<long long>(r.in_channels), static_cast<long long>(r.out_channels));
@@ -249,7 +251,7 @@ int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& option
   std::printf("  steps          %lld timed after %lld warm-up\n", static_cast<long long>(r.steps),
               static_cast<long long>(r.warmup));
   std::printf("  step time      median %.3f ms, p10 %.3f ms, p90 %.3f ms\n", r.median_ms, r.p10_ms, r.p90_ms);
-  std::printf("  throughput     %.2f samples/s\n", r.samples_per_second);
+  std::printf("  throughput     %.2f %s/s\n", r.samples_per_second, cfg.model.dims == 2 ? "slices" : "samples");
   std::printf("  FLOPs/step     %.4g (forward %.4g per sample, x3 for training, x%lld samples%s)\n",
               static_cast<double>(r.flops_per_step), static_cast<double>(r.forward_flops_per_sample),
               static_cast<long long>(n * micro),

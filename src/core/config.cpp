@@ -177,51 +177,6 @@ YAML::Node parse_yaml(const std::string& text, const std::string& source) {
   return documents.empty() ? YAML::Node() : documents.front();
 }
 
-// "[64, 64, 64]" -> 64*64*64-style helpers for validate().
-int64_t pow2(int64_t e) { return int64_t{1} << e; }
-
-// model.preset: nnU-Net's ResEnc choices for every model key the config leaves unset. Levels from
-// the patch: down-sampling while every axis divides by 2 and keeps >= 4 voxels (nnU-Net's minimum
-// edge of a feature map), at most 8 levels.
-void apply_model_preset(Config& cfg) {
-  if (cfg.model.preset == ModelPreset::kNone) return;
-  int64_t levels = 1;
-  while (levels < 8) {
-    bool fits = true;
-    for (const int64_t n : cfg.data.patch_size) fits = fits && n % pow2(levels) == 0 && n / pow2(levels) >= 4;
-    if (!fits) break;
-    ++levels;
-  }
-  // The MLPerf 3D U-Net (model/mlperf_unet3d.h): the reference's fixed network.
-  const std::vector<std::pair<std::string, std::string>> mlperf = {
-      {"model.architecture", "mlperf_unet3d"},
-      {"model.levels", "6"},
-      {"model.base_filters", "32"},
-      {"model.max_filters", "320"},
-      {"model.kernel_size", "3"},
-      {"model.norm", "instance"},
-      {"model.activation", "relu"},
-      {"model.convs_per_level", "2"},
-      {"model.deep_supervision", "false"},
-  };
-  const std::vector<std::pair<std::string, std::string>> resenc = {
-      {"model.architecture", "resenc_unet"},
-      {"model.levels", std::to_string(levels)},
-      {"model.base_filters", "32"},
-      {"model.max_filters", "320"},
-      {"model.kernel_size", "3"},
-      {"model.norm", "instance"},
-      {"model.activation", "leaky_relu"},
-      {"model.negative_slope", "0.01"},
-      {"model.convs_per_level", "1"},
-      {"model.blocks_per_level", "[1, 3, 4, 6, 6, 6, 6, 6]"},
-  };
-  const std::string where = "model.preset: " + to_string(cfg.model.preset);
-  for (const auto& [key, value] : cfg.model.preset == ModelPreset::kMlperfUNet3d ? mlperf : resenc) {
-    if (!cfg.origin.count(key)) find_option(key)->set(cfg, YAML::Load(value), where);
-  }
-}
-
 }  // namespace
 
 std::string to_string(Device v) { return enum_name(v); }
@@ -279,6 +234,7 @@ Config load_config_from_string(const std::string& yaml, const std::string& sourc
   apply_yaml(cfg, parse_yaml(yaml, source), source);
   for (const auto& o : overrides) apply_override(cfg, o);
   apply_model_preset(cfg);
+  resolve_slices(cfg);
   validate(cfg);
   return cfg;
 }
@@ -313,6 +269,7 @@ void validate(const Config& cfg) {
     throw ConfigError(fmt::format("{}: model.max_filters: {} is below model.base_filters = {}",
                                   key_origin(cfg, "model.max_filters"), m.max_filters, m.base_filters));
   }
+  validate_stage_geometry(cfg);  // first: model.dims 2 on the wrong architecture names itself
   if (m.architecture == Architecture::kOpenKbpBaseline) {
     for (int axis = 0; axis < 3; ++axis) {
       if (cfg.data.patch_size[axis] % 64 != 0) {
@@ -348,7 +305,6 @@ void validate(const Config& cfg) {
                     "openkbp_baseline; set it to off",
                     key_origin(cfg, "model.activation_checkpointing"), to_string(m.activation_checkpointing)));
   }
-  validate_stage_geometry(cfg);
   const Shape3 divisor = patch_divisor(m);  // 2^(levels - 1) per axis unless model.strides says otherwise
   for (int axis = 0; axis < 3; ++axis) {
     if (cfg.data.patch_size[axis] % divisor[axis] != 0) {

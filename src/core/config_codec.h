@@ -41,7 +41,7 @@ U3D_ENUM_NAMES(Architecture, {Architecture::kUNet, "unet"}, {Architecture::kResE
                {Architecture::kOpenKbpBaseline, "openkbp_baseline"}, {Architecture::kMlperfUNet3d, "mlperf_unet3d"})
 U3D_ENUM_NAMES(ModelPreset, {ModelPreset::kNone, "none"}, {ModelPreset::kResEncM, "resenc_m"},
                {ModelPreset::kResEncL, "resenc_l"}, {ModelPreset::kResEncXL, "resenc_xl"},
-               {ModelPreset::kMlperfUNet3d, "mlperf_unet3d"})
+               {ModelPreset::kMlperfUNet3d, "mlperf_unet3d"}, {ModelPreset::kUNet2d, "unet2d"})
 U3D_ENUM_NAMES(Checkpointing, {Checkpointing::kOff, "off"}, {Checkpointing::kEncoder, "encoder"},
                {Checkpointing::kAll, "all"})
 U3D_ENUM_NAMES(OutputActivation, {OutputActivation::kNone, "none"}, {OutputActivation::kRelu, "relu"},

@@ -179,6 +179,10 @@ const std::vector<Option>& option_table() {
               "Training patch (D, H, W) in voxels; each axis must divide by the product of its model.strides "
               "(2^(model.levels - 1) by default)",
               shape_at_least(1)),
+      U3D_KEY(data, slice_axis,
+              "model.dims 2: the axis slices are taken across (0: D, axial; 1: H; 2: W); data.patch_size is 1 "
+              "there (a cube such as 256 becomes [1, 256, 256])",
+              in_range<int64_t>(0, 2)),
       U3D_KEY(data, foreground_fraction, "Share of training patches centred on a foreground voxel (nnU-Net uses 0.33)",
               in_range(0.0, 1.0)),
       U3D_KEY(data, foreground,
@@ -263,13 +267,18 @@ const std::vector<Option>& option_table() {
               "Training 3D U-Net (KiTS19) with the reference's parameter names: architecture mlperf_unet3d, "
               "levels 6, base_filters 32, max_filters 320, kernel 3, instance norm, relu, two convolutions per "
               "stage, no deep supervision (31.19 M parameters for 1 channel and 3 classes; "
-              "configs/mlperf_unet3d.yaml)"),
+              "configs/mlperf_unet3d.yaml). unet2d: the 2D slice U-Net (configs/slices_2d.yaml): dims 2, levels 5, "
+              "filters 32 to 512, kernel 3, batch norm, relu, two convolutions per stage (7.76 M parameters)"),
       U3D_KEY(model, architecture,
               "Network family: unet (plain convolution stages), resenc_unet (nnU-Net's residual-encoder U-Net: "
               "a stem convolution, residual blocks in the encoder, plain decoder), openkbp_baseline (the "
               "OpenKBP challenge's network, f = base_filters; the other model keys do not apply) or "
               "mlperf_unet3d (the MLPerf 3D U-Net, model.preset mlperf_unet3d: levels, filters, kernel, norm and "
               "activation apply; no deep supervision, dropout or activation checkpointing)"),
+      U3D_KEY(model, dims,
+              "3: a 3D U-Net; 2 (unet, resenc_unet): a 2D U-Net (Conv2d) on slices across data.slice_axis, "
+              "batches of (N, C, 1, H, W) patches; kernels and strides are 1 on the slice axis",
+              in_range<int64_t>(2, 3)),
       U3D_KEY(model, levels, "Resolution stages of the U-Net", in_range<int64_t>(1, 8)),
       U3D_KEY(model, base_filters, "Filters at full resolution (doubling per level)", at_least<int64_t>(1)),
       U3D_KEY(model, max_filters, "Cap on filters per level", at_least<int64_t>(1)),
@@ -311,7 +320,8 @@ const std::vector<Option>& option_table() {
       U3D_KEY(training, threads, "Intra-op CPU threads; 0: cores - 1; at most 4 per core", at_least<int64_t>(0)),
       U3D_KEY(training, epochs, "Epochs to train", at_least<int64_t>(1)),
       U3D_KEY(training, steps_per_epoch,
-              "Optimizer steps per epoch; 0: ceil(training cases / (batch size x accumulate_steps))",
+              "Optimizer steps per epoch; 0: ceil(training cases / (batch size x accumulate_steps)), with "
+              "model.dims 2 ceil(their slices / (batch size x accumulate_steps))",
               at_least<int64_t>(0)),
       U3D_KEY(training, optimizer, "Optimizer"),
       U3D_KEY(training, lr, "Peak learning rate", positive()),
@@ -424,7 +434,10 @@ const std::vector<Option>& option_table() {
       U3D_KEY(predict, overlap, "Sliding-window overlap as a fraction of the patch", in_unit_open(1.0)),
       U3D_KEY(predict, batch_size, "Windows per forward pass; 0: data.batch_size", at_least<int64_t>(0)),
       U3D_KEY(predict, gaussian, "Gaussian importance weighting of windows (sigma = patch / 8)"),
-      U3D_KEY(predict, tta, "Test-time augmentation: flips averages all 8 mirrorings, batched into one forward pass"),
+      U3D_KEY(predict, tta,
+              "Test-time augmentation: flips averages all 8 mirrorings (4 in-plane ones for model.dims 2), batched "
+              "into one "
+              "forward pass"),
       U3D_KEY(predict, nifti,
               "Also write <split>/<case>.nii.gz (or .nii) for cases imported from NIfTI: the input's header "
               "and grid (resampling undone), streamed slab by slab; <split>/<case>.tif for cases imported from TIFF"),
@@ -467,28 +480,5 @@ const std::vector<Option>& option_table() {
 }
 
 #undef U3D_KEY
-
-const Option* find_option(const std::string& key) {
-  for (const auto& o : option_table()) {
-    if (o.key == key) return &o;
-  }
-  return nullptr;
-}
-
-std::string first_key_of(const std::string& section) {
-  for (const auto& o : option_table()) {
-    if (o.key.compare(0, section.size() + 1, section + ".") == 0) return o.key;
-  }
-  return section + ".KEY";
-}
-
-std::vector<std::string> section_names() {
-  std::vector<std::string> out;
-  for (const auto& o : option_table()) {
-    const auto s = o.key.substr(0, o.key.find('.'));
-    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
-  }
-  return out;
-}
 
 }  // namespace u3d::config_detail

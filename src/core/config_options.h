@@ -28,5 +28,7 @@ const Option* find_option(const std::string& key);
 std::string first_key_of(const std::string& section);
 // "experiment", "data", ... in table order.
 std::vector<std::string> section_names();
+// model.preset: sets the preset's model keys that `cfg` leaves unset (src/core/model_presets.cpp).
+void apply_model_preset(Config& cfg);
 
 }  // namespace u3d::config_detail

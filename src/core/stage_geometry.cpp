@@ -13,12 +13,41 @@ std::string triple(const Shape3& s) { return fmt::format("[{}, {}, {}]", s[0], s
 
 Shape3 stage_kernel(const ModelConfig& m, int64_t level) {
   if (!m.kernel_sizes.empty()) return m.kernel_sizes.at(static_cast<size_t>(level));
-  return {m.kernel_size, m.kernel_size, m.kernel_size};
+  Shape3 k = {m.kernel_size, m.kernel_size, m.kernel_size};
+  if (m.dims == 2) k[static_cast<size_t>(m.slice_axis)] = 1;
+  return k;
 }
 
 Shape3 stage_stride(const ModelConfig& m, int64_t level) {
   if (!m.strides.empty()) return m.strides.at(static_cast<size_t>(level));
-  return level == 0 ? Shape3{1, 1, 1} : Shape3{2, 2, 2};
+  Shape3 s = level == 0 ? Shape3{1, 1, 1} : Shape3{2, 2, 2};
+  if (m.dims == 2) s[static_cast<size_t>(m.slice_axis)] = 1;
+  return s;
+}
+
+Shape2 in_plane(const Shape3& s, int64_t slice_axis) {
+  Shape2 out{};
+  for (size_t a = 0, i = 0; a < 3; ++a) {
+    if (static_cast<int64_t>(a) != slice_axis) out[i++] = s[a];
+  }
+  return out;
+}
+
+void resolve_slices(Config& cfg) {
+  if (cfg.model.dims != 2) return;
+  const auto axis = static_cast<size_t>(cfg.data.slice_axis);
+  cfg.model.slice_axis = cfg.data.slice_axis;
+  Shape3& patch = cfg.data.patch_size;
+  if (patch[axis] == 1) return;
+  if (patch[0] == patch[1] && patch[1] == patch[2]) {  // a cube (one number): its slice
+    patch[axis] = 1;
+    return;
+  }
+  throw ConfigError(fmt::format("{}: data.patch_size: {} must be 1 on data.slice_axis {} for model.dims 2 (e.g. {})",
+                                key_origin(cfg, "data.patch_size"), triple(patch), axis,
+                                triple(axis == 0   ? Shape3{1, patch[1], patch[2]}
+                                       : axis == 1 ? Shape3{patch[0], 1, patch[2]}
+                                                   : Shape3{patch[0], patch[1], 1})));
 }
 
 Shape3 stage_scale(const ModelConfig& m, int64_t level) {
@@ -38,6 +67,10 @@ void validate_stage_geometry(const Config& cfg) {
     throw ConfigError(fmt::format("{}: {}: {}", key_origin(cfg, key), key, what));
   };
   const bool unet = m.architecture == Architecture::kUNet || m.architecture == Architecture::kResEncUNet;
+  if (m.dims == 2 && !unet) {
+    refuse("model.dims", fmt::format("2 applies to model.architecture unet and resenc_unet, not {}; use 3",
+                                     to_string(m.architecture)));
+  }
   for (const auto& [key, list] : {std::pair{"model.kernel_sizes", &m.kernel_sizes}, {"model.strides", &m.strides}}) {
     if (list->empty()) continue;
     if (!unet) refuse(key, "applies to model.architecture unet and resenc_unet only; leave it empty");
@@ -53,6 +86,10 @@ void validate_stage_geometry(const Config& cfg) {
                                                  triple(m.kernel_sizes[l])));
       }
     }
+    if (m.dims == 2 && m.kernel_sizes[l][static_cast<size_t>(m.slice_axis)] != 1) {
+      refuse("model.kernel_sizes", fmt::format("stage {} has {}; with model.dims 2 the slice axis {} takes kernel 1", l,
+                                               triple(m.kernel_sizes[l]), m.slice_axis));
+    }
   }
   for (size_t l = 0; l < m.strides.size(); ++l) {
     for (const int64_t s : m.strides[l]) {
@@ -60,6 +97,10 @@ void validate_stage_geometry(const Config& cfg) {
         refuse("model.strides",
                fmt::format("stage {} has {}; a stride is 1 or 2 on every axis", l, triple(m.strides[l])));
       }
+    }
+    if (m.dims == 2 && m.strides[l][static_cast<size_t>(m.slice_axis)] != 1) {
+      refuse("model.strides", fmt::format("stage {} has {}; with model.dims 2 the slice axis {} takes stride 1", l,
+                                          triple(m.strides[l]), m.slice_axis));
     }
     if (l == 0 && m.strides[0] != Shape3{1, 1, 1}) {
       refuse("model.strides",

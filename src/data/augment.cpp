@@ -265,6 +265,16 @@ bool is_signed_permutation(const Matrix3& m) {
   return true;
 }
 
+int64_t slice_axis_of(const Shape3& patch) {
+  int64_t axis = -1;
+  for (int64_t a = 0; a < 3; ++a) {
+    if (patch[static_cast<size_t>(a)] != 1) continue;
+    if (axis >= 0) return -1;  // a line or a voxel, not a slice
+    axis = a;
+  }
+  return axis;
+}
+
 torch::Tensor elastic_field(const torch::Tensor& control, const Shape3& patch) {
   TORCH_CHECK(control.dim() == 5 && control.size(1) == 3 && control.scalar_type() == torch::kFloat,
               "elastic_field: control points must be (N, 3, G, G, G) float32");

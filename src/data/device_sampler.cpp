@@ -208,11 +208,13 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
                      r.uniform_int(kSlotRot90 + 1, torch::full({n}, 3, lopt)) + 1, torch::zeros({n}, lopt));
     m = torch::bmm(rot_matrices_.index_select(0, k), m);
   }
+  const int64_t slice_axis = slice_axis_of(patch);  // a slice: in-plane transforms only (augment.h)
   if (aug.affine_prob > 0) {
     torch::Tensor a = eye.clone();
     for (int64_t axis = 0; axis < 3; ++axis) {
       const double lim = aug.affine_rotation[static_cast<size_t>(axis)];
-      const torch::Tensor rad = r.uniform(kSlotAffine + 1 + static_cast<uint64_t>(axis), -lim, lim) * kPi / 180.0;
+      torch::Tensor rad = r.uniform(kSlotAffine + 1 + static_cast<uint64_t>(axis), -lim, lim) * kPi / 180.0;
+      if (slice_axis >= 0 && axis != slice_axis) rad = rad * 0.0;  // drawn all the same: the host's stream
       const torch::Tensor c = torch::cos(rad), s = torch::sin(rad);
       const int64_t p = (axis + 1) % 3, q = (axis + 2) % 3;
       torch::Tensor rot = eye.clone();
@@ -242,8 +244,13 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
   // per-sample 0/1 (static shapes; 0 leaves q exactly as it was).
   if (aug.elastic_prob > 0) {
     const int64_t g = aug.elastic_grid;
-    const torch::Tensor control =
+    torch::Tensor control =
         r.uniform_at(elastic_keys_, -aug.elastic_magnitude, aug.elastic_magnitude).to(torch::kFloat);
+    if (slice_axis >= 0) {  // no displacement along the slice axis
+      const torch::Tensor c = control.view({n, 3, g * g * g});
+      const int64_t a = slice_axis;
+      control = torch::cat({c.narrow(1, 0, a), torch::zeros_like(c.narrow(1, a, 1)), c.narrow(1, a + 1, 2 - a)}, 1);
+    }
     const torch::Tensor apply = r.bernoulli(kSlotElastic, aug.elastic_prob).to(torch::kFloat).view({n, 1, 1});
     const torch::Tensor disp = elastic_field(control.view({n, 3, g, g, g}), patch).view({n, 3, voxels}) * apply;
     q = q + disp.transpose(1, 2).to(torch::kDouble);

@@ -215,11 +215,13 @@ SamplePlan PatchSampler::plan(int64_t epoch, int64_t index) const {
   if (aug.rot90_prob > 0 && r.bernoulli(kSlotRot90, aug.rot90_prob)) {
     m = matmul(rot90_matrix(1 + r.uniform_int(kSlotRot90 + 1, 3), aug.rot90_plane[0], aug.rot90_plane[1]), m);
   }
+  const int64_t slice_axis = slice_axis_of(t.patch);  // a slice: in-plane transforms only (augment.h)
   if (aug.affine_prob > 0 && r.bernoulli(kSlotAffine, aug.affine_prob)) {
     std::array<double, 3> degrees{};
     for (int a = 0; a < 3; ++a) {
       const double lim = aug.affine_rotation[static_cast<size_t>(a)];
       degrees[static_cast<size_t>(a)] = r.uniform(kSlotAffine + 1 + static_cast<uint64_t>(a), -lim, lim);
+      if (slice_axis >= 0 && a != slice_axis) degrees[static_cast<size_t>(a)] = 0.0;
     }
     const double scale = r.uniform(kSlotAffine + 4, aug.affine_scale[0], aug.affine_scale[1]);
     m = matmul(affine_matrix(degrees, scale), m);
@@ -234,6 +236,7 @@ SamplePlan PatchSampler::plan(int64_t epoch, int64_t index) const {
     for (int64_t i = 0; i < control.numel(); ++i) {
       c[i] = static_cast<float>(r.uniform(kSlotElasticGrid + static_cast<uint64_t>(i), -lim, lim));
     }
+    if (slice_axis >= 0) control.select(1, slice_axis).zero_();
     t.displacement = elastic_field(control, t.patch)[0];  // (3, d, h, w)
     p.elastic = true;
   }

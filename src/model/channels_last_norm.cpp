@@ -144,9 +144,10 @@ torch::Tensor ChannelsLastNormImpl::forward_act(const torch::Tensor& x, NormActi
 }
 
 torch::Tensor strictly_channels_last(const torch::Tensor& t) {
-  if (t.dim() != 5) return t;
-  const int64_t c = t.size(1), d = t.size(2), h = t.size(3), w = t.size(4);
-  const std::vector<int64_t> strides = {c * d * h * w, 1, c * h * w, c * w, c};
+  if (t.dim() != 5 && t.dim() != 4) return t;
+  const int64_t c = t.size(1), d = t.dim() == 5 ? t.size(2) : 1, h = t.size(-2), w = t.size(-1);
+  const std::vector<int64_t> strides = t.dim() == 5 ? std::vector<int64_t>{c * d * h * w, 1, c * h * w, c * w, c}
+                                                    : std::vector<int64_t>{c * h * w, 1, c * w, c};
   if (t.strides() == c10::IntArrayRef(strides)) return t;
   return at::empty_strided(t.sizes(), strides, t.options()).copy_(t);
 }

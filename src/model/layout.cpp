@@ -35,17 +35,18 @@ std::string channels_last_reason(const ModelConfig& cfg, const torch::Device& de
 void to_channels_last(torch::nn::Module& module) {
   torch::NoGradGuard no_grad;
   for (auto& p : module.parameters()) {
-    if (p.dim() == 5) p.set_data(strictly_channels_last(p));  // also 1-channel weights (model/channels_last_norm.h)
+    // 5-D and a 2D U-Net's 4-D weights; also 1-channel weights (model/channels_last_norm.h)
+    if (p.dim() >= 4) p.set_data(strictly_channels_last(p));
   }
   for (auto& b : module.buffers()) {
-    if (b.dim() == 5) b.set_data(strictly_channels_last(b));
+    if (b.dim() >= 4) b.set_data(strictly_channels_last(b));
   }
 }
 
 void set_layout(torch::nn::Module& module, bool channels_last) {
   torch::NoGradGuard no_grad;
   auto relayout = [channels_last](torch::Tensor& t) {
-    if (t.dim() != 5) return;
+    if (t.dim() != 5 && t.dim() != 4) return;  // 4-D: a 2D U-Net's weights
     const bool plain = t.strides() == c10::IntArrayRef(c10::contiguous_strides(t.sizes()));
     const torch::Tensor u = channels_last ? strictly_channels_last(t)
                             : plain       ? t

@@ -32,17 +32,22 @@ torch::nn::AnyModule make_norm(Norm norm, int64_t channels, int64_t groups) {
 void init_weights(torch::nn::Module& module, double negative_slope) {
   torch::NoGradGuard no_grad;
   for (auto& m : module.modules(/*include_self=*/false)) {
-    if (auto* conv = m->as<torch::nn::Conv3d>()) {
-      torch::nn::init::kaiming_normal_(conv->weight, negative_slope, torch::kFanIn, torch::kLeakyReLU);
-      if (conv->bias.defined()) torch::nn::init::zeros_(conv->bias);
-    } else if (auto* up = m->as<torch::nn::ConvTranspose3d>()) {
-      torch::nn::init::kaiming_normal_(up->weight, negative_slope, torch::kFanIn, torch::kLeakyReLU);
-      if (up->bias.defined()) torch::nn::init::zeros_(up->bias);
+    torch::Tensor* weight = nullptr;
+    torch::Tensor* bias = nullptr;
+    if (auto* c3 = m->as<torch::nn::Conv3d>()) {
+      weight = &c3->weight, bias = &c3->bias;
+    } else if (auto* t3 = m->as<torch::nn::ConvTranspose3d>()) {
+      weight = &t3->weight, bias = &t3->bias;
+    } else if (auto* c2 = m->as<torch::nn::Conv2d>()) {
+      weight = &c2->weight, bias = &c2->bias;
+    } else if (auto* t2 = m->as<torch::nn::ConvTranspose2d>()) {
+      weight = &t2->weight, bias = &t2->bias;
     }
+    if (!weight) continue;
+    torch::nn::init::kaiming_normal_(*weight, negative_slope, torch::kFanIn, torch::kLeakyReLU);
+    if (bias->defined()) torch::nn::init::zeros_(*bias);
   }
 }
-
-torch::ExpandingArray<3> triple(const Shape3& s) { return torch::ExpandingArray<3>(at::IntArrayRef(s.data(), 3)); }
 
 torch::Tensor activate(const torch::Tensor& y, Activation activation, double negative_slope) {
   switch (activation) {
@@ -72,16 +77,15 @@ ConvBlockImpl::ConvBlockImpl(int64_t in, int64_t out, const Shape3& stride, cons
     pad[a] = k[a] / 2;
   }
   const bool bias = shape.bias.value_or(cfg.norm == Norm::kNone);
-  conv_ = register_module(
-      "conv", torch::nn::Conv3d(
-                  torch::nn::Conv3dOptions(in, out, triple(k)).stride(triple(stride)).padding(triple(pad)).bias(bias)));
+  conv_ = StageConv(cfg, ConvSpec{in, out, k, stride, pad, bias});
+  register_module("conv", conv_.module());
   if (cfg.dropout > 0) dropout_ = register_module("dropout", torch::nn::Dropout3d(cfg.dropout));
   norm_ = make_norm(cfg.norm, out, cfg.norm_groups);
   if (!norm_.is_empty()) register_module("norm", norm_.ptr());
 }
 
 torch::Tensor ConvBlockImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = conv_(x);
+  torch::Tensor y = conv_(x);  // (N, out, D', H', W'), a Conv2d's output unsqueezed with model.dims 2
   if (dropout_) y = dropout_(y);
   if (auto* norm = norm_.is_empty() ? nullptr : norm_.ptr()->as<ChannelsLastNormImpl>()) {  // norm + activation fused
     const auto fused = activate_ ? fusable_activation(activation_) : std::optional(NormActivation::kNone);
@@ -148,10 +152,14 @@ UNet3dImpl::UNet3dImpl(const ModelConfig& cfg, int64_t in_channels, int64_t out_
   }
   for (int64_t l = levels_ - 2; l >= 0; --l) {
     const Shape3 up = stage_stride(cfg, l + 1);  // kernel = stride (nnU-Net's transpconv)
-    up_.push_back(register_module(
-        fmt::format("up{}", l),
-        torch::nn::ConvTranspose3d(
-            torch::nn::ConvTranspose3dOptions(filters_[l + 1], filters_[l], triple(up)).stride(triple(up)))));
+    up_.push_back(StageConv(cfg, ConvSpec{filters_[l + 1],
+                                          filters_[l],
+                                          up,
+                                          up,
+                                          {0, 0, 0},
+                                          /*bias=*/true,
+                                          /*transposed=*/true}));
+    register_module(fmt::format("up{}", l), up_.back().module());
     torch::nn::Sequential stage;
     for (int64_t c = 0; c < cfg.convs_per_level; ++c) {
       stage->push_back(ConvBlock(c == 0 ? 2 * filters_[l] : filters_[l], filters_[l], /*stride=*/1, cfg,
@@ -159,11 +167,14 @@ UNet3dImpl::UNet3dImpl(const ModelConfig& cfg, int64_t in_channels, int64_t out_
     }
     decoder_.push_back(register_module(fmt::format("decoder{}", l), stage));
   }
-  head_ = register_module("head", torch::nn::Conv3d(torch::nn::Conv3dOptions(filters_[0], out_channels, 1)));
+  const Shape3 pointwise = {1, 1, 1};
+  head_ = StageConv(cfg, ConvSpec{filters_[0], out_channels, pointwise, pointwise, {0, 0, 0}, /*bias=*/true});
+  register_module("head", head_.module());
   if (cfg.deep_supervision) {
     for (int64_t l = 1; l + 1 < levels_; ++l) {
-      deep_heads_.push_back(register_module(fmt::format("deep_head{}", l),
-                                            torch::nn::Conv3d(torch::nn::Conv3dOptions(filters_[l], out_channels, 1))));
+      deep_heads_.push_back(
+          StageConv(cfg, ConvSpec{filters_[l], out_channels, pointwise, pointwise, {0, 0, 0}, /*bias=*/true}));
+      register_module(fmt::format("deep_head{}", l), deep_heads_.back().module());
     }
   }
   init_weights(*this, cfg.activation == Activation::kLeakyRelu ? cfg.negative_slope : 0.0);

@@ -51,14 +51,17 @@ SlidingWindowOptions window_options(const Config& cfg, const Shape3& patch, cons
                               /*stop=*/{}};
 }
 
-std::vector<std::vector<int64_t>> mirror_combinations() {
+std::vector<std::vector<int64_t>> mirror_combinations(const Shape3& window) {
   std::vector<std::vector<int64_t>> out;
   for (int mask = 0; mask < 8; ++mask) {
     std::vector<int64_t> dims;
+    bool useful = true;
     for (int a = 0; a < 3; ++a) {
-      if (mask & (1 << a)) dims.push_back(2 + a);
+      if (!(mask & (1 << a))) continue;
+      dims.push_back(2 + a);
+      useful = useful && window[static_cast<size_t>(a)] > 1;  // mirroring a 1-voxel axis repeats another
     }
-    out.push_back(dims);
+    if (useful) out.push_back(dims);
   }
   return out;
 }
@@ -130,8 +133,8 @@ void sliding_window_predict(NetworkImpl& net, const torch::Tensor& image, const 
     if (o.autocast) autocast.emplace(device.type(), *o.autocast);
     torch::Tensor out;  // (n, K, d, h, w)
     if (o.mirror) {
-      // All 8 mirrorings of the n windows in one forward pass: (8 n, C, d, h, w).
-      const auto sets = mirror_combinations();
+      // All 8 mirrorings of the n windows in one forward pass: (8 n, C, d, h, w); 4 for slices.
+      const auto sets = mirror_combinations(o.patch);
       std::vector<torch::Tensor> inputs;
       for (const auto& dims : sets) inputs.push_back(dims.empty() ? batch : torch::flip(batch, dims));
       const torch::Tensor all = net.forward(torch::cat(inputs)).to(torch::kFloat);

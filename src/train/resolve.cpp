@@ -113,9 +113,14 @@ ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const tor
   }
   resolve_precision(training, device);  // fp16 needs CUDA
   rc.cases_sha256 = case_ids_sha256(rc.train_ids);
-  const auto cases = static_cast<int64_t>(rc.train_ids.size());
+  // An epoch sees every case once, or with model.dims 2 every slice of them once (on average).
+  int64_t samples = static_cast<int64_t>(rc.train_ids.size());
+  if (rc.cfg.model.dims == 2 && training.steps_per_epoch == 0) {
+    samples = 0;
+    for (const auto& id : rc.train_ids) samples += reader.case_shape(id)[static_cast<size_t>(data.slice_axis)];
+  }
   const int64_t per_step = data.batch_size * training.accumulate_steps * world_size;  // samples per optimizer step
-  rc.steps_per_epoch = training.steps_per_epoch > 0 ? training.steps_per_epoch : (cases + per_step - 1) / per_step;
+  rc.steps_per_epoch = training.steps_per_epoch > 0 ? training.steps_per_epoch : (samples + per_step - 1) / per_step;
   rc.monitor = resolve_monitor(rc.cfg, rc.scores_dose());
   switch (rc.monitor) {
     case Monitor::kValLoss: rc.monitor_name = "val_loss"; break;

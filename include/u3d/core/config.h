@@ -19,12 +19,13 @@
 namespace u3d {
 
 using Shape3 = std::array<int64_t, 3>;  // (D, H, W) in voxels
+using Shape2 = std::array<int64_t, 2>;  // two of those axes, e.g. (H, W) in a slice
 
 enum class Device { kAuto, kCpu, kCuda };
 enum class Norm { kBatch, kInstance, kGroup, kNone };
 enum class Activation { kRelu, kLeakyRelu, kGelu, kElu };
 enum class Architecture { kUNet, kResEncUNet, kOpenKbpBaseline, kMlperfUNet3d };
-enum class ModelPreset { kNone, kResEncM, kResEncL, kResEncXL, kMlperfUNet3d };
+enum class ModelPreset { kNone, kResEncM, kResEncL, kResEncXL, kMlperfUNet3d, kUNet2d };
 enum class Checkpointing { kOff, kEncoder, kAll };
 enum class OutputActivation { kNone, kRelu, kSigmoid };
 enum class OptimizerKind { kAdam, kAdamW, kSgd };
@@ -62,6 +63,7 @@ struct DataConfig {
   double target_scale = 1.0;  // regression targets are divided by this for training (e.g. 70 Gy)
   int64_t batch_size = 2;
   Shape3 patch_size = {64, 64, 64};  // (D, H, W) voxels; a single number means a cube
+  int64_t slice_axis = 0;            // model.dims 2: slices across this axis (0 D axial, 1 H, 2 W); patch 1 there
   double foreground_fraction = 0.0;  // share of patches centred on a foreground voxel (nnU-Net: 0.33)
   std::string foreground = "auto";   // auto | target | mask | channel:NAME | labels:L1,L2,...
   // Structure-mask channels whose OpenKBP DVH metrics are scored during validation (dose tasks):
@@ -107,6 +109,10 @@ struct ModelConfig {
   // set; applied by load_config before validate().
   ModelPreset preset = ModelPreset::kNone;
   Architecture architecture = Architecture::kUNet;
+  // 3: a 3D U-Net; 2 (unet, resenc_unet): a 2D U-Net on slices (Conv2d), whose inputs are still
+  // (N, C, D, H, W) with size 1 on the slice axis (core/stage_geometry.h: resolve_slices)
+  int64_t dims = 3;
+  int64_t slice_axis = 0;  // with dims 2: the axis the network squeezes; load_config copies data.slice_axis
   int64_t levels = 4;  // resolution stages; patch dims must divide by the strides' product (core/stage_geometry.h)
   int64_t base_filters = 16;    // filters at full resolution, doubling per level
   int64_t max_filters = 320;    // cap on filters per level

@@ -19,6 +19,12 @@
 // resampling path (trilinear images and regression targets, nearest-neighbour labels and masks, so
 // label values are kept), even where M is a signed permutation.
 //
+// Slices (model.dims 2: the patch is 1 along one axis, slice_axis_of(patch)): the transforms stay in
+// the slice's plane. Rotations are drawn about every axis as above (the same draws), but only the one
+// about the slice axis is applied; the elastic displacement's component along the slice axis is 0.
+// Flips along it and a rot90 plane that holds it would leave the plane too: keep augment.flip_axes
+// and augment.rot90_plane in-plane (the slice's flip is a no-op on a 1-voxel axis).
+//
 // Intensity (image channels only): applied batched by BatchFinalizer (finalize.h).
 //
 // Every random choice comes from the sample's stream Rng(seed, epoch, sample index) (sampler.h),
@@ -49,6 +55,9 @@ Matrix3 rot90_matrix(int64_t k, int64_t a, int64_t b);
 Matrix3 affine_matrix(const std::array<double, 3>& degrees, double scale);
 // Whether m is a signed permutation (every entry -1, 0 or 1, one non-zero per row and column).
 bool is_signed_permutation(const Matrix3& m);
+// The axis along which `patch` is a single voxel while the others are not (a slice: model.dims 2),
+// or -1.
+int64_t slice_axis_of(const Shape3& patch);
 
 // Where a patch comes from in its case.
 struct PatchTransform {

@@ -66,7 +66,8 @@ TORCH_MODULE(ChannelsLastNorm);
 // `t` (5-D) in ChannelsLast3d with the canonical NDHWC strides (C*D*H*W, 1, C*H*W, C*W, C) also where
 // the layout is ambiguous: with C == 1 (the first convolution's weight, a 1-channel input),
 // contiguous(ChannelsLast3d) keeps the NCDHW strides, the convolution then picks NCDHW and every
-// layer after it would convert back. Tensors of another rank are returned unchanged.
+// layer after it would convert back. A 4-D tensor (a 2D U-Net's weight, model/stage_conv.h) gets
+// ChannelsLast's (C*H*W, 1, C*W, C) the same way; tensors of another rank are returned unchanged.
 torch::Tensor strictly_channels_last(const torch::Tensor& t);
 
 // The NormActivation for a model.activation, or nullopt when it cannot be fused (gelu, elu).

@@ -1,5 +1,6 @@
-// 3D networks. Every architecture derives from NetworkImpl so the trainer, checkpoints and the
-// predictor handle them alike.
+// 3D networks, and the U-Nets' 2D form on slices (model.dims 2: every convolution a Conv2d across the
+// slice axis, model/stage_conv.h; inputs and outputs still 5-D with size 1 there). Every architecture
+// derives from NetworkImpl so the trainer, checkpoints and the predictor handle them alike.
 #pragma once
 #include <torch/torch.h>
 
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "u3d/core/config.h"
+#include "u3d/model/stage_conv.h"
 
 namespace u3d {
 
@@ -52,7 +54,7 @@ class ConvBlockImpl : public torch::nn::Module {
   torch::nn::Module* norm() { return norm_.is_empty() ? nullptr : norm_.ptr().get(); }
 
  private:
-  torch::nn::Conv3d conv_{nullptr};
+  StageConv conv_;  // Conv3d, or Conv2d with model.dims 2 (model/stage_conv.h)
   torch::nn::Dropout3d dropout_{nullptr};
   torch::nn::AnyModule norm_;
   Activation activation_;
@@ -125,10 +127,10 @@ class UNet3dImpl : public NetworkImpl {
   Checkpointing checkpointing_;
   bool dropout_;                                // the recomputation must draw the forward's dropout masks
   std::vector<torch::nn::Sequential> encoder_;  // one per level
-  std::vector<torch::nn::ConvTranspose3d> up_;  // levels - 1, deepest first
+  std::vector<StageConv> up_;                   // levels - 1, deepest first (transposed)
   std::vector<torch::nn::Sequential> decoder_;  // levels - 1, deepest first
-  torch::nn::Conv3d head_{nullptr};
-  std::vector<torch::nn::Conv3d> deep_heads_;  // deep supervision: levels 1 .. levels - 2, finest first
+  StageConv head_;
+  std::vector<StageConv> deep_heads_;  // deep supervision: levels 1 .. levels - 2, finest first
 
   // Runs the network; with `deep`, also collects the deep-supervision outputs (finest first).
   torch::Tensor run(const torch::Tensor& x, std::vector<torch::Tensor>* deep);

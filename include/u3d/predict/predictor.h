@@ -49,9 +49,10 @@ struct SlidingWindowOptions {
 SlidingWindowOptions window_options(const Config& cfg, const Shape3& patch, const torch::Device& device,
                                     bool channels_last, bool mirror);
 
-// The mirrorings used by SlidingWindowOptions::mirror: every subset of the spatial dims {2, 3, 4}
-// of an (N, C, D, H, W) tensor, the empty one (identity) first.
-std::vector<std::vector<int64_t>> mirror_combinations();
+// The mirrorings used by SlidingWindowOptions::mirror for windows of `window` voxels: every subset of
+// the spatial dims {2, 3, 4} of an (N, C, D, H, W) tensor, the empty one (identity) first, leaving out
+// those that flip a 1-voxel axis (a slice window of a 2D network: 4 mirrorings, the same mean as 8).
+std::vector<std::vector<int64_t>> mirror_combinations(const Shape3& window);
 
 // Receives a volume's blended network output slab by slab along D, in order: consecutive calls
 // cover [0, D) exactly once.

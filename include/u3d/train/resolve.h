@@ -35,7 +35,8 @@ struct ResolvedConfig {
   std::vector<std::string> val_ids;    // data.val_split (or the fold's cases); empty: no validation
   std::string cases_sha256;            // of train_ids: the sampler fingerprint checkpoints carry
   // Optimizer steps: training.steps_per_epoch, or ceil(train cases / global batch), the global batch
-  // being batch_size x accumulate_steps x world_size.
+  // being batch_size x accumulate_steps x world_size; with model.dims 2 ceil(the train cases' slices
+  // along data.slice_axis / global batch).
   int64_t steps_per_epoch = 0;
   // Data-parallel (train/distributed.h): this process's rank and the number of processes; each
   // rank draws its share of every global batch (SamplerOptions::shard).

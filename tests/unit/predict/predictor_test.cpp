@@ -99,8 +99,11 @@ TEST(Predictor, MirrorTtaIsOneBatchedPassAndKeepsEquivariantOutputs) {
   EXPECT_EQ(net->calls, 1);
   EXPECT_EQ(net->batch_sizes.front(), 8);  // 8 mirrorings of the one window, together
   EXPECT_TRUE(torch::allclose(out[0], image[0] * 2.0, 1e-5, 1e-5));
-  EXPECT_EQ(mirror_combinations().size(), 8u);
-  EXPECT_TRUE(mirror_combinations().front().empty());
+  EXPECT_EQ(mirror_combinations({4, 4, 4}).size(), 8u);
+  EXPECT_TRUE(mirror_combinations({4, 4, 4}).front().empty());
+  // A slice window (model.dims 2): the 4 in-plane mirrorings; flipping its 1-voxel axis would repeat them.
+  EXPECT_EQ(mirror_combinations({1, 4, 4}), (std::vector<std::vector<int64_t>>{{}, {3}, {4}, {3, 4}}));
+  EXPECT_EQ(mirror_combinations({4, 1, 4}), (std::vector<std::vector<int64_t>>{{}, {2}, {4}, {2, 4}}));
 }
 
 TEST(Predictor, MirrorTtaAveragesMirroredOutputs) {
