@@ -149,6 +149,9 @@ def main():
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--variants", default="eager,compile")
     p.add_argument("--set", action="append", default=[], help="extra trainer --set overrides")
+    p.add_argument("--threads", type=int, default=0,
+                   help="CPU: intra-op threads on both sides (trainer training.threads, torch.set_num_threads); 0: each "
+                        "side's default")
     p.add_argument("--trainer-graph", choices=["config", "both"], default="config",
                    help="both: also run the trainer with training.cuda_graph off (CUDA only; the first run keeps "
                         "the config's setting and is the one the ratios use)")
@@ -160,6 +163,8 @@ def main():
            str(args.warmup)] + (["--set", "training.loss=l1"] if arch == "openkbp_baseline" else [])
     for s in args.set:
         cmd += ["--set", s]
+    if args.threads > 0:
+        cmd += ["--set", f"training.threads={args.threads}"]
     ours = json_lines(run(cmd))
     if len(ours) != 1:
         sys.exit("trainer --benchmark printed no JSON line")
@@ -173,6 +178,8 @@ def main():
     arch = ours.get("architecture", arch)
     cmd = [args.python, os.path.join(HERE, "pytorch_step.py")]
     cmd += pytorch_argv(ours, keys, args.filters, args.steps, args.warmup, args.variants)
+    if args.threads > 0:
+        cmd += ["--threads", str(args.threads)]
     theirs = json_lines(run(cmd))
     if not theirs:
         sys.exit("pytorch_step.py printed no JSON line")

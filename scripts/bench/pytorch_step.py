@@ -147,6 +147,8 @@ def conv_flops(model, x):
 
 def run(variant, args):
     dev = torch.device(args.device)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     torch.backends.cudnn.benchmark = True
     model = build(args).to(dev)
@@ -258,6 +260,8 @@ def step_parser(description, steps, warmup):
 def make_parser():  # also parses torch_side.py's requests, in its one process
     p = step_parser(__doc__.split("\n")[0], steps=50, warmup=10)
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="bf16")
+    p.add_argument("--threads", type=int, default=0,
+                   help="intra-op CPU threads (torch.set_num_threads; the trainer's training.threads); 0: torch's default")
     p.add_argument("--no-channels-last", dest="channels_last", action="store_false")
     p.add_argument("--variants", default="eager,compile")
     p.add_argument("--arch", choices=["openkbp", "unet", "resenc", "mlperf_unet3d"], default="openkbp",
