@@ -43,11 +43,10 @@ void resolve_slices(Config& cfg) {
     patch[axis] = 1;
     return;
   }
+  Shape3 slice = patch;
+  slice[axis] = 1;
   throw ConfigError(fmt::format("{}: data.patch_size: {} must be 1 on data.slice_axis {} for model.dims 2 (e.g. {})",
-                                key_origin(cfg, "data.patch_size"), triple(patch), axis,
-                                triple(axis == 0   ? Shape3{1, patch[1], patch[2]}
-                                       : axis == 1 ? Shape3{patch[0], 1, patch[2]}
-                                                   : Shape3{patch[0], patch[1], 1})));
+                                key_origin(cfg, "data.patch_size"), triple(patch), axis, triple(slice)));
 }
 
 Shape3 stage_scale(const ModelConfig& m, int64_t level) {
@@ -78,6 +77,11 @@ void validate_stage_geometry(const Config& cfg) {
       refuse(key, fmt::format("{} triples for model.levels = {}; give one (D, H, W) triple per stage", list->size(),
                               m.levels));
     }
+    for (size_t l = 0; m.dims == 2 && l < list->size(); ++l) {
+      if ((*list)[l][static_cast<size_t>(m.slice_axis)] == 1) continue;
+      refuse(key, fmt::format("stage {} has {}; with model.dims 2 the slice axis {} takes {} 1", l, triple((*list)[l]),
+                              m.slice_axis, list == &m.strides ? "stride" : "kernel"));
+    }
   }
   for (size_t l = 0; l < m.kernel_sizes.size(); ++l) {
     for (const int64_t k : m.kernel_sizes[l]) {
@@ -97,10 +101,6 @@ void validate_stage_geometry(const Config& cfg) {
         refuse("model.strides",
                fmt::format("stage {} has {}; a stride is 1 or 2 on every axis", l, triple(m.strides[l])));
       }
-    }
-    if (m.dims == 2 && m.strides[l][static_cast<size_t>(m.slice_axis)] != 1) {
-      refuse("model.strides", fmt::format("stage {} has {}; with model.dims 2 the slice axis {} takes stride 1", l,
-                                          triple(m.strides[l]), m.slice_axis));
     }
     if (l == 0 && m.strides[0] != Shape3{1, 1, 1}) {
       refuse("model.strides",

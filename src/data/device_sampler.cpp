@@ -212,9 +212,9 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
   if (aug.affine_prob > 0) {
     torch::Tensor a = eye.clone();
     for (int64_t axis = 0; axis < 3; ++axis) {
+      if (slice_axis >= 0 && axis != slice_axis) continue;  // out of the slice's plane: no rotation
       const double lim = aug.affine_rotation[static_cast<size_t>(axis)];
-      torch::Tensor rad = r.uniform(kSlotAffine + 1 + static_cast<uint64_t>(axis), -lim, lim) * kPi / 180.0;
-      if (slice_axis >= 0 && axis != slice_axis) rad = rad * 0.0;  // drawn all the same: the host's stream
+      const torch::Tensor rad = r.uniform(kSlotAffine + 1 + static_cast<uint64_t>(axis), -lim, lim) * kPi / 180.0;
       const torch::Tensor c = torch::cos(rad), s = torch::sin(rad);
       const int64_t p = (axis + 1) % 3, q = (axis + 2) % 3;
       torch::Tensor rot = eye.clone();

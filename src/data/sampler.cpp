@@ -219,9 +219,9 @@ SamplePlan PatchSampler::plan(int64_t epoch, int64_t index) const {
   if (aug.affine_prob > 0 && r.bernoulli(kSlotAffine, aug.affine_prob)) {
     std::array<double, 3> degrees{};
     for (int a = 0; a < 3; ++a) {
+      if (slice_axis >= 0 && a != slice_axis) continue;  // out of the slice's plane: 0
       const double lim = aug.affine_rotation[static_cast<size_t>(a)];
       degrees[static_cast<size_t>(a)] = r.uniform(kSlotAffine + 1 + static_cast<uint64_t>(a), -lim, lim);
-      if (slice_axis >= 0 && a != slice_axis) degrees[static_cast<size_t>(a)] = 0.0;
     }
     const double scale = r.uniform(kSlotAffine + 4, aug.affine_scale[0], aug.affine_scale[1]);
     m = matmul(affine_matrix(degrees, scale), m);

@@ -42,21 +42,8 @@ bool ends_with(const std::string& s, const std::string& tail) {
 
 // Image files of `dir` (not hidden) by stem; DataError for a missing folder or two files of one stem.
 std::map<std::string, fs::path> image_files_in(const fs::path& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw DataError(fmt::format("{}: folder not found", dir.string()));
-  std::map<std::string, fs::path> out;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (!e.is_regular_file() || name[0] == '.' || !is_image2d_path(e.path())) continue;
-    const auto [it, added] = out.emplace(e.path().stem().string(), e.path());
-    if (!added) {
-      std::array<std::string, 2> both = {it->second.string(), e.path().string()};
-      std::sort(both.begin(), both.end());
-      throw DataError(fmt::format("{} and {}: two images of one name; keep one", both[0], both[1]));
-    }
-  }
-  if (ec) throw DataError(fmt::format("{}: cannot list the folder: {}", dir.string(), ec.message()));
-  return out;
+  return import_detail::files_by_stem(dir, is_image2d_path,
+                                      [](const std::string&) { return "two images of one name"; });
 }
 
 bool same_folder(const fs::path& a, const fs::path& b) {

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 
 #include "import_layout.h"
@@ -246,6 +247,25 @@ Layout nifti_folders_layout(const NiftiFolders& folders) {
                                 suffixes.empty() ? std::string() : fmt::format(" ending in {}", suffixes[0])));
   }
   return layout;
+}
+
+std::map<std::string, fs::path> files_by_stem(const fs::path& dir, const std::function<bool(const fs::path&)>& accept,
+                                              const std::function<std::string(const std::string&)>& duplicate) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw DataError(fmt::format("{}: folder not found", dir.string()));
+  std::map<std::string, fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (!e.is_regular_file() || e.path().filename().string()[0] == '.' || !accept(e.path())) continue;
+    const auto [it, added] = out.emplace(e.path().stem().string(), e.path());
+    if (!added) {
+      // Named in sorted order, by value: std::minmax over two temporaries returned dangling references.
+      std::array<std::string, 2> both = {it->second.string(), e.path().string()};
+      std::sort(both.begin(), both.end());
+      throw DataError(fmt::format("{} and {}: {}; keep one", both[0], both[1], duplicate(it->first)));
+    }
+  }
+  if (ec) throw DataError(fmt::format("{}: cannot list the folder: {}", dir.string(), ec.message()));
+  return out;
 }
 
 }  // namespace import_detail

@@ -4,6 +4,8 @@
 // shares (import.cpp, import_tiff.cpp).
 #pragma once
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -32,6 +34,11 @@ struct Layout {
 // An nnU-Net raw dataset folder (dataset.json, imagesTr/, labelsTr/, imagesTs/). DataError naming
 // the file for a missing or malformed part.
 Layout nnunet_layout(const fs::path& source);
+
+// The regular, non-hidden files of `dir` that `accept` takes, by stem. DataError for a missing folder,
+// a listing error, or two accepted files of one stem: "A and B: <duplicate(stem)>; keep one" (A, B sorted).
+std::map<std::string, fs::path> files_by_stem(const fs::path& dir, const std::function<bool(const fs::path&)>& accept,
+                                              const std::function<std::string(const std::string&)>& duplicate);
 // Plain NIfTI folders (images, optional labels, channel suffixes). UsageError for contradicting
 // flags, DataError naming the file for a missing channel or label file.
 Layout nifti_folders_layout(const NiftiFolders& folders);

@@ -33,27 +33,19 @@ struct TiffCase {
 // <stem> -> file for every *.tif / *.tiff (any case) in `dir`; hidden files are skipped. DataError for a
 // missing folder, two files of one stem, or a stem that is not a valid case id.
 std::map<std::string, fs::path> tiff_files_in(const fs::path& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw DataError(fmt::format("{}: folder not found", dir.string()));
-  std::map<std::string, fs::path> out;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    const std::string ext = to_lower(e.path().extension().string());
-    if (!e.is_regular_file() || name[0] == '.' || (ext != ".tif" && ext != ".tiff")) continue;
-    const std::string id = e.path().stem().string();
+  const auto out = import_detail::files_by_stem(
+      dir,
+      [](const fs::path& p) {
+        const std::string ext = to_lower(p.extension().string());
+        return ext == ".tif" || ext == ".tiff";
+      },
+      [](const std::string& id) { return fmt::format("two volumes of case '{}'", id); });
+  for (const auto& [id, path] : out) {
     if (!is_valid_case_id(id)) {
       throw DataError(
-          fmt::format("{}: case id '{}' may hold only letters, digits, '_', '-' and '.'", e.path().string(), id));
-    }
-    const auto [it, added] = out.emplace(id, e.path());
-    if (!added) {
-      // Named in sorted order, by value: std::minmax over two temporaries returned dangling references.
-      std::array<std::string, 2> both = {it->second.string(), e.path().string()};
-      std::sort(both.begin(), both.end());
-      throw DataError(fmt::format("{} and {}: two volumes of case '{}'; keep one", both[0], both[1], id));
+          fmt::format("{}: case id '{}' may hold only letters, digits, '_', '-' and '.'", path.string(), id));
     }
   }
-  if (ec) throw DataError(fmt::format("{}: cannot list the folder: {}", dir.string(), ec.message()));
   return out;
 }
 

@@ -29,23 +29,20 @@ torch::nn::AnyModule make_norm(Norm norm, int64_t channels, int64_t groups) {
   return {};
 }
 
+// Kaiming normal for every convolution's weight (the only parameters of 4 or 5 dimensions: Conv3d,
+// Conv2d and their transposes; norms hold 1-D ones), zero biases.
 void init_weights(torch::nn::Module& module, double negative_slope) {
   torch::NoGradGuard no_grad;
   for (auto& m : module.modules(/*include_self=*/false)) {
-    torch::Tensor* weight = nullptr;
-    torch::Tensor* bias = nullptr;
-    if (auto* c3 = m->as<torch::nn::Conv3d>()) {
-      weight = &c3->weight, bias = &c3->bias;
-    } else if (auto* t3 = m->as<torch::nn::ConvTranspose3d>()) {
-      weight = &t3->weight, bias = &t3->bias;
-    } else if (auto* c2 = m->as<torch::nn::Conv2d>()) {
-      weight = &c2->weight, bias = &c2->bias;
-    } else if (auto* t2 = m->as<torch::nn::ConvTranspose2d>()) {
-      weight = &t2->weight, bias = &t2->bias;
+    const auto params = m->named_parameters(/*recurse=*/false);
+    const torch::Tensor* weight = params.find("weight");
+    if (!weight || weight->dim() < 4) continue;
+    torch::Tensor w = *weight;
+    torch::nn::init::kaiming_normal_(w, negative_slope, torch::kFanIn, torch::kLeakyReLU);
+    if (const torch::Tensor* bias = params.find("bias")) {
+      torch::Tensor b = *bias;
+      torch::nn::init::zeros_(b);
     }
-    if (!weight) continue;
-    torch::nn::init::kaiming_normal_(*weight, negative_slope, torch::kFanIn, torch::kLeakyReLU);
-    if (bias->defined()) torch::nn::init::zeros_(*bias);
   }
 }
 

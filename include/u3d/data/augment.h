@@ -20,8 +20,9 @@
 // label values are kept), even where M is a signed permutation.
 //
 // Slices (model.dims 2: the patch is 1 along one axis, slice_axis_of(patch)): the transforms stay in
-// the slice's plane. Rotations are drawn about every axis as above (the same draws), but only the one
-// about the slice axis is applied; the elastic displacement's component along the slice axis is 0.
+// the slice's plane. Only the rotation about the slice axis is drawn and applied (each draw has its own
+// slot, so leaving the others out changes no other choice); the elastic displacement's component along
+// the slice axis is 0.
 // Flips along it and a rot90 plane that holds it would leave the plane too: keep augment.flip_axes
 // and augment.rot90_plane in-plane (the slice's flip is a no-op on a 1-voxel axis).
 //
