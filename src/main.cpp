@@ -314,7 +314,9 @@ int main(int argc, char** argv) {
   plan_app->add_option("--task", plan.task, "auto | segmentation | dose")
       ->check(one_of({"auto", "segmentation", "dose"}))
       ->capture_default_str();
-  plan_app->add_option("--out", plan.out, "YAML config to write; default <data stem>_plan.yaml");
+  plan_app->add_option("--out", plan.out,
+                       "YAML config to write (3d_fullres); default <data stem>_plan.yaml; beside it <out stem>_2d.yaml "
+                       "(2d) and, for large volumes, <out stem>_lowres.yaml");
   plan_app->add_option("--name", plan.name, "experiment.name; default the data file's stem");
   plan_app->add_option("--threads", plan.threads, "Fingerprint threads; 0: every core")
       ->check(kThreadCount)

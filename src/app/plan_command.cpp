@@ -1,6 +1,7 @@
 // `trainer plan DATA.h5`: fingerprint the dataset (plan/fingerprint.h), plan the experiment
-// (plan/planner.h) and write it as a commented YAML config (and a low-resolution one when the
-// planned patch covers little of the volumes). `--split A,B` fingerprints only those splits' cases.
+// (plan/planner.h) and write it as a commented YAML config (3d_fullres), a 2d one beside it
+// (OUT_2d.yaml) and a low-resolution one when the planned patch covers little of the volumes.
+// `--split A,B` fingerprints only those splits' cases.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -98,6 +99,7 @@ int plan_command(const PlanCommand& cmd) {
   const auto out =
       cmd.out.empty() ? std::filesystem::path(data.stem().string() + "_plan.yaml") : std::filesystem::path(cmd.out);
   const auto lowres_out = out.parent_path() / (out.stem().string() + "_lowres" + out.extension().string());
+  const auto out_2d = out.parent_path() / (out.stem().string() + "_2d" + out.extension().string());
   refuse_output_over_input("plan", "--out", out, {data, fingerprint_path(data)});
   refuse_existing(out, cmd.force);
   const std::string name = run_name(cmd, data);
@@ -131,6 +133,10 @@ int plan_command(const PlanCommand& cmd) {
     refuse_output_over_input("plan", "--out (its 3d_lowres plan)", lowres_out, {data, fingerprint_path(data)});
     refuse_existing(lowres_out, cmd.force);
   }
+  if (plan.plan_2d) {
+    refuse_output_over_input("plan", "--out (its 2d plan)", out_2d, {data, fingerprint_path(data)});
+    refuse_existing(out_2d, cmd.force);
+  }
   const std::string yaml = plan_yaml(plan, fp, cmd.data, name);
   load_config_from_string(yaml, out.string());  // what training loads: never write a config it refuses
   write_file_atomic(out, yaml);
@@ -151,6 +157,15 @@ int plan_command(const PlanCommand& cmd) {
         "{:.3g}x{:.3g}x{:.3g} mm; its header says how to import that dataset)",
         lowres_out.string(), shape_text(low.patch, ShapeStyle::kCross), low.target_spacing[0], low.target_spacing[1],
         low.target_spacing[2]);
+  }
+  if (plan.plan_2d) {
+    const Plan& two = *plan.plan_2d;
+    const std::string yaml_2d = plan_yaml(two, fp, cmd.data, name + "_2d");
+    load_config_from_string(yaml_2d, out_2d.string());
+    write_file_atomic(out_2d, yaml_2d);
+    spdlog::info("plan: 2d patch {} (slices across axis {}) batch {}, {} levels; wrote {}",
+                 shape_text(two.patch, ShapeStyle::kCross), two.slice_axis, two.batch, two.levels, out_2d.string());
+    spdlog::info("plan: prefers {}: {}", plan.preferred, plan.preferred_reason);
   }
   if (plan.resample_needed) {
     spdlog::warn(

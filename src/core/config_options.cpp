@@ -201,7 +201,8 @@ const std::vector<Option>& option_table() {
       U3D_KEY(data, cache_float16,
               "Keep non-integer image channels and regression targets as float16 (halves them; lossy). "
               "Integer channels (CT in HU, masks) are always kept exactly as int16/uint8"),
-      U3D_KEY(data, workers, "Sampler threads filling the batch queue; 0: cores - 1 (at least 1); at most 4 per core",
+      U3D_KEY(data, workers,
+              "Sampler threads; 0: with training.threads cores - 1 in all (CPU a quarter, CUDA the rest); max 4/core",
               at_least<int64_t>(0)),
       U3D_KEY(data, prefetch,
               "Batches made ahead of the training loop (ready or in the making); at most this many threads "
@@ -317,7 +318,8 @@ const std::vector<Option>& option_table() {
               "Weights and activations in channels-last 3D layout (NDHWC) for cuDNN; auto: on with CUDA for "
               "every network (instance and group norm keep the layout, model/channels_last_norm.h), off on CPU"),
       U3D_KEY(training, device, "auto: CUDA when available, else CPU"),
-      U3D_KEY(training, threads, "Intra-op CPU threads; 0: cores - 1; at most 4 per core", at_least<int64_t>(0)),
+      U3D_KEY(training, threads, "Intra-op threads; 0: with data.workers cores - 1, 1 each at least; max 4/core",
+              at_least<int64_t>(0)),
       U3D_KEY(training, epochs, "Epochs to train", at_least<int64_t>(1)),
       U3D_KEY(training, steps_per_epoch,
               "Optimizer steps per epoch; 0: ceil(training cases / (batch size x accumulate_steps)), with "

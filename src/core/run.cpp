@@ -14,6 +14,7 @@
 #include "u3d/core/files.h"
 #include "u3d/core/launch_env.h"
 #include "u3d/core/parallel.h"
+#include "u3d/core/thread_budget.h"
 
 namespace u3d {
 
@@ -47,25 +48,14 @@ void check_machine_limits(const Config& cfg) {
   }
 }
 
-namespace {
-// This process's share of the node's cores (torchrun/srun start local_world_size processes per node).
-int64_t process_cores() { return std::max<int64_t>(1, core_count() / launch_env().local_world_size); }
-}  // namespace
-
-int64_t host_threads(const Config& cfg) {
-  if (cfg.training.threads > 0) return cfg.training.threads;
-  return std::max<int64_t>(1, process_cores() - 1);
-}
+int64_t host_threads(const Config& cfg) { return thread_budget(cfg, trains_on_cuda(cfg)).intra_op; }
 
 int64_t loading_threads(const Config& cfg) {
   if (cfg.training.threads > 0) return cfg.training.threads;
-  return process_cores();
+  return thread_budget(cfg, false).cores;  // this process's share of the node's cores
 }
 
-int64_t data_workers(const Config& cfg) {
-  if (cfg.data.workers > 0) return cfg.data.workers;
-  return std::max<int64_t>(1, process_cores() - 1);
-}
+int64_t data_workers(const Config& cfg) { return thread_budget(cfg, trains_on_cuda(cfg)).workers; }
 
 void use_one_intra_op_thread() {
   // First let ATen initialise this thread's settings (it would otherwise reset them on its first

@@ -7,6 +7,7 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/text.h"
+#include "u3d/core/thread_budget.h"
 
 #include "u3d/core/version.h"
 #include "u3d/monitor/progress_plot.h"
@@ -138,9 +139,11 @@ void RunLog::begin(const std::optional<RunPosition>& resumed) {
 }
 
 void RunLog::banner(const Runtime& runtime, int64_t parameters, const std::string& loss) const {
-  spdlog::info("trainer {} ({}), LibTorch {}, device {}, {} threads", version(), git_commit(), TORCH_VERSION,
-               runtime.device.str(), runtime.threads);
+  spdlog::info("trainer {} ({}), LibTorch {}, device {}", version(), git_commit(), TORCH_VERSION, runtime.device.str());
   const auto& cfg = settings_.cfg;
+  const ThreadBudget threads = thread_budget(cfg, runtime.device.is_cuda());
+  spdlog::info("{}", threads.line());
+  if (!threads.warning().empty()) spdlog::warn("{}", threads.warning());
   const int64_t micro = cfg.training.accumulate_steps;
   spdlog::info(
       "model: {} with {} trainable parameters{}; loss {}; {} steps per epoch of {} samples{}{}",

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/core/json.h"
 #include "u3d/core/text.h"
@@ -62,6 +63,27 @@ std::string comment_path(const std::string& path) {
   return plain ? path : json_string(path);
 }
 
+// Whether this build's config knows `key` (model.dims and data.slice_axis arrive with the 2D network).
+bool key_known(const std::string& key) {
+  try {
+    (void)get_value(Config{}, key);
+    return true;
+  } catch (const ConfigError&) {
+    return false;
+  }
+}
+
+// A 2D key: live when the config knows it, else a comment (the kernels and strides of 1 on the slice
+// axis already make the equivalent network from the 3D one).
+std::string key_2d(const std::string& section, const std::string& key, const std::string& value,
+                   const std::string& reason) {
+  if (key_known(section + "." + key)) return entry(key, value, reason);
+  return fmt::format(
+      "  # {}: {}   # {} (not a key of this build: the kernels and strides of 1 on the slice axis make the same "
+      "network)\n",
+      key, value, reason);
+}
+
 }  // namespace
 
 std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std::string& data_path,
@@ -94,6 +116,13 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
         "#   trainer import nnunet|nifti ... --out {} --spacing {}\n",
         shown, spacing_text(plan.target_spacing));
   }
+  if (plan.dims == 2 || plan.plan_2d) {
+    y += fmt::format("# Preferred configuration: {} ({}).\n", plan.preferred, plan.preferred_reason);
+  }
+  if (plan.plan_2d) {
+    y += fmt::format("# `trainer plan` also wrote a 2d plan (slices across axis {}, patch {}).\n",
+                     plan.plan_2d->slice_axis, flow_list(plan.plan_2d->patch));
+  }
   if (plan.lowres_plan) {
     y += fmt::format(
         "# The patch covers < 1/8 of the median shape: `trainer plan` also wrote a 3d_lowres plan\n"
@@ -110,6 +139,9 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
   y += entry("seed", seg ? "12345" : "42");
   y += "data:\n";
   y += entry("path", json_string(path), plan.lowres ? "re-imported at the target spacing (see above)" : "");
+  if (plan.dims == 2) {
+    y += key_2d("data", "slice_axis", std::to_string(plan.slice_axis), reason_of(plan, "data.slice_axis"));
+  }
   y += entry("train_split", "train");
   y += entry("val_split", has_val ? "val" : "\"\"",
              has_val ? "the dataset's val split" : "the dataset has no val split: no validation");
@@ -134,9 +166,10 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
   y += entry("flip_prob", "0.5", "mirroring per axis");
   y += "model:\n";
   y += entry("architecture", "unet");
+  if (plan.dims == 2) y += key_2d("model", "dims", "2", "a 2D U-Net (Conv2d) on slices across data.slice_axis");
   y += entry("levels", std::to_string(plan.levels), reason_of(plan, "model.levels"));
   y += entry("base_filters", "32");
-  y += entry("max_filters", "320");
+  y += entry("max_filters", std::to_string(plan.max_filters), plan.dims == 2 ? "nnU-Net's 2d: 512" : "");
   y += entry("convs_per_level", "2");
   const auto triples = [](const std::vector<Shape3>& list) {
     std::vector<std::string> items;
@@ -145,11 +178,11 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
   };
   y += entry("kernel_sizes", triples(plan.kernels), reason_of(plan, "model.kernel_sizes"));
   y += entry("strides", triples(plan.strides), "per stage (D, H, W): nnU-Net's pool_op_kernel_sizes");
-  y += entry("norm", "instance", "batch 2 makes batch-norm statistics noisy");
+  y += entry("norm", "instance", plan.dims == 2 ? "nnU-Net's 2d too" : "batch 2 makes batch-norm statistics noisy");
   y += entry("activation", "leaky_relu");
   y += entry("negative_slope", "0.01");
   if (seg) {
-    y += entry("deep_supervision", "true", "nnU-Net's 3d_fullres");
+    y += entry("deep_supervision", "true", "nnU-Net's " + plan.configuration);
   } else {
     y += entry("dropout", "0.0");
     y += entry("output_activation", "relu", "dose is never negative");

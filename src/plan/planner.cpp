@@ -49,14 +49,14 @@ std::vector<Shape3> shapes_at(const DatasetFingerprint& fp, const std::array<dou
   return out;
 }
 
-ModelConfig recipe_model(Task task, const Topology& t) {
+ModelConfig recipe_model(Task task, const Topology& t, int64_t max_filters) {
   ModelConfig m;
   m.architecture = Architecture::kUNet;
   m.levels = t.stages();
   m.strides = t.strides;
   m.kernel_sizes = t.kernels;
   m.base_filters = 32;
-  m.max_filters = 320;
+  m.max_filters = max_filters;
   m.convs_per_level = 2;
   m.kernel_size = 3;
   m.norm = Norm::kInstance;
@@ -67,8 +67,20 @@ ModelConfig recipe_model(Task task, const Topology& t) {
   return m;
 }
 
+// nnU-Net's topology for a patch; for a 2D plan (plan.slice_axis >= 0) the in-plane one: the slice
+// axis (patch 1) is never pooled, its spacing never makes a kernel 3 there, and its kernels are 1.
+Topology topology_for(const Plan& plan, const std::array<double, 3>& grid, const Shape3& p) {
+  if (plan.slice_axis < 0) return pool_and_conv_props(grid, p, kMinBottleneck, kMaxLevels);
+  std::array<double, 3> in_plane = grid;
+  in_plane[plan.slice_axis] = 1e9;  // never within 2x of the finest in-plane spacing
+  Topology t = pool_and_conv_props(in_plane, p, kMinBottleneck, kMaxLevels);
+  for (auto& k : t.kernels) k[plan.slice_axis] = 1;
+  return t;
+}
+
 // The plan at `spacing`: levels, patch, batch and their reasons. `stored`: plan for the cases'
 // grids as stored in the file (what the trainer trains on: it does not resample), not resampled.
+// plan.slice_axis >= 0: a 2D plan, patch 1 on that axis (nnU-Net's 2d configuration).
 Plan plan_at(const DatasetFingerprint& fp, const std::array<double, 3>& spacing, Plan plan, const Measure& measure,
              bool stored) {
   std::vector<Shape3> shapes = shapes_at(fp, spacing);
@@ -91,7 +103,7 @@ Plan plan_at(const DatasetFingerprint& fp, const std::array<double, 3>& spacing,
   const int64_t states = plan.task == Task::kSegmentation ? 1 : 2;  // sgd momentum | adamw moments
   const int64_t loss = plan.task == Task::kSegmentation ? kSegLossTensors : 3;
   auto cost = [&](const Shape3& p, const Topology& t, int64_t batch) {
-    const ModelConfig m = recipe_model(plan.task, t);
+    const ModelConfig m = recipe_model(plan.task, t, plan.max_filters);
     if (measure) return measure(m, plan.in_channels, plan.out_channels, p, batch);
     return estimate_step_bytes(m, plan.in_channels, plan.out_channels, p, batch, kActivationBytes, states, loss);
   };
@@ -105,13 +117,13 @@ Plan plan_at(const DatasetFingerprint& fp, const std::array<double, 3>& spacing,
       p[a] = std::max<int64_t>(
           1, std::min({static_cast<int64_t>(std::llround(want[a])), plan.median_shape[a], smallest[a]}));
     }
-    Topology t = pool_and_conv_props(grid, p, kMinBottleneck, kMaxLevels);
+    Topology t = topology_for(plan, grid, p);
     for (int pass = 0; pass < 4; ++pass) {  // rounding down may change the topology: until it divides
       bool divides = true;
       for (int a = 0; a < 3; ++a) divides = divides && p[a] % t.divisor[a] == 0;
       if (divides) break;
       for (int a = 0; a < 3; ++a) p[a] = std::max(t.divisor[a], p[a] / t.divisor[a] * t.divisor[a]);
-      t = pool_and_conv_props(grid, p, kMinBottleneck, kMaxLevels);
+      t = topology_for(plan, grid, p);
     }
     for (int a = 0; a < 3; ++a) p[a] = std::max(t.divisor[a], p[a] / t.divisor[a] * t.divisor[a]);
     *topology = t;
@@ -119,6 +131,14 @@ Plan plan_at(const DatasetFingerprint& fp, const std::array<double, 3>& spacing,
   };
   std::array<double, 3> want{};
   for (int a = 0; a < 3; ++a) want[a] = static_cast<double>(plan.median_shape[a]);
+  if (plan.slice_axis >= 0) {
+    // nnU-Net's 2d: the in-plane patch starts at 2048^2 voxels in the spacings' aspect ratio, at most
+    // the median in-plane shape; one voxel on the slice axis.
+    double area = 1;
+    for (int a = 0; a < 3; ++a) area *= a == plan.slice_axis ? 1.0 : 1.0 / grid[a];
+    const double scale = std::sqrt(2048.0 * 2048.0 / area);
+    for (int a = 0; a < 3; ++a) want[a] = a == plan.slice_axis ? 1.0 : std::min(want[a], scale / grid[a]);
+  }
   bool shrunk = false;
   Topology topology;
   Shape3 p = round_patch(want, &topology);
@@ -153,13 +173,30 @@ Plan plan_at(const DatasetFingerprint& fp, const std::array<double, 3>& spacing,
   // Batch: as many as fit, capped by the share of the dataset's voxels.
   const int64_t cap = std::max<int64_t>(
       2, static_cast<int64_t>(kBatchVoxelShare * static_cast<double>(total) / static_cast<double>(voxels(plan.patch))));
-  plan.batch = 2;
-  while (plan.batch + 1 <= cap) {
-    const int64_t c = cost(plan.patch, topology, plan.batch + 1);
-    if (c > allowed) break;
-    ++plan.batch;
+  // The cost grows with the batch: doubling steps, then bisection (few measurements when measuring on
+  // the GPU; a 2D patch may allow hundreds).
+  int64_t fits = 2, fails = cap + 1, stride = 1;
+  while (fits + stride < fails) {
+    const int64_t c = cost(plan.patch, topology, fits + stride);
+    if (c > allowed) {
+      fails = fits + stride;
+      break;
+    }
+    fits += stride;
     plan.step_bytes = c;
+    stride *= 2;
   }
+  while (fails - fits > 1) {
+    const int64_t mid = fits + (fails - fits) / 2;
+    const int64_t c = cost(plan.patch, topology, mid);
+    if (c > allowed) {
+      fails = mid;
+    } else {
+      fits = mid;
+      plan.step_bytes = c;
+    }
+  }
+  plan.batch = fits;
   const std::string peak = fmt::format("{} {:.1f} GiB peak", plan.measured ? "measured" : "estimated",
                                        static_cast<double>(plan.step_bytes) / kGiB);
   const std::string budget = fmt::format("{:.0f} GiB{} x {}", static_cast<double>(plan.budget_bytes) / kGiB,
@@ -182,6 +219,47 @@ Plan plan_at(const DatasetFingerprint& fp, const std::array<double, 3>& spacing,
       grid[0], grid[1], grid[2], flow_list(plan.patch), flow_list(bottleneck), 2 * kMinBottleneck);
   plan.reasons["model.kernel_sizes"] = "3 on an axis once its spacing is within 2x of the finest, 1 before (nnU-Net)";
   return plan;
+}
+
+// nnU-Net's 2d configuration beside `full` (planner.h), and which configuration the rule prefers.
+void plan_2d(const DatasetFingerprint& fp, const std::array<double, 3>& spacing, Plan two, const Measure& measure,
+             Plan* full) {
+  const Shape3& median = full->median_shape;  // as stored
+  const auto flat = std::find(median.begin(), median.end(), 1);
+  const bool one_slice = flat != median.end();
+  two.slice_axis =
+      one_slice ? flat - median.begin() : std::max_element(spacing.begin(), spacing.end()) - spacing.begin();
+  two.configuration = "2d";
+  two.dims = 2;
+  two.max_filters = 512;  // nnU-Net's UNet_max_features_2d
+  two = plan_at(fp, spacing, two, measure, /*stored=*/true);
+  two.reasons["data.slice_axis"] =
+      one_slice ? fmt::format("the cases are one voxel deep on axis {}", two.slice_axis)
+                : fmt::format(
+                      "the coarsest axis of the spacing {:.3g} x {:.3g} x {:.3g} mm (nnU-Net's transpose: 0 "
+                      "when isotropic)",
+                      spacing[0], spacing[1], spacing[2]);
+  two.reasons["model.kernel_sizes"] = "1 on the slice axis (2D); in plane 3 once within 2x of the finest spacing";
+  two.reasons["data.patch_size"] =
+      "one slice; in-plane at most 2048^2 voxels (nnU-Net's 2d); " + two.reasons["data.patch_size"];
+  if (one_slice) {
+    full->preferred = "2d";
+    full->preferred_reason = "the cases are one slice deep: nnU-Net plans only its 2d configuration for such data";
+  } else if (full->anisotropic) {
+    full->preferred = "2d";
+    full->preferred_reason = fmt::format(
+        "anisotropic spacing (axis {} coarser than 3x the finest, nnU-Net's ANISO_THRESHOLD): 2D on slices across it "
+        "is often as good and cheaper; nnU-Net trains both and keeps the better by cross-validation",
+        full->lowres_axis);
+  } else {
+    full->preferred = "3d_fullres";
+    full->preferred_reason =
+        "near-isotropic spacing: 3D context helps; nnU-Net trains both and keeps the better by cross-validation";
+  }
+  two.preferred = full->preferred;
+  two.preferred_reason = full->preferred_reason;
+  two.lowres_plan = nullptr;
+  full->plan_2d = std::make_shared<const Plan>(two);
 }
 
 Plan make(const DatasetFingerprint& fp, const PlanOptions& options, const Measure& measure) {
@@ -247,6 +325,7 @@ Plan make(const DatasetFingerprint& fp, const PlanOptions& options, const Measur
       plan.normalize.push_back("zscore");
     }
   }
+  const Plan base = plan;  // before the full-resolution choices
   plan = plan_at(fp, spacing, plan, measure, /*stored=*/true);
 
   // 3d_lowres: when the patch covers less than 1/8 of the median shape.
@@ -277,6 +356,7 @@ Plan make(const DatasetFingerprint& fp, const PlanOptions& options, const Measur
         100.0 * static_cast<double>(voxels(plan.patch)) / static_cast<double>(voxels(plan.median_shape)));
     plan.lowres_plan = std::make_shared<const Plan>(low);
   }
+  plan_2d(fp, spacing, base, measure, &plan);
   return plan;
 }
 

@@ -2,7 +2,10 @@
 // file, key or case, and exit code 2 (usage/config) or 1 (runtime).
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include "test_support.h"
+#include "u3d/core/parallel.h"
 
 namespace u3d {
 namespace {
@@ -134,6 +137,21 @@ TEST_F(Cli, ConfigReferenceListsKeysAndMatchesTheDocs) {
   EXPECT_NE(r.output.find("`training.epochs`"), std::string::npos);
   // docs/config.md is this output; regenerate it with `trainer config-reference > docs/config.md`.
   EXPECT_EQ(r.output, test::read_text(test::source_dir() / "docs" / "config.md"));
+}
+
+// Settings over the cores are kept, and warned about in one line naming both keys.
+TEST_F(Cli, ThreadSettingsOverTheCoresAreKeptAndWarned) {
+  const int64_t n = 2 * core_count();
+  const auto r = run_trainer({"--config", "exp.yaml", "--set", "training.epochs=1", "--set",
+                              "training.steps_per_epoch=1", "--set", "training.device=cpu", "--set",
+                              fmt::format("training.threads={}", n), "--set", fmt::format("data.workers={}", n)},
+                             dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string line = fmt::format("threads: {} intra-op + {} loader workers of {} core", n, n, core_count());
+  EXPECT_NE(r.output.find(line), std::string::npos) << r.output;
+  const std::string warning =
+      fmt::format("training.threads {} + data.workers {} = {} threads on {} core", n, n, 2 * n, core_count());
+  EXPECT_NE(r.output.find(warning), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include "test_support.h"
+#include "u3d/core/parallel.h"
+#include "u3d/core/thread_budget.h"
 #include "u3d/io/tiff.h"
 
 namespace u3d {
@@ -185,6 +187,39 @@ TEST_F(PlanCli, SplitFingerprintsOnlyTheNamedSplits) {
   EXPECT_TRUE(contains(r.output, "--split")) << r.output;
   EXPECT_TRUE(contains(r.output, "nope")) << r.output;
   EXPECT_FALSE(fs::exists(dir / "none.yaml"));
+}
+
+// Issue 37: the 2d configuration beside 3d_fullres trains as written; the start banner states how
+// the CPU threads are shared (core/thread_budget.h).
+TEST_F(PlanCli, WritesThe2dConfigWhichTrainsAndTheBannerSharesTheCores) {
+  test::make_phantom(dir / "seg.h5", Task::kSegmentation, 8, 16);
+  auto r = trainer({"plan", "seg.h5", "--gpu-memory", "8", "--out", "seg.yaml"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "plan: 2d patch 1x16x16 (slices across axis 0)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "plan: prefers 3d_fullres")) << r.output;  // isotropic phantoms
+  ASSERT_TRUE(fs::exists(dir / "seg_2d.yaml"));
+  const std::string yaml = test::read_text(dir / "seg_2d.yaml");
+  EXPECT_TRUE(contains(yaml, "patch_size: [1, 16, 16]")) << yaml;
+  EXPECT_TRUE(contains(yaml, "kernel_sizes: [[1, 3, 3], [1, 3, 3], [1, 3, 3]]")) << yaml;
+  EXPECT_TRUE(contains(yaml, "strides: [[1, 1, 1], [1, 2, 2], [1, 2, 2]]")) << yaml;
+  EXPECT_TRUE(contains(yaml, "max_filters: 512")) << yaml;
+  EXPECT_TRUE(contains(test::read_text(dir / "seg.yaml"), "also wrote a 2d plan")) << "the 3D plan names it";
+
+  // As written, only shortened and made small; the banner states the default thread split.
+  r = trainer({"--config", "seg_2d.yaml", "--set", "training.epochs=1", "--set", "training.steps_per_epoch=2", "--set",
+               "training.val_patch_batches=1", "--set", "training.device=cpu", "--set", "model.base_filters=4", "--set",
+               "model.max_filters=16", "--set", "logging.progress_seconds=0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "runs" / "seg_2d" / "checkpoints" / "epoch_0001.pt"));
+  EXPECT_TRUE(contains(r.output, split_threads(core_count(), 0, 0, false).line())) << r.output;
+  EXPECT_FALSE(contains(r.output, "oversubscribed")) << r.output;
+
+  // A second plan refuses to replace the 2d YAML without --force.
+  fs::remove(dir / "seg.yaml");
+  r = trainer({"plan", "seg.h5", "--gpu-memory", "8", "--out", "seg.yaml"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "seg_2d.yaml exists; pass --force")) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "seg.yaml"));
 }
 
 }  // namespace

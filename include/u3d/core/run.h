@@ -45,7 +45,8 @@ void prepare_deterministic_cuda();
 // no TF32; prepare_deterministic_cuda() first when on. The GPU tests call it to run the trainer's own
 // deterministic path.
 void set_deterministic(bool on);
-// Threads for parallel host work (loading): training.threads, or cores - 1.
+// Intra-op threads (also parallel host work: loading the val cases): training.threads, or the
+// share thread_budget() (core/thread_budget.h) leaves them beside the sampler threads.
 int64_t host_threads(const Config& cfg);
 // Threads that load the training cache at start-up: training.threads, or one per core.
 int64_t loading_threads(const Config& cfg);
@@ -55,7 +56,7 @@ int64_t loading_threads(const Config& cfg);
 // config, made on a larger machine, must still load here (threads may change on resume).
 inline constexpr int64_t kMaxPrefetch = 1024;
 void check_machine_limits(const Config& cfg);
-// Sampler threads: data.workers, or cores - 1, at least 1.
+// Sampler threads: data.workers, or thread_budget()'s share: intra-op + workers <= cores - 1.
 int64_t data_workers(const Config& cfg);
 // Makes LibTorch CPU ops called from the current (helper) thread run on this thread alone. LibTorch's
 // OpenMP pool is per calling thread: without this, every sampler or loading thread would start its

@@ -26,7 +26,19 @@
 //     others "zscore";
 //   - a low-resolution plan (nnU-Net's 3d_lowres) when the patch covers less than 1/8 of the median
 //     shape: the spacing grows by 1.25x per round (isotropically, per axis where anisotropic) until
-//     the median shape is at most 4x the patch's voxels.
+//     the median shape is at most 4x the patch's voxels;
+//   - a 2d plan beside it (nnU-Net's ExperimentPlanner, get_plans_for_configuration with the in-plane
+//     spacing): slices across data.slice_axis = the axis one voxel deep in the median shape, else the
+//     coarsest axis of the target spacing (nnU-Net's transpose_forward puts it first; 0 for isotropic
+//     data); the in-plane patch starts at 2048^2 voxels in the spacings' aspect ratio, at most the
+//     median in-plane shape (and the smallest case), 1 on the slice axis; the in-plane topology as
+//     above (kernels and strides 1 on the slice axis, at most 8 stages), filters 32 -> 512; patch
+//     shrinking, batch (as many as fit, at most 5% of the dataset's voxels, at least 2) as above;
+//   - the preferred configuration: nnU-Net trains every configuration and picks the best by 5-fold
+//     cross-validation (nnunetv2/evaluation/find_best_configuration.py); it plans only 2d for data one
+//     slice deep (default_experiment_planner.py, plan_experiment). The plan prefers 2d for data one
+//     slice deep and for anisotropic data (coarse spacing > 3x the finest, nnU-Net's ANISO_THRESHOLD),
+//     else 3d_fullres, and says so: a hint, the cross-validation decides.
 // Memory is counted for bf16 activations (training.precision auto on CUDA) and the recipe's
 // optimizer (sgd: 1 state per parameter; adamw: 2), dice_ce's loss tensors for segmentation.
 #pragma once
@@ -54,7 +66,7 @@ struct PlanOptions {
 };
 
 struct Plan {
-  std::string configuration = "3d_fullres";  // or "3d_lowres"
+  std::string configuration = "3d_fullres";  // or "3d_lowres", "2d"
   Task task = Task::kSegmentation;
   std::array<double, 3> target_spacing{};  // mm, (D, H, W)
   Shape3 median_shape{};                   // voxels: as stored (3d_fullres), at target_spacing (3d_lowres)
@@ -76,6 +88,12 @@ struct Plan {
   std::map<std::string, std::string> reasons;  // config key (or "spacing", "lowres") -> why
   bool lowres = false;                         // this is the low-resolution plan
   std::shared_ptr<const Plan> lowres_plan;     // the 3d_lowres plan of a full-resolution plan, or null
+  // 2D (nnU-Net's 2d configuration): model.dims 2 across data.slice_axis, patch 1 on that axis.
+  int64_t dims = 3;
+  int64_t slice_axis = -1;               // the 2d plan's data.slice_axis, else -1
+  std::shared_ptr<const Plan> plan_2d;   // the 2d plan of a full-resolution plan, or null
+  std::string preferred = "3d_fullres";  // which configuration the rule prefers (make_plan's comment), and why
+  std::string preferred_reason;
 };
 
 // The plan from the memory model alone. ConfigError for an unknown task, a task the dataset does
