@@ -1,5 +1,5 @@
 # Debian packages: libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev libhdf5-dev libnifti2-dev
-# libtiff-dev (scripts/setup.sh).
+# libtiff-dev libpng-dev (scripts/setup.sh).
 find_package(Threads REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(CLI11 REQUIRED)
@@ -9,6 +9,7 @@ find_package(HDF5 REQUIRED COMPONENTS C)
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)  # SHA-256 (core/sha256.cpp)
 find_package(nlohmann_json 3.11 REQUIRED)  # every JSON file we read or write (header-only)
 find_package(TIFF REQUIRED)  # 3D TIFF volumes (io/tiff.cpp, `trainer import tiff`): TIFF::TIFF
+find_package(PNG REQUIRED)  # 2D PNG slices (io/image2d.cpp, `trainer import images`): PNG::PNG
 
 # yaml-cpp 0.7 exports the plain target `yaml-cpp`; newer releases add `yaml-cpp::yaml-cpp`.
 if(TARGET yaml-cpp::yaml-cpp)

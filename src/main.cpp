@@ -19,6 +19,7 @@
 #include "cli_run.h"
 #include "u3d/app/commands.h"
 #include "u3d/app/dicom_command.h"
+#include "u3d/app/images_command.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/core/input_limits.h"
@@ -242,6 +243,38 @@ int main(int argc, char** argv) {
   import_dicom_app->add_option("--seed", import_dicom.seed, "Seed of the val selection")->capture_default_str();
   import_dicom_app->add_flag("--force", import_dicom.force, "Replace an existing output file");
 
+  u3d::ImportImagesCommand import_images;  // docs/slices.md
+  auto* import_images_app = import_app->add_subcommand(
+      "images", "Folders of 2D PNG/TIFF slices and masks paired by name, stacked into one case per patient");
+  import_images_app->add_option("--images", import_images.options.images, "Folder of slices (.png, .tif, .tiff)")
+      ->required();
+  import_images_app->add_option("--labels", import_images.options.labels,
+                                "Folder of masks (default: beside the images)");
+  import_images_app->add_option("--out", import_images.out, "Output dataset file (.h5)")->required();
+  import_images_app->add_option("--group", import_images.options.group,
+                                "Regex whose one capture group names a slice's case (default: the name up to its last "
+                                "_ or - digit run)");
+  import_images_app->add_option("--mask-suffix", import_images.options.mask_suffix, "A mask's name: the image's + this")
+      ->capture_default_str();
+  import_images_app->add_flag("--skip-unpaired", import_images.options.skip_unpaired,
+                              "Leave out images without mask and masks without image (one line)");
+  import_images_app
+      ->add_option("--val-fraction", import_images.options.val_fraction, "Share of the cases in split 'val'")
+      ->check(number_in(0, 1, Whole::kNo))
+      ->capture_default_str();
+  import_images_app
+      ->add_option("--test-fraction", import_images.options.test_fraction, "Share of the cases in split 'test'")
+      ->check(number_in(0, 1, Whole::kNo))
+      ->capture_default_str();
+  import_images_app->add_option("--seed", import_images.options.seed, "Seed of the val and test selection")
+      ->capture_default_str();
+  import_images_app->add_option("--reference-out", import_images.options.reference_out,
+                                "Also write each case's labels as DIR/<case>.tif (for evaluate segmentation)");
+  import_images_app->add_option("--threads", import_images.options.threads, "Threads; 0: every core")
+      ->check(kThreadCount)
+      ->capture_default_str();
+  import_images_app->add_flag("--force", import_images.force, "Replace an existing output file");
+
   // trainer evaluate <task>
   evaluate_app->require_subcommand(1);
   u3d::EvaluateSegmentationCommand evaluate_segmentation;
@@ -353,6 +386,7 @@ int main(int argc, char** argv) {
     if (*import_nifti_app) return u3d::import_nifti_command(import_nifti);
     if (*import_tiff_app) return u3d::import_tiff_command(import_tiff);
     if (*import_dicom_app) return u3d::import_dicom_command(import_dicom);
+    if (*import_images_app) return u3d::import_images_command(import_images);
     if (*evaluate_surface_app) return u3d::evaluate_surface_command(evaluate_surface);
     if (*evaluate_cv_app) return u3d::evaluate_cv_command(evaluate_cv);
     if (*evaluate_segmentation_app) return u3d::evaluate_segmentation_command(evaluate_segmentation);

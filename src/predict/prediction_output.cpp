@@ -4,8 +4,10 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/signals.h"
+#include "u3d/core/staged_folder.h"
 #include "u3d/evaluate/metrics.h"
 #include "u3d/io/h5.h"
+#include "u3d/io/image2d.h"
 #include "u3d/io/nifti.h"
 #include "u3d/io/tiff.h"
 
@@ -52,7 +54,9 @@ void ResamplingSink::finish() const {
   }
 }
 
-bool writes_source_file(const SourceGeometry& g) { return g.format == "nifti" || g.format == "tiff"; }
+bool writes_source_file(const SourceGeometry& g) {
+  return g.format == "nifti" || g.format == "tiff" || g.format == "slices";
+}
 
 // ---------------------------------------------------------------------------------------------
 namespace {
@@ -106,8 +110,48 @@ class TiffSourceFile : public SourceFile {
   std::vector<torch::Tensor> slabs_;
 };
 
+// A case imported from 2D slices (io/image2d_import.h): the volume <case>.tif as TiffSourceFile, and
+// one 8-bit PNG per slice, <image stem>_mask.png, in the folder <case>/ beside it (0/255 for a
+// binary task, else the label values), the folder staged and renamed into place.
+class SlicesSourceFile : public SourceFile {
+ public:
+  SlicesSourceFile(const std::filesystem::path& path, const SourceGeometry& g, bool binary)
+      : volume_(path, g, torch::kUInt8), folder_(path.parent_path() / path.stem()), binary_(binary) {
+    for (int64_t k = 0; k < g.shape[0] && k < static_cast<int64_t>(g.files.size()); ++k) {
+      stems_.push_back(std::filesystem::path(g.files[static_cast<size_t>(k)]).stem().string());
+    }
+    if (static_cast<int64_t>(stems_.size()) != g.shape[0]) {
+      throw IoError(
+          fmt::format("{}: the case records {} slice files for {} slices", path.string(), stems_.size(), g.shape[0]));
+    }
+  }
+  void write_slab(const torch::Tensor& slab) override {
+    volume_.write_slab(slab);
+    slabs_.push_back(slab.to(torch::kUInt8));
+  }
+  void commit() override {
+    volume_.commit();
+    const torch::Tensor v = torch::cat(slabs_, /*dim=*/0);
+    StagedFolder folder(folder_);
+    for (int64_t k = 0; k < v.size(0); ++k) {
+      const torch::Tensor mask = binary_ ? (v[k] > 0).to(torch::kUInt8) * 255 : v[k];
+      write_png_gray8(folder.path() / (stems_[static_cast<size_t>(k)] + "_mask.png"), mask.contiguous());
+    }
+    folder.commit();
+    slabs_.clear();
+  }
+
+ private:
+  TiffSourceFile volume_;
+  std::filesystem::path folder_;
+  bool binary_;
+  std::vector<std::string> stems_;
+  std::vector<torch::Tensor> slabs_;
+};
+
 std::unique_ptr<SourceFile> open_source_file(const std::filesystem::path& path, const SourceGeometry& g,
-                                             torch::ScalarType dtype, const std::string& description) {
+                                             torch::ScalarType dtype, const std::string& description, bool binary) {
+  if (g.format == "slices") return std::make_unique<SlicesSourceFile>(path, g, binary);
   if (g.format == "tiff") return std::make_unique<TiffSourceFile>(path, g, dtype);
   return std::make_unique<NiftiSourceFile>(path, g, dtype, description);
 }
@@ -216,8 +260,8 @@ CaseOutputSink::CaseOutputSink(const CachedCase& c, const Preprocessor& pre, Cas
   if (m.o.source_file) {
     if (!m.o.geometry)
       throw IoError(fmt::format("{}: a source-format output needs the case's source geometry", m.o.context));
-    m.source_file =
-        open_source_file(*m.o.source_file, *m.o.geometry, m.seg ? torch::kUInt8 : torch::kFloat, m.o.description);
+    m.source_file = open_source_file(*m.o.source_file, *m.o.geometry, m.seg ? torch::kUInt8 : torch::kFloat,
+                                     m.o.description, /*binary=*/m.seg && pre.out_channels() <= 2);
     m.source_sink = std::make_unique<SourceSlabSink>(*m.source_file, pre, m.o.postprocess);
     if (m.o.geometry->shape != m.shape) {
       m.resampler = std::make_unique<ResamplingSink>(m.shape, m.o.geometry->shape, *m.source_sink);

@@ -4,7 +4,9 @@
 // values in target units (regression), scored against the case's target, written into the
 // predictions HDF5 file and, for cases imported from NIfTI or TIFF, into a file of the input's format:
 // NIfTI with the input's header in the input's grid (import resampling undone), or a 3D TIFF volume
-// (io/tiff.h; held whole and written at finish(), as TIFF is written a volume at a time). No stage holds a whole volume
+// (io/tiff.h; held whole and written at finish(), as TIFF is written a volume at a time); a case imported from 2D
+// slices (format "slices", io/image2d_import.h) gets the TIFF volume <case>.tif and, beside it, one 8-bit PNG per
+// slice, <case>/<image stem>_mask.png (0/255 for two classes, else the label values). No stage holds a whole volume
 // of logits, so a 512x512x300 CT predicts in bounded host memory; with component removal the case's uint8 labels (and
 // those in the NIfTI grid) are held whole and written at finish().
 #pragma once
@@ -55,7 +57,7 @@ struct CaseOutputOptions {
   // prediction, its score, the kept prediction and the NIfTI file all get the post-processed labels
   // (in the NIfTI grid, components are removed after resampling, counted in that grid's voxels).
   PostprocessOptions postprocess;
-  // Source-format output (geometry->format "nifti" or "tiff", writes_source_file): written to
+  // Source-format output (geometry->format "nifti", "tiff" or "slices", writes_source_file): written to
   // `source_file` (NIfTI with `geometry`'s header), resampled to geometry.shape when that differs
   // from the case's grid. Both set or neither.
   std::optional<std::filesystem::path> source_file;
@@ -76,7 +78,7 @@ struct CaseScore {
   torch::Tensor prediction;
 };
 
-// Whether a case imported from `g`'s format gets its prediction written in that format too (NIfTI, TIFF).
+// Whether a case imported from `g`'s format gets its prediction written in that format too (NIfTI, TIFF, slices).
 bool writes_source_file(const SourceGeometry& g);
 
 class CaseOutputSink : public SlabSink {
