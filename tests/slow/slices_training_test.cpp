@@ -1,6 +1,6 @@
 // From a folder of PNG slices to Dice (docs/slices.md): Pillow writes 12 patients of 2D phantoms
-// (tests/python/write_slices.py), `trainer import images` stacks them into cases, a 2D network (the
-// 3D U-Net with [1, 3, 3] kernels and in-plane strides on [1, 64, 64] patches) trains on the CPU,
+// (tests/python/write_slices.py), `trainer import images` stacks them into cases, a 2D U-Net
+// (model.preset unet2d made small: model.dims 2, Conv2d on [1, 64, 64] slices) trains on the CPU,
 // `--predict-only` writes one PNG mask per slice of the held-out test patients, and
 // `trainer evaluate segmentation` scores them per case: mean Dice of the tumour above 0.8.
 #include <gtest/gtest.h>
@@ -30,9 +30,7 @@ TEST(SlicesTraining, PngPatientsTrainA2dNetAboveEightyPercentDiceOnTestPatients)
                    "experiment:\n  name: slices\n  seed: 7\n"
                    "data:\n  path: lgg.h5\n  batch_size: 8\n  patch_size: [1, 64, 64]\n  normalize: [zscore]\n"
                    "  foreground_fraction: 0.33\n"
-                   "model:\n  levels: 4\n  base_filters: 8\n"
-                   "  kernel_sizes: [[1, 3, 3], [1, 3, 3], [1, 3, 3], [1, 3, 3]]\n"
-                   "  strides: [[1, 1, 1], [1, 2, 2], [1, 2, 2], [1, 2, 2]]\n"
+                   "model:\n  preset: unet2d\n  levels: 4\n  base_filters: 8\n"
                    "training:\n  epochs: 10\n  steps_per_epoch: 20\n  optimizer: adamw\n  lr: 0.003\n"
                    "  weight_decay: 0.0001\n  threads: 2\n  device: cpu\n  val_every: 10\n"
                    "checkpoint:\n  every_epochs: 10\n"
