@@ -45,12 +45,12 @@ Batch slice_batch(int64_t i) {
   return b.to(kCuda);
 }
 
-struct Run {
+struct SliceRun {
   std::vector<float> losses;
   bool replayed = false;
 };
 
-Run train(const Config& cfg, int64_t steps) {
+SliceRun train(const Config& cfg, int64_t steps) {
   init_cuda_allocator();
   torch::manual_seed(5);
   Network net = build_network(cfg.model, 1, 1);
@@ -59,7 +59,7 @@ Run train(const Config& cfg, int64_t steps) {
   const Loss loss(LossKind::kMaskedL1);
   Optimizer opt(cfg.training, net->parameters());
   TrainStep step(cfg, kCuda, *net, loss, opt, nullptr);
-  Run run;
+  SliceRun run;
   for (int64_t i = 0; i < steps; ++i) run.losses.push_back(step.run(slice_batch(i)).item<float>());
   run.replayed = step.replayed();
   return run;
@@ -67,7 +67,7 @@ Run train(const Config& cfg, int64_t steps) {
 
 TEST(GpuSlices, Conv2dStepCapturesInBf16AndFollowsEager) {
   U3D_REQUIRE_CUDA();
-  const Run eager = train(slice_cfg(Toggle::kOff), 8), graph = train(slice_cfg(Toggle::kOn), 8);
+  const SliceRun eager = train(slice_cfg(Toggle::kOff), 8), graph = train(slice_cfg(Toggle::kOn), 8);
   EXPECT_FALSE(eager.replayed);
   EXPECT_TRUE(graph.replayed);
   for (size_t i = 0; i < eager.losses.size(); ++i) {
