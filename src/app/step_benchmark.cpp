@@ -54,6 +54,7 @@ class TimedStepsRange {
 Json resolved_keys(const Config& cfg) {
   static const char* const kKeys[] = {"model.architecture",
                                       "model.dims",
+                                      "model.head",
                                       "model.levels",
                                       "model.base_filters",
                                       "model.max_filters",
