@@ -80,7 +80,7 @@ UNET_DEFAULTS = {  # include/u3d/core/config.h ModelConfig / TrainingConfig defa
     "training.optimizer": "adamw", "training.lr": "1e-3", "training.momentum": "0.99", "training.nesterov": "true",
     "training.weight_decay": "1e-4", "training.grad_clip_norm": "0", "training.loss": "auto",
     "model.blocks_per_level": "[]", "model.activation_checkpointing": "off", "training.accumulate_steps": "1",
-    "model.dims": "3",
+    "model.dims": "3", "model.head": "softmax",
 }
 
 
@@ -98,11 +98,13 @@ def unet_args(keys, arch="unet"):
         unsupported.append(f"model.activation {k['model.activation']}")
     if k["training.optimizer"] not in ("sgd", "adamw"):
         unsupported.append(f"training.optimizer {k['training.optimizer']}")
-    if k["training.loss"] not in ("dice_ce", "auto"):
-        unsupported.append(f"training.loss {k['training.loss']}")
+    sigmoid = k["model.head"] == "sigmoid"
+    loss = k["training.loss"].replace(" ", "")
+    if not (loss in ("dice_ce", "auto") and not sigmoid) and not (sigmoid and loss in ("auto", "[bce,dice]")):
+        unsupported.append(f"training.loss {k['training.loss']} (model.head {k['model.head']})")
     if unsupported:
         sys.exit("compare.py: the PyTorch U-Net mirrors norm instance|none (unet: batch too), leaky_relu (unet: relu "
-                 "too), sgd|adamw and dice_ce only; this config has " + ", ".join(unsupported))
+                 "too), sgd|adamw, and dice_ce (softmax) or [bce, dice] (sigmoid) only; this config has " + ", ".join(unsupported))
     return ["--levels", k["model.levels"], "--base-filters", k["model.base_filters"],
             "--max-filters", k["model.max_filters"], "--convs-per-level", k["model.convs_per_level"],
             "--kernel-size", k["model.kernel_size"], "--norm", k["model.norm"],
@@ -112,7 +114,7 @@ def unet_args(keys, arch="unet"):
             "--weight-decay", k["training.weight_decay"], "--grad-clip-norm", k["training.grad_clip_norm"],
             "--blocks-per-level", k["model.blocks_per_level"].strip("[]").replace(" ", ""),
             "--checkpointing", k["model.activation_checkpointing"], "--accumulate", k["training.accumulate_steps"],
-            "--optimizer", k["training.optimizer"]] + (
+            "--optimizer", k["training.optimizer"], "--loss", "bce_dice" if sigmoid else "dice_ce"] + (
         ["--activation", k["model.activation"], "--dims", k["model.dims"]] if arch == "unet" else [])
 
 

@@ -61,9 +61,11 @@ def dice_ce_loss(logits, labels):
 
 
 def bce_dice_loss(logits, labels, smooth=1e-5):
-    """--loss bce_dice (one sigmoid output, the slice user's BCE + Dice): BCE with logits plus
-    1 - the per-sample soft Dice of sigmoid(logits) and labels == 1."""
-    target = (labels == 1).unsqueeze(1).float()
+    """--loss bce_dice (model.head sigmoid, the slice user's BCE + Dice): channel k - 1 is label k
+    (one channel for two classes); BCE with logits plus 1 - the mean per-(sample, channel) soft
+    Dice of sigmoid(logits) and those one-hot targets."""
+    c = logits.shape[1]
+    target = F.one_hot(labels, c + 1).movedim(-1, 1)[:, 1:].float()
     logits = logits.float()
     probs = torch.sigmoid(logits)
     spatial = tuple(range(2, logits.dim()))
@@ -181,7 +183,7 @@ def run(variant, args):
         else:
             opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
                                   nesterov=bool(args.nesterov), weight_decay=args.weight_decay, fused=fused)
-        classes = 2 if args.loss == "bce_dice" else args.out_channels
+        classes = args.out_channels + 1 if args.loss == "bce_dice" else args.out_channels
         labels = torch.randint(0, classes, (args.batch,) + (args.size,) * nd, device=dev)
         seg_loss = bce_dice_loss if args.loss == "bce_dice" else dice_ce_loss
         weights = None
@@ -283,7 +285,7 @@ def make_parser():  # also parses torch_side.py's requests, in its one process
                    help="model.dims: 2 is the 2D U-Net on slices, (batch, C, size, size) inputs")
     g.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
     g.add_argument("--loss", choices=["dice_ce", "bce_dice"], default="dice_ce",
-                   help="bce_dice: one sigmoid output (--out-channels 1), BCE + Dice")
+                   help="bce_dice: sigmoid outputs (model.head sigmoid: --out-channels = classes - 1), BCE + Dice")
     g.add_argument("--negative-slope", type=float, default=0.01)
     g.add_argument("--dropout", type=float, default=0.0)
     g.add_argument("--deep-supervision", type=int, choices=[0, 1], default=1)

@@ -66,6 +66,7 @@ DEFAULTS = {
     "dropout": 0.0,
     "output_activation": "none",
     "deep_supervision": False,
+    "head": "softmax",  # segmentation: softmax (K output channels) or sigmoid (K - 1, channel k - 1 = label k)
 }
 ARCHITECTURES = ("unet", "resenc_unet", "openkbp_baseline", "mlperf_unet3d")
 NORMS = ("batch", "instance", "group", "none")
@@ -416,6 +417,10 @@ class MlperfUNet3d(nn.Module):
         return [self.forward(x)]
 
 
+def _is_sigmoid(cfg):
+    return str(cfg.get("head", "softmax")) == "sigmoid"
+
+
 def build(meta_or_model_dict, in_channels=None, out_channels=None) -> nn.Module:
     """The network (fresh weights, eval mode) described by an export's meta dict, a model.* dict or
     a resolved config YAML; in_channels/out_channels default to the meta's."""
@@ -423,7 +428,8 @@ def build(meta_or_model_dict, in_channels=None, out_channels=None) -> nn.Module:
     cfg = model_config(spec)
     if isinstance(spec, dict) and "model" in spec:
         in_channels = int(spec["in_channels"]) if in_channels is None else in_channels
-        out_channels = int(spec["out_channels"]) if out_channels is None else out_channels
+        if out_channels is None:  # the classes K; a sigmoid head (model.head) has K - 1 channels
+            out_channels = int(spec["out_channels"]) - (1 if _is_sigmoid(cfg) else 0)
     if in_channels is None or out_channels is None:
         raise ValueError("build: in_channels and out_channels are needed (the meta dict has them)")
     if cfg["architecture"] == "openkbp_baseline":
@@ -742,8 +748,11 @@ def predict(model, volume, patch_size=None, overlap=0.5, batch_size=1, gaussian=
     float32, as the trainer's predictor: windows of `patch_size` (default meta["patch_size"], the
     training patch), D-major, evenly spread with at least `overlap`, axes below the patch padded at
     the end with 0, outputs weighted by a Gaussian (sigma = patch / 8) or uniformly, `mirror`: the
-    average over all 8 flips (predict.tta: flips). Runs on `device` (default: the model's)."""
+    average over all 8 flips (predict.tta: flips). Runs on `device` (default: the model's). A sigmoid
+    head (model.head): the windows' and flips' sigmoid probabilities are averaged and returned as
+    logits (clamped to [1e-6, 1 - 1e-6]), as the trainer does."""
     meta = getattr(model, "meta", None) or {}
+    sigmoid = "model" in meta and _is_sigmoid(model_config(meta))
     if patch_size is None:
         if meta.get("patch_size") in (None, "", "null"):
             raise ValueError("predict: give patch_size (the model has no meta patch_size)")
@@ -776,6 +785,7 @@ def predict(model, volume, patch_size=None, overlap=0.5, batch_size=1, gaussian=
         batch = torch.stack([x[:, z:z + patch[0], y:y + patch[1], w:w + patch[2]] for z, y, w in chunk])
         if mirror:
             allout = model(torch.cat([torch.flip(batch, d) if d else batch for d in flips])).float()
+            allout = torch.sigmoid(allout) if sigmoid else allout
             n = batch.shape[0]
             out = None
             for m, d in enumerate(flips):
@@ -785,6 +795,7 @@ def predict(model, volume, patch_size=None, overlap=0.5, batch_size=1, gaussian=
             out = out / float(len(flips))
         else:
             out = model(batch).float()
+            out = torch.sigmoid(out) if sigmoid else out
         if total is None:
             total = torch.zeros([out.shape[1]] + padded, dtype=torch.float32, device=device)
             norm = torch.zeros(padded, dtype=torch.float32, device=device)
@@ -792,12 +803,17 @@ def predict(model, volume, patch_size=None, overlap=0.5, batch_size=1, gaussian=
             total[:, z:z + patch[0], y:y + patch[1], w:w + patch[2]] += out[i] * weight
             norm[z:z + patch[0], y:y + patch[1], w:w + patch[2]] += weight
     model.train(was_training)
-    return (total / norm)[:, :shape[0], :shape[1], :shape[2]]
+    out = (total / norm)[:, :shape[0], :shape[1], :shape[2]]
+    return torch.logit(out, eps=1e-6) if sigmoid else out
 
 
-def finalize(output, meta):
+def finalize(output, meta, threshold=0.5):
     """The task's prediction from predict()'s output: segmentation (D, H, W) uint8 labels (argmax;
-    meta["labels"] names them), dose (D, H, W) float32 in target units (x target_scale)."""
+    meta["labels"] names them; a sigmoid head: label k where sigmoid(channel k - 1) >= threshold, the
+    most probable such channel), dose (D, H, W) float32 in target units (x target_scale)."""
+    if meta.get("task") == "segmentation" and "model" in meta and _is_sigmoid(model_config(meta)):
+        top, channel = torch.sigmoid(output.float()).max(0)
+        return ((channel + 1) * (top >= threshold)).to(torch.uint8)
     if meta.get("task") == "segmentation":
         return output.argmax(0).to(torch.uint8)
     return (output[0] * float(meta.get("target_scale", 1.0))).to(torch.float32)

@@ -20,6 +20,7 @@
 #include "u3d/core/files.h"
 #include "u3d/core/json.h"
 #include "u3d/core/output_guard.h"
+#include "u3d/core/output_head.h"
 #include "u3d/core/version.h"
 #include "u3d/io/dataset.h"
 #include "u3d/model/checkpoint.h"
@@ -83,7 +84,10 @@ ModelMeta model_meta(const Config& trained, const CheckpointInfo& info, const fs
           {"task", info.task},
           {"architecture", to_string(trained.model.architecture)},
           {"in_channels", std::to_string(info.in_channels)},
-          {"out_channels", std::to_string(info.out_channels)},
+          {"out_channels", std::to_string(info.out_channels)},  // the classes K (segmentation)
+          // what the network outputs: softmax, K logit channels; sigmoid, K - 1 (channel k - 1 = label k)
+          {"head", to_string(trained.model.head)},
+          {"network_channels", std::to_string(network_channels(trained.model.head, info.out_channels))},
           {"model", yaml_value_json(YAML::Dump(model))},
           {"config", info.config_yaml},
           {"channels", json_list(facts.channels)},
@@ -192,7 +196,7 @@ int export_command(const ExportCommand& cmd) {
   const fs::path checkpoint = verified_checkpoint(store, cmd.checkpoint);
   const CheckpointInfo info = read_checkpoint_info(checkpoint);
   const Config trained = load_config_from_string(info.config_yaml, checkpoint.string() + " (config)");
-  Network net = build_network(trained.model, info.in_channels, info.out_channels);
+  Network net = build_network(trained.model, info.in_channels, network_channels(trained.model.head, info.out_channels));
   load_checkpoint(checkpoint, *net, nullptr, torch::kCPU, /*restore_rng=*/false);
   net->eval();
   const ModelMeta meta = model_meta(trained, info, checkpoint, *net);

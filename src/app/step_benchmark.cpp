@@ -15,6 +15,7 @@
 #include "u3d/core/files.h"
 #include "u3d/core/json.h"
 #include "u3d/core/launch_env.h"
+#include "u3d/core/output_head.h"
 #include "u3d/core/run.h"
 #include "u3d/core/stats.h"
 #include "u3d/core/version.h"
@@ -53,6 +54,7 @@ class TimedStepsRange {
 Json resolved_keys(const Config& cfg) {
   static const char* const kKeys[] = {"model.architecture",
                                       "model.dims",
+                                      "model.head",
                                       "model.levels",
                                       "model.base_filters",
                                       "model.max_filters",
@@ -105,8 +107,8 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
     const ResolvedConfig rc = resolve(cfg, *reader, rt.device);  // the run's checks and channels (resolve.h)
     task = rc.task();
     r.in_channels = rc.pre->in_channels();
-    r.out_channels = rc.pre->out_channels();
-    loss_opts = loss_options(cfg.training, rc.info);
+    r.out_channels = network_channels(cfg.model.head, rc.pre->out_channels());
+    loss_opts = loss_options(cfg.training, rc.info, cfg.model.head);
     maps = truth_map_options(cfg, rc.info);
   }
   const int64_t n = cfg.data.batch_size;
@@ -128,7 +130,7 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
     dist->broadcast_parameters(*net);
     loss_opts = data_parallel_loss_options(std::move(loss_opts), *dist);
   }
-  const Loss loss(resolve_loss(cfg.training.loss, task, has_mask), loss_opts);
+  const Loss loss(resolve_loss(cfg.training.loss, task, has_mask, cfg.model.head), loss_opts);
   Optimizer optimizer(cfg.training, net->parameters());
   optimizer.set_lr(cfg.training.lr);
   StepMonitor monitor(rt.device, static_cast<int64_t>(loss.term_names().size()));
@@ -144,7 +146,8 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
   Batch batch;
   batch.image = torch::randn({n, r.in_channels, p[0], p[1], p[2]}, f32);
   if (task == Task::kSegmentation) {
-    batch.target = torch::randint(0, r.out_channels, {n, p[0], p[1], p[2]}, f32.dtype(torch::kLong));
+    batch.target = torch::randint(0, r.out_channels + (cfg.model.head == Head::kSigmoid ? 1 : 0), {n, p[0], p[1], p[2]},
+                                  f32.dtype(torch::kLong));
     batch.maps = truth_maps_of(batch.target, maps);  // made before timing, as the cache makes them at load
   } else {
     batch.target = torch::rand({n, 1, p[0], p[1], p[2]}, f32);

@@ -23,6 +23,7 @@
 #include "u3d/core/files.h"
 #include "u3d/core/input_limits.h"
 #include "u3d/core/normalize_spec.h"
+#include "u3d/core/output_head.h"
 #include "u3d/core/stage_geometry.h"
 #include "u3d/core/text.h"
 
@@ -189,6 +190,7 @@ std::string to_string(OutputActivation v) { return enum_name(v); }
 std::string to_string(OptimizerKind v) { return enum_name(v); }
 std::string to_string(ScheduleKind v) { return enum_name(v); }
 std::string to_string(LossKind v) { return enum_name(v); }
+std::string to_string(Head v) { return enum_name(v); }
 std::string to_string(Monitor v) { return enum_name(v); }
 std::string to_string(CachePlacement v) { return enum_name(v); }
 std::string to_string(Tta v) { return enum_name(v); }
@@ -305,6 +307,7 @@ void validate(const Config& cfg) {
                     "openkbp_baseline; set it to off",
                     key_origin(cfg, "model.activation_checkpointing"), to_string(m.activation_checkpointing)));
   }
+  validate_head(cfg);
   const Shape3 divisor = patch_divisor(m);  // 2^(levels - 1) per axis unless model.strides says otherwise
   for (int axis = 0; axis < 3; ++axis) {
     if (cfg.data.patch_size[axis] % divisor[axis] != 0) {

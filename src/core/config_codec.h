@@ -52,7 +52,8 @@ U3D_ENUM_NAMES(ScheduleKind, {ScheduleKind::kConstant, "constant"}, {ScheduleKin
                {ScheduleKind::kPoly, "poly"})
 U3D_ENUM_NAMES(LossKind, {LossKind::kAuto, "auto"}, {LossKind::kL1, "l1"}, {LossKind::kMaskedL1, "masked_l1"},
                {LossKind::kMse, "mse"}, {LossKind::kMaskedMse, "masked_mse"}, {LossKind::kDiceCe, "dice_ce"},
-               {LossKind::kCe, "ce"})
+               {LossKind::kCe, "ce"}, {LossKind::kBce, "bce"})
+U3D_ENUM_NAMES(Head, {Head::kSoftmax, "softmax"}, {Head::kSigmoid, "sigmoid"})
 U3D_ENUM_NAMES(Monitor, {Monitor::kAuto, "auto"}, {Monitor::kValLoss, "val_loss"}, {Monitor::kValMetric, "val_metric"},
                {Monitor::kValDoseScore, "val_dose_score"}, {Monitor::kValDvhScore, "val_dvh_score"},
                {Monitor::kPseudoDice, "pseudo_dice"}, {Monitor::kPseudoDiceEma, "pseudo_dice_ema"})
@@ -233,33 +234,35 @@ struct Codec<std::vector<T>> {
   }
 };
 
-// training.loss: a name (auto, l1, ..., dice_ce) or a list of {name: NAME, weight: W} terms.
+// training.loss: a name (auto, l1, ..., dice_ce, bce) or a list of terms, NAME or {name: NAME, weight: W}.
 inline const std::vector<std::string>& loss_term_names() {
-  static const std::vector<std::string> names = {"ce", "dice",      "cldice", "skeleton_recall", "boundary",
+  static const std::vector<std::string> names = {"ce", "dice",      "cldice", "skeleton_recall", "boundary", "bce",
                                                  "l1", "masked_l1", "mse",    "masked_mse"};
   return names;
 }
 template <>
 struct Codec<LossSpec> {
-  static std::string type() { return enum_choices<LossKind>() + " or a list of {name, weight}"; }
+  static std::string type() { return enum_choices<LossKind>() + " or a list of names or {name, weight}"; }
   static LossSpec parse(const YAML::Node& n, const std::string& where, const std::string& key) {
     if (!n.IsSequence()) return LossSpec(Codec<LossKind>::parse(n, where, key));
     LossSpec spec;
     const auto& names = loss_term_names();
     const std::string choices = fmt::format("{}", fmt::join(names, "|"));
     for (const auto& item : n) {
-      if (!item.IsMap() || !item["name"]) {
-        fail(where, key, fmt::format("each entry is {{name: {}, weight: W}}, got {}", choices, shown(item)));
+      if (!item.IsScalar() && (!item.IsMap() || !item["name"])) {
+        fail(where, key, fmt::format("each entry is a name or {{name: {}, weight: W}}, got {}", choices, shown(item)));
       }
-      LossTerm term;
-      term.name = Codec<std::string>::parse(item["name"], where, key);
+      LossTerm term;  // a bare name: weight 1
+      const YAML::Node entry = item;
+      term.name = Codec<std::string>::parse(entry.IsScalar() ? entry : entry["name"], where, key);
       if (std::find(names.begin(), names.end(), term.name) == names.end()) {
         fail(where, key, fmt::format("term '{}' is not one of {}", term.name, choices));
       }
-      if (item["weight"]) term.weight = Codec<double>::parse(item["weight"], where, key + "." + term.name + ".weight");
+      if (item.IsMap() && item["weight"])
+        term.weight = Codec<double>::parse(item["weight"], where, key + "." + term.name + ".weight");
       if (term.weight < 0)
         fail(where, key, fmt::format("term '{}' has weight {}; expected >= 0", term.name, term.weight));
-      for (const auto& other : item) {
+      for (const auto& other : entry.IsMap() ? entry : YAML::Node(YAML::NodeType::Map)) {
         const std::string field = other.first.as<std::string>();
         if (field != "name" && field != "weight") {
           fail(where, key, fmt::format("term '{}': unknown field '{}' (expected name, weight)", term.name, field));

@@ -308,6 +308,9 @@ const std::vector<Option>& option_table() {
               "Deep supervision (segmentation): a 1x1x1 head on every decoder stage, losses weighted 1, "
               "1/2, 1/4, ... from full resolution down, the lowest-resolution one off, normalised to sum 1, "
               "targets down-sampled by nearest neighbour (as nnU-Net)"),
+      U3D_KEY(model, head,
+              "Segmentation head: softmax (K channels) or sigmoid (K - 1 channels, channel k - 1 = label k, "
+              "independent probabilities; losses bce and dice; docs/segmentation.md)"),
       U3D_KEY(model, activation_checkpointing,
               "Trade compute for memory: keep only each block's input in the forward pass and recompute the "
               "block in the backward pass (one more forward: about a third more compute); encoder: the blocks "
@@ -338,11 +341,11 @@ const std::vector<Option>& option_table() {
       U3D_KEY(training, warmup_steps, "Linear warm-up steps", at_least<int64_t>(0)),
       U3D_KEY(training, poly_power, "Exponent of poly decay", positive()),
       U3D_KEY(training, loss,
-              "auto: masked_l1 (regression with a loss mask), l1 (without), dice_ce (segmentation); or a list of "
-              "weighted terms summed, e.g. [{name: ce, weight: 1}, {name: dice, weight: 1}, {name: cldice, "
-              "weight: 0.5}]; segmentation terms ce, dice, cldice, skeleton_recall, boundary; regression l1, "
-              "masked_l1, mse, masked_mse. Each term's epoch mean is a metrics.csv column loss_<name>. The "
-              "dataset's ignore label is left out of every term, voxel by voxel"),
+              "auto: masked_l1 (regression with a loss mask), l1 (without), dice_ce (segmentation; [bce, dice] with "
+              "model.head sigmoid); or a list of terms summed, a name or {name, weight}, e.g. [ce, dice, {name: "
+              "cldice, weight: 0.5}]; segmentation ce, dice, cldice, skeleton_recall, boundary (softmax head), bce "
+              "(sigmoid head), dice (either); regression l1, masked_l1, mse, masked_mse. Each term's epoch mean is "
+              "a metrics.csv column loss_<name>. The dataset's ignore label is left out of every term"),
       U3D_KEY(training, class_weights,
               "Segmentation cross-entropy (ce, dice_ce): one weight per class, background first; empty: all 1",
               each<double>([](double w) { return w >= 0; }, "every value must be >= 0")),
@@ -446,8 +449,9 @@ const std::vector<Option>& option_table() {
       U3D_KEY(predict, probabilities,
               "Segmentation: also write softmax probabilities (K, D, H, W) float32 into <split>.h5"),
       U3D_KEY(predict, threshold,
-              "Segmentation with 2 classes: label 1 where the softmax probability of class 1 is at least this, "
-              "instead of the argmax; applied to the written labels and their scores. 0: argmax",
+              "Segmentation: softmax head with 2 classes, label 1 where p(class 1) is at least this (0: argmax); "
+              "sigmoid head, label k where p(channel k - 1) is at least this (0: 0.5); applied to the written "
+              "labels and their scores (a sigmoid head's validation Dice too)",
               in_range(0.0, 1.0)),
       U3D_KEY(predict, min_component_size,
               "Segmentation: connected components (26-connectivity) of each foreground class with fewer voxels "

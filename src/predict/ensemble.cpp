@@ -7,8 +7,8 @@
 
 namespace u3d {
 
-EnsembleNetworkImpl::EnsembleNetworkImpl(std::vector<Network> members, Task task)
-    : members_(std::move(members)), task_(task) {
+EnsembleNetworkImpl::EnsembleNetworkImpl(std::vector<Network> members, Task task, Head head)
+    : members_(std::move(members)), task_(task), head_(head) {
   if (members_.empty()) throw ConfigError("ensemble: no member networks");
   for (size_t k = 0; k < members_.size(); ++k) {
     register_module("member" + std::to_string(k), members_[k]);
@@ -17,6 +17,15 @@ EnsembleNetworkImpl::EnsembleNetworkImpl(std::vector<Network> members, Task task
 }
 
 torch::Tensor EnsembleNetworkImpl::forward(const torch::Tensor& x) {
+  if (task_ == Task::kSegmentation && head_ == Head::kSigmoid) {
+    if (members_.size() == 1) return members_.front()->forward(x).to(torch::kFloat);
+    torch::Tensor sum;
+    for (auto& m : members_) {
+      const torch::Tensor p = torch::sigmoid(m->forward(x).to(torch::kFloat));
+      sum = sum.defined() ? sum + p : p;
+    }
+    return torch::logit(sum / static_cast<double>(members_.size()), /*eps=*/1e-6);
+  }
   if (task_ == Task::kSegmentation) {
     // log(mean_k p_k) = logsumexp_k(log p_k) - log K, stable for probabilities near 0.
     std::vector<torch::Tensor> log_probs;

@@ -9,6 +9,7 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/json.h"
+#include "u3d/core/output_head.h"
 #include "u3d/core/text.h"
 #include "u3d/model/checkpoint.h"
 #include "u3d/model/model_export.h"
@@ -52,7 +53,7 @@ PredictionMember member_from_export(const fs::path& dir, const fs::path& checkpo
   info.out_channels = *out_channels;
   info.state.epoch = parse_int(meta.value("epoch", "")).value_or(0);
   const Config trained = load_config_from_string(info.config_yaml, file.string() + " (config)");
-  Network net = build_network(trained.model, info.in_channels, info.out_channels);
+  Network net = build_network(trained.model, info.in_channels, network_channels(trained.model.head, info.out_channels));
   std::set<std::string> expected;
   torch::NoGradGuard no_grad;
   for (const auto& named : export_tensors(*net)) expected.insert(named.first);

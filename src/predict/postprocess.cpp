@@ -14,7 +14,7 @@ void check_postprocess(const PostprocessOptions& o, Task task, int64_t num_class
     throw ConfigError(fmt::format("predict.{} is set but the task is {}; it post-processes segmentation labels only",
                                   o.threshold > 0.0 ? "threshold" : "min_component_size", to_string(task)));
   }
-  if (o.threshold > 0.0 && num_classes != 2) {
+  if (o.threshold > 0.0 && num_classes != 2 && o.head == Head::kSoftmax) {
     throw ConfigError(
         fmt::format("predict.threshold = {}: the model predicts {} classes; a threshold needs 2 (background and one "
                     "foreground class); set it to 0 (argmax)",
@@ -28,6 +28,21 @@ torch::Tensor labels_from_output(const torch::Tensor& output, double threshold) 
     throw ConfigError(fmt::format("predict.threshold: the output has {} classes, expected 2", output.size(0)));
   }
   return torch::softmax(output.to(torch::kFloat), /*dim=*/0)[1].ge(threshold).to(torch::kUInt8);
+}
+
+double effective_threshold(const PostprocessOptions& o) {
+  return o.head == Head::kSigmoid && o.threshold <= 0.0 ? 0.5 : o.threshold;
+}
+
+torch::Tensor labels_from_output(const torch::Tensor& output, const PostprocessOptions& o, int64_t dim) {
+  if (o.head == Head::kSoftmax) {
+    if (o.threshold <= 0.0) return output.argmax(dim).to(torch::kUInt8);
+    return labels_from_output(output.movedim(dim, 0), o.threshold);
+  }
+  // The most probable channel and whether it reaches the threshold: sigmoid is monotonic, so the
+  // highest logit is the highest probability (max returns the first on a tie: the lower label).
+  const auto [top, channel] = torch::sigmoid(output.to(torch::kFloat)).max(dim);
+  return (channel + 1).masked_fill(top.lt(effective_threshold(o)), 0).to(torch::kUInt8);
 }
 
 torch::Tensor remove_small_components(const torch::Tensor& labels, int64_t min_size) {

@@ -64,7 +64,7 @@ namespace {
 // Network output slab (K, d, H, W) -> the task's prediction (d, H, W): uint8 labels (before any
 // component removal) or float32 values in target units.
 torch::Tensor finalize_slab(const torch::Tensor& slab, const Preprocessor& pre, const PostprocessOptions& post) {
-  if (pre.task() == Task::kSegmentation) return labels_from_output(slab, post.threshold);
+  if (pre.task() == Task::kSegmentation) return labels_from_output(slab, post);
   return pre.restore_target(slab[0]).to(torch::kFloat);
 }
 
@@ -252,7 +252,7 @@ CaseOutputSink::CaseOutputSink(const CachedCase& c, const Preprocessor& pre, Cas
                                        /*axis=*/0, std::vector<int64_t>{16, 64, 64},
                                        /*compression_level=*/4, m.o.context);
   if (m.o.probabilities && m.seg) {
-    const int64_t k = pre.out_channels();
+    const int64_t k = m.o.postprocess.head == Head::kSigmoid ? pre.out_channels() - 1 : pre.out_channels();
     m.probabilities = std::make_unique<h5::SlabWriter>(
         file, m.o.group + "/probabilities", torch::kFloat, std::vector<int64_t>{k, m.shape[0], m.shape[1], m.shape[2]},
         /*axis=*/1, std::vector<int64_t>{1, 16, 64, 64}, /*compression_level=*/4, m.o.context);
@@ -282,7 +282,10 @@ void CaseOutputSink::consume(int64_t d0, const torch::Tensor& slab) {
   } else {
     m.record(d0, pred);
   }
-  if (m.probabilities) m.probabilities->write(torch::softmax(slab, /*dim=*/0).cpu());
+  if (m.probabilities) {
+    const bool sigmoid = m.o.postprocess.head == Head::kSigmoid;  // K - 1 independent probabilities
+    m.probabilities->write((sigmoid ? torch::sigmoid(slab) : torch::softmax(slab, /*dim=*/0)).cpu());
+  }
   if (m.resampler) m.resampler->consume(d0, slab);
 }
 

@@ -10,6 +10,7 @@
 #include "u3d/core/csv.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/output_head.h"
 #include "u3d/data/cache.h"
 #include "u3d/data/input_check.h"
 #include "u3d/data/preflight.h"
@@ -79,7 +80,8 @@ std::vector<std::string> usable_cases(const ResolvedPrediction& rp, const Datase
 Network load_prediction_network(const ResolvedPrediction& rp, const torch::Device& device) {
   std::vector<Network> nets;
   for (const auto& m : rp.members) {
-    Network net = build_network(m.trained.model, m.info.in_channels, m.info.out_channels);
+    Network net =
+        build_network(m.trained.model, m.info.in_channels, network_channels(m.trained.model.head, m.info.out_channels));
     net->to(device);
     load_checkpoint(m.checkpoint, *net, nullptr, device, /*restore_rng=*/false);
     set_layout(*net, rp.channels_last);
@@ -89,8 +91,10 @@ Network load_prediction_network(const ResolvedPrediction& rp, const torch::Devic
   }
   if (nets.size() == 1) return nets.front();
   spdlog::info("predict: ensemble of {} models ({})", nets.size(),
-               rp.task() == Task::kSegmentation ? "mean softmax probabilities" : "mean output");
-  return EnsembleNetwork(nets, rp.task()).ptr();
+               rp.task() != Task::kSegmentation          ? "mean output"
+               : rp.trained.model.head == Head::kSigmoid ? "mean sigmoid probabilities"
+                                                         : "mean softmax probabilities");
+  return EnsembleNetwork(nets, rp.task(), rp.trained.model.head).ptr();
 }
 
 void predict_split(const ResolvedPrediction& rp, const DatasetReader& reader, const std::filesystem::path& out_dir,

@@ -48,7 +48,8 @@ SlidingWindowOptions window_options(const Config& cfg, const Shape3& patch, cons
                               mirror,
                               /*autocast=*/inference_autocast(cfg.training, device),
                               channels_last,
-                              /*stop=*/{}};
+                              /*stop=*/{},
+                              /*sigmoid=*/cfg.model.head == Head::kSigmoid};
 }
 
 std::vector<std::vector<int64_t>> mirror_combinations(const Shape3& window) {
@@ -137,7 +138,8 @@ void sliding_window_predict(NetworkImpl& net, const torch::Tensor& image, const 
       const auto sets = mirror_combinations(o.patch);
       std::vector<torch::Tensor> inputs;
       for (const auto& dims : sets) inputs.push_back(dims.empty() ? batch : torch::flip(batch, dims));
-      const torch::Tensor all = net.forward(torch::cat(inputs)).to(torch::kFloat);
+      torch::Tensor all = net.forward(torch::cat(inputs)).to(torch::kFloat);
+      if (o.sigmoid) all = torch::sigmoid(all);  // probabilities averaged
       const int64_t n = batch.size(0);
       for (size_t m = 0; m < sets.size(); ++m) {
         torch::Tensor part = all.narrow(0, static_cast<int64_t>(m) * n, n);
@@ -147,6 +149,7 @@ void sliding_window_predict(NetworkImpl& net, const torch::Tensor& image, const 
       out = out / static_cast<double>(sets.size());
     } else {
       out = net.forward(batch).to(torch::kFloat);
+      if (o.sigmoid) out = torch::sigmoid(out);
     }
     autocast.reset();
     if (!sum.defined()) sum = torch::zeros({out.size(1), extent, padded[1], padded[2]}, out.options());
@@ -165,8 +168,9 @@ void sliding_window_predict(NetworkImpl& net, const torch::Tensor& image, const 
     if (done <= 0) continue;
     const int64_t emit = std::min(next, shape[0]) - base;
     if (emit > 0) {
-      const torch::Tensor rows = sum.narrow(1, 0, emit).narrow(2, 0, shape[1]).narrow(3, 0, shape[2]) /
-                                 norm.narrow(0, 0, emit).narrow(1, 0, shape[1]).narrow(2, 0, shape[2]);
+      torch::Tensor rows = sum.narrow(1, 0, emit).narrow(2, 0, shape[1]).narrow(3, 0, shape[2]) /
+                           norm.narrow(0, 0, emit).narrow(1, 0, shape[1]).narrow(2, 0, shape[2]);
+      if (o.sigmoid) rows = torch::logit(rows, /*eps=*/1e-6);  // the blended probabilities as logits
       sink.consume(base, rows);
     }
     const int64_t keep = extent - std::min(done, extent);

@@ -75,10 +75,10 @@ void check_members(const std::vector<PredictionMember>& members) {
     const auto& b = m.trained.data;
     if (m.info.in_channels != first.info.in_channels || m.info.out_channels != first.info.out_channels ||
         a.patch_size != b.patch_size || a.channels != b.channels || a.normalize != b.normalize ||
-        a.target_scale != b.target_scale) {
+        a.target_scale != b.target_scale || m.trained.model.head != first.trained.model.head) {
       throw ConfigError(fmt::format(
-          "ensemble: {} was trained with other inputs than {} (channels, data.normalize, data.target_scale or "
-          "data.patch_size differ); an ensemble averages models of one preprocessing",
+          "ensemble: {} was trained with other inputs or head than {} (channels, data.normalize, "
+          "data.target_scale, data.patch_size or model.head differ); an ensemble averages models of one kind",
           m.checkpoint.string(), first.checkpoint.string()));
     }
   }
@@ -129,9 +129,15 @@ ResolvedPrediction resolve_prediction(const Config& cfg, std::vector<PredictionM
                                   ckpt_path, info.in_channels, info.out_channels, cfg.data.path, pre.in_channels(),
                                   pre.out_channels()));
   }
-  rp.post = PostprocessOptions{cfg.predict.threshold, cfg.predict.min_component_size};
+  const Head head = rp.trained.model.head;  // the checkpoint's network decides how its output is read
+  rp.post = PostprocessOptions{cfg.predict.threshold, cfg.predict.min_component_size, head};
   check_postprocess(rp.post, pre.task(), pre.out_channels());  // ConfigError naming the key
-  if (rp.post.threshold > 0 || rp.post.min_component_size > 0) {
+  if (head == Head::kSigmoid) {
+    spdlog::info(
+        "predict: sigmoid head: label k where p(channel k - 1) >= {} (the most probable such channel), "
+        "components below {} voxel(s) removed",
+        effective_threshold(rp.post), rp.post.min_component_size);
+  } else if (rp.post.threshold > 0 || rp.post.min_component_size > 0) {
     spdlog::info("predict: labels post-processed: {}, components below {} voxel(s) removed",
                  rp.post.threshold > 0 ? fmt::format("p(class 1) >= {}", rp.post.threshold) : std::string("argmax"),
                  rp.post.min_component_size);
@@ -139,6 +145,7 @@ ResolvedPrediction resolve_prediction(const Config& cfg, std::vector<PredictionM
   rp.channels_last = resolve_channels_last(rp.trained.model, device);
   rp.window = window_options(cfg, rp.trained.data.patch_size, device, rp.channels_last,
                              /*mirror=*/cfg.predict.tta == Tta::kFlips);
+  rp.window.sigmoid = head == Head::kSigmoid;
   rp.ids = cases_to_predict(cfg, reader);
   std::vector<std::string> checkpoints;
   for (const auto& m : members) {

@@ -56,16 +56,53 @@ torch::Tensor dice_ce_loss(const torch::Tensor& logits, const torch::Tensor& lab
   return u3d::cross_entropy_loss(logits, labels) + u3d::soft_dice_loss(logits, labels);
 }
 
+namespace {
+
+// Labels (N, ...) -> (N, C, ...) float {0, 1}: channel c is labels == c + 1 (the sigmoid head's targets).
+torch::Tensor sigmoid_targets(const torch::Tensor& logits, const torch::Tensor& labels) {
+  return one_hot_labels(labels, logits.size(1) + 1, torch::kFloat, logits.suggest_memory_format())
+      .slice(/*dim=*/1, /*start=*/1);
+}
+
+}  // namespace
+
+torch::Tensor sigmoid_bce_loss(const torch::Tensor& logits, const torch::Tensor& labels, const torch::Tensor& valid) {
+  const torch::Tensor x = logits.to(torch::kFloat);
+  const torch::Tensor y = sigmoid_targets(x, labels);
+  namespace F = torch::nn::functional;
+  if (!valid.defined()) return F::binary_cross_entropy_with_logits(x, y);
+  const torch::Tensor per_voxel =
+      F::binary_cross_entropy_with_logits(x, y, F::BinaryCrossEntropyWithLogitsFuncOptions().reduction(torch::kNone));
+  const torch::Tensor v = valid.unsqueeze(1).to(torch::kFloat);  // (N, 1, ...)
+  return (per_voxel * v).sum() / (v.sum() * static_cast<double>(x.size(1))).clamp_min(1.0);
+}
+
+torch::Tensor sigmoid_dice_loss(const torch::Tensor& logits, const torch::Tensor& labels, const torch::Tensor& valid,
+                                double smooth) {
+  torch::Tensor p = torch::sigmoid(logits.to(torch::kFloat));  // (N, C, ...)
+  torch::Tensor y = sigmoid_targets(p, labels);
+  if (valid.defined()) {
+    const torch::Tensor v = valid.unsqueeze(1).to(torch::kFloat);
+    p = p * v;
+    y = y * v;
+  }
+  std::vector<int64_t> spatial;
+  for (int64_t d = 2; d < logits.dim(); ++d) spatial.push_back(d);
+  const torch::Tensor inter = (p * y).sum(spatial);             // (N, C)
+  const torch::Tensor denom = p.sum(spatial) + y.sum(spatial);  // (N, C)
+  return 1.0 - ((2.0 * inter + smooth) / (denom + smooth)).mean();
+}
+
 LossKind resolve_loss(LossKind kind, Task task, bool has_mask) {
   if (kind == LossKind::kAuto) {
     if (task == Task::kSegmentation) return LossKind::kDiceCe;
     return has_mask ? LossKind::kMaskedL1 : LossKind::kL1;
   }
-  const bool seg_loss = kind == LossKind::kDiceCe || kind == LossKind::kCe;
+  const bool seg_loss = kind == LossKind::kDiceCe || kind == LossKind::kCe || kind == LossKind::kBce;
   if (seg_loss != (task == Task::kSegmentation)) {
     throw ConfigError(fmt::format("training.loss: {} does not fit a {} dataset; use {}", to_string(kind),
                                   to_string(task),
-                                  task == Task::kSegmentation ? "dice_ce|ce" : "l1|masked_l1|mse|masked_mse"));
+                                  task == Task::kSegmentation ? "dice_ce|ce|bce" : "l1|masked_l1|mse|masked_mse"));
   }
   if ((kind == LossKind::kMaskedL1 || kind == LossKind::kMaskedMse) && !has_mask) {
     throw ConfigError(
@@ -126,18 +163,30 @@ torch::Tensor deep_supervision_loss(const Loss& loss, const std::vector<torch::T
 namespace {
 
 bool is_segmentation_term(const std::string& name) {
-  return name == "ce" || name == "dice" || name == "cldice" || name == "skeleton_recall" || name == "boundary";
+  return name == "ce" || name == "dice" || name == "cldice" || name == "skeleton_recall" || name == "boundary" ||
+         name == "bce";
 }
 
 }  // namespace
 
-LossSpec resolve_loss(const LossSpec& spec, Task task, bool has_mask) {
+LossSpec resolve_loss(const LossSpec& spec, Task task, bool has_mask, Head head) {
+  if (head == Head::kSigmoid && task != Task::kSegmentation) {
+    throw ConfigError(
+        fmt::format("model.head: sigmoid applies to segmentation datasets; this one is {} (set it to "
+                    "softmax, the default, for a regression head)",
+                    to_string(task)));
+  }
+  if (head == Head::kSigmoid && !spec.is_list() && spec.kind == LossKind::kAuto) {
+    LossSpec both;  // nnU-Net's region-based training: BCE + Dice
+    both.terms = {LossTerm{"bce", 1.0}, LossTerm{"dice", 1.0}};
+    return both;
+  }
   if (!spec.is_list()) return LossSpec(resolve_loss(spec.kind, task, has_mask));
   for (const auto& t : spec.terms) {
     if (is_segmentation_term(t.name) != (task == Task::kSegmentation)) {
       throw ConfigError(fmt::format("training.loss: term '{}' does not fit a {} dataset; use {}", t.name,
                                     to_string(task),
-                                    task == Task::kSegmentation ? "ce, dice, cldice, skeleton_recall, boundary"
+                                    task == Task::kSegmentation ? "ce, dice, cldice, skeleton_recall, boundary, bce"
                                                                 : "l1, masked_l1, mse, masked_mse"));
     }
     if ((t.name == "masked_l1" || t.name == "masked_mse") && !has_mask) {
@@ -148,8 +197,9 @@ LossSpec resolve_loss(const LossSpec& spec, Task task, bool has_mask) {
   return spec;
 }
 
-LossOptions loss_options(const TrainingConfig& training, const DatasetInfo& info) {
+LossOptions loss_options(const TrainingConfig& training, const DatasetInfo& info, Head head) {
   LossOptions o;
+  o.sigmoid = head == Head::kSigmoid;
   if (info.task == Task::kSegmentation) {
     o.ignore_label = info.ignore_label;
     if (!training.class_weights.empty() && static_cast<int64_t>(training.class_weights.size()) != info.num_classes) {
@@ -176,6 +226,7 @@ Loss::Loss(const LossSpec& spec, LossOptions options) : options_(std::move(optio
       case LossKind::kMaskedMse: terms_ = {{Term::kMaskedMse, 1.0}}; break;
       case LossKind::kDiceCe: terms_ = {{Term::kCe, 1.0}, {Term::kDice, 1.0}}; break;
       case LossKind::kCe: terms_ = {{Term::kCe, 1.0}}; break;
+      case LossKind::kBce: terms_ = {{Term::kBce, 1.0}}; break;
       case LossKind::kAuto: throw ConfigError("training.loss: auto must be resolved before use");
     }
     return;
@@ -185,6 +236,7 @@ Loss::Loss(const LossSpec& spec, LossOptions options) : options_(std::move(optio
                                                                   {"cldice", Term::kClDice},
                                                                   {"skeleton_recall", Term::kSkeletonRecall},
                                                                   {"boundary", Term::kBoundary},
+                                                                  {"bce", Term::kBce},
                                                                   {"l1", Term::kL1},
                                                                   {"masked_l1", Term::kMaskedL1},
                                                                   {"mse", Term::kMse},
@@ -208,7 +260,9 @@ torch::Tensor Loss::term(Term t, const torch::Tensor& output, const torch::Tenso
       // Without an ignore label or class weights: the value dice_ce always had, bit for bit.
       if (!valid.defined() && options_.class_weights.empty()) return u3d::cross_entropy_loss(output, target);
       return u3d::weighted_cross_entropy(output, target, valid, options_.class_weights, options_.rank_sum);
+    case Term::kBce: return u3d::sigmoid_bce_loss(output, target, valid);
     case Term::kDice:
+      if (options_.sigmoid) return u3d::sigmoid_dice_loss(output, target, valid);
       if (!valid.defined()) return u3d::soft_dice_loss(output, target);
       return u3d::masked_soft_dice_loss(output, target, valid);
     case Term::kClDice:

@@ -101,7 +101,10 @@ ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const tor
   if (rc.cfg.model.deep_supervision && task != Task::kSegmentation) {
     throw ConfigError("model.deep_supervision: needs a segmentation dataset (labels to down-sample)");
   }
-  resolve_loss(training.loss, task, /*has_mask=*/true);  // the loss fits the task (masks: once loaded)
+  // The loss fits the task and the head (masks: once loaded). A sigmoid head's auto becomes its
+  // list [bce, dice] here, so the run's config, banner and metrics.csv columns name the terms.
+  const LossSpec loss = resolve_loss(training.loss, task, /*has_mask=*/true, rc.cfg.model.head);
+  if (loss.is_list() && !training.loss.is_list()) rc.cfg.training.loss = loss;
   check_skeleton_iterations(rc.cfg);
   loss_options(training, rc.info);  // class weights fit the classes
   if (task == Task::kSegmentation && rc.info.ignore_label >= 0 &&

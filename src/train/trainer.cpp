@@ -10,6 +10,7 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/output_head.h"
 #include "u3d/core/signals.h"
 #include "u3d/core/version.h"
 #include "u3d/train/resume.h"
@@ -140,18 +141,19 @@ void Trainer::load_data() {
 void Trainer::build_model() {
   const Preprocessor& pre = data_->pre();
   torch::manual_seed(static_cast<uint64_t>(cfg().experiment.seed));
-  net_ = build_network(cfg().model, pre.in_channels(), pre.out_channels());
+  net_ = build_network(cfg().model, pre.in_channels(), network_channels(cfg().model.head, pre.out_channels()));
   net_->to(runtime_.device);
   if (resolve_channels_last(cfg().model, runtime_.device)) to_channels_last(*net_);  // before the optimizer's moments
-  const LossSpec loss_spec = resolve_loss(cfg().training.loss, pre.task(), data_->train_cache().has_masks());
-  loss_ = std::make_unique<Loss>(loss_spec, loss_options(cfg().training, rc_.info));
+  const LossSpec loss_spec =
+      resolve_loss(cfg().training.loss, pre.task(), data_->train_cache().has_masks(), cfg().model.head);
+  loss_ = std::make_unique<Loss>(loss_spec, loss_options(cfg().training, rc_.info, cfg().model.head));
   optimizer_ = std::make_unique<Optimizer>(cfg().training, net_->parameters());
   monitor_ = std::make_unique<StepMonitor>(runtime_.device, static_cast<int64_t>(loss_->term_names().size()));
   const Loss* step_loss = loss_.get();
   if (Distributed* dist = ranks_.dist()) {
     dist->broadcast_parameters(*net_);  // rank 0's initial weights, verified equal on every rank
-    train_loss_ =
-        std::make_unique<Loss>(loss_spec, data_parallel_loss_options(loss_options(cfg().training, rc_.info), *dist));
+    train_loss_ = std::make_unique<Loss>(
+        loss_spec, data_parallel_loss_options(loss_options(cfg().training, rc_.info, cfg().model.head), *dist));
     step_loss = train_loss_.get();
     ranks_.sync_gradients(optimizer_->params());
     if (network_norm(cfg().model) == Norm::kBatch) {

@@ -11,11 +11,20 @@
 #include "u3d/evaluate/dose_metrics.h"
 #include "u3d/evaluate/metrics.h"
 #include "u3d/model/autocast.h"
+#include "u3d/predict/postprocess.h"
 #include "u3d/predict/predictor.h"
 #include "u3d/train/distributed.h"
 
 namespace u3d {
+
 namespace {
+
+// How validation labels a segmentation output: a softmax head's argmax (predict.threshold is for
+// written predictions), a sigmoid head's channels at predict.threshold (0: 0.5), as prediction does.
+PostprocessOptions validation_labels(const Config& cfg) {
+  if (cfg.model.head == Head::kSoftmax) return {};
+  return PostprocessOptions{cfg.predict.threshold, /*min_component_size=*/0, Head::kSigmoid};
+}
 
 // The slow_val test fault: `ms` of sleep in slices, ended early by a stop signal (as a real case
 // is, between its batches of windows).
@@ -102,7 +111,8 @@ ValStats Validator::full_volumes(int64_t epoch, const std::function<bool()>& sto
         c.mask.defined() ? c.mask.unsqueeze(0).to(device_, torch::kFloat, /*non_blocking=*/true) : torch::Tensor();
     const torch::Tensor batch_target = segmentation ? target.unsqueeze(0).to(torch::kLong) : target.unsqueeze(0);
     const torch::Tensor case_loss = loss_(out.unsqueeze(0), batch_target, mask).detach().to(torch::kDouble).view({1});
-    const torch::Tensor pred = finalize_prediction(out, pre);  // (D, H, W) on the device
+    const torch::Tensor pred = segmentation ? labels_from_output(out, validation_labels(cfg))
+                                            : finalize_prediction(out, pre);  // (D, H, W) on the device
     const torch::Tensor raw_target =
         c.raw_target.defined() ? c.raw_target.to(device_, /*non_blocking=*/true) : torch::Tensor();
     if (dose_eval_) {
@@ -183,7 +193,8 @@ void Validator::patches(int64_t epoch, ValStats& stats, TrainState& state) {
   torch::NoGradGuard no_grad;
   const bool was_training = net_.is_training();
   net_.eval();
-  const int64_t k = data_.pre().out_channels();
+  const int64_t k = data_.pre().out_channels();  // the classes (a sigmoid head has k - 1 channels)
+  const PostprocessOptions labels = validation_labels(rc_.cfg);
   const auto autocast = inference_autocast(rc_.cfg.training, device_);  // as the training step
   // Device sums over every batch, read once: (K,) true positives, false positives, false negatives.
   const auto counts = torch::TensorOptions().dtype(torch::kLong).device(device_);
@@ -205,7 +216,7 @@ void Validator::patches(int64_t epoch, ValStats& stats, TrainState& state) {
     }
     out = out.to(torch::kFloat);
     loss_sum.add_(loss_(out, batch.target, batch.mask, batch.maps).detach().to(torch::kDouble));
-    torch::Tensor p = out.argmax(1).unsqueeze(1) == classes;  // (N, K, d, h, w)
+    torch::Tensor p = labels_from_output(out, labels, /*dim=*/1).unsqueeze(1) == classes;  // (N, K, d, h, w)
     const torch::Tensor y = batch.target.unsqueeze(1) == classes;
     if (rc_.info.ignore_label >= 0) p = p & (batch.target.unsqueeze(1) != rc_.info.ignore_label);  // voxels scored
     const std::vector<int64_t> dims = {0, 2, 3, 4};

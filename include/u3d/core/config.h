@@ -30,7 +30,9 @@ enum class Checkpointing { kOff, kEncoder, kAll };
 enum class OutputActivation { kNone, kRelu, kSigmoid };
 enum class OptimizerKind { kAdam, kAdamW, kSgd };
 enum class ScheduleKind { kConstant, kCosine, kPoly };
-enum class LossKind { kAuto, kL1, kMaskedL1, kMse, kMaskedMse, kDiceCe, kCe };
+enum class LossKind { kAuto, kL1, kMaskedL1, kMse, kMaskedMse, kDiceCe, kCe, kBce };
+// model.head (segmentation): softmax over K channels, or K - 1 independent sigmoids (core/output_head.h)
+enum class Head { kSoftmax, kSigmoid };
 enum class Monitor { kAuto, kValLoss, kValMetric, kValDoseScore, kValDvhScore, kPseudoDice, kPseudoDiceEma };
 enum class CachePlacement { kAuto, kGpu, kPinned, kMemory };
 enum class Tta { kNone, kFlips };
@@ -130,7 +132,9 @@ struct ModelConfig {
   double negative_slope = 0.01;                                  // for leaky_relu
   double dropout = 0.0;                                          // channel dropout after each convolution
   OutputActivation output_activation = OutputActivation::kNone;  // regression head only
-  bool deep_supervision = false;         // segmentation: outputs at every decoder stage (nnU-Net)
+  bool deep_supervision = false;  // segmentation: outputs at every decoder stage (nnU-Net)
+  // segmentation: softmax (K channels, one per class) | sigmoid (K - 1 channels, channel k - 1 = label k)
+  Head head = Head::kSoftmax;
   Toggle channels_last = Toggle::kAuto;  // weights and activations in ChannelsLast3d; auto: on with CUDA
   // Keep each block's input only and recompute the block in the backward pass (model/checkpointing.h)
   Checkpointing activation_checkpointing = Checkpointing::kOff;
@@ -216,8 +220,9 @@ struct PredictConfig {
   Tta tta = Tta::kNone;        // flips: average over all 8 mirrorings, batched into one pass
   bool nifti = true;           // <split>/<case>.nii.gz for cases imported from NIfTI
   bool probabilities = false;  // segmentation: softmax (K, D, H, W) into <split>.h5
-  // Post-processing of segmentation labels (predict/postprocess.h). threshold: 2 classes, label 1 where
-  // p(class 1) >= threshold, 0: argmax; min_component_size: smaller 26-connected components -> 0, 0: off.
+  // Post-processing of segmentation labels (predict/postprocess.h). threshold: softmax head with 2 classes,
+  // label 1 where p(class 1) >= threshold, 0: argmax; sigmoid head: label k where p(channel k - 1) >=
+  // threshold, 0: 0.5; min_component_size: smaller 26-connected components -> 0, 0: off.
   double threshold = 0.0;
   int64_t min_component_size = 0;
 };
@@ -287,6 +292,7 @@ std::string to_string(OutputActivation v);
 std::string to_string(OptimizerKind v);
 std::string to_string(ScheduleKind v);
 std::string to_string(LossKind v);
+std::string to_string(Head v);
 std::string to_string(Monitor v);
 std::string to_string(CachePlacement v);
 std::string to_string(Tta v);

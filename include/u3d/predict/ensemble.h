@@ -5,6 +5,8 @@
 //   segmentation: log(mean_k softmax(member_k(x))), (N, K, D, H, W) float32: the softmax the output
 //     sink takes of it is the members' mean probability, and for identical members it equals the
 //     single model's softmax exactly (log-softmax shifts each voxel's logits by a constant);
+//   sigmoid head (model.head): logit(mean_k sigmoid(member_k(x))), (N, K - 1, D, H, W) float32
+//     (probabilities clamped to [1e-6, 1 - 1e-6]): the members' mean probability per channel;
 //   regression:   mean_k member_k(x), (N, 1, D, H, W) float32, training units (target / target_scale).
 // The members are registered as submodules "member<k>", so eval() and to() reach them.
 #pragma once
@@ -12,6 +14,7 @@
 
 #include <vector>
 
+#include "u3d/core/config.h"
 #include "u3d/io/dataset.h"
 #include "u3d/model/unet.h"
 
@@ -20,7 +23,7 @@ namespace u3d {
 class EnsembleNetworkImpl : public NetworkImpl {
  public:
   // members: at least one (ConfigError otherwise), with the same input and output channels.
-  EnsembleNetworkImpl(std::vector<Network> members, Task task);
+  EnsembleNetworkImpl(std::vector<Network> members, Task task, Head head = Head::kSoftmax);
   torch::Tensor forward(const torch::Tensor& x) override;
   // The least common multiple of the members' divisors.
   int64_t size_divisor() const override { return divisor_; }
@@ -29,6 +32,7 @@ class EnsembleNetworkImpl : public NetworkImpl {
  private:
   std::vector<Network> members_;
   Task task_;
+  Head head_;
   int64_t divisor_ = 1;
 };
 TORCH_MODULE(EnsembleNetwork);

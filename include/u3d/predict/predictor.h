@@ -40,12 +40,17 @@ struct SlidingWindowOptions {
   // Polled before each batch of windows (a host-side check, no device sync): when it returns true
   // the prediction ends with a StoppedError (validation answers Ctrl-C inside a large case).
   std::function<bool()> stop;
+  // A sigmoid head (model.head): each window's output goes through a sigmoid before the mirrorings'
+  // mean and the blending, so probabilities are averaged; the slabs are the logits of the blended
+  // probabilities (clamped to [1e-6, 1 - 1e-6]), so every consumer still reads logits.
+  bool sigmoid = false;
 };
 
 // The windows of a prediction as the config sets them, shared by validation (train/validator.h) and
 // prediction (resolve_prediction.h): predict.overlap, predict.batch_size (data.batch_size when 0),
 // predict.gaussian, forward passes under the training step's autocast (inference_autocast of
-// cfg.training on `device`); `patch`: the network's training patch; `mirror`: predict.tta flips.
+// cfg.training on `device`), sigmoid from cfg.model.head; `patch`: the network's training patch;
+// `mirror`: predict.tta flips.
 SlidingWindowOptions window_options(const Config& cfg, const Shape3& patch, const torch::Device& device,
                                     bool channels_last, bool mirror);
 

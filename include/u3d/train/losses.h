@@ -39,12 +39,24 @@ torch::Tensor cross_entropy_loss_deterministic(const torch::Tensor& logits, cons
 // cross_entropy_loss + soft_dice_loss (nnU-Net's default).
 torch::Tensor dice_ce_loss(const torch::Tensor& logits, const torch::Tensor& labels);
 
+// Sigmoid head (core/output_head.h): logits (N, K - 1, ...), channel k - 1 = label k; labels (N, ...)
+// int64. The target of channel k - 1 is labels == k. `valid` (N, ...) bool: the voxels that count;
+// undefined: all.
+// Mean binary cross-entropy with logits over the channels and the valid voxels.
+torch::Tensor sigmoid_bce_loss(const torch::Tensor& logits, const torch::Tensor& labels,
+                               const torch::Tensor& valid = {});
+// 1 - mean soft Dice of the K - 1 channels, per sample then averaged, p = sigmoid(logits):
+// dice_k = (2 sum(p_k y_k) + smooth) / (sum(p_k) + sum(y_k) + smooth), sums over the valid voxels.
+torch::Tensor sigmoid_dice_loss(const torch::Tensor& logits, const torch::Tensor& labels,
+                                const torch::Tensor& valid = {}, double smooth = 1e-5);
+
 // auto -> a concrete kind for the task; ConfigError for a kind that does not fit the task or data.
 LossKind resolve_loss(LossKind kind, Task task, bool has_mask);
 // The same for training.loss: a named loss as above; a list's terms must fit the task (segmentation:
-// ce, dice, cldice, skeleton_recall, boundary; regression: l1, mse, masked_l1, masked_mse, the masked
-// ones with a loss mask).
-LossSpec resolve_loss(const LossSpec& spec, Task task, bool has_mask);
+// ce, dice, cldice, skeleton_recall, boundary, bce; regression: l1, mse, masked_l1, masked_mse, the
+// masked ones with a loss mask). With a sigmoid head (model.head) auto is [bce, dice], and a
+// regression dataset is a ConfigError (the loss's fit to the head: validate_head, core/output_head.h).
+LossSpec resolve_loss(const LossSpec& spec, Task task, bool has_mask, Head head = Head::kSoftmax);
 
 // What the terms need besides the outputs and targets (training.* and the dataset).
 struct LossOptions {
@@ -52,6 +64,7 @@ struct LossOptions {
   std::vector<double> class_weights;  // ce: per class (empty: all 1)
   int64_t skeleton_iterations = 3;    // cldice, skeleton_recall
   int64_t boundary_distance = 8;      // boundary
+  bool sigmoid = false;               // model.head sigmoid: dice on sigmoid probabilities (K - 1 channels)
   // Data-parallel training: the mean over the ranks of a () float32 device count (an all-reduce);
   // the masked losses divide by it, as one process with the global batch divides by its mask sum.
   // Unset: one process. A collective: only for the training step, never validation.
@@ -61,7 +74,7 @@ struct LossOptions {
   // process. A collective, forward and backward: only for the training step.
   BatchSum rank_sum;
 };
-LossOptions loss_options(const TrainingConfig& training, const DatasetInfo& info);
+LossOptions loss_options(const TrainingConfig& training, const DatasetInfo& info, Head head = Head::kSoftmax);
 
 // A loss's value and, for the list form of training.loss, each term's unweighted value.
 struct LossParts {
@@ -116,7 +129,7 @@ class Loss {
   const LossOptions& options() const { return options_; }
 
  private:
-  enum class Term { kCe, kDice, kClDice, kSkeletonRecall, kBoundary, kL1, kMaskedL1, kMse, kMaskedMse };
+  enum class Term { kCe, kDice, kClDice, kSkeletonRecall, kBoundary, kBce, kL1, kMaskedL1, kMse, kMaskedMse };
   torch::Tensor term(Term t, const torch::Tensor& output, const torch::Tensor& target, const torch::Tensor& mask,
                      const torch::Tensor& valid, const TruthMaps& maps) const;
   bool has(Term t) const;

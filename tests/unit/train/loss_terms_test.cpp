@@ -48,7 +48,7 @@ TEST(LossConfig, BadListsNameTheProblem) {
   EXPECT_NE(error_of("[{name: ce}, {name: ce}]").find("listed twice"), std::string::npos);
   EXPECT_NE(error_of("[{name: dice, weight: -1}]").find("weight -1"), std::string::npos);
   EXPECT_NE(error_of("[{name: dice, wieght: 1}]").find("unknown field 'wieght'"), std::string::npos);
-  EXPECT_NE(error_of("[dice]").find("training.loss"), std::string::npos);
+  EXPECT_NE(error_of("[[dice]]").find("training.loss"), std::string::npos);  // a name or a {name, weight}
   EXPECT_NE(error_of("[]").find("empty list"), std::string::npos);
 }
 
