@@ -46,7 +46,7 @@ pkg_check_modules(U3D_PNG REQUIRED IMPORTED_TARGET libpng)
 
 # DICOM and DICOM-RT (src/io/dicom*.cpp, `trainer import dicom`): DCMTK (Debian libdcmtk-dev 3.6.7):
 # dcmdata reads the files, dcmjpeg / dcmjpls / dcmdata's RLE codec decode compressed pixel data.
-# Linked privately: DCMTK's headers are included by src/io/dicom.cpp alone.
+# Linked privately: DCMTK's headers are included by src/io/dicom*.cpp (through src/io/dicom_detail.h) alone.
 find_package(DCMTK CONFIG REQUIRED)
 add_library(u3d_dcmtk INTERFACE)
 target_link_libraries(u3d_dcmtk INTERFACE DCMTK::dcmdata DCMTK::dcmjpeg DCMTK::dcmjpls DCMTK::oflog DCMTK::ofstd)

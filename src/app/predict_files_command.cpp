@@ -4,11 +4,18 @@
 // its data was), predicted with prediction's library verb (resolve_prediction.h, prediction_run.h) and the NIfTI files,
 // each with its input's header, moved into OUT, which is staged and renamed into place whole: a failure or a stop
 // leaves no OUT and no partial one.
+//
+// 2D images (.png, .tif, .tiff files, or folders of them) take the same way through `trainer import
+// images` (io/image2d_import.h, unlabelled): slices grouped into cases by name, and each case written
+// as OUT/<case>/<image stem>_mask.png per slice plus the stacked OUT/<case>.tif, as --predict-only
+// writes them for image datasets (docs/slices.md).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
+#include <map>
 #include <optional>
 
 #include "u3d/app/commands.h"
@@ -20,7 +27,10 @@
 #include "u3d/core/staged_folder.h"
 #include "u3d/core/text.h"
 #include "u3d/io/dataset.h"
+#include "u3d/io/image2d.h"
+#include "u3d/io/image2d_import.h"
 #include "u3d/io/import.h"
+#include "u3d/io/nifti.h"
 #include "u3d/predict/exported_model.h"
 #include "u3d/predict/prediction_run.h"
 #include "u3d/predict/raw_cases.h"
@@ -89,30 +99,78 @@ std::optional<std::array<double, 3>> training_spacing(const Config& trained) {
   }
 }
 
-// The scratch folder's name for channel k of case c: the importer's <case>_<kkkk><ending>.
-fs::path link_path(const fs::path& images, const RawCase& c, size_t k) {
-  const std::string name = c.channels[k].filename().string();
-  return images / fmt::format("{}_{:04d}{}", c.id, k, name.substr(name.find(".nii")));
+// An input file and the scratch folder's link to it, the name the importer reads.
+struct Link {
+  fs::path link, file;
+};
+
+// NIfTI cases: channel k of case c as the importer's <case>_<kkkk><ending>.
+std::vector<Link> nifti_links(const std::vector<RawCase>& cases, const fs::path& images) {
+  std::vector<Link> links;
+  for (const auto& c : cases) {
+    for (size_t k = 0; k < c.channels.size(); ++k) {
+      const std::string name = c.channels[k].filename().string();
+      links.push_back({images / fmt::format("{}_{:04d}{}", c.id, k, name.substr(name.find(".nii"))), c.channels[k]});
+    }
+  }
+  return links;
 }
 
-// The scratch folder's images/: one link per input file, named as the importer reads channels.
-void link_inputs(const std::vector<RawCase>& cases, const fs::path& images) {
-  fs::create_directories(images);
-  for (const auto& c : cases) {
-    for (size_t k = 0; k < c.channels.size(); ++k)
-      fs::create_symlink(fs::absolute(c.channels[k]), link_path(images, c, k));
+// The 2D images of -i, each linked under its own name: image files named on the command line and
+// the image files of folders (one level deep; hidden files and masks, *_mask.*, left out). Empty
+// when no input is an image or a folder of images (the NIfTI way); UsageError when -i mixes both,
+// DataError for two images of one name.
+std::vector<Link> image_links(const std::vector<fs::path>& inputs, const fs::path& images) {
+  std::vector<fs::path> files;
+  bool nifti = false;
+  std::error_code ec;
+  for (const auto& in : inputs) {
+    if (!fs::is_directory(in, ec)) {
+      (is_image2d_path(in) ? files.push_back(in) : void(nifti = true));
+      continue;
+    }
+    for (const auto& e : fs::directory_iterator(in, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind(".", 0) == 0 || !e.is_regular_file(ec)) continue;
+      if (is_nifti_path(e.path())) nifti = true;
+      if (is_image2d_path(e.path()) && e.path().stem().string().find("_mask") == std::string::npos) {
+        files.push_back(e.path());
+      }
+    }
+  }
+  if (files.empty()) return {};
+  if (nifti) {
+    throw UsageError(fmt::format("predict: -i mixes 2D images ({}, ...) and other files; predict them in two calls",
+                                 files.front().string()));
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<Link> links;
+  std::map<std::string, fs::path> seen;
+  for (const auto& f : files) {
+    const auto [it, added] = seen.emplace(f.stem().string(), f);
+    if (!added) {
+      throw DataError(fmt::format("{} and {}: two images named '{}'; slices are told apart by name",
+                                  it->second.string(), f.string(), it->first));
+    }
+    links.push_back({images / f.filename(), f});
+  }
+  return links;
+}
+
+void link_inputs(const std::vector<Link>& links) {
+  for (const auto& l : links) {
+    fs::create_directories(l.link.parent_path());
+    fs::create_symlink(fs::absolute(l.file), l.link);
   }
 }
 
 // The importer's message names the links; the user named the files they point to.
-std::string with_input_names(std::string message, const std::vector<RawCase>& cases, const fs::path& images) {
-  for (const auto& c : cases) {
-    for (size_t k = 0; k < c.channels.size(); ++k) {
-      const std::string link = link_path(images, c, k).string();
-      for (size_t at = message.find(link); at != std::string::npos; at = message.find(link, at)) {
-        message.replace(at, link.size(), c.channels[k].string());
-        at += c.channels[k].string().size();
-      }
+std::string with_input_names(std::string message, const std::vector<Link>& links) {
+  for (const auto& l : links) {
+    const std::string link = l.link.string();
+    for (size_t at = message.find(link); at != std::string::npos; at = message.find(link, at)) {
+      message.replace(at, link.size(), l.file.string());
+      at += l.file.string().size();
     }
   }
   return message;
@@ -132,19 +190,50 @@ void refuse_out_over_inputs(const fs::path& out, const std::vector<fs::path>& in
 }
 
 // A case the preflight skipped (written to <split>_skipped.csv) fails the command: OUT holds
-// every case or none.
-void refuse_skipped(const fs::path& skipped, const std::vector<RawCase>& cases) {
+// every case or none. The line names the case's first input file.
+void refuse_skipped(const fs::path& skipped, const std::vector<Link>& links, size_t cases) {
   std::error_code ec;
   if (!fs::exists(skipped, ec)) return;
   const auto rows = parse_csv(read_file(skipped));
   if (rows.size() < 2 || rows[1].fields.size() < 3) throw DataError("predict: a case has errors; nothing written");
   const std::string& id = rows[1].fields[0];
   std::string file = id;
-  for (const auto& c : cases) {
-    if (c.id == id) file = c.channels.front().string();
+  for (const auto& l : links) {
+    if (l.link.filename().string().rfind(id, 0) == 0) {
+      file = l.file.string();
+      break;
+    }
   }
   throw DataError(fmt::format("{}: {}: {} ({} of {} case(s) unusable; nothing written)", file, rows[1].fields[1],
-                              rows[1].fields[2], rows.size() - 1, cases.size()));
+                              rows[1].fields[2], rows.size() - 1, cases));
+}
+
+// The NIfTI cases (linked in `images`) into the scratch dataset `path`: the run's channels and
+// classes, resampled to `spacing` (the run's, when its data was resampled).
+void import_nifti_cases(const PredictionMember& first, const std::optional<std::array<double, 3>>& spacing,
+                        const fs::path& images, const std::string& path) {
+  NiftiFolders folders;
+  folders.images = images;
+  for (int64_t k = 0; k < first.info.in_channels; ++k) folders.channel_suffixes.push_back(fmt::format("_{:04d}", k));
+  folders.channel_names = first.trained.data.channels;  // data.channels' names, or the importer's
+  folders.class_names.push_back("background");
+  for (int64_t k = 1; k < first.info.out_channels; ++k) folders.class_names.push_back(fmt::format("class_{}", k));
+  NiftiImportOptions io;
+  io.spacing = spacing;
+  io.normalization = {"none"};  // the checkpoint's data.normalize applies
+  io.compression_level = 1;
+  import_nifti_folders(folders, path, io);
+}
+
+// The 2D images (linked in `images`) into the scratch dataset `path` as `trainer import images`
+// groups them (one case per patient name), unlabelled, with the run's classes; the number of cases.
+int64_t import_image_cases(const PredictionMember& first, const fs::path& images, const std::string& path) {
+  ImagesImportOptions io;
+  io.images = images;
+  io.unlabelled_classes = first.info.out_channels;
+  io.val_fraction = 0;
+  io.compression_level = 1;
+  return import_images(io, path).test;
 }
 
 // Raises the console's level to warn for the scratch import and prediction (their lines name
@@ -190,7 +279,17 @@ int predict_files_command(const PredictFilesCommand& cmd) {
                     first.checkpoint.string(), first.info.task));
   }
   const std::vector<fs::path> inputs(cmd.inputs.begin(), cmd.inputs.end());
-  const std::vector<RawCase> cases = find_raw_cases(inputs, first.info.in_channels);
+  const fs::path images = scratch.path() / "images";
+  std::vector<Link> links = image_links(inputs, images);
+  const bool slices = !links.empty();
+  std::vector<RawCase> cases;
+  if (!slices) {
+    cases = find_raw_cases(inputs, first.info.in_channels);
+    links = nifti_links(cases, images);
+  } else if (first.info.in_channels != 1) {
+    throw ConfigError(fmt::format("predict -i: {} takes {} input channels; a 2D image is one (grey)",
+                                  first.checkpoint.string(), first.info.in_channels));
+  }
   refuse_out_over_inputs(out, inputs);
   std::error_code ec;
   if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec)) && !cmd.force) {
@@ -204,41 +303,41 @@ int predict_files_command(const PredictFilesCommand& cmd) {
   cfg.predict.nifti = true;
   cfg.predict.probabilities = false;
   cfg.data.val_split = "val";
-  NiftiFolders folders;
-  for (int64_t k = 0; k < first.info.in_channels; ++k) folders.channel_suffixes.push_back(fmt::format("_{:04d}", k));
-  folders.channel_names = first.trained.data.channels;  // data.channels' names, or the importer's
-  folders.class_names.push_back("background");
-  for (int64_t k = 1; k < first.info.out_channels; ++k) folders.class_names.push_back(fmt::format("class_{}", k));
-  NiftiImportOptions io;
-  io.spacing = training_spacing(first.trained);
-  io.normalization = {"none"};  // the checkpoint's data.normalize applies
-  io.compression_level = 1;
-
-  spdlog::info("predict: {} case(s) of {} channel(s) with {} model(s) of {}{}", cases.size(), first.info.in_channels,
-               members.size(), cmd.model.empty() ? cmd.run : cmd.model,
-               io.spacing ? fmt::format(", resampled to the run's {} x {} x {} mm", (*io.spacing)[2], (*io.spacing)[1],
-                                        (*io.spacing)[0])
-                          : std::string());
+  const auto spacing = slices ? std::nullopt : training_spacing(first.trained);
+  const std::string model = cmd.model.empty() ? cmd.run : cmd.model;
+  if (slices) {
+    spdlog::info("predict: {} 2D image(s) with {} model(s) of {}", links.size(), members.size(), model);
+  } else {
+    spdlog::info(
+        "predict: {} case(s) of {} channel(s) with {} model(s) of {}{}", cases.size(), first.info.in_channels,
+        members.size(), model,
+        spacing ? fmt::format(", resampled to the run's {} x {} x {} mm", (*spacing)[2], (*spacing)[1], (*spacing)[0])
+                : std::string());
+  }
   const StopSignals signals;  // a stop between cases removes everything staged
   StagedFolder staged(out);
+  size_t n_cases = cases.size();
   {
     const QuietScope quiet;
-    folders.images = scratch.path() / "images";
-    link_inputs(cases, folders.images);
+    link_inputs(links);
     cfg.data.path = (scratch.path() / "input.h5").string();
     try {
-      import_nifti_folders(folders, cfg.data.path, io);
+      if (slices) {
+        n_cases = static_cast<size_t>(import_image_cases(first, images, cfg.data.path));
+      } else {
+        import_nifti_cases(first, spacing, images, cfg.data.path);
+      }
     } catch (const DataError& e) {
-      throw DataError(with_input_names(e.what(), cases, folders.images));
+      throw DataError(with_input_names(e.what(), links));
     } catch (const IoError& e) {
-      throw IoError(with_input_names(e.what(), cases, folders.images));
+      throw IoError(with_input_names(e.what(), links));
     }
     const Runtime rt = init_runtime(cfg);
     const DatasetReader reader(cfg.data.path);
     const ResolvedPrediction rp = resolve_prediction(cfg, members, reader, rt.device);
     predict_split(rp, reader, scratch.path() / "predictions", rt);
   }
-  refuse_skipped(scratch.path() / "predictions" / "test_skipped.csv", cases);
+  refuse_skipped(scratch.path() / "predictions" / "test_skipped.csv", links, n_cases);
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(scratch.path() / "predictions" / "test")) {
     names.push_back(e.path().filename().string());
@@ -249,7 +348,7 @@ int predict_files_command(const PredictFilesCommand& cmd) {
   if (names.size() > 3) names.resize(3), names.push_back("...");
   std::vector<std::string> checkpoints;
   for (const auto& m : members) checkpoints.push_back(m.checkpoint.string());
-  spdlog::info("predict: wrote {} case(s) into {} ({}) with the inputs' geometry; checkpoint{}: {}", cases.size(),
+  spdlog::info("predict: wrote {} case(s) into {} ({}) with the inputs' geometry; checkpoint{}: {}", n_cases,
                out.string(), fmt::join(names, ", "), members.size() > 1 ? "s (ensemble)" : "",
                fmt::join(checkpoints, ", "));
   return kExitOk;

@@ -441,11 +441,11 @@ const std::vector<Option>& option_table() {
       U3D_KEY(predict, gaussian, "Gaussian importance weighting of windows (sigma = patch / 8)"),
       U3D_KEY(predict, tta,
               "Test-time augmentation: flips averages all 8 mirrorings (4 in-plane ones for model.dims 2), batched "
-              "into one "
-              "forward pass"),
+              "into one forward pass"),
       U3D_KEY(predict, nifti,
               "Also write <split>/<case>.nii.gz (or .nii) for cases imported from NIfTI: the input's header "
-              "and grid (resampling undone), streamed slab by slab; <split>/<case>.tif for cases imported from TIFF"),
+              "and grid (resampling undone), streamed slab by slab; <split>/<case>.tif for cases imported from TIFF; "
+              "for cases imported from 2D images, <split>/<case>.tif and <split>/<case>/<image stem>_mask.png per slice"),
       U3D_KEY(predict, probabilities,
               "Segmentation: also write softmax probabilities (K, D, H, W) float32 into <split>.h5"),
       U3D_KEY(predict, threshold,

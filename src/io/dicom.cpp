@@ -18,17 +18,17 @@
 #include <mutex>
 #include <numeric>
 
+#include "dicom_detail.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/input_limits.h"
 
 namespace u3d {
-namespace {
+namespace dicom_detail {
 
 namespace fs = std::filesystem;
 
 constexpr int64_t kMaxDicomFileBytes = int64_t{8} << 30;
 
-// The decoders of compressed pixel data (JPEG, JPEG-LS, RLE) and a quiet DCMTK log, once per process.
 void init_dcmtk() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -63,6 +63,13 @@ DcmFileFormat load(const fs::path& file, bool until_pixels) {
   if (c.bad()) throw DataError(fmt::format("{}: not a readable DICOM file ({})", file.string(), c.text()));
   return ff;
 }
+
+}  // namespace dicom_detail
+namespace {
+
+namespace fs = std::filesystem;
+using dicom_detail::init_dcmtk;
+using dicom_detail::load;
 
 std::string text(DcmItem& item, const DcmTagKey& tag) {
   OFString s;

@@ -224,10 +224,10 @@ CaseData load_case(const PatientPlan& plan, const StructureMap& map, const Dicom
     g.spacing = img.grid.spacing;
     g.affine = img.grid.affine();
     g.file_ending = ".dcm";
-    if (!o.anonymize) {
-      g.files = img.files;
-      if (plan.rtstruct) g.files.push_back(plan.rtstruct->string());
-      if (plan.rtdose) g.files.push_back(plan.rtdose->string());
+    if (!o.anonymize) {  // absolute: prediction reads them back (io/dicom_write.h) from any folder
+      for (const auto& f : img.files) g.files.push_back(fs::absolute(f).string());
+      if (plan.rtstruct) g.files.push_back(fs::absolute(*plan.rtstruct).string());
+      if (plan.rtdose) g.files.push_back(fs::absolute(*plan.rtdose).string());
     }
     c.source = g;
     return c;

@@ -17,6 +17,7 @@
 #include "u3d/core/files.h"
 #include "u3d/core/output_guard.h"
 #include "u3d/core/parallel.h"
+#include "u3d/core/staged_folder.h"
 #include "u3d/io/image2d.h"
 #include "u3d/io/nifti.h"
 #include "u3d/io/tiff.h"
@@ -80,6 +81,10 @@ std::vector<Slice> pair_slices(const ImagesImportOptions& o) {
         fmt::format("{}: no images (*.png, *.tif, *.tiff other than *{}.*)", o.images.string(), o.mask_suffix));
   }
   std::vector<Slice> slices;
+  if (o.unlabelled_classes > 0) {
+    for (const auto& [stem, path] : images) slices.push_back({stem, path, {}});
+    return slices;
+  }
   std::vector<std::string> unpaired;
   for (const auto& [stem, path] : images) {
     const auto m = masks.find(stem);
@@ -170,14 +175,15 @@ MaskScan scan_masks(const SliceCase& c) {
   return s;
 }
 
-// The case's image (1, S, H, W) and labels (S, H, W) uint8; `binary`: mask 255 -> 1.
+// The case's image (1, S, H, W) and labels (S, H, W) uint8 (none for unlabelled slices); `binary`:
+// mask 255 -> 1.
 CaseData load_case(const SliceCase& c, bool binary, std::atomic<int64_t>& color) {
   std::vector<torch::Tensor> images, labels;
   const Slice& first = c.slices.front();
   for (const auto& sl : c.slices) {
     const Image2d im = read_image2d(sl.image);
-    const Image2d m = read_image2d(sl.mask);
     color += im.color;
+    const Image2d m = sl.mask.empty() ? im : read_image2d(sl.mask);
     if (m.pixels.sizes() != im.pixels.sizes()) {
       throw DataError(fmt::format("{} is {} but its image {} is {} (H x W)", sl.mask.string(),
                                   fmt::join(m.pixels.sizes(), "x"), sl.image.string(),
@@ -189,7 +195,7 @@ CaseData load_case(const SliceCase& c, bool binary, std::atomic<int64_t>& color)
                                   fmt::join(images.front().sizes(), "x")));
     }
     images.push_back(im.pixels);
-    labels.push_back(binary ? (m.pixels == 255).to(torch::kUInt8) : m.pixels.to(torch::kUInt8));
+    if (!sl.mask.empty()) labels.push_back(binary ? (m.pixels == 255).to(torch::kUInt8) : m.pixels.to(torch::kUInt8));
   }
   const bool all_u8 =
       std::all_of(images.begin(), images.end(), [](const auto& t) { return t.scalar_type() == torch::kUInt8; });
@@ -207,12 +213,14 @@ CaseData load_case(const SliceCase& c, bool binary, std::atomic<int64_t>& color)
   out.id = c.id;
   out.spacing = {1.0, 1.0, 1.0};
   out.image = v.unsqueeze(0).contiguous();
-  out.target = torch::stack(labels).contiguous();
+  if (!labels.empty()) out.target = torch::stack(labels).contiguous();
   out.source = plain_geometry({v.size(0), v.size(1), v.size(2)}, out.spacing);
   out.source->format = "slices";
   out.source->file_ending = ".tif";  // the case's volume prediction <case>.tif beside its folder of PNG masks
   for (const auto& sl : c.slices) out.source->files.push_back(fs::absolute(sl.image).string());
-  for (const auto& sl : c.slices) out.source->files.push_back(fs::absolute(sl.mask).string());
+  for (const auto& sl : c.slices) {
+    if (!sl.mask.empty()) out.source->files.push_back(fs::absolute(sl.mask).string());
+  }
   return out;
 }
 
@@ -259,22 +267,30 @@ ImportSummary import_images(const ImagesImportOptions& o, const fs::path& out) {
   check_options(o);
   const std::vector<SliceCase> cases = group_slices(pair_slices(o), o.group);
   for (const auto& c : cases) {
-    for (const auto& s : c.slices) refuse_output_over_input("import images", "--out", out, {s.image, s.mask});
+    for (const auto& s : c.slices) {
+      refuse_output_over_input("import images", "--out", out, {s.image});
+      if (!s.mask.empty()) refuse_output_over_input("import images", "--out", out, {s.mask});
+    }
   }
   const int64_t n = static_cast<int64_t>(cases.size());
   const int64_t threads = resolve_threads(o.threads);
 
   // The label mapping: every mask's values, read first (in parallel).
-  std::vector<MaskScan> scans(cases.size());
-  parallel_for(n, threads,
-               [&](int64_t i) { scans[static_cast<size_t>(i)] = scan_masks(cases[static_cast<size_t>(i)]); });
+  const bool unlabelled = o.unlabelled_classes > 0;
+  std::vector<MaskScan> scans(unlabelled ? 0 : cases.size());
+  if (!unlabelled) {
+    parallel_for(n, threads,
+                 [&](int64_t i) { scans[static_cast<size_t>(i)] = scan_masks(cases[static_cast<size_t>(i)]); });
+  }
   std::set<int64_t> values;
   int64_t color_masks = 0;
   for (const auto& s : scans) {
     values.insert(s.values.begin(), s.values.end());
     color_masks += s.color;
   }
-  const bool binary = std::all_of(values.begin(), values.end(), [](int64_t v) { return v == 0 || v == 255; });
+  const bool binary = unlabelled
+                          ? o.unlabelled_classes == 2
+                          : std::all_of(values.begin(), values.end(), [](int64_t v) { return v == 0 || v == 255; });
   if (!binary && values.count(255)) {
     for (size_t i = 0; i < scans.size(); ++i) {
       if (std::count(scans[i].values.begin(), scans[i].values.end(), 255)) {
@@ -288,12 +304,14 @@ ImportSummary import_images(const ImagesImportOptions& o, const fs::path& out) {
   info.task = Task::kSegmentation;
   info.channel_names = {"image"};
   info.target_name = "labels";
-  info.num_classes = binary ? 2 : std::max<int64_t>(2, *values.rbegin() + 1);
+  info.num_classes = unlabelled ? o.unlabelled_classes : binary ? 2 : std::max<int64_t>(2, *values.rbegin() + 1);
   for (int64_t k = 0; k < info.num_classes; ++k) {
     info.class_names.push_back(k == 0 ? "background" : binary ? "foreground" : fmt::format("class_{}", k));
   }
   info.description = fmt::format("imported from 2D image folder {}", fs::absolute(o.images).string());
-  if (binary) {
+  if (unlabelled) {
+    spdlog::info("import images: {} unlabelled case(s) for prediction ({} classes)", n, info.num_classes);
+  } else if (binary) {
     spdlog::info("import images: mask values {{{}}} -> labels 0 background, 1 foreground (255)",
                  fmt::join(values, ", "));
   } else {
@@ -304,14 +322,20 @@ ImportSummary import_images(const ImagesImportOptions& o, const fs::path& out) {
   DatasetWriteOptions wo;
   wo.compression_level = o.compression_level;
   DatasetWriter writer(out, info, wo);
-  if (!o.reference_out.empty()) ensure_writable_directory(o.reference_out);
+  // The reference volumes are written to a folder staged beside --reference-out and moved in, file by
+  // file, once the dataset is committed: a failed import adds no file there (the staged folder goes).
+  std::optional<StagedFolder> references;
+  if (!o.reference_out.empty() && !unlabelled) {
+    ensure_writable_directory(o.reference_out);
+    references.emplace(o.reference_out);
+  }
   std::atomic<int64_t> color_images{0};
   int64_t slices = 0;
   ordered_pipeline(
       n, threads, /*window=*/threads,
       [&](int64_t i) {
         const CaseData c = load_case(cases[static_cast<size_t>(i)], binary, color_images);
-        if (!o.reference_out.empty()) write_tiff_volume(o.reference_out / (c.id + ".tif"), c.target);
+        if (references && c.target.defined()) write_tiff_volume(references->path() / (c.id + ".tif"), c.target);
         return writer.prepare(c);
       },
       [&](int64_t, std::shared_ptr<const PreparedCase> c) { writer.write_case(*c); });
@@ -325,14 +349,21 @@ ImportSummary import_images(const ImagesImportOptions& o, const fs::path& out) {
   writer.set_channel_normalization(summary.channel_normalization);
   std::vector<std::string> ids, rest, train, val, test;
   for (const auto& c : cases) ids.push_back(c.id);
-  import_detail::split_cases(ids, o.test_fraction, o.seed + 1, rest, test);
+  if (unlabelled) {
+    test = ids;
+  } else {
+    import_detail::split_cases(ids, o.test_fraction, o.seed + 1, rest, test);
+  }
   const double val_share =
       rest.empty() ? 0 : o.val_fraction * static_cast<double>(n) / static_cast<double>(rest.size());
   import_detail::split_cases(rest, std::min(val_share, 0.99), o.seed, train, val);
   for (const auto& [name, list] : {std::pair{"train", &train}, std::pair{"val", &val}, std::pair{"test", &test}}) {
-    if (!list->empty() || name == std::string("train")) writer.set_split(name, *list);
+    if (!list->empty() || (name == std::string("train") && !unlabelled)) writer.set_split(name, *list);
   }
   writer.commit();
+  if (references) {
+    for (const auto& c : cases) fs::rename(references->path() / (c.id + ".tif"), o.reference_out / (c.id + ".tif"));
+  }
   summary.train = static_cast<int64_t>(train.size());
   summary.val = static_cast<int64_t>(val.size());
   summary.test = static_cast<int64_t>(test.size());

@@ -1,5 +1,6 @@
 #include "u3d/model/mlperf_unet3d.h"
 
+#include "u3d/model/channels_last_batch_norm.h"
 #include "u3d/model/channels_last_norm.h"
 
 namespace u3d {
@@ -38,7 +39,7 @@ torch::Tensor MlperfConvImpl::forward(const torch::Tensor& x) {
   if (auto* norm = norm_.is_empty() ? nullptr : norm_.ptr()->as<ChannelsLastNormImpl>()) {
     if (const auto fused = fusable_activation(activation_)) return norm->forward_act(y, *fused, negative_slope_);
   }
-  if (!norm_.is_empty()) y = norm_.forward(y);
+  if (!norm_.is_empty()) y = apply_norm(norm_, y);
   switch (activation_) {
     case Activation::kRelu: return torch::relu(y);
     case Activation::kLeakyRelu: return torch::leaky_relu(y, negative_slope_);

@@ -1,5 +1,7 @@
 #include "u3d/model/openkbp_baseline.h"
 
+#include "u3d/model/channels_last_batch_norm.h"
+
 namespace u3d {
 namespace {
 
@@ -58,7 +60,7 @@ torch::Tensor OpenKbpBaselineImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = x;
   for (size_t i = 0; i < down_.size(); ++i) {
     y = down_[i](y);
-    if (i < down_norm_.size()) y = down_norm_[i](y);
+    if (i < down_norm_.size()) y = channels_last_batch_norm(*down_norm_[i], y);
     y = torch::leaky_relu(y, /*negative_slope=*/0.2);
     skips.push_back(y);
   }
@@ -66,7 +68,7 @@ torch::Tensor OpenKbpBaselineImpl::forward(const torch::Tensor& x) {
   // concatenate the previous output with x_{6-i}; dropout after blocks 2 and 4 (1-based).
   for (size_t i = 0; i < up_.size(); ++i) {
     if (i > 0) y = torch::cat({y, skips[skips.size() - 1 - i]}, /*dim=*/1);
-    y = up_norm_[i](up_[i](y));
+    y = channels_last_batch_norm(*up_norm_[i], up_[i](y));
     if (i == 1 || i == 3) y = dropout_(y);
     y = torch::relu(y);
   }

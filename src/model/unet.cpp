@@ -4,6 +4,7 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/stage_geometry.h"
+#include "u3d/model/channels_last_batch_norm.h"
 #include "u3d/model/channels_last_norm.h"
 #include "u3d/model/checkpointing.h"
 #include "u3d/model/mean_pool.h"
@@ -88,7 +89,7 @@ torch::Tensor ConvBlockImpl::forward(const torch::Tensor& x) {
     const auto fused = activate_ ? fusable_activation(activation_) : std::optional(NormActivation::kNone);
     if (fused) return norm->forward_act(y, *fused, negative_slope_);
   }
-  if (!norm_.is_empty()) y = norm_.forward(y);
+  if (!norm_.is_empty()) y = apply_norm(norm_, y);
   return activate_ ? activate(y, activation_, negative_slope_) : y;
 }
 

@@ -6,6 +6,7 @@
 #include "u3d/core/signals.h"
 #include "u3d/core/staged_folder.h"
 #include "u3d/evaluate/metrics.h"
+#include "u3d/io/dicom_write.h"
 #include "u3d/io/h5.h"
 #include "u3d/io/image2d.h"
 #include "u3d/io/nifti.h"
@@ -55,6 +56,7 @@ void ResamplingSink::finish() const {
 }
 
 bool writes_source_file(const SourceGeometry& g) {
+  if (g.format == "dicom") return !g.files.empty();  // an RT Dose or RT Structure Set on the source series
   return g.format == "nifti" || g.format == "tiff" || g.format == "slices";
 }
 
@@ -149,9 +151,44 @@ class SlicesSourceFile : public SourceFile {
   std::vector<torch::Tensor> slabs_;
 };
 
+// A case imported from DICOM: <case>.dcm on the source series (io/dicom_write.h), an RT Dose for a
+// dose, an RT Structure Set of classes 1..K-1 (`names`) for labels; held and written whole at commit().
+class DicomRtSourceFile : public SourceFile {
+ public:
+  DicomRtSourceFile(std::filesystem::path path, const SourceGeometry& g, std::string description,
+                    std::vector<std::string> names, bool labels)
+      : path_(std::move(path)),
+        g_(g),
+        description_(std::move(description)),
+        names_(std::move(names)),
+        labels_(labels) {}
+  void write_slab(const torch::Tensor& slab) override { slabs_.push_back(slab); }
+  void commit() override {
+    const torch::Tensor v = slabs_.empty() ? torch::empty({0}) : torch::cat(slabs_, /*dim=*/0);
+    if (labels_) {
+      write_rtstruct(path_, v, g_, names_, description_);
+    } else {
+      write_rtdose(path_, v.to(torch::kFloat), g_, description_);
+    }
+    slabs_.clear();
+  }
+
+ private:
+  std::filesystem::path path_;
+  SourceGeometry g_;
+  std::string description_;
+  std::vector<std::string> names_;
+  bool labels_;
+  std::vector<torch::Tensor> slabs_;
+};
+
 std::unique_ptr<SourceFile> open_source_file(const std::filesystem::path& path, const SourceGeometry& g,
-                                             torch::ScalarType dtype, const std::string& description, bool binary) {
+                                             torch::ScalarType dtype, const CaseOutputOptions& o, bool binary) {
+  const std::string& description = o.description;
   if (g.format == "slices") return std::make_unique<SlicesSourceFile>(path, g, binary);
+  if (g.format == "dicom") {
+    return std::make_unique<DicomRtSourceFile>(path, g, description, o.class_names, dtype == torch::kUInt8);
+  }
   if (g.format == "tiff") return std::make_unique<TiffSourceFile>(path, g, dtype);
   return std::make_unique<NiftiSourceFile>(path, g, dtype, description);
 }
@@ -260,8 +297,8 @@ CaseOutputSink::CaseOutputSink(const CachedCase& c, const Preprocessor& pre, Cas
   if (m.o.source_file) {
     if (!m.o.geometry)
       throw IoError(fmt::format("{}: a source-format output needs the case's source geometry", m.o.context));
-    m.source_file = open_source_file(*m.o.source_file, *m.o.geometry, m.seg ? torch::kUInt8 : torch::kFloat,
-                                     m.o.description, /*binary=*/m.seg && pre.out_channels() <= 2);
+    m.source_file = open_source_file(*m.o.source_file, *m.o.geometry, m.seg ? torch::kUInt8 : torch::kFloat, m.o,
+                                     /*binary=*/m.seg && pre.out_channels() <= 2);
     m.source_sink = std::make_unique<SourceSlabSink>(*m.source_file, pre, m.o.postprocess);
     if (m.o.geometry->shape != m.shape) {
       m.resampler = std::make_unique<ResamplingSink>(m.shape, m.o.geometry->shape, *m.source_sink);

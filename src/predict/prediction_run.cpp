@@ -139,10 +139,15 @@ void predict_split(const ResolvedPrediction& rp, const DatasetReader& reader, co
     CaseOutputOptions oo = writer.begin(c);
     oo.probabilities = cfg.predict.probabilities && seg;
     oo.postprocess = rp.post;
+    for (int64_t k = 1; seg && k < reader.info().num_classes; ++k) {  // ROI names of an RT Structure Set
+      const auto& names = reader.info().class_names;
+      oo.class_names.push_back(static_cast<size_t>(k) < names.size() ? names[static_cast<size_t>(k)]
+                                                                     : fmt::format("class_{}", k));
+    }
     oo.keep_prediction = submission != nullptr;
     if (cfg.predict.nifti) {
       auto source = reader.read_source(id);
-      if (source && writes_source_file(*source)) {  // NIfTI or TIFF, as the case was imported
+      if (source && writes_source_file(*source)) {  // in the format the case was imported from
         oo.source_file = out_dir / cfg.predict.split / (id + source->file_ending);
         oo.geometry = std::move(source);
         ++nifti_files;
@@ -164,8 +169,10 @@ void predict_split(const ResolvedPrediction& rp, const DatasetReader& reader, co
   spdlog::info("predict: wrote {} ({} cases)", out_path.string(), ids.size());
   if (nifti_files > 0) outputs.push_back(cfg.predict.split + "/");
   if (nifti_files > 0) {
-    spdlog::info("predict: wrote {} NIfTI/TIFF files with the inputs' geometry into {}", nifti_files,
-                 (out_dir / cfg.predict.split).string());
+    spdlog::info(
+        "predict: wrote {} file(s) in the inputs' formats (NIfTI, TIFF, PNG, RT Dose) with their geometry "
+        "into {}",
+        nifti_files, (out_dir / cfg.predict.split).string());
   }
   if (submission && submission->files() > 0) {
     submission->commit();

@@ -50,7 +50,8 @@ std::vector<RawCase> find_raw_cases(const std::vector<fs::path>& inputs, int64_t
     } else if (!fs::exists(in, ec)) {
       throw UsageError(fmt::format("-i {}: no such file or folder", in.string()));
     } else if (!is_nifti_path(in)) {
-      throw UsageError(fmt::format("-i {}: not a NIfTI file (.nii.gz, .nii) or a folder of them", in.string()));
+      throw UsageError(fmt::format(
+          "-i {}: not a NIfTI file (.nii.gz, .nii), a 2D image (.png, .tif, .tiff) or a folder of them", in.string()));
     } else {
       files.push_back(in);
     }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
+#include "u3d/model/channels_last_batch_norm.h"
 #include "u3d/model/channels_last_norm.h"
 
 namespace u3d {
@@ -81,6 +82,34 @@ TEST(ChannelsLastNormCuda, ForwardAndBackwardCaptureInACudaGraph) {
   const torch::Tensor y_eager = step();
   EXPECT_LT(rel(y_graph, y_eager.detach()), 1e-6);
   EXPECT_LT(rel(dx_graph, x.grad()), 1e-6);
+}
+
+// Batch norm on the 4-D view (model/channels_last_batch_norm.h) on CUDA in bf16, the path ATen's
+// cuDNN dispatch refuses: equal to BatchNorm3d's forward on NCDHW (output, gradients, running
+// statistics), NDHWC kept, for a 3D shape and the 2D nets' (N, C, 1, H, W).
+TEST(ChannelsLastBatchNormCuda, EqualsBatchNorm3dInBf16) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (const std::vector<int64_t> shape : {std::vector<int64_t>{2, 32, 8, 16, 16}, {16, 32, 1, 64, 64}}) {
+    torch::manual_seed(4);
+    const auto opts = torch::TensorOptions().device(torch::kCUDA);
+    torch::nn::BatchNorm3d ours(32), plain(32);
+    ours->to(torch::kCUDA);
+    plain->to(torch::kCUDA);
+    const torch::Tensor base = (torch::randn(shape, opts) * 2 + 1).to(torch::kBFloat16);
+    torch::Tensor x1 = base.contiguous(kCl).requires_grad_(), x2 = base.clone().requires_grad_();
+    const torch::Tensor proj = torch::randn(shape, opts);
+    const torch::Tensor y1 = channels_last_batch_norm(*ours, x1);
+    const torch::Tensor y2 = plain->forward(x2);
+    EXPECT_TRUE(y1.is_contiguous(kCl));
+    EXPECT_EQ(y1.scalar_type(), torch::kBFloat16);
+    (y1.to(torch::kFloat) * proj).sum().backward();
+    (y2.to(torch::kFloat) * proj).sum().backward();
+    EXPECT_LT(rel(y1, y2), 3e-2);
+    EXPECT_LT(rel(x1.grad(), x2.grad()), 3e-2);
+    EXPECT_LT(rel(ours->weight.grad(), plain->weight.grad()), 3e-2);
+    EXPECT_LT(rel(ours->running_var, plain->running_var), 1e-2);
+    EXPECT_EQ(ours->num_batches_tracked.item<int64_t>(), 1);
+  }
 }
 
 }  // namespace

@@ -3,14 +3,19 @@
 // torch venv's Python, where scripts/setup.sh installs both), and pydicom's own sample files. A known
 // sphere comes back as a channel (Dice >= 0.98), an analytic dose field within 1%; shuffled names,
 // nested folders and a second patient change nothing; bad input is one line naming the patient.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "test_support.h"
 #include "u3d/io/dataset.h"
+#include "u3d/io/dicom_write.h"
+#include "u3d/io/h5.h"
 
 namespace u3d {
 namespace {
@@ -73,6 +78,29 @@ class DicomCli : public ::testing::Test {
     size_t errors = 0;
     for (size_t p = r.output.find("[error]"); p != std::string::npos; p = r.output.find("[error]", p + 1)) ++errors;
     EXPECT_EQ(errors, 1u) << r.output;
+  }
+  // A 2-filter model trained one step on x.h5 as runs/<name>, then --predict-only of its val split.
+  void train_one_step_and_predict(const std::string& name) {
+    test::write_text(dir / (name + ".yaml"),
+                     "experiment:\n  name: " + name +
+                         "\n  seed: 1\n"
+                         "data:\n  path: x.h5\n  batch_size: 1\n  patch_size: [16, 32, 32]\n"
+                         "model:\n  levels: 2\n  base_filters: 2\n"
+                         "training:\n  epochs: 1\n  steps_per_epoch: 1\n  device: cpu\n  threads: 2\n"
+                         "logging:\n  progress_seconds: 0\n");
+    auto r = trainer({"--config", name + ".yaml"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = trainer({"--config", name + ".yaml", "--predict-only", "--checkpoint", "last"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  // cases/<id>/prediction of runs/<name>/predictions/val.h5.
+  torch::Tensor prediction(const std::string& name, const std::string& id, torch::ScalarType dtype) {
+    const std::string path = (dir / "runs" / name / "predictions" / "val.h5").string();
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    EXPECT_GE(f, 0) << path;
+    const torch::Tensor t = h5::read_tensor(f, "cases/" + id + "/prediction", dtype, path);
+    H5Fclose(f);
+    return t;
   }
   std::optional<fs::path> python_;
   test::TempDir dir;
@@ -225,6 +253,118 @@ TEST_F(DicomCli, PydicomSampleFilesImportOrAreRefusedInOneLine) {
     EXPECT_TRUE(torch::equal(images[variant], images["MR_small.dcm"])) << variant;
   }
   EXPECT_GT(images["MR_small.dcm"].std().item<double>(), 0);
+}
+
+// Back to DICOM: a dose model trained on two imported patients predicts the validation patient,
+// and --predict-only writes predictions/val/<case>.dcm, an RT Dose that pydicom
+// (tests/python/read_rtdose.py) reads at the CT's position, orientation and spacing, in the CT's
+// patient, study and frame of reference, with the predicted values (within DoseGridScaling).
+TEST_F(DicomCli, PredictedDoseGoesBackAsAnRtDoseOnTheSourceCt) {
+  write("export", "P1");
+  write("export", "P2");
+  auto r = trainer({"import", "dicom", "--source", "export", "--out", "x.h5", "--val-fraction", "0.5"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_NO_FATAL_FAILURE(train_one_step_and_predict("rt"));
+  const std::string id = DatasetReader((dir / "x.h5").string()).split("val").at(0);
+  const fs::path rtdose = dir / "runs" / "rt" / "predictions" / "val" / (id + ".dcm");
+  ASSERT_TRUE(fs::exists(rtdose)) << r.output;
+  const std::string cmd = python_->string() + " " + (test::source_dir() / "tests/python/read_rtdose.py").string() +
+                          " " + rtdose.string() + " " + (dir / "export" / id / "ct" / "ct_000.dcm").string() + " " +
+                          (dir / "dose.f32").string() + " > " + (dir / "rtdose.json").string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const auto j = nlohmann::json::parse(test::read_text(dir / "rtdose.json"));
+  EXPECT_EQ(j["sop_class"], "1.2.840.10008.5.1.4.1.1.481.2");
+  EXPECT_EQ(j["modality"], "RTDOSE");
+  EXPECT_TRUE(j["same_patient"].get<bool>());
+  EXPECT_TRUE(j["same_study"].get<bool>());
+  EXPECT_TRUE(j["same_frame_of_reference"].get<bool>());
+  EXPECT_TRUE(j["new_series"].get<bool>());
+  EXPECT_EQ(j["shape"], nlohmann::json::array({kSlices, kRows, kCols}));
+  for (int a = 0; a < 3; ++a) EXPECT_NEAR(j["position"][a].get<double>(), kOrigin[a], 1e-6);
+  EXPECT_EQ(j["orientation"], nlohmann::json::array({1.0, 0.0, 0.0, 0.0, 1.0, 0.0}));
+  EXPECT_EQ(j["pixel_spacing"], nlohmann::json::array({kRowStep, kColStep}));
+  ASSERT_EQ(j["offsets"].size(), static_cast<size_t>(kSlices));
+  for (int64_t k = 0; k < kSlices; ++k) EXPECT_NEAR(j["offsets"][k].get<double>(), k * kSliceStep, 1e-6);
+  EXPECT_EQ(j["frame_increment_pointer"], "(3004,000C)");
+  EXPECT_EQ(j["units"], "GY");
+  // The values: the prediction in val.h5, as pydicom scales the pixels back.
+  const torch::Tensor predicted = prediction("rt", id, torch::kFloat64);
+  const std::string raw = test::read_text(dir / "dose.f32");
+  ASSERT_EQ(raw.size(), static_cast<size_t>(kSlices * kRows * kCols * 4));
+  const torch::Tensor read =
+      torch::from_blob(const_cast<char*>(raw.data()), {kSlices, kRows, kCols}, torch::kFloat32).to(torch::kFloat64);
+  const double scaling = j["scaling"].get<double>();
+  EXPECT_GT(predicted.max().item<double>(), 0);
+  EXPECT_LE((read - predicted.clamp_min(0)).abs().max().item<double>(),
+            scaling + 1e-6 * predicted.abs().max().item<double>());
+}
+
+// Labels back to DICOM: a sphere with a hollow core (a hole in its middle slices) and a second
+// label written as an RT Structure Set on the imported CT (write_rtstruct), then read by rt-utils
+// (tests/python/read_rtstruct.py) on the CT series, and by `trainer import dicom`: the same voxels.
+// Then the CLI path: a
+// segmentation model trained one step writes predictions/val/<case>.dcm whose ROIs rt-utils reads
+// back as the predicted labels.
+TEST_F(DicomCli, LabelsGoBackAsAnRtStructureSetThatRtUtilsReadsBack) {
+  write("export", "P1");
+  write("export", "P2");
+  test::write_text(dir / "map.yaml", "Ball: [Sphere]\n");
+  auto r = trainer({"import", "dicom", "--source", "export", "--out", "x.h5", "--task", "segmentation", "--structures",
+                    "map.yaml", "--val-fraction", "0.5"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  DatasetReader ds((dir / "x.h5").string());
+  const CaseData c = ds.read_case("P1");
+  ASSERT_TRUE(c.source.has_value());
+  torch::Tensor labels = c.target.clone();
+  labels.masked_fill_(
+      labels.eq(1) & torch::roll(labels.eq(1), {3, 3}, {1, 2}) & torch::roll(labels.eq(1), {-3, -3}, {1, 2}), 0);
+  labels.slice(0, 2, 6).slice(1, 5, 12).slice(2, 4, 9).fill_(2);
+  ASSERT_GT(labels.eq(1).sum().item<int64_t>(), 100);
+  write_rtstruct(dir / "rs.dcm", labels, *c.source, {"Ball", "Box"}, "test");
+  const auto read_back = [&](const fs::path& rs, const std::string& id) {
+    const std::string cmd = python_->string() + " " + (test::source_dir() / "tests/python/read_rtstruct.py").string() +
+                            " " + (dir / "export" / id / "ct").string() + " " + rs.string() + " " +
+                            (dir / "roi").string() + " > " + (dir / "rs.json").string() + " 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << test::read_text(dir / "rs.json");
+    const auto j = nlohmann::json::parse(test::read_text(dir / "rs.json"));
+    std::vector<torch::Tensor> masks;
+    for (size_t k = 0; k < j["names"].size(); ++k) {
+      const std::string raw = test::read_text(dir / ("roi" + std::to_string(k) + ".u8"));
+      EXPECT_EQ(raw.size(), static_cast<size_t>(kSlices * kRows * kCols));
+      masks.push_back(torch::from_blob(const_cast<char*>(raw.data()), {kSlices, kRows, kCols}, torch::kUInt8).clone());
+    }
+    return std::pair{j["names"].get<std::vector<std::string>>(), masks};
+  };
+  auto [names, masks] = read_back(dir / "rs.dcm", "P1");
+  ASSERT_EQ(names, (std::vector<std::string>{"Ball", "Box"}));
+  const auto differ = [](const torch::Tensor& read, const torch::Tensor& truth) {
+    return fmt::format("{} of {} voxels differ (read {}, written {})", read.ne(truth).sum().item<int64_t>(),
+                       read.numel(), read.sum().item<int64_t>(), truth.sum().item<int64_t>());
+  };
+  EXPECT_TRUE(torch::equal(masks[0], labels.eq(1).to(torch::kUInt8)))
+      << "the hollow ball: " << differ(masks[0], labels.eq(1).to(torch::kUInt8));
+  EXPECT_TRUE(torch::equal(masks[1], labels.eq(2).to(torch::kUInt8)))
+      << "the box: " << differ(masks[1], labels.eq(2).to(torch::kUInt8));
+  // And through trainer's own importer: the CT with the written RT Structure Set gives the labels back.
+  fs::create_directories(dir / "back");
+  fs::copy(dir / "export" / "P1" / "ct", dir / "back" / "ct");
+  fs::copy_file(dir / "rs.dcm", dir / "back" / "rs.dcm");
+  test::write_text(dir / "back.yaml", "Ball: [Ball]\nBox: [Box]\n");
+  r = trainer({"import", "dicom", "--source", "back", "--out", "back.h5", "--task", "segmentation", "--structures",
+               "back.yaml", "--val-fraction", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const torch::Tensor reimported = DatasetReader((dir / "back.h5").string()).read_case("P1").target;
+  EXPECT_TRUE(torch::equal(reimported, labels)) << reimported.ne(labels).sum().item<int64_t>() << " voxels differ";
+
+  ASSERT_NO_FATAL_FAILURE(train_one_step_and_predict("seg"));
+  const std::string id = ds.split("val").at(0);
+  const fs::path rs = dir / "runs" / "seg" / "predictions" / "val" / (id + ".dcm");
+  ASSERT_TRUE(fs::exists(rs)) << r.output;
+  const torch::Tensor predicted = prediction("seg", id, torch::kUInt8);
+  std::tie(names, masks) = read_back(rs, id);
+  ASSERT_EQ(names, (std::vector<std::string>{"Ball"}));
+  EXPECT_TRUE(torch::equal(masks[0], predicted.eq(1).to(torch::kUInt8)))
+      << "the prediction: " << differ(masks[0], predicted.eq(1).to(torch::kUInt8));
 }
 
 }  // namespace

@@ -134,6 +134,15 @@ TEST_F(ImagesCli, BadInputEndsWithOneLine) {
       trainer({"import", "images", "--images", "b/images", "--out", "x.h5", "--skip-unpaired"}), 1,
       "b/images/TCGA_XX_4900_19960909_3.png is 16x32 but b/images/TCGA_XX_4900_19960909_1.png of the same case "
       "'TCGA_XX_4900_19960909' is 32x32");
+  // The same failure with --reference-out: the other patients' volumes were written (staged), none is
+  // left in the folder or beside it.
+  const auto failed = trainer(
+      {"import", "images", "--images", "b/images", "--out", "x.h5", "--skip-unpaired", "--reference-out", "ref"});
+  EXPECT_EQ(failed.exit_code, 1) << failed.output;
+  EXPECT_TRUE(!fs::exists(dir / "ref") || fs::is_empty(dir / "ref")) << "a failed import wrote reference volumes";
+  for (const auto& e : fs::directory_iterator(dir.path())) {
+    EXPECT_NE(e.path().filename().string().rfind(".ref.", 0), 0u) << "staged folder left: " << e.path();
+  }
   // Mask values neither {0, 255} nor 0..K.
   torch::Tensor bad = torch::zeros({16, 32}, torch::kUInt8);
   bad[0][0] = 1;

@@ -2,7 +2,8 @@
 // (tests/python/write_slices.py), `trainer import images` stacks them into cases, a 2D U-Net
 // (model.preset unet2d made small: model.dims 2, Conv2d on [1, 64, 64] slices) trains on the CPU,
 // `--predict-only` writes one PNG mask per slice of the held-out test patients, and
-// `trainer evaluate segmentation` scores them per case: mean Dice of the tumour above 0.8.
+// `trainer evaluate segmentation` scores them per case: mean Dice of the tumour above 0.8. The same
+// PNG files through `trainer predict -i` give the same masks.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -53,6 +54,36 @@ TEST(SlicesTraining, PngPatientsTrainA2dNetAboveEightyPercentDiceOnTestPatients)
       EXPECT_TRUE(((m.pixels == 0) | (m.pixels == 255)).all().item<bool>()) << png << ": a binary mask is 0/255";
     }
   }
+  // The same test patients as raw PNG files through `trainer predict -i` (no import, no config): a
+  // folder of their images with their masks beside them (left out), the same masks as --predict-only.
+  fs::create_directories(dir / "unseen");
+  for (const auto& id : data.split("test")) {
+    for (int k = 1; k <= 8; ++k) {
+      for (const std::string tail : {"", "_mask"}) {
+        const std::string name = id + "_" + std::to_string(k) + tail + ".png";
+        fs::copy_file(dir / "lgg" / "images" / name, dir / "unseen" / name);
+      }
+    }
+  }
+  r = test::run_trainer({"predict", "-i", "unseen", "-o", "from_files", "--run", "runs/slices"}, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("predict: 24 2D image(s)"), std::string::npos) << r.output;
+  for (const auto& id : data.split("test")) {
+    EXPECT_TRUE(fs::exists(dir / "from_files" / (id + ".tif"))) << id;
+    for (int k = 1; k <= 8; ++k) {
+      const std::string name = id + "_" + std::to_string(k) + "_mask.png";
+      ASSERT_TRUE(fs::exists(dir / "from_files" / id / name)) << name << "\n" << r.output;
+      EXPECT_TRUE(
+          torch::equal(read_image2d(dir / "from_files" / id / name).pixels, read_image2d(predicted / id / name).pixels))
+          << name << ": predict -i and --predict-only disagree";
+    }
+  }
+  // 2D images and another kind of input in one call: one line, exit 2, nothing written.
+  test::write_text(dir / "x.nii.gz", "not read");
+  r = test::run_trainer({"predict", "-i", "unseen", "x.nii.gz", "-o", "mixed", "--run", "runs/slices"}, dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("-i mixes 2D images"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "mixed"));
   r = test::run_trainer({"evaluate", "segmentation", "--reference", "reference", "--predictions", predicted.string(),
                          "--only-predicted", "--out", "scores.csv"},
                         dir.path());

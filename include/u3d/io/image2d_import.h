@@ -38,6 +38,10 @@ struct ImagesImportOptions {
   std::filesystem::path reference_out;  // also write each case's labels as <dir>/<case>.tif; empty: none
   int64_t threads = 0;                  // 0: every core
   int compression_level = 4;            // gzip level of the output
+  // > 0: images only, for prediction (trainer predict -i, app/commands.h): no mask is read (files
+  // named *<mask_suffix>.* are left out), the dataset declares this many classes (the model's), every
+  // case goes to split 'test', and cases carry no labels.
+  int64_t unlabelled_classes = 0;
 };
 
 // The case a slice belongs to: `pattern`'s first capture group on its stem, or (empty pattern) the

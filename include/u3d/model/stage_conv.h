@@ -6,7 +6,8 @@
 //     the input squeezed along the slice axis (size 1 there) and unsqueezed after: weights
 //     (out, in, k_H, k_W). Squeeze and unsqueeze are views: a channels-last 3D input gives a
 //     channels-last 2D one, so cuDNN runs its NHWC 2D kernels. Norms, dropout and pooling stay 5-D
-//     (with size 1 on the slice axis they compute what their 2D forms would).
+//     (with size 1 on the slice axis they compute what their 2D forms would); batch norm runs on a
+//     4-D view, as BatchNorm2d would (model/channels_last_batch_norm.h).
 // The module is registered by its owner under the name the 3D network always used ("conv", "up<l>",
 // "head"), so 3D parameter names and checkpoints are unchanged.
 #pragma once

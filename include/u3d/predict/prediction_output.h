@@ -57,12 +57,13 @@ struct CaseOutputOptions {
   // prediction, its score, the kept prediction and the NIfTI file all get the post-processed labels
   // (in the NIfTI grid, components are removed after resampling, counted in that grid's voxels).
   PostprocessOptions postprocess;
-  // Source-format output (geometry->format "nifti", "tiff" or "slices", writes_source_file): written to
+  // Source-format output (geometry->format "nifti", "tiff", "slices" or "dicom", writes_source_file): written to
   // `source_file` (NIfTI with `geometry`'s header), resampled to geometry.shape when that differs
   // from the case's grid. Both set or neither.
   std::optional<std::filesystem::path> source_file;
   std::optional<SourceGeometry> geometry;
-  std::string description = "u3d prediction";  // NIfTI descrip
+  std::string description = "u3d prediction";  // NIfTI descrip, DICOM SeriesDescription
+  std::vector<std::string> class_names;        // segmentation from DICOM: the RT Structure Set's ROI names (1..K-1)
   // Also keep the whole prediction in host memory and return it in CaseScore::prediction (small
   // grids that another writer needs at once, e.g. the OpenKBP submission files).
   bool keep_prediction = false;
@@ -78,7 +79,9 @@ struct CaseScore {
   torch::Tensor prediction;
 };
 
-// Whether a case imported from `g`'s format gets its prediction written in that format too (NIfTI, TIFF, slices).
+// Whether a case imported from `g`'s format gets its prediction written in that format too: NIfTI,
+// TIFF, slices (PNG masks), DICOM (an RT Dose or RT Structure Set, io/dicom_write.h; not for an
+// anonymised import, which recorded no source file).
 bool writes_source_file(const SourceGeometry& g);
 
 class CaseOutputSink : public SlabSink {

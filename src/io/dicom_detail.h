@@ -1,0 +1,19 @@
+// What the DICOM reader (dicom.cpp) and writer (dicom_write.cpp) share; private to src/io/.
+#pragma once
+// clang-format off
+#include <dcmtk/config/osconfig.h>  // first, as DCMTK requires
+// clang-format on
+#include <dcmtk/dcmdata/dctk.h>
+
+#include <filesystem>
+
+namespace u3d::dicom_detail {
+
+// The decoders of compressed pixel data (JPEG, JPEG-LS, RLE), a quiet DCMTK log and the data
+// dictionary (the bundle's copy without a system one), once per process; IoError without a dictionary.
+void init_dcmtk();
+
+// `file` read whole or up to its pixel data; DataError naming the file when it is not DICOM.
+DcmFileFormat load(const std::filesystem::path& file, bool until_pixels);
+
+}  // namespace u3d::dicom_detail

@@ -1,0 +1,26 @@
+#include "u3d/model/channels_last_batch_norm.h"
+
+namespace u3d {
+
+torch::Tensor channels_last_batch_norm(torch::nn::BatchNorm3dImpl& bn, const torch::Tensor& x) {
+  if (x.dim() != 5 || x.is_contiguous() || !x.is_contiguous(at::MemoryFormat::ChannelsLast3d)) return bn.forward(x);
+  const auto& options = bn.options;
+  double factor = options.momentum().value_or(0.0);
+  if (bn.is_training() && options.track_running_stats() && bn.num_batches_tracked.defined()) {
+    bn.num_batches_tracked += 1;
+    if (!options.momentum()) factor = 1.0 / bn.num_batches_tracked.item<double>();  // cumulative average
+  }
+  const auto sizes = x.sizes();
+  const torch::Tensor flat = x.view({sizes[0], sizes[1], sizes[2] * sizes[3], sizes[4]});  // (N, C, D * H, W)
+  const torch::Tensor y = torch::batch_norm(flat, bn.weight, bn.bias, bn.running_mean, bn.running_var,
+                                            /*training=*/bn.is_training() || !options.track_running_stats(), factor,
+                                            options.eps(), at::globalContext().userEnabledCuDNN());
+  return y.reshape(sizes);  // a view when y kept x's layout (every ATen path does)
+}
+
+torch::Tensor apply_norm(torch::nn::AnyModule& norm, const torch::Tensor& x) {
+  if (auto* bn = norm.ptr()->as<torch::nn::BatchNorm3dImpl>()) return channels_last_batch_norm(*bn, x);
+  return norm.forward(x);
+}
+
+}  // namespace u3d
