@@ -102,15 +102,18 @@ inline void add_resume_command(CLI::App& app, RunCli& c) {
 inline void add_predict_command(CLI::App& app, RunCli& c) {
   c.predict = app.add_subcommand(
       "predict",
-      "Predict raw NIfTI images (-i IN -o OUT --run RUN_DIR, as nnUNetv2_predict) or a config's split (-c exp.yaml)");
+      "Predict raw images (-i IN -o OUT --run RUN_DIR, as nnUNetv2_predict) or a config's split (-c exp.yaml)");
   auto* p = c.predict;
   add_config_options(p, c.run, /*config_required=*/false);
   add_ensemble_option(p, c, "With -c: run folders whose models are averaged, e.g. fold_0,fold_1");
   for (const char* name : {"--config", "--set", "--ensemble"}) c.config_mode.push_back(p->get_option(name));
   add_checkpoint_option(p, c, "best (default), last or a checkpoint path");
-  p->add_option("-i,--input", c.files.inputs, "Folders or files NAME_0000.nii.gz (NAME_0001... per channel)")
+  p->add_option("-i,--input", c.files.inputs,
+                "Folders or files: NIfTI NAME_0000.nii.gz (NAME_0001... per channel), 2D images (.png; .tif for a "
+                "2D model), 3D TIFF volumes (.tif for a 3D model)")
       ->expected(1, -1);
-  p->add_option("-o,--output", c.files.out, "With -i: folder of NAME.nii.gz predictions (made whole, or not at all)");
+  p->add_option("-o,--output", c.files.out,
+                "With -i: folder of predictions in the inputs' format (made whole, or not at all)");
   p->add_option("--run", c.files.run, "With -i: a run folder, or an experiment folder of fold_K runs");
   p->add_option("--model", c.files.model, "With -i, instead of --run: a folder written by trainer export");
   p->add_option("--device", c.files.device, "With -i: auto | cpu | cuda; default the run's training.device")

@@ -26,6 +26,7 @@ faster).
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -100,7 +101,11 @@ def unet_args(keys, arch="unet"):
         unsupported.append(f"training.optimizer {k['training.optimizer']}")
     sigmoid = k["model.head"] == "sigmoid"
     loss = k["training.loss"].replace(" ", "")
-    if not (loss in ("dice_ce", "auto") and not sigmoid) and not (sigmoid and loss in ("auto", "[bce,dice]")):
+    # A term list as written ([bce, dice]) or as the trainer resolves it ([{name: bce, weight: 1}, ...]).
+    names = re.findall(r"name:(\w+)", loss) or [t for t in loss.strip("[]").split(",") if t]
+    weights = [float(w) for w in re.findall(r"weight:([-+.\deE]+)", loss)]
+    terms = "auto" if loss == "auto" else ",".join(names) if all(w == 1 for w in weights) else loss
+    if not (terms in ("dice_ce", "auto") and not sigmoid) and not (sigmoid and terms in ("auto", "bce,dice")):
         unsupported.append(f"training.loss {k['training.loss']} (model.head {k['model.head']})")
     if unsupported:
         sys.exit("compare.py: the PyTorch U-Net mirrors norm instance|none (unet: batch too), leaky_relu (unet: relu "
@@ -118,24 +123,45 @@ def unet_args(keys, arch="unet"):
         ["--activation", k["model.activation"], "--dims", k["model.dims"]] if arch == "unet" else [])
 
 
+def stage_args(keys, arch, slice_axis):
+    """--kernel-sizes / --strides for model.kernel_sizes / model.strides (per-stage D,H,W triples; for
+    model.dims 2 the slice axis, `slice_axis`, dropped); none when the config leaves them empty."""
+    argv = []
+    for key, option in (("model.kernel_sizes", "--kernel-sizes"), ("model.strides", "--strides")):
+        text = str(keys.get(key, "")).replace(" ", "")
+        if text in ("", "[]", "null", "~"):
+            continue
+        if arch != "unet":
+            sys.exit(f"compare.py: {key} is mirrored for model.architecture unet only; this config's is {arch}")
+        stages = json.loads(text)
+        if slice_axis is not None:
+            stages = [[v for a, v in enumerate(t) if a != slice_axis] for t in stages]
+        argv += [option, ";".join(",".join(str(v) for v in t) for t in stages)]
+    return argv
+
+
 def pytorch_argv(ours, keys, filters, steps, warmup, variants):
     """pytorch_step.py's options for the step the trainer's JSON line `ours` timed (config keys
     `keys`, its "resolved" member applied): same batch, patch, channels, precision and layout.
     gpu-check sends the same options to its torch process (scripts/bench/torch_side.py)."""
     arch = ours.get("architecture", keys.get("model.architecture", "unet"))
     patch = ours["patch"]
-    flat = patch[0] == 1 and str(ours.get("resolved", {}).get("model.dims", keys.get("model.dims", "3"))) == "2"
-    if len(set(patch[1:] if flat else patch)) != 1:
-        sys.exit(f"pytorch_step.py takes cubic patches (model.dims 2: [1, n, n]); the config's patch is {patch}")
-    patch = patch[1:] if flat else patch
+    flat = str(ours.get("resolved", {}).get("model.dims", keys.get("model.dims", "3"))) == "2" and 1 in patch
+    slice_axis = patch.index(1) if flat else None  # model.dims 2: the axis of size 1
+    if flat:
+        patch = [n for a, n in enumerate(patch) if a != slice_axis]
+    if len(set(patch)) != 1 and arch != "unet":
+        sys.exit(f"pytorch_step.py's {arch} takes cubic patches; the config's patch is {ours['patch']}")
     device = "cuda" if ours["device"].startswith("cuda") else "cpu"
-    argv = ["--device", device, "--filters", str(filters), "--batch", str(ours["batch"]), "--size", str(patch[0]),
+    argv = ["--device", device, "--filters", str(filters), "--batch", str(ours["batch"]),
+            "--size", ",".join(str(n) for n in patch),
             "--steps", str(steps), "--warmup", str(warmup), "--precision", ours["precision"], "--variants", variants,
             "--in-channels", str(ours["in_channels"])]
     if arch in ("unet", "resenc_unet", "mlperf_unet3d"):
         argv += ["--arch", {"unet": "unet", "resenc_unet": "resenc", "mlperf_unet3d": "mlperf_unet3d"}[arch],
                  "--out-channels", str(ours["out_channels"])]
         argv += unet_args(keys, arch)
+        argv += stage_args(keys, arch, slice_axis)
     if not ours["channels_last"]:
         argv.append("--no-channels-last")
     return argv

@@ -35,8 +35,9 @@ def profile_steps(a):
     mf = torch.channels_last_3d
     model = OpenKbpBaseline(11, a.filters).to(dev).to(memory_format=mf)
     opt = torch.optim.AdamW(model.parameters(), lr=2e-4, fused=dev.type == "cuda")
-    x = torch.rand((a.batch, 11, a.size, a.size, a.size), device=dev).to(memory_format=mf)
-    y = torch.rand((a.batch, 1, a.size, a.size, a.size), device=dev).to(memory_format=mf)
+    n = int(a.size)  # a cube (the OpenKBP baseline)
+    x = torch.rand((a.batch, 11, n, n, n), device=dev).to(memory_format=mf)
+    y = torch.rand((a.batch, 1, n, n, n), device=dev).to(memory_format=mf)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 
     def step():

@@ -72,10 +72,11 @@ class ConvBlock(nn.Module):
     LeakyReLU or ReLU: the trainer's ConvBlockImpl with norm: instance|batch|none and activation:
     leaky_relu|relu, in 3D or (a.dims 2) 2D."""
 
-    def __init__(self, cin, cout, stride, a):
+    def __init__(self, cin, cout, stride, a, kernel=None):
         super().__init__()
-        k, L = a.kernel_size, layers(a)
-        self.conv = L["conv"](cin, cout, k, stride=stride, padding=k // 2, bias=a.norm == "none")
+        k, L = kernel or a.kernel_size, layers(a)
+        pad = tuple(v // 2 for v in k) if isinstance(k, tuple) else k // 2
+        self.conv = L["conv"](cin, cout, k, stride=stride, padding=pad, bias=a.norm == "none")
         self.dropout = L["drop"](a.dropout) if a.dropout > 0 else None
         # LibTorch's InstanceNorm defaults: eps 1e-5; affine, no running statistics (unet.cpp); BatchNorm's.
         self.norm = (L["inorm"](cout, affine=True, track_running_stats=False) if a.norm == "instance" else
@@ -92,7 +93,8 @@ class ConvBlock(nn.Module):
 
 class UNet(nn.Module):
     """src/model/unet.cpp: `levels` stages of min(base * 2^l, max) filters and `convs` ConvBlocks, the
-    first of stages l > 0 with stride 2; the decoder up-samples with 2x2x2 stride-2 transposed
+    first of stages l > 0 with stride 2 (or model.strides' triple, kernels model.kernel_sizes'); the
+    decoder up-samples with 2x2x2 stride-2 (the stage's stride) transposed
     convolutions (bias), concatenates [up, skip] and applies `convs` ConvBlocks; a 1x1x1 head (bias);
     with deep supervision a 1x1x1 head on decoder stages 1 .. levels - 2. forward() returns the
     full-resolution logits alone (what the trainer's FLOP count runs); forward_deep() full resolution
@@ -102,19 +104,25 @@ class UNet(nn.Module):
         super().__init__()
         self.levels = a.levels
         f = [min(a.base_filters << l, a.max_filters) for l in range(a.levels)]
+        # model.kernel_sizes / model.strides (a.kernel_list, a.stride_list: per-stage tuples), else the
+        # cubic kernel and stride 1, 2, 2, ...; the up-sampling's kernel and stride are the stage's stride.
+        kernels = getattr(a, "kernel_list", None) or [None] * a.levels
+        strides = getattr(a, "stride_list", None) or [1] + [2] * (a.levels - 1)
+        if len(kernels) != a.levels or len(strides) != a.levels:
+            raise SystemExit(f"--kernel-sizes/--strides: expected {a.levels} stages (--levels)")
         self.encoder = nn.ModuleList()
         prev = in_channels
         for l in range(a.levels):
             self.encoder.append(nn.Sequential(*[
-                ConvBlock(prev if c == 0 else f[l], f[l], 2 if (l > 0 and c == 0) else 1, a)
+                ConvBlock(prev if c == 0 else f[l], f[l], strides[l] if c == 0 else 1, a, kernels[l])
                 for c in range(a.convs_per_level)]))
             prev = f[l]
         self.up = nn.ModuleList()
         self.decoder = nn.ModuleList()
         for l in range(a.levels - 2, -1, -1):  # deepest first
-            self.up.append(layers(a)["up"](f[l + 1], f[l], 2, stride=2))
+            self.up.append(layers(a)["up"](f[l + 1], f[l], strides[l + 1], stride=strides[l + 1]))
             self.decoder.append(nn.Sequential(*[
-                ConvBlock(2 * f[l] if c == 0 else f[l], f[l], 1, a) for c in range(a.convs_per_level)]))
+                ConvBlock(2 * f[l] if c == 0 else f[l], f[l], 1, a, kernels[l]) for c in range(a.convs_per_level)]))
         self.checkpointing = getattr(a, "checkpointing", "off")
         conv = layers(a)["conv"]
         self.head = conv(f[0], out_channels, 1)

@@ -158,7 +158,7 @@ def run(variant, args):
     mf = (torch.channels_last_3d if nd == 3 else torch.channels_last) if args.channels_last else torch.contiguous_format
     model = model.to(memory_format=mf)
     cin = args.in_channels or (11 if args.arch == "openkbp" else 1)
-    shape = (args.batch, cin) + (args.size,) * nd
+    shape = (args.batch, cin) + args.shape
     x = torch.rand(shape, device=dev).to(memory_format=mf)
     flops_fwd = conv_flops(model, x)
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[args.precision]
@@ -166,7 +166,7 @@ def run(variant, args):
 
     if args.arch == "openkbp":
         opt = torch.optim.AdamW(model.parameters(), lr=2e-4, betas=(0.5, 0.999), fused=fused)
-        y = torch.rand((args.batch, 1, args.size, args.size, args.size), device=dev).to(memory_format=mf)
+        y = torch.rand((args.batch, 1) + args.shape, device=dev).to(memory_format=mf)
 
         def step():
             opt.zero_grad(set_to_none=True)
@@ -184,7 +184,7 @@ def run(variant, args):
             opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
                                   nesterov=bool(args.nesterov), weight_decay=args.weight_decay, fused=fused)
         classes = args.out_channels + 1 if args.loss == "bce_dice" else args.out_channels
-        labels = torch.randint(0, classes, (args.batch,) + (args.size,) * nd, device=dev)
+        labels = torch.randint(0, classes, (args.batch,) + args.shape, device=dev)
         seg_loss = bce_dice_loss if args.loss == "bce_dice" else dice_ce_loss
         weights = None
 
@@ -231,7 +231,7 @@ def run(variant, args):
         "benchmark": "step", "tool": f"pytorch-{variant}", "torch": torch.__version__, "device": str(dev),
         "gpu": torch.cuda.get_device_name(0) if dev.type == "cuda" else None,
         "precision": args.precision, "channels_last": args.channels_last, "batch": args.batch,
-        "patch": [args.size] * 3 if nd == 3 else [1, args.size, args.size], "dims": nd,
+        "patch": list(args.shape) if nd == 3 else [1] + list(args.shape), "dims": nd,
         "architecture": {"unet": "unet", "resenc": "resenc_unet", "openkbp": "openkbp_baseline",
                          "mlperf_unet3d": "mlperf_unet3d"}[args.arch],
         "accumulate_steps": args.accumulate, "activation_checkpointing": args.checkpointing,
@@ -253,7 +253,8 @@ def step_parser(description, steps, warmup):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--filters", type=int, default=64)
     p.add_argument("--batch", type=int, default=2)
-    p.add_argument("--size", type=int, default=128)
+    p.add_argument("--size", default="128",
+                   help="patch edge, or D,H,W (model.dims 2: H,W) for a patch that is not a cube")
     p.add_argument("--steps", type=int, default=steps)
     p.add_argument("--warmup", type=int, default=warmup)
     return p
@@ -279,6 +280,11 @@ def make_parser():  # also parses torch_side.py's requests, in its one process
     g.add_argument("--max-filters", type=int, default=320)
     g.add_argument("--convs-per-level", type=int, default=2)
     g.add_argument("--kernel-size", type=int, default=3)
+    g.add_argument("--kernel-sizes", default="",
+                   help="--arch unet: model.kernel_sizes, one D,H,W triple per stage separated by ';' "
+                        "(e.g. 1,3,3;3,3,3); empty: --kernel-size everywhere")
+    g.add_argument("--strides", default="",
+                   help="--arch unet: model.strides per stage as --kernel-sizes (e.g. 1,1,1;1,2,2); empty: 1, 2, 2, ...")
     g.add_argument("--norm", choices=["instance", "batch", "none"], default="instance")
     g.add_argument("--activation", choices=["leaky_relu", "relu"], default="leaky_relu")
     g.add_argument("--dims", type=int, choices=[2, 3], default=3,
@@ -308,6 +314,14 @@ def parse_args(argv=None):
     """make_parser().parse_args(argv), with the MLPerf recipe's defaults for what argv leaves out."""
     argv = __import__("sys").argv[1:] if argv is None else list(argv)
     args = make_parser().parse_args(argv)
+    size = [int(v) for v in str(args.size).split(",")]
+    args.shape = tuple(size * args.dims if len(size) == 1 else size)  # the patch's spatial axes
+    if len(args.shape) != args.dims:
+        raise SystemExit(f"--size {args.size}: expected one edge or {args.dims} of them (--dims {args.dims})")
+    stages = lambda text: [tuple(int(v) for v in t.split(",")) for t in text.split(";")] if text else None
+    args.kernel_list, args.stride_list = stages(args.kernel_sizes), stages(args.strides)
+    if (args.kernel_list or args.stride_list) and args.arch != "unet":
+        raise SystemExit("--kernel-sizes / --strides: --arch unet only")
     if args.arch == "mlperf_unet3d":
         given = {a.split("=", 1)[0].lstrip("-").replace("-", "_") for a in argv if a.startswith("--")}
         for key, value in MLPERF_DEFAULTS.items():
@@ -321,7 +335,7 @@ def main():
     if args.params_only:
         torch.manual_seed(0)
         m = build(args)
-        x = torch.zeros(1, args.in_channels or (11 if args.arch == "openkbp" else 1), *([args.size] * args.dims))
+        x = torch.zeros(1, args.in_channels or (11 if args.arch == "openkbp" else 1), *args.shape)
         try:
             flops = conv_flops(m, x)
         except ValueError:  # PyTorch's instance norm refuses a 1-voxel bottleneck (LibTorch's does not)

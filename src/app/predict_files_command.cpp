@@ -5,10 +5,11 @@
 // each with its input's header, moved into OUT, which is staged and renamed into place whole: a failure or a stop
 // leaves no OUT and no partial one.
 //
-// 2D images (.png, .tif, .tiff files, or folders of them) take the same way through `trainer import
-// images` (io/image2d_import.h, unlabelled): slices grouped into cases by name, and each case written
-// as OUT/<case>/<image stem>_mask.png per slice plus the stacked OUT/<case>.tif, as --predict-only
-// writes them for image datasets (docs/slices.md).
+// 2D images (.png files, .tif/.tiff for a 2D model, or folders of them) take the same way through
+// `trainer import images` (io/image2d_import.h, unlabelled): slices grouped into cases by name, and
+// each case written as OUT/<case>/<image stem>_mask.png per slice plus the stacked OUT/<case>.tif, as
+// --predict-only writes them for image datasets (docs/slices.md). For a 3D model, .tif/.tiff files are
+// volumes (trainer import tiff, io/import.h): OUT/<name>.tif each, uint8 labels.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -116,31 +117,59 @@ std::vector<Link> nifti_links(const std::vector<RawCase>& cases, const fs::path&
   return links;
 }
 
-// The 2D images of -i, each linked under its own name: image files named on the command line and
-// the image files of folders (one level deep; hidden files and masks, *_mask.*, left out). Empty
-// when no input is an image or a folder of images (the NIfTI way); UsageError when -i mixes both,
-// DataError for two images of one name.
-std::vector<Link> image_links(const std::vector<fs::path>& inputs, const fs::path& images) {
+// What -i holds besides NIfTI: 2D images (PNG, and TIFF for a 2D model) stacked into cases of
+// slices, or 3D TIFF volumes (for a 3D model), one case each.
+enum class InputKind { kNifti, kSlices, kTiffVolumes };
+
+bool is_tiff_path(const fs::path& p) {
+  const std::string ext = to_lower(p.extension().string());
+  return ext == ".tif" || ext == ".tiff";
+}
+
+// The files of -i of `kind`, each linked under its own name: files named on the command line and the
+// files of folders (one level deep; hidden files and masks, *_mask.*, left out; a folder holding NIfTI
+// files is a NIfTI folder). Empty when no input is of that kind; UsageError for a missing file or
+// when -i mixes kinds, DataError for two files of one name.
+std::vector<Link> input_links(const std::vector<fs::path>& inputs, const fs::path& images, InputKind kind) {
+  const auto wanted = [kind](const fs::path& p) {
+    return kind == InputKind::kTiffVolumes ? is_tiff_path(p) : is_image2d_path(p);
+  };
+  const char* what = kind == InputKind::kTiffVolumes ? "TIFF volumes" : "2D images";
   std::vector<fs::path> files;
-  bool nifti = false;
+  bool other = false;
   std::error_code ec;
   for (const auto& in : inputs) {
     if (!fs::is_directory(in, ec)) {
-      (is_image2d_path(in) ? files.push_back(in) : void(nifti = true));
+      if (wanted(in) && !fs::exists(in, ec)) throw UsageError(fmt::format("-i {}: no such file", in.string()));
+      if (wanted(in)) {
+        files.push_back(in);
+      } else {
+        other = true;
+      }
       continue;
     }
+    std::vector<fs::path> found;
+    bool nifti_folder = false;  // a folder of NIfTI files: its other files are left alone, as nnU-Net does
     for (const auto& e : fs::directory_iterator(in, ec)) {
       const std::string name = e.path().filename().string();
       if (name.rfind(".", 0) == 0 || !e.is_regular_file(ec)) continue;
-      if (is_nifti_path(e.path())) nifti = true;
-      if (is_image2d_path(e.path()) && e.path().stem().string().find("_mask") == std::string::npos) {
-        files.push_back(e.path());
+      if (is_image2d_path(e.path()) && e.path().stem().string().find("_mask") != std::string::npos) continue;
+      nifti_folder = nifti_folder || is_nifti_path(e.path());
+      if (wanted(e.path())) {
+        found.push_back(e.path());
+      } else if (is_image2d_path(e.path())) {
+        other = true;
       }
+    }
+    if (nifti_folder) {
+      other = true;
+    } else {
+      files.insert(files.end(), found.begin(), found.end());
     }
   }
   if (files.empty()) return {};
-  if (nifti) {
-    throw UsageError(fmt::format("predict: -i mixes 2D images ({}, ...) and other files; predict them in two calls",
+  if (other) {
+    throw UsageError(fmt::format("predict: -i mixes {} ({}, ...) and other files; predict them in two calls", what,
                                  files.front().string()));
   }
   std::sort(files.begin(), files.end());
@@ -149,7 +178,7 @@ std::vector<Link> image_links(const std::vector<fs::path>& inputs, const fs::pat
   for (const auto& f : files) {
     const auto [it, added] = seen.emplace(f.stem().string(), f);
     if (!added) {
-      throw DataError(fmt::format("{} and {}: two images named '{}'; slices are told apart by name",
+      throw DataError(fmt::format("{} and {}: two inputs named '{}'; cases and slices are told apart by name",
                                   it->second.string(), f.string(), it->first));
     }
     links.push_back({images / f.filename(), f});
@@ -236,6 +265,16 @@ int64_t import_image_cases(const PredictionMember& first, const fs::path& images
   return import_images(io, path).test;
 }
 
+// The 3D TIFF volumes (linked in `images`) into the scratch dataset `path`, one unlabelled case per
+// file, with the run's classes and its data's voxel size; the number of cases.
+int64_t import_tiff_cases(const PredictionMember& first, const fs::path& images, const std::string& path) {
+  TiffImportOptions io;
+  io.images = images;
+  io.classes = first.info.out_channels;
+  io.compression_level = 1;
+  return import_tiff(io, path).test;
+}
+
 // Raises the console's level to warn for the scratch import and prediction (their lines name
 // scratch files), unless the user asked for debug.
 class QuietScope {
@@ -280,15 +319,21 @@ int predict_files_command(const PredictFilesCommand& cmd) {
   }
   const std::vector<fs::path> inputs(cmd.inputs.begin(), cmd.inputs.end());
   const fs::path images = scratch.path() / "images";
-  std::vector<Link> links = image_links(inputs, images);
-  const bool slices = !links.empty();
+  // TIFF files are volumes for a 3D model and slices for a 2D one; PNG files are slices.
+  InputKind kind = InputKind::kNifti;
+  std::vector<Link> links;
+  if (first.trained.model.dims == 3) links = input_links(inputs, images, kind = InputKind::kTiffVolumes);
+  if (links.empty()) links = input_links(inputs, images, kind = InputKind::kSlices);
+  if (links.empty()) kind = InputKind::kNifti;
+  const bool slices = kind == InputKind::kSlices;
   std::vector<RawCase> cases;
-  if (!slices) {
+  if (kind == InputKind::kNifti) {
     cases = find_raw_cases(inputs, first.info.in_channels);
     links = nifti_links(cases, images);
   } else if (first.info.in_channels != 1) {
-    throw ConfigError(fmt::format("predict -i: {} takes {} input channels; a 2D image is one (grey)",
-                                  first.checkpoint.string(), first.info.in_channels));
+    throw ConfigError(fmt::format("predict -i: {} takes {} input channels; a {} is one (grey)",
+                                  first.checkpoint.string(), first.info.in_channels,
+                                  slices ? "2D image" : "TIFF volume"));
   }
   refuse_out_over_inputs(out, inputs);
   std::error_code ec;
@@ -303,10 +348,11 @@ int predict_files_command(const PredictFilesCommand& cmd) {
   cfg.predict.nifti = true;
   cfg.predict.probabilities = false;
   cfg.data.val_split = "val";
-  const auto spacing = slices ? std::nullopt : training_spacing(first.trained);
+  const auto spacing = kind == InputKind::kNifti ? training_spacing(first.trained) : std::nullopt;
   const std::string model = cmd.model.empty() ? cmd.run : cmd.model;
-  if (slices) {
-    spdlog::info("predict: {} 2D image(s) with {} model(s) of {}", links.size(), members.size(), model);
+  if (kind != InputKind::kNifti) {
+    spdlog::info("predict: {} {} with {} model(s) of {}", links.size(), slices ? "2D image(s)" : "TIFF volume(s)",
+                 members.size(), model);
   } else {
     spdlog::info(
         "predict: {} case(s) of {} channel(s) with {} model(s) of {}{}", cases.size(), first.info.in_channels,
@@ -322,8 +368,10 @@ int predict_files_command(const PredictFilesCommand& cmd) {
     link_inputs(links);
     cfg.data.path = (scratch.path() / "input.h5").string();
     try {
-      if (slices) {
+      if (kind == InputKind::kSlices) {
         n_cases = static_cast<size_t>(import_image_cases(first, images, cfg.data.path));
+      } else if (kind == InputKind::kTiffVolumes) {
+        n_cases = static_cast<size_t>(import_tiff_cases(first, images, cfg.data.path));
       } else {
         import_nifti_cases(first, spacing, images, cfg.data.path);
       }

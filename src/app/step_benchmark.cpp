@@ -61,6 +61,8 @@ Json resolved_keys(const Config& cfg) {
                                       "model.convs_per_level",
                                       "model.blocks_per_level",
                                       "model.kernel_size",
+                                      "model.kernel_sizes",
+                                      "model.strides",
                                       "model.norm",
                                       "model.activation",
                                       "model.negative_slope",

@@ -165,6 +165,7 @@ ImportSummary import_tiff(const TiffImportOptions& o, const fs::path& out) {
       }
     }
   }
+  if (!labelled && o.classes > 0) top = o.classes - 1;
   info.num_classes = top + 1;
   for (int64_t k = 0; k < info.num_classes; ++k) {
     info.class_names.push_back(k == 0 ? "background" : fmt::format("class_{}", k));

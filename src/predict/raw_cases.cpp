@@ -51,7 +51,7 @@ std::vector<RawCase> find_raw_cases(const std::vector<fs::path>& inputs, int64_t
       throw UsageError(fmt::format("-i {}: no such file or folder", in.string()));
     } else if (!is_nifti_path(in)) {
       throw UsageError(fmt::format(
-          "-i {}: not a NIfTI file (.nii.gz, .nii), a 2D image (.png, .tif, .tiff) or a folder of them", in.string()));
+          "-i {}: not a NIfTI file (.nii.gz, .nii), an image (.png, .tif, .tiff) or a folder of them", in.string()));
     } else {
       files.push_back(in);
     }

@@ -4,7 +4,8 @@
 # (nnU-Net's residual-encoder U-Net) is model.architecture resenc_unet: for a few tiny
 # configurations of configs/segmentation_nnunet_like.yaml on the CPU, `trainer --benchmark` and
 # `pytorch_step.py --params-only` agree on the parameter count and on the forward FLOPs; then one
-# compare.py run (both steps, eager) must report parameters_equal and flops_equal.
+# compare.py run (both steps, eager) must report parameters_equal and flops_equal, and one more with
+# anisotropic kernels, strides and patch.
 # Exit 77 (skipped) without a Python that has torch.
 #   tests/bundle/unet_mirror_test.sh BUILD_DIR [VENV_PYTHON]
 set -euo pipefail
@@ -74,5 +75,11 @@ done <<'ROWS'
 ROWS
 compare_same_network unet --config "$CFG" --set training.device=cpu --set data.path="$T/seg.h5" --set data.patch_size=16 \
   --set model.levels=3 --set model.base_filters=2 --set model.max_filters=8 --set data.batch_size=1 || fail=1
+# nnU-Net's anisotropic topology (model.kernel_sizes / model.strides per stage, a patch that is not a
+# cube): compare.py hands the trainer's resolved lists to pytorch_step.py --kernel-sizes / --strides.
+compare_same_network unet --config "$CFG" --set training.device=cpu --set data.path="$T/seg.h5" \
+  --set "data.patch_size=[8, 32, 32]" --set model.levels=3 --set model.base_filters=2 --set model.max_filters=8 \
+  --set data.batch_size=1 --set "model.kernel_sizes=[[1, 3, 3], [1, 3, 3], [3, 3, 3]]" \
+  --set "model.strides=[[1, 1, 1], [1, 2, 2], [2, 2, 2]]" || fail=1
 [ "$fail" = 0 ] && echo PASS
 exit "$fail"

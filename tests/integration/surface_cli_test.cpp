@@ -131,8 +131,9 @@ TEST_F(SurfaceCli, EveryReferenceCaseIsScoredUnlessOnlyPredictedIsAsked) {
   EXPECT_TRUE(contains(r.output, "pred: a.nii.gz and a.tif are two label files of case 'a'; keep one")) << r.output;
 }
 
-// TIFF data end to end: `import tiff`, training, `--predict-only` writes predictions/val/<id>.tif,
-// and `evaluate surface` scores them against the TIFF labels.
+// TIFF data end to end: `import tiff`, training, `--predict-only` writes predictions/val/<id>.tif
+// (and `predict -i` on the raw TIFF files the same), and `evaluate surface` scores them against the
+// TIFF labels.
 TEST_F(SurfaceCli, TiffImportedDataIsPredictedAndScoredAsTiff) {
   fs::create_directories(dir / "img");
   fs::create_directories(dir / "lab");
@@ -159,6 +160,18 @@ TEST_F(SurfaceCli, TiffImportedDataIsPredictedAndScoredAsTiff) {
     EXPECT_EQ(labels.sizes(), (std::vector<int64_t>{24, 24, 24}));
     EXPECT_EQ(labels.scalar_type(), torch::kUInt8);
     EXPECT_LE(labels.max().item<int>(), 1);
+  }
+  // The same volumes as raw TIFF files through `trainer predict -i` (a 3D model: volumes, not
+  // slices): the same labels as --predict-only.
+  std::vector<std::string> args = {"predict", "-o", "raw", "--run", "runs/t"};
+  for (const auto& id : data.split("val")) args.insert(args.end(), {"-i", "img/" + id + ".tif"});
+  const auto raw = trainer(args);
+  ASSERT_EQ(raw.exit_code, 0) << raw.output;
+  EXPECT_NE(raw.output.find("TIFF volume(s)"), std::string::npos) << raw.output;
+  for (const auto& id : data.split("val")) {
+    ASSERT_TRUE(fs::exists(dir / "raw" / (id + ".tif"))) << raw.output;
+    EXPECT_TRUE(torch::equal(read_tiff_volume(dir / "raw" / (id + ".tif")), read_tiff_volume(pred / (id + ".tif"))))
+        << id << ": predict -i and --predict-only disagree";
   }
   r = trainer({"evaluate", "surface", "--reference", "lab", "--predictions", pred.string(), "--only-predicted"});
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -84,6 +84,7 @@ struct TiffImportOptions {
   uint64_t seed = 0;                                // which cases go to 'val'
   int64_t threads = 0;                              // 0: every core
   int compression_level = 4;                        // gzip level of the output
+  int64_t classes = 0;  // without labels: the classes the dataset declares (the model's, for trainer predict -i); 0: 2
 };
 // UsageError for a bad option (ignore label, spacing, val fraction); DataError naming the folder, file
 // or case for a missing or bad input (read_tiff_volume's errors for a file it cannot read).
