@@ -275,6 +275,50 @@ int64_t import_tiff_cases(const PredictionMember& first, const fs::path& images,
   return import_tiff(io, path).test;
 }
 
+// What -i names, sorted out: its kind, the scratch links to its files and, for NIfTI, its cases.
+struct Inputs {
+  InputKind kind = InputKind::kNifti;
+  std::vector<Link> links;
+  std::vector<RawCase> cases;  // kNifti only
+};
+
+// TIFF files are volumes for a 3D model and slices for a 2D one; PNG files are slices; the rest is
+// NIfTI (find_raw_cases' rules). ConfigError for images given to a model of more than one channel.
+Inputs gather_inputs(const std::vector<fs::path>& inputs, const fs::path& images, const PredictionMember& first) {
+  Inputs in;
+  if (first.trained.model.dims == 3) in.links = input_links(inputs, images, in.kind = InputKind::kTiffVolumes);
+  if (in.links.empty()) in.links = input_links(inputs, images, in.kind = InputKind::kSlices);
+  if (!in.links.empty() && first.info.in_channels != 1) {
+    throw ConfigError(fmt::format("predict -i: {} takes {} input channels; a {} is one (grey)",
+                                  first.checkpoint.string(), first.info.in_channels,
+                                  in.kind == InputKind::kSlices ? "2D image" : "TIFF volume"));
+  }
+  if (in.links.empty()) {
+    in.kind = InputKind::kNifti;
+    in.cases = find_raw_cases(inputs, first.info.in_channels);
+    in.links = nifti_links(in.cases, images);
+  }
+  return in;
+}
+
+// The inputs linked and imported into the scratch dataset `path` by their kind's importer; the
+// number of cases. The importers' messages name the user's files, not the links.
+size_t import_inputs(const Inputs& in, const PredictionMember& first,
+                     const std::optional<std::array<double, 3>>& spacing, const fs::path& images,
+                     const std::string& path) {
+  link_inputs(in.links);
+  try {
+    if (in.kind == InputKind::kSlices) return static_cast<size_t>(import_image_cases(first, images, path));
+    if (in.kind == InputKind::kTiffVolumes) return static_cast<size_t>(import_tiff_cases(first, images, path));
+    import_nifti_cases(first, spacing, images, path);
+    return in.cases.size();
+  } catch (const DataError& e) {
+    throw DataError(with_input_names(e.what(), in.links));
+  } catch (const IoError& e) {
+    throw IoError(with_input_names(e.what(), in.links));
+  }
+}
+
 // Raises the console's level to warn for the scratch import and prediction (their lines name
 // scratch files), unless the user asked for debug.
 class QuietScope {
@@ -313,28 +357,13 @@ int predict_files_command(const PredictFilesCommand& cmd) {
   const PredictionMember& first = members.front();
   if (first.info.task != "segmentation") {
     throw ConfigError(
-        fmt::format("predict -i: {} is a {} run; raw NIfTI files are predicted with segmentation runs "
+        fmt::format("predict -i: {} is a {} run; raw images are predicted with segmentation runs "
                     "(import the data and use trainer predict -c CONFIG)",
                     first.checkpoint.string(), first.info.task));
   }
   const std::vector<fs::path> inputs(cmd.inputs.begin(), cmd.inputs.end());
   const fs::path images = scratch.path() / "images";
-  // TIFF files are volumes for a 3D model and slices for a 2D one; PNG files are slices.
-  InputKind kind = InputKind::kNifti;
-  std::vector<Link> links;
-  if (first.trained.model.dims == 3) links = input_links(inputs, images, kind = InputKind::kTiffVolumes);
-  if (links.empty()) links = input_links(inputs, images, kind = InputKind::kSlices);
-  if (links.empty()) kind = InputKind::kNifti;
-  const bool slices = kind == InputKind::kSlices;
-  std::vector<RawCase> cases;
-  if (kind == InputKind::kNifti) {
-    cases = find_raw_cases(inputs, first.info.in_channels);
-    links = nifti_links(cases, images);
-  } else if (first.info.in_channels != 1) {
-    throw ConfigError(fmt::format("predict -i: {} takes {} input channels; a {} is one (grey)",
-                                  first.checkpoint.string(), first.info.in_channels,
-                                  slices ? "2D image" : "TIFF volume"));
-  }
+  const Inputs in = gather_inputs(inputs, images, first);
   refuse_out_over_inputs(out, inputs);
   std::error_code ec;
   if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec)) && !cmd.force) {
@@ -348,44 +377,31 @@ int predict_files_command(const PredictFilesCommand& cmd) {
   cfg.predict.nifti = true;
   cfg.predict.probabilities = false;
   cfg.data.val_split = "val";
-  const auto spacing = kind == InputKind::kNifti ? training_spacing(first.trained) : std::nullopt;
+  const auto spacing = in.kind == InputKind::kNifti ? training_spacing(first.trained) : std::nullopt;
   const std::string model = cmd.model.empty() ? cmd.run : cmd.model;
-  if (kind != InputKind::kNifti) {
-    spdlog::info("predict: {} {} with {} model(s) of {}", links.size(), slices ? "2D image(s)" : "TIFF volume(s)",
-                 members.size(), model);
+  if (in.kind != InputKind::kNifti) {
+    spdlog::info("predict: {} {} with {} model(s) of {}", in.links.size(),
+                 in.kind == InputKind::kSlices ? "2D image(s)" : "TIFF volume(s)", members.size(), model);
   } else {
     spdlog::info(
-        "predict: {} case(s) of {} channel(s) with {} model(s) of {}{}", cases.size(), first.info.in_channels,
+        "predict: {} case(s) of {} channel(s) with {} model(s) of {}{}", in.cases.size(), first.info.in_channels,
         members.size(), model,
         spacing ? fmt::format(", resampled to the run's {} x {} x {} mm", (*spacing)[2], (*spacing)[1], (*spacing)[0])
                 : std::string());
   }
   const StopSignals signals;  // a stop between cases removes everything staged
   StagedFolder staged(out);
-  size_t n_cases = cases.size();
+  size_t n_cases = 0;
   {
     const QuietScope quiet;
-    link_inputs(links);
     cfg.data.path = (scratch.path() / "input.h5").string();
-    try {
-      if (kind == InputKind::kSlices) {
-        n_cases = static_cast<size_t>(import_image_cases(first, images, cfg.data.path));
-      } else if (kind == InputKind::kTiffVolumes) {
-        n_cases = static_cast<size_t>(import_tiff_cases(first, images, cfg.data.path));
-      } else {
-        import_nifti_cases(first, spacing, images, cfg.data.path);
-      }
-    } catch (const DataError& e) {
-      throw DataError(with_input_names(e.what(), links));
-    } catch (const IoError& e) {
-      throw IoError(with_input_names(e.what(), links));
-    }
+    n_cases = import_inputs(in, first, spacing, images, cfg.data.path);
     const Runtime rt = init_runtime(cfg);
     const DatasetReader reader(cfg.data.path);
     const ResolvedPrediction rp = resolve_prediction(cfg, members, reader, rt.device);
     predict_split(rp, reader, scratch.path() / "predictions", rt);
   }
-  refuse_skipped(scratch.path() / "predictions" / "test_skipped.csv", links, n_cases);
+  refuse_skipped(scratch.path() / "predictions" / "test_skipped.csv", in.links, n_cases);
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(scratch.path() / "predictions" / "test")) {
     names.push_back(e.path().filename().string());
