@@ -64,13 +64,6 @@ DcmFileFormat load(const fs::path& file, bool until_pixels) {
   return ff;
 }
 
-}  // namespace dicom_detail
-namespace {
-
-namespace fs = std::filesystem;
-using dicom_detail::init_dcmtk;
-using dicom_detail::load;
-
 std::string text(DcmItem& item, const DcmTagKey& tag) {
   OFString s;
   if (item.findAndGetOFStringArray(tag, s).bad()) return "";
@@ -78,6 +71,14 @@ std::string text(DcmItem& item, const DcmTagKey& tag) {
   while (!out.empty() && (out.back() == ' ' || out.back() == '\0')) out.pop_back();
   return out;
 }
+
+}  // namespace dicom_detail
+namespace {
+
+namespace fs = std::filesystem;
+using dicom_detail::init_dcmtk;
+using dicom_detail::load;
+using dicom_detail::text;
 
 // Every value of a multi-valued decimal attribute (DS: backslash-separated text).
 std::vector<double> numbers(DcmItem& item, const DcmTagKey& tag) {

@@ -6,6 +6,7 @@
 #include <dcmtk/dcmdata/dctk.h>
 
 #include <filesystem>
+#include <string>
 
 namespace u3d::dicom_detail {
 
@@ -15,5 +16,8 @@ void init_dcmtk();
 
 // `file` read whole or up to its pixel data; DataError naming the file when it is not DICOM.
 DcmFileFormat load(const std::filesystem::path& file, bool until_pixels);
+
+// An attribute's value as text, trailing spaces and NULs (DICOM's padding) removed; "" when absent.
+std::string text(DcmItem& item, const DcmTagKey& tag);
 
 }  // namespace u3d::dicom_detail

@@ -18,6 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using Vec = std::array<double, 3>;
+using dicom_detail::text;
 
 // A decimal string (DS) value: at most 16 characters.
 std::string ds(double v) { return fmt::format("{:.9g}", v); }
@@ -37,11 +38,6 @@ std::string new_uid(const char* root) {
 void put(DcmItem& item, const DcmTagKey& tag, const std::string& value, const fs::path& path) {
   const OFCondition c = item.putAndInsertString(tag, value.c_str());
   if (c.bad()) throw IoError(fmt::format("{}: cannot set {} ({})", path.string(), DcmTag(tag).getTagName(), c.text()));
-}
-
-std::string text(DcmItem& item, const DcmTagKey& tag) {
-  OFString v;
-  return item.findAndGetOFStringArray(tag, v).good() ? v.c_str() : "";
 }
 
 // The grid of g.affine: voxel (i, j, k) = origin + i * col_step * row_dir + j * row_step * col_dir
@@ -189,14 +185,14 @@ void write_rtstruct(const fs::path& path, const torch::Tensor& labels, const Sou
                     const std::vector<std::string>& names, const std::string& description) {
   check_shape(path, labels, g);
   const int64_t slices = g.shape[0];
+  DcmFileFormat reference = source_slice(path, g, 0);
+  DcmDataset& ref = *reference.getDataset();
   // Each slice's SOP Class and Instance UID, in slice order.
-  std::vector<std::pair<std::string, std::string>> sops;
-  for (int64_t k = 0; k < slices; ++k) {
+  std::vector<std::pair<std::string, std::string>> sops = {{text(ref, DCM_SOPClassUID), text(ref, DCM_SOPInstanceUID)}};
+  for (int64_t k = 1; k < slices; ++k) {
     DcmFileFormat f = source_slice(path, g, static_cast<size_t>(k));
     sops.emplace_back(text(*f.getDataset(), DCM_SOPClassUID), text(*f.getDataset(), DCM_SOPInstanceUID));
   }
-  DcmFileFormat reference = source_slice(path, g, 0);
-  DcmDataset& ref = *reference.getDataset();
   DcmFileFormat file;
   DcmDataset& d = *file.getDataset();
   put_common(ref, d, UID_RTStructureSetStorage, "RTSTRUCT", description, path);

@@ -70,8 +70,9 @@ torch::Tensor finalize_slab(const torch::Tensor& slab, const Preprocessor& pre, 
   return pre.restore_target(slab[0]).to(torch::kFloat);
 }
 
-// The case's file in its source's format: NIfTI streamed slab by slab, TIFF (io/tiff.h writes a
-// volume at once) held and written whole; either lands in place only at commit().
+// The case's file in its source's format: NIfTI streamed slab by slab, the others (TIFF, PNG slices,
+// DICOM-RT: their writers take a volume at once) held and written whole; each lands in place only at
+// commit().
 class SourceFile {
  public:
   virtual ~SourceFile() = default;
@@ -91,34 +92,50 @@ class NiftiSourceFile : public SourceFile {
   NiftiWriter writer_;
 };
 
-class TiffSourceFile : public SourceFile {
+// A file written whole at commit() (TIFF, slices, DICOM-RT): the slabs held in `dtype`, then
+// write_whole() on the (D, H, W) volume once every row came.
+class WholeVolumeFile : public SourceFile {
  public:
-  TiffSourceFile(std::filesystem::path path, const SourceGeometry& g, torch::ScalarType dtype)
-      : path_(std::move(path)), shape_(g.shape), dtype_(dtype) {}
-  void write_slab(const torch::Tensor& slab) override { slabs_.push_back(slab.to(dtype_)); }
-  void commit() override {
+  WholeVolumeFile(std::filesystem::path path, const SourceGeometry& g, torch::ScalarType dtype)
+      : path_(std::move(path)), g_(g), dtype_(dtype) {}
+  void write_slab(const torch::Tensor& slab) final { slabs_.push_back(slab.to(dtype_)); }
+  void commit() final {
     const torch::Tensor v = slabs_.empty() ? torch::empty({0}) : torch::cat(slabs_, /*dim=*/0);
-    if (v.dim() != 3 || Shape3{v.size(0), v.size(1), v.size(2)} != shape_) {
-      throw IoError(fmt::format("{}: {} of {} rows produced", path_.string(), v.dim() == 3 ? v.size(0) : 0, shape_[0]));
+    if (v.dim() != 3 || Shape3{v.size(0), v.size(1), v.size(2)} != g_.shape) {
+      throw IoError(
+          fmt::format("{}: {} of {} rows produced", path_.string(), v.dim() == 3 ? v.size(0) : 0, g_.shape[0]));
     }
-    write_tiff_volume(path_, v);  // staged and renamed into place
+    write_whole(v);
     slabs_.clear();
   }
 
+ protected:
+  virtual void write_whole(const torch::Tensor& v) = 0;
+  const std::filesystem::path& path() const { return path_; }
+  const SourceGeometry& geometry() const { return g_; }
+
  private:
   std::filesystem::path path_;
-  Shape3 shape_;
+  SourceGeometry g_;
   torch::ScalarType dtype_;
   std::vector<torch::Tensor> slabs_;
 };
 
-// A case imported from 2D slices (io/image2d_import.h): the volume <case>.tif as TiffSourceFile, and
-// one 8-bit PNG per slice, <image stem>_mask.png, in the folder <case>/ beside it (0/255 for a
-// binary task, else the label values), the folder staged and renamed into place.
-class SlicesSourceFile : public SourceFile {
+class TiffSourceFile : public WholeVolumeFile {
+ public:
+  using WholeVolumeFile::WholeVolumeFile;
+
+ protected:
+  void write_whole(const torch::Tensor& v) override { write_tiff_volume(path(), v); }  // staged, renamed
+};
+
+// A case imported from 2D slices (io/image2d_import.h): the volume <case>.tif as for TIFF, and one
+// 8-bit PNG per slice, <image stem>_mask.png, in the folder <case>/ beside it (0/255 for a binary
+// task, else the label values), the folder staged and renamed into place.
+class SlicesSourceFile : public WholeVolumeFile {
  public:
   SlicesSourceFile(const std::filesystem::path& path, const SourceGeometry& g, bool binary)
-      : volume_(path, g, torch::kUInt8), folder_(path.parent_path() / path.stem()), binary_(binary) {
+      : WholeVolumeFile(path, g, torch::kUInt8), folder_(path.parent_path() / path.stem()), binary_(binary) {
     for (int64_t k = 0; k < g.shape[0] && k < static_cast<int64_t>(g.files.size()); ++k) {
       stems_.push_back(std::filesystem::path(g.files[static_cast<size_t>(k)]).stem().string());
     }
@@ -127,68 +144,51 @@ class SlicesSourceFile : public SourceFile {
           fmt::format("{}: the case records {} slice files for {} slices", path.string(), stems_.size(), g.shape[0]));
     }
   }
-  void write_slab(const torch::Tensor& slab) override {
-    volume_.write_slab(slab);
-    slabs_.push_back(slab.to(torch::kUInt8));
-  }
-  void commit() override {
-    volume_.commit();
-    const torch::Tensor v = torch::cat(slabs_, /*dim=*/0);
+
+ protected:
+  void write_whole(const torch::Tensor& v) override {
+    write_tiff_volume(path(), v);
     StagedFolder folder(folder_);
     for (int64_t k = 0; k < v.size(0); ++k) {
       const torch::Tensor mask = binary_ ? (v[k] > 0).to(torch::kUInt8) * 255 : v[k];
       write_png_gray8(folder.path() / (stems_[static_cast<size_t>(k)] + "_mask.png"), mask.contiguous());
     }
     folder.commit();
-    slabs_.clear();
   }
 
  private:
-  TiffSourceFile volume_;
   std::filesystem::path folder_;
   bool binary_;
   std::vector<std::string> stems_;
-  std::vector<torch::Tensor> slabs_;
 };
 
 // A case imported from DICOM: <case>.dcm on the source series (io/dicom_write.h), an RT Dose for a
-// dose, an RT Structure Set of classes 1..K-1 (`names`) for labels; held and written whole at commit().
-class DicomRtSourceFile : public SourceFile {
+// dose (float32), an RT Structure Set of classes 1..K-1 (`names`) for labels (uint8).
+class DicomRtSourceFile : public WholeVolumeFile {
  public:
-  DicomRtSourceFile(std::filesystem::path path, const SourceGeometry& g, std::string description,
-                    std::vector<std::string> names, bool labels)
-      : path_(std::move(path)),
-        g_(g),
-        description_(std::move(description)),
-        names_(std::move(names)),
-        labels_(labels) {}
-  void write_slab(const torch::Tensor& slab) override { slabs_.push_back(slab); }
-  void commit() override {
-    const torch::Tensor v = slabs_.empty() ? torch::empty({0}) : torch::cat(slabs_, /*dim=*/0);
-    if (labels_) {
-      write_rtstruct(path_, v, g_, names_, description_);
+  DicomRtSourceFile(std::filesystem::path path, const SourceGeometry& g, torch::ScalarType dtype,
+                    std::string description, std::vector<std::string> names)
+      : WholeVolumeFile(std::move(path), g, dtype), description_(std::move(description)), names_(std::move(names)) {}
+
+ protected:
+  void write_whole(const torch::Tensor& v) override {
+    if (v.scalar_type() == torch::kUInt8) {
+      write_rtstruct(path(), v, geometry(), names_, description_);
     } else {
-      write_rtdose(path_, v.to(torch::kFloat), g_, description_);
+      write_rtdose(path(), v, geometry(), description_);
     }
-    slabs_.clear();
   }
 
  private:
-  std::filesystem::path path_;
-  SourceGeometry g_;
   std::string description_;
   std::vector<std::string> names_;
-  bool labels_;
-  std::vector<torch::Tensor> slabs_;
 };
 
 std::unique_ptr<SourceFile> open_source_file(const std::filesystem::path& path, const SourceGeometry& g,
                                              torch::ScalarType dtype, const CaseOutputOptions& o, bool binary) {
   const std::string& description = o.description;
   if (g.format == "slices") return std::make_unique<SlicesSourceFile>(path, g, binary);
-  if (g.format == "dicom") {
-    return std::make_unique<DicomRtSourceFile>(path, g, description, o.class_names, dtype == torch::kUInt8);
-  }
+  if (g.format == "dicom") return std::make_unique<DicomRtSourceFile>(path, g, dtype, description, o.class_names);
   if (g.format == "tiff") return std::make_unique<TiffSourceFile>(path, g, dtype);
   return std::make_unique<NiftiSourceFile>(path, g, dtype, description);
 }
