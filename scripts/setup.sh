@@ -52,7 +52,7 @@ if [ "$MODE" = download ]; then
   . /etc/os-release
   echo "$PRETTY_NAME $(dpkg --print-architecture)" > "$DIR/debs/RELEASE"
   log "done: copy $DIR to the offline machine (same release: $PRETTY_NAME) and run scripts/setup.sh --offline DIR"
-  log "LibTorch there: U3D_TORCH_PYTHON=python3 (an installed torch $TORCH_VERSION), or wheels: pip download torch==$TORCH_VERSION tensorboard==2.21.0 safetensors==0.8.0 onnx==1.23.2 onnxscript==0.7.2 pydicom==3.0.2 rt-utils==1.2.7 pillow==11.3.0 tifffile==2025.6.11 wheel==0.45.1 -d $DIR/wheels"
+  log "LibTorch there: U3D_TORCH_PYTHON=python3 (an installed torch $TORCH_VERSION), or wheels: pip download torch==$TORCH_VERSION tensorboard==2.21.0 safetensors==0.8.0 onnx==1.23.2 onnxscript==0.7.2 pydicom==3.0.2 rt-utils==1.2.7 highdicom==0.28.2 pillow==11.3.0 tifffile==2025.6.11 wheel==0.45.1 -d $DIR/wheels"
   exit 0
 fi
 
@@ -111,11 +111,12 @@ if ! { [ -x "$VENV/bin/python" ] && torch_ok "$VENV/bin/python"; }; then
 fi
 # What the tests read the run's views and exports with (tests/integration/watch_and_export_test.sh,
 # scripts/python/): TensorBoard's reader, safetensors, ONNX and its exporter's onnxscript.
-# The DICOM tests (tests/python/write_dicom.py) write their files with pydicom and rt-utils; the 2D image
+# The DICOM tests (tests/python/write_dicom.py) write their files with pydicom, rt-utils and highdicom
+# (DICOM SEG); the 2D image
 # tests (tests/python/write_slices.py) their PNG and TIFF slices with Pillow and tifffile.
 PY_PACKAGES=(tensorboard==2.21.0 safetensors==0.8.0 onnx==1.23.2 onnxscript==0.7.2 pydicom==3.0.2 rt-utils==1.2.7
-  pillow==11.3.0 tifffile==2025.6.11)
-if ! "$VENV/bin/python" -c "import tensorboard, safetensors, onnx, onnxscript, pydicom, rt_utils, PIL, tifffile" 2>/dev/null; then
+  highdicom==0.28.2 pillow==11.3.0 tifffile==2025.6.11)
+if ! "$VENV/bin/python" -c "import tensorboard, safetensors, onnx, onnxscript, pydicom, rt_utils, highdicom, PIL, tifffile" 2>/dev/null; then
   pip_src=()
   if [ "$MODE" = offline ]; then pip_src=(--no-index --find-links "$DIR/wheels"); fi
   log "installing ${PY_PACKAGES[*]} into $VENV"

@@ -72,15 +72,6 @@ std::string text(DcmItem& item, const DcmTagKey& tag) {
   return out;
 }
 
-}  // namespace dicom_detail
-namespace {
-
-namespace fs = std::filesystem;
-using dicom_detail::init_dcmtk;
-using dicom_detail::load;
-using dicom_detail::text;
-
-// Every value of a multi-valued decimal attribute (DS: backslash-separated text).
 std::vector<double> numbers(DcmItem& item, const DcmTagKey& tag) {
   const std::string s = text(item, tag);
   std::vector<double> out;
@@ -95,6 +86,15 @@ std::vector<double> numbers(DcmItem& item, const DcmTagKey& tag) {
   }
   return out;
 }
+
+}  // namespace dicom_detail
+namespace {
+
+namespace fs = std::filesystem;
+using dicom_detail::init_dcmtk;
+using dicom_detail::load;
+using dicom_detail::numbers;
+using dicom_detail::text;
 
 std::vector<double> required(DcmItem& item, const DcmTagKey& tag, size_t n, const std::string& what, const char* name) {
   std::vector<double> v = numbers(item, tag);
@@ -295,6 +295,9 @@ ImageSeries read_image_series(const std::vector<fs::path>& files, const std::str
     s.files.push_back(sl.file);
   }
   s.voxels = torch::stack(planes).contiguous();
+  DcmFileFormat first = load(slices[0].file, /*until_pixels=*/true);
+  s.study_uid = text(*first.getDataset(), DCM_StudyInstanceUID);
+  s.frame_of_reference_uid = text(*first.getDataset(), DCM_FrameOfReferenceUID);
   return s;
 }
 
@@ -354,6 +357,10 @@ RtDose read_rtdose(const fs::path& file) {
   const int64_t frames = d.gy.size(0);
   d.frame_offsets = numbers(ds, DCM_GridFrameOffsetVector);
   if (frames == 1 && d.frame_offsets.empty()) d.frame_offsets = {0.0};
+  DcmItem* plan = nullptr;
+  if (ds.findAndGetSequenceItem(DCM_ReferencedRTPlanSequence, plan, 0).good()) {
+    d.referenced_plan_uid = text(*plan, DCM_ReferencedSOPInstanceUID);
+  }
   if (static_cast<int64_t>(d.frame_offsets.size()) != frames) {
     throw DataError(
         fmt::format("{}: GridFrameOffsetVector holds {} offsets for {} frames", what, d.frame_offsets.size(), frames));
@@ -372,6 +379,22 @@ RtDose read_rtdose(const fs::path& file) {
     }
   }
   return d;
+}
+
+RtPlan read_rtplan(const fs::path& file) {
+  DcmFileFormat ff = load(file, /*until_pixels=*/false);
+  DcmDataset& ds = *ff.getDataset();
+  RtPlan plan;
+  plan.sop_uid = text(ds, DCM_SOPInstanceUID);
+  DcmItem* item = nullptr;
+  for (unsigned long i = 0; ds.findAndGetSequenceItem(DCM_DoseReferenceSequence, item, i).good(); ++i) {
+    const std::string type = text(*item, DCM_DoseReferenceType);
+    const auto dose = numbers(*item, DCM_TargetPrescriptionDose);
+    if ((type.empty() || type == "TARGET") && !dose.empty() && std::isfinite(dose[0]) && dose[0] > 0) {
+      plan.prescription_gy = std::max(plan.prescription_gy, dose[0]);
+    }
+  }
+  return plan;
 }
 
 }  // namespace u3d

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace u3d::dicom_detail {
 
@@ -19,5 +20,8 @@ DcmFileFormat load(const std::filesystem::path& file, bool until_pixels);
 
 // An attribute's value as text, trailing spaces and NULs (DICOM's padding) removed; "" when absent.
 std::string text(DcmItem& item, const DcmTagKey& tag);
+
+// Every value of a multi-valued decimal attribute (DS, IS: backslash-separated text); empty when absent.
+std::vector<double> numbers(DcmItem& item, const DcmTagKey& tag);
 
 }  // namespace u3d::dicom_detail

@@ -12,13 +12,18 @@
 #include <optional>
 #include <set>
 
+#include <unistd.h>
+
 #include "import_layout.h"
 #include "u3d/core/errors.h"
+#include "u3d/core/files.h"
 #include "u3d/core/output_guard.h"
 #include "u3d/core/parallel.h"
 #include "u3d/core/text.h"
 #include "u3d/io/dicom.h"
 #include "u3d/io/dicom_grid.h"
+#include "u3d/io/dicom_seg.h"
+#include "u3d/io/h5.h"
 
 namespace u3d {
 namespace {
@@ -94,7 +99,15 @@ struct PatientPlan {
   const Patient* patient;
   std::string case_id, series_uid;
   std::vector<fs::path> image_files;
-  std::optional<fs::path> rtstruct, rtdose;
+  std::optional<DicomFileInfo> rtstruct, rtdose;
+  std::vector<DicomFileInfo> rtplans;  // the patient's RT Plans; the one the RT Dose references is used
+  std::vector<std::pair<DicomFileInfo, DicomSeg>> segs;  // DICOM SEGs on the series (or referencing none)
+};
+
+// What the case was read from: source_<key> attributes of /cases/<id> (docs/dicom.md).
+struct Provenance {
+  std::vector<std::pair<std::string, std::string>> uids;  // (attribute, UID), only those known
+  double prescription_gy = 0;                             // 0: no RT Plan with a target prescription
 };
 
 std::vector<fs::path> paths_of(const std::vector<DicomFileInfo>& files) {
@@ -105,15 +118,18 @@ std::vector<fs::path> paths_of(const std::vector<DicomFileInfo>& files) {
 
 // Which series and RT objects make the patient's case (DataError naming the patient when unclear).
 PatientPlan plan_patient(const Patient& p, const DicomImportOptions& o) {
-  PatientPlan plan{&p, "", "", {}, std::nullopt, std::nullopt};
+  PatientPlan plan{&p, "", "", {}, std::nullopt, std::nullopt, {}, {}};
   std::vector<std::string> images;
-  std::vector<fs::path> structs, doses;
+  std::vector<DicomFileInfo> structs, doses;
+  std::vector<std::pair<DicomFileInfo, DicomSeg>> segs;
   for (const auto& [uid, files] : p.series) {
     const std::string m = modality_of(files);
     if (m == "CT" || m == "MR") images.push_back(uid);
     for (const auto& f : files) {
-      if (m == "RTSTRUCT") structs.push_back(f.file);
-      if (m == "RTDOSE") doses.push_back(f.file);
+      if (m == "SEG") segs.emplace_back(f, read_seg_info(f.file));
+      if (m == "RTSTRUCT") structs.push_back(f);
+      if (m == "RTDOSE") doses.push_back(f);
+      if (m == "RTPLAN") plan.rtplans.push_back(f);
     }
   }
   const std::string who = fmt::format("patient {}", p.id);
@@ -123,7 +139,7 @@ PatientPlan plan_patient(const Patient& p, const DicomImportOptions& o) {
     throw DataError(fmt::format("{}: no CT or MR image series (found: {})", who, fmt::join(found, ", ")));
   }
   std::vector<RtStructureSet> sets;
-  for (const auto& f : structs) sets.push_back(read_rtstruct(f));
+  for (const auto& f : structs) sets.push_back(read_rtstruct(f.file));
   if (!o.series.empty()) {
     if (std::find(images.begin(), images.end(), o.series) == images.end()) {
       throw DataError(
@@ -134,10 +150,11 @@ PatientPlan plan_patient(const Patient& p, const DicomImportOptions& o) {
     plan.series_uid = images[0];
   } else {
     std::set<std::string> referenced;
-    for (const auto& s : sets) {
-      if (std::find(images.begin(), images.end(), s.referenced_series_uid) != images.end()) {
-        referenced.insert(s.referenced_series_uid);
-      }
+    std::vector<std::string> refs;
+    for (const auto& s : sets) refs.push_back(s.referenced_series_uid);
+    for (const auto& s : segs) refs.push_back(s.second.referenced_series_uid);
+    for (const auto& ref : refs) {
+      if (std::find(images.begin(), images.end(), ref) != images.end()) referenced.insert(ref);
     }
     if (referenced.size() != 1) {
       throw DataError(fmt::format("{}: {} candidate image series ({}); choose one with --series UID", who,
@@ -151,14 +168,19 @@ PatientPlan plan_patient(const Patient& p, const DicomImportOptions& o) {
     if (ref.empty() || ref == plan.series_uid) {
       if (plan.rtstruct) {
         throw DataError(fmt::format("{}, series {}: several RT Structure Sets ({} and {}); keep one", who,
-                                    plan.series_uid, plan.rtstruct->string(), structs[i].string()));
+                                    plan.series_uid, plan.rtstruct->file.string(), structs[i].file.string()));
       }
       plan.rtstruct = structs[i];
     }
   }
+  for (auto& s : segs) {
+    if (s.second.referenced_series_uid.empty() || s.second.referenced_series_uid == plan.series_uid) {
+      plan.segs.push_back(std::move(s));
+    }
+  }
   if (doses.size() > 1) {
     std::vector<std::string> names;
-    for (const auto& f : doses) names.push_back(f.string());
+    for (const auto& f : doses) names.push_back(f.file.string());
     throw DataError(
         fmt::format("{}: {} RT Dose files ({}); keep the plan's one", who, doses.size(), fmt::join(names, ", ")));
   }
@@ -166,7 +188,21 @@ PatientPlan plan_patient(const Patient& p, const DicomImportOptions& o) {
   return plan;
 }
 
-CaseData load_case(const PatientPlan& plan, const StructureMap& map, const DicomImportOptions& o, bool& labelled) {
+// The RT Plan of the case: the one the RT Dose references, else the patient's only one.
+std::optional<DicomFileInfo> plan_of(const PatientPlan& plan, const std::string& referenced, const std::string& who) {
+  for (const auto& f : plan.rtplans) {
+    if (!referenced.empty() && f.sop_uid == referenced) return f;
+  }
+  if (plan.rtplans.size() == 1) return plan.rtplans[0];
+  if (plan.rtplans.size() > 1) {
+    spdlog::info("import dicom: {}: {} RT Plans and none referenced by an RT Dose; no prescription recorded", who,
+                 plan.rtplans.size());
+  }
+  return std::nullopt;
+}
+
+CaseData load_case(const PatientPlan& plan, const StructureMap& map, const DicomImportOptions& o, bool& labelled,
+                   Provenance& provenance) {
   const std::string who = fmt::format("patient {}, series {}", plan.patient->id, plan.series_uid);
   try {
     ImageSeries img = read_image_series(plan.image_files, who);
@@ -175,7 +211,7 @@ CaseData load_case(const PatientPlan& plan, const StructureMap& map, const Dicom
     for (auto& m : masks) m = torch::zeros({depth, rows, cols}, torch::kUInt8);
     std::vector<std::string> unmapped, present;
     if (plan.rtstruct) {
-      const RtStructureSet set = read_rtstruct(*plan.rtstruct);
+      const RtStructureSet set = read_rtstruct(plan.rtstruct->file);
       for (const RtStructure& s : set.structures) {
         const int64_t c = channel_of(map, s.name);
         if (c < 0) {
@@ -187,6 +223,18 @@ CaseData load_case(const PatientPlan& plan, const StructureMap& map, const Dicom
         present.push_back(map[static_cast<size_t>(c)].first);
         if (off > 0)
           spdlog::warn("import dicom: {}: structure '{}': {} contour(s) off the image grid", who, s.name, off);
+      }
+    }
+    for (const auto& [file, seg] : plan.segs) {  // DICOM SEG segments, by SegmentLabel
+      const std::vector<torch::Tensor> segments = read_seg_masks(file.file, img.grid);
+      for (size_t k = 0; k < segments.size(); ++k) {
+        const int64_t c = channel_of(map, seg.labels[k]);
+        if (c < 0) {
+          unmapped.push_back(seg.labels[k]);
+          continue;
+        }
+        masks[static_cast<size_t>(c)] |= segments[k];
+        present.push_back(map[static_cast<size_t>(c)].first);
       }
     }
     std::vector<std::string> missing;
@@ -201,16 +249,19 @@ CaseData load_case(const PatientPlan& plan, const StructureMap& map, const Dicom
     c.id = plan.case_id;
     c.spacing = img.grid.spacing;
     std::vector<torch::Tensor> channels = {img.voxels};
+    std::string referenced_plan;
     if (o.task == Task::kDose) {
       for (const auto& m : masks) channels.push_back(m.to(torch::kFloat32));
       labelled = plan.rtdose.has_value();
       if (labelled) {
         int64_t outside = 0;
-        c.target = resample_dose(read_rtdose(*plan.rtdose), img.grid, &outside);
+        const RtDose dose = read_rtdose(plan.rtdose->file);
+        referenced_plan = dose.referenced_plan_uid;
+        c.target = resample_dose(dose, img.grid, &outside);
         if (outside > 0) spdlog::info("import dicom: {}: {} voxels outside the RT Dose grid (dose 0)", who, outside);
       }
     } else {
-      labelled = plan.rtstruct.has_value();
+      labelled = plan.rtstruct.has_value() || !plan.segs.empty();
       if (labelled) {  // the first channel of the map wins where structures overlap: painted last
         c.target = torch::zeros({depth, rows, cols}, torch::kUInt8);
         for (size_t k = masks.size(); k-- > 0;)
@@ -224,16 +275,70 @@ CaseData load_case(const PatientPlan& plan, const StructureMap& map, const Dicom
     g.spacing = img.grid.spacing;
     g.affine = img.grid.affine();
     g.file_ending = ".dcm";
+    const std::optional<DicomFileInfo> rtplan = plan_of(plan, referenced_plan, who);
+    provenance = {};
+    if (rtplan) provenance.prescription_gy = read_rtplan(rtplan->file).prescription_gy;
     if (!o.anonymize) {  // absolute: prediction reads them back (io/dicom_write.h) from any folder
       for (const auto& f : img.files) g.files.push_back(fs::absolute(f).string());
-      if (plan.rtstruct) g.files.push_back(fs::absolute(*plan.rtstruct).string());
-      if (plan.rtdose) g.files.push_back(fs::absolute(*plan.rtdose).string());
+      for (const auto* rt : {&plan.rtstruct, &plan.rtdose, &rtplan}) {
+        if (*rt) g.files.push_back(fs::absolute((*rt)->file).string());
+      }
+      std::string seg_uids;
+      for (const auto& [file, seg] : plan.segs) {
+        g.files.push_back(fs::absolute(file.file).string());
+        seg_uids += (seg_uids.empty() ? "" : "\\") + file.sop_uid;
+      }
+      provenance.uids = {{"source_study_uid", img.study_uid},
+                         {"source_series_uid", plan.series_uid},
+                         {"source_frame_of_reference_uid", img.frame_of_reference_uid}};
+      if (plan.rtstruct) provenance.uids.emplace_back("source_rtstruct_uid", plan.rtstruct->sop_uid);
+      if (plan.rtdose) provenance.uids.emplace_back("source_rtdose_uid", plan.rtdose->sop_uid);
+      if (rtplan) provenance.uids.emplace_back("source_rtplan_uid", rtplan->sop_uid);
+      if (!seg_uids.empty()) provenance.uids.emplace_back("source_seg_uid", seg_uids);
     }
     c.source = g;
     return c;
   } catch (const DataError& e) {
     const std::string m = e.what();
     throw DataError(m.rfind("patient ", 0) == 0 ? m : fmt::format("{}: {}", who, m));
+  }
+}
+
+// A file built as ".<name>.partial.<pid>.dicom" beside `path` (remove_stale_temporaries' pattern)
+// and renamed into place by commit(); removed when not committed.
+class StagedPath {
+ public:
+  explicit StagedPath(fs::path path)
+      : path_(std::move(path)),
+        tmp_(path_.parent_path() / fmt::format(".{}.partial.{}.dicom", path_.filename().string(), ::getpid())) {}
+  ~StagedPath() {
+    std::error_code ec;
+    if (!committed_) fs::remove(tmp_, ec);
+  }
+  StagedPath(const StagedPath&) = delete;
+  StagedPath& operator=(const StagedPath&) = delete;
+  const fs::path& path() const { return tmp_; }
+  void commit() {
+    commit_staged_file(tmp_, path_);
+    committed_ = true;
+  }
+
+ private:
+  fs::path path_, tmp_;
+  bool committed_ = false;
+};
+
+// Each case's Provenance as attributes of /cases/<id> in the closed dataset file `file`.
+void write_provenance(const fs::path& file, const std::map<std::string, Provenance>& cases) {
+  h5::Handle f(H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
+  if (f.get() < 0) throw IoError(fmt::format("{}: cannot reopen the staged dataset file", file.string()));
+  for (const auto& [id, p] : cases) {
+    const h5::Handle group = h5::open_group(f.get(), "cases/" + id, file.string());
+    for (const auto& [name, uid] : p.uids) {
+      if (!uid.empty()) h5::write_string_attribute(group.get(), name, uid);
+    }
+    if (p.prescription_gy > 0)
+      h5::write_double_list_attribute(group.get(), "source_prescription_gy", {p.prescription_gy});
   }
 }
 
@@ -299,8 +404,9 @@ DicomImportSummary import_dicom(const DicomImportOptions& o, const fs::path& out
   } else {  // every structure name found, each a channel
     std::set<std::string> names;
     for (const auto& plan : plans) {
+      for (const auto& s : plan.segs) names.insert(s.second.labels.begin(), s.second.labels.end());
       if (!plan.rtstruct) continue;
-      for (const auto& s : read_rtstruct(*plan.rtstruct).structures) names.insert(s.name);
+      for (const auto& s : read_rtstruct(plan.rtstruct->file).structures) names.insert(s.name);
     }
     for (const auto& n : names) map.emplace_back(n, std::vector<std::string>{n});
   }
@@ -328,12 +434,17 @@ DicomImportSummary import_dicom(const DicomImportOptions& o, const fs::path& out
   summary.channels = info.channel_names;
   DatasetWriteOptions wo;
   wo.compression_level = o.compression_level;
-  DatasetWriter writer(out, info, wo);
+  // Staged twice: the dataset writer's file, then the provenance attributes added to it, then renamed.
+  StagedPath staged(out);
+  DatasetWriter writer(staged.path(), info, wo);
   std::vector<std::string> labelled_ids, test_ids;
+  std::map<std::string, Provenance> provenance;
   for (const auto& plan : plans) {
     try {
       bool labelled = false;
-      writer.write_case(load_case(plan, map, o, labelled));
+      Provenance p;
+      writer.write_case(load_case(plan, map, o, labelled, p));
+      provenance[plan.case_id] = p;
       (labelled ? labelled_ids : test_ids).push_back(plan.case_id);
       spdlog::info("import dicom: {} <- patient {}{}", plan.case_id, o.anonymize ? "(anonymized)" : plan.patient->id,
                    labelled ? "" : " (no target: split 'test')");
@@ -356,6 +467,8 @@ DicomImportSummary import_dicom(const DicomImportOptions& o, const fs::path& out
   if (!test_ids.empty()) writer.set_split("test", test_ids);
   writer.set_channel_normalization(normalization);
   writer.commit();
+  write_provenance(staged.path(), provenance);
+  staged.commit();
   summary.train = static_cast<int64_t>(train.size());
   summary.val = static_cast<int64_t>(val.size());
   summary.test = static_cast<int64_t>(test_ids.size());

@@ -162,6 +162,14 @@ void write_rtdose(const fs::path& path, const torch::Tensor& gy, const SourceGeo
   put(d, DCM_DoseUnits, "GY", path);
   put(d, DCM_DoseType, "PHYSICAL", path);
   put(d, DCM_DoseSummationType, "PLAN", path);
+  for (size_t f = static_cast<size_t>(frames); f < g.files.size(); ++f) {  // the RT objects after the series
+    DcmFileFormat rt = source_slice(path, g, f);
+    if (text(*rt.getDataset(), DCM_Modality) != "RTPLAN") continue;
+    DcmItem* plan = nullptr;
+    d.findOrCreateSequenceItem(DCM_ReferencedRTPlanSequence, plan, 0);
+    put(*plan, DCM_ReferencedSOPClassUID, text(*rt.getDataset(), DCM_SOPClassUID), path);
+    put(*plan, DCM_ReferencedSOPInstanceUID, text(*rt.getDataset(), DCM_SOPInstanceUID), path);
+  }
 
   // Pixels = round(dose / scaling), the scaling as written (9 significant digits) so they agree.
   const torch::Tensor dose = gy.to(torch::kFloat64).clamp_min(0).contiguous();

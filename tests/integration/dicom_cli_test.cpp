@@ -72,6 +72,23 @@ class DicomCli : public ::testing::Test {
                             " " + (dir / out).string() + " --patient " + patient + " " + extra + " > /dev/null 2>&1";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   }
+  // A string attribute of /cases/<id> in `file`, "" when absent.
+  std::string case_attribute(const std::string& file, const std::string& id, const std::string& name) {
+    const std::string path = (dir / file).string();
+    const h5::Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    EXPECT_GE(f.get(), 0) << path;
+    const h5::Handle group = h5::open_group(f.get(), "cases/" + id, path);
+    return h5::has_attribute(group.get(), name) ? h5::read_string_attribute(group.get(), name, path) : "";
+  }
+  // source_prescription_gy of /cases/<id>, 0 when absent.
+  double prescription(const std::string& file, const std::string& id) {
+    const std::string path = (dir / file).string();
+    const h5::Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    EXPECT_GE(f.get(), 0) << path;
+    const h5::Handle group = h5::open_group(f.get(), "cases/" + id, path);
+    const std::string name = "source_prescription_gy";
+    return h5::has_attribute(group.get(), name) ? h5::read_double_list_attribute(group.get(), name, path).at(0) : 0.0;
+  }
   void expect_one_error(const test::CommandResult& r, const std::string& needle) {
     EXPECT_EQ(r.exit_code, 1) << r.output;
     EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
@@ -107,7 +124,7 @@ class DicomCli : public ::testing::Test {
 };
 
 TEST_F(DicomCli, SphereAndAnalyticDoseComeBackOnTheCtGrid) {
-  write("export", "P1");
+  write("export", "P1", "--extra-plan --uids " + (dir / "uids.json").string());
   const auto r = trainer({"import", "dicom", "--source", "export", "--out", "x.h5", "--val-fraction", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   DatasetReader ds((dir / "x.h5").string());
@@ -134,6 +151,16 @@ TEST_F(DicomCli, SphereAndAnalyticDoseComeBackOnTheCtGrid) {
   EXPECT_EQ(c.source->format, "dicom");
   EXPECT_DOUBLE_EQ(c.source->affine[3], kOrigin[0]);  // voxel (0, 0, 0) at the first slice's position
   EXPECT_DOUBLE_EQ(c.source->affine[11], kOrigin[2]);
+  // Provenance: the UIDs of what was read; the RT Plan the RT Dose references (not the extra 60 Gy one)
+  // gives the prescription, and is listed after the series, the RT Structure Set and the RT Dose.
+  const auto uids = nlohmann::json::parse(test::read_text(dir / "uids.json"));
+  for (const char* key : {"study", "series", "frame_of_reference", "rtstruct", "rtdose", "rtplan"}) {
+    const std::string name = fmt::format("source_{}_uid", key);
+    EXPECT_EQ(case_attribute("x.h5", "P1", name), uids[key].get<std::string>()) << name;
+  }
+  EXPECT_DOUBLE_EQ(prescription("x.h5", "P1"), 70.0);
+  ASSERT_EQ(c.source->files.size(), static_cast<size_t>(kSlices + 3));
+  EXPECT_EQ(fs::path(c.source->files.back()).filename(), "rtplan.dcm");
 }
 
 // An RT Dose whose frames run against the normal (GridFrameOffsetVector 0, -3, -6, ...) lands the same.
@@ -173,7 +200,50 @@ TEST_F(DicomCli, SegmentationThroughAStructureMap) {
   EXPECT_EQ(ds.info().case_ids, (std::vector<std::string>{"case_000"}));
   const CaseData c = ds.read_case("case_000");
   EXPECT_GE(dice(c.target == 1, expected_sphere()), 0.98);
-  EXPECT_TRUE(c.source->files.empty());  // --anonymize writes no paths
+  EXPECT_TRUE(c.source->files.empty());  // --anonymize writes no paths and no UIDs
+  EXPECT_EQ(case_attribute("x.h5", "case_000", "source_study_uid"), "");
+  EXPECT_DOUBLE_EQ(prescription("x.h5", "case_000"), 70.0);
+}
+
+// DICOM SEG (highdicom, binary and fractional): segments become classes through the structure map,
+// voxel for voxel; frames of empty slices are left out by the writer; the SEG's UID is recorded.
+TEST_F(DicomCli, DicomSegSegmentsBecomeLabelsVoxelForVoxel) {
+  torch::Tensor box = torch::zeros({kSlices, kRows, kCols}, torch::kUInt8);
+  box.slice(0, 2, 6).slice(1, 2, 10).slice(2, 2, 10).fill_(1);  // write_dicom.py's BOX
+  const torch::Tensor sphere = expected_sphere();
+  test::write_text(dir / "map.yaml", "Ball: [sphere]\nBlock: [BOX]\n");
+  for (const std::string kind : {"binary", "fractional"}) {
+    SCOPED_TRACE(kind);
+    write(kind, "P1", "--no-rt --seg " + kind + " --uids " + (dir / (kind + ".json")).string());
+    const auto r = trainer({"import", "dicom", "--source", kind, "--out", kind + ".h5", "--task", "segmentation",
+                            "--structures", "map.yaml", "--val-fraction", "0"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    DatasetReader ds((dir / (kind + ".h5")).string());
+    EXPECT_EQ(ds.info().class_names, (std::vector<std::string>{"background", "Ball", "Block"}));
+    EXPECT_EQ(ds.split("train"), (std::vector<std::string>{"P1"}));  // labelled by the SEG alone
+    const CaseData c = ds.read_case("P1");
+    EXPECT_TRUE(torch::equal((c.target == 1).to(torch::kUInt8), sphere));
+    EXPECT_TRUE(torch::equal((c.target == 2).to(torch::kUInt8), box));
+    const auto uids = nlohmann::json::parse(test::read_text(dir / (kind + ".json")));
+    EXPECT_EQ(case_attribute(kind + ".h5", "P1", "source_seg_uid"), uids["seg"].get<std::string>());
+  }
+  // Without a map, every segment label is a class of its own (sorted).
+  ASSERT_EQ(trainer({"import", "dicom", "--source", "binary", "--out", "all.h5", "--task", "segmentation"}).exit_code,
+            0);
+  EXPECT_EQ(DatasetReader((dir / "all.h5").string()).info().class_names,
+            (std::vector<std::string>{"background", "Box", "Sphere"}));
+  // A frame half a pixel off the series' grid: one line naming the patient and the file, nothing written.
+  const fs::path seg = dir / "binary" / "P1" / "seg.dcm";
+  const std::string shift = python_->string() + " -c \"import pydicom; d = pydicom.dcmread('" + seg.string() +
+                            "'); p = d.PerFrameFunctionalGroupsSequence[0].PlanePositionSequence[0]; "
+                            "p.ImagePositionPatient = [float(p.ImagePositionPatient[0]) + 0.6] + "
+                            "list(p.ImagePositionPatient[1:]); d.save_as('" +
+                            seg.string() + "')\"";
+  ASSERT_EQ(std::system(shift.c_str()), 0) << shift;
+  const auto r = trainer({"import", "dicom", "--source", "binary", "--out", "off.h5", "--task", "segmentation"});
+  expect_one_error(r, "patient P1, series");
+  EXPECT_NE(r.output.find("seg.dcm: frame 1 at (-29.40, "), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "off.h5"));
 }
 
 TEST_F(DicomCli, AMissingSliceIsOneLineOrASkippedPatient) {
@@ -287,6 +357,8 @@ TEST_F(DicomCli, PredictedDoseGoesBackAsAnRtDoseOnTheSourceCt) {
   for (int64_t k = 0; k < kSlices; ++k) EXPECT_NEAR(j["offsets"][k].get<double>(), k * kSliceStep, 1e-6);
   EXPECT_EQ(j["frame_increment_pointer"], "(3004,000C)");
   EXPECT_EQ(j["units"], "GY");
+  EXPECT_EQ(j["referenced_plan"], case_attribute("x.h5", id, "source_rtplan_uid"));
+  EXPECT_NE(j["referenced_plan"], "");
   // The values: the prediction in val.h5, as pydicom scales the pixels back.
   const torch::Tensor predicted = prediction("rt", id, torch::kFloat64);
   const std::string raw = test::read_text(dir / "dose.f32");

@@ -30,6 +30,8 @@ def main():
         "shape": [int(rd.NumberOfFrames), int(rd.Rows), int(rd.Columns)],
         "units": rd.DoseUnits,
         "scaling": scaling,
+        "referenced_plan": (str(rd.ReferencedRTPlanSequence[0].ReferencedSOPInstanceUID)
+                            if "ReferencedRTPlanSequence" in rd else ""),
     }))
 
 

@@ -1,16 +1,25 @@
 """Writes one patient's DICOM-RT export with independent writers (pydicom, rt-utils) for the DICOM tests.
 
   write_dicom.py OUT_DIR --patient P1 [--shuffle SEED] [--nested] [--no-rt] [--dose-descending]
+                 [--extra-plan] [--seg binary|fractional] [--uids FILE.json]
 
 OUT_DIR receives a CT series (pydicom; int16 with RescaleIntercept -1024: HU = i + 2 j + 3 k - 1024 at
 column i, row j, slice k counted along the slice normal; InstanceNumber deliberately reversed), an RT
 Structure Set (rt-utils) holding the sphere mask "Sphere" (centre CENTRE mm, radius RADIUS mm; rt-utils'
 mask axes are rows, columns, slices sorted along the normal) and an RT Dose (pydicom; a grid of its own
-that covers the CT; dose(x, y, z) = DOSE_A + DOSE_B . (x, y, z) Gy with DoseGridScaling 1e-4).
+that covers the CT; dose(x, y, z) = DOSE_A + DOSE_B . (x, y, z) Gy with DoseGridScaling 1e-4) that
+references an RT Plan (pydicom; target prescriptions 70 and 56 Gy, an organ at risk at 45 Gy, so the
+prescription is PRESCRIPTION_GY). --extra-plan adds a second RT Plan (60 Gy) that no RT Dose references.
 The constants are the tests' (tests/integration/dicom_cli_test.cpp repeats them). --shuffle gives the
 files random names, --nested spreads them over nested folders, --dose-descending stacks the RT Dose's
 frames against the normal (ImagePositionPatient at the top frame, GridFrameOffsetVector 0, -3, -6, ...).
+--seg adds a DICOM SEG (highdicom) of two segments on the CT: "Sphere" (the sphere mask) and "Box"
+(slices BOX[0], rows BOX[1], columns BOX[2], half-open ranges); empty slices are left out, as highdicom
+does. Its FRACTIONAL variant holds 0.8 inside them and 0.3 on a one-voxel ring around the sphere.
+--uids writes the UIDs the import records as JSON: study, series, frame_of_reference, rtstruct, rtdose
+rtplan and seg (SOP Instance UIDs of the RT objects; the referenced plan).
 """
+import json
 import argparse
 import os
 import random
@@ -33,6 +42,9 @@ DOSE_ROWS, DOSE_COLS, DOSE_FRAMES, DOSE_FRAME_STEP = 40, 40, 24, 3.0
 DOSE_A, DOSE_B = 10.0, (0.1, 0.05, 0.2)
 CT_IMAGE_STORAGE = "1.2.840.10008.5.1.4.1.1.2"
 RT_DOSE_STORAGE = "1.2.840.10008.5.1.4.1.1.481.2"
+RT_PLAN_STORAGE = "1.2.840.10008.5.1.4.1.1.481.5"
+PRESCRIPTION_GY = 70.0
+BOX = ((2, 6), (2, 10), (2, 10))
 
 
 def base(patient, study_uid, modality, sop_class, series_uid):
@@ -52,6 +64,7 @@ def base(patient, study_uid, modality, sop_class, series_uid):
     ds.StudyDate, ds.StudyTime = "20260101", "120000"
     ds.StudyID = "1"
     ds.SeriesNumber = 1
+    ds.PatientBirthDate = ds.PatientSex = ds.ReferringPhysicianName = ds.AccessionNumber = ""
     return ds
 
 
@@ -59,6 +72,7 @@ def write_ct(folder, patient, study_uid, frame_uid):
     series_uid = generate_uid()
     os.makedirs(folder, exist_ok=True)
     paths = []
+    write_ct.series_uid = series_uid
     for k in range(SLICES):
         ds = base(patient, study_uid, "CT", CT_IMAGE_STORAGE, series_uid)
         ds.FrameOfReferenceUID = frame_uid
@@ -94,11 +108,70 @@ def write_rtstruct(ct_folder, path):
     rt = RTStructBuilder.create_new(dicom_series_path=ct_folder)
     rt.add_roi(mask=sphere_mask(), name="Sphere")
     rt.save(path)
+    return pydicom.dcmread(path, stop_before_pixels=True).SOPInstanceUID
 
 
-def write_rtdose(path, patient, study_uid, frame_uid, descending=False):
+def write_seg(ct_paths, path, kind):
+    import highdicom as hd
+    from pydicom.sr.codedict import codes
+
+    ct = sorted((pydicom.dcmread(p) for p in ct_paths), key=lambda d: float(d.ImagePositionPatient[2]))
+    sphere = sphere_mask().transpose(2, 0, 1)  # slices, rows, columns
+    box = np.zeros_like(sphere)
+    box[slice(*BOX[0]), slice(*BOX[1]), slice(*BOX[2])] = True
+    if kind == "binary":
+        pixels = np.stack([sphere, box], axis=-1).astype(np.uint8)
+        seg_type = hd.seg.SegmentationTypeValues.BINARY
+    else:
+        ring = sphere.copy()
+        for axis in (1, 2):
+            for shift in (1, -1):
+                ring |= np.roll(sphere, shift, axis=axis)
+        pixels = np.stack([np.where(sphere, 0.8, np.where(ring, 0.3, 0.0)), box * 0.8], axis=-1).astype(np.float32)
+        seg_type = hd.seg.SegmentationTypeValues.FRACTIONAL
+    descriptions = [
+        hd.seg.SegmentDescription(segment_number=n + 1, segment_label=label,
+                                  segmented_property_category=codes.SCT.Tissue,
+                                  segmented_property_type=codes.SCT.Tissue,
+                                  algorithm_type=hd.seg.SegmentAlgorithmTypeValues.MANUAL)
+        for n, label in enumerate(["Sphere", "Box"])
+    ]
+    seg = hd.seg.Segmentation(source_images=ct, pixel_array=pixels, segmentation_type=seg_type,
+                              segment_descriptions=descriptions, series_instance_uid=generate_uid(),
+                              series_number=2, sop_instance_uid=generate_uid(), instance_number=1,
+                              manufacturer="test", manufacturer_model_name="write_dicom.py",
+                              software_versions="1", device_serial_number="1")
+    seg.save_as(path)
+    return str(seg.SOPInstanceUID)
+
+
+def write_rtplan(path, patient, study_uid, frame_uid, targets):
+    ds = base(patient, study_uid, "RTPLAN", RT_PLAN_STORAGE, generate_uid())
+    ds.FrameOfReferenceUID = frame_uid
+    ds.RTPlanLabel, ds.RTPlanGeometry = "test", "PATIENT"
+    items = []
+    for n, gy in enumerate(targets, start=1):
+        item = Dataset()
+        item.DoseReferenceNumber, item.DoseReferenceStructureType = n, "SITE"
+        item.DoseReferenceType, item.TargetPrescriptionDose = "TARGET", gy
+        items.append(item)
+    oar = Dataset()
+    oar.DoseReferenceNumber, oar.DoseReferenceStructureType = len(items) + 1, "SITE"
+    oar.DoseReferenceType, oar.OrganAtRiskMaximumDose = "ORGAN_AT_RISK", 45.0
+    ds.DoseReferenceSequence = items + [oar]
+    group = Dataset()
+    group.FractionGroupNumber, group.NumberOfFractionsPlanned = 1, 35
+    ds.FractionGroupSequence = [group]
+    ds.save_as(path, enforce_file_format=True)
+    return ds.SOPInstanceUID
+
+
+def write_rtdose(path, patient, study_uid, frame_uid, plan_uid, descending=False):
     ds = base(patient, study_uid, "RTDOSE", RT_DOSE_STORAGE, generate_uid())
     ds.FrameOfReferenceUID = frame_uid
+    plan = Dataset()
+    plan.ReferencedSOPClassUID, plan.ReferencedSOPInstanceUID = RT_PLAN_STORAGE, plan_uid
+    ds.ReferencedRTPlanSequence = [plan]
     step = -DOSE_FRAME_STEP if descending else DOSE_FRAME_STEP
     top = DOSE_ORIGIN[2] + (DOSE_FRAMES - 1) * DOSE_FRAME_STEP if descending else DOSE_ORIGIN[2]
     ds.ImagePositionPatient = [DOSE_ORIGIN[0], DOSE_ORIGIN[1], top]
@@ -119,6 +192,7 @@ def write_rtdose(path, patient, study_uid, frame_uid, descending=False):
     gy = DOSE_A + DOSE_B[0] * x + DOSE_B[1] * y + DOSE_B[2] * z
     ds.PixelData = np.round(gy / 1e-4).astype("<u4").tobytes()
     ds.save_as(path, enforce_file_format=True)
+    return ds.SOPInstanceUID
 
 
 def main():
@@ -129,16 +203,32 @@ def main():
     p.add_argument("--nested", action="store_true")
     p.add_argument("--no-rt", action="store_true")
     p.add_argument("--dose-descending", action="store_true")
+    p.add_argument("--extra-plan", action="store_true")
+    p.add_argument("--seg", choices=["binary", "fractional"], default=None)
+    p.add_argument("--uids", default=None)
     a = p.parse_args()
     study_uid, frame_uid = generate_uid(), generate_uid()
     work = os.path.join(a.out, a.patient)
     ct_folder = os.path.join(work, "ct")
     paths = write_ct(ct_folder, a.patient, study_uid, frame_uid)
+    uids = {"study": study_uid, "series": write_ct.series_uid, "frame_of_reference": frame_uid}
     if not a.no_rt:
         paths.append(os.path.join(work, "rtstruct.dcm"))
-        write_rtstruct(ct_folder, paths[-1])
+        uids["rtstruct"] = write_rtstruct(ct_folder, paths[-1])
+        if a.extra_plan:  # first in file order: the one the RT Dose references must still win
+            paths.append(os.path.join(work, "aplan.dcm"))
+            write_rtplan(paths[-1], a.patient, study_uid, frame_uid, [60.0])
+        paths.append(os.path.join(work, "rtplan.dcm"))
+        uids["rtplan"] = write_rtplan(paths[-1], a.patient, study_uid, frame_uid, [PRESCRIPTION_GY, 56.0])
         paths.append(os.path.join(work, "rtdose.dcm"))
-        write_rtdose(paths[-1], a.patient, study_uid, frame_uid, a.dose_descending)
+        uids["rtdose"] = write_rtdose(paths[-1], a.patient, study_uid, frame_uid, uids["rtplan"], a.dose_descending)
+    if a.seg:
+        ct_paths = list(paths[:SLICES])
+        paths.append(os.path.join(work, "seg.dcm"))
+        uids["seg"] = write_seg(ct_paths, paths[-1], a.seg)
+    if a.uids:
+        with open(a.uids, "w") as f:
+            json.dump(uids, f)
     if a.shuffle is not None or a.nested:
         rng = random.Random(a.shuffle or 0)
         rng.shuffle(paths)

@@ -50,8 +50,9 @@ struct DicomGrid {
 // slice: the slice step is SliceThickness (1 mm when absent).
 struct ImageSeries {
   DicomGrid grid;
-  torch::Tensor voxels;            // (D, H, W) float32, modality values (HU for CT)
-  std::vector<std::string> files;  // in slice order
+  torch::Tensor voxels;                           // (D, H, W) float32, modality values (HU for CT)
+  std::vector<std::string> files;                 // in slice order
+  std::string study_uid, frame_of_reference_uid;  // of the first slice
 };
 ImageSeries read_image_series(const std::vector<std::filesystem::path>& files, const std::string& what);
 
@@ -75,7 +76,16 @@ struct RtDose {
   std::vector<double> frame_offsets;      // mm along the normal, ascending
   torch::Tensor gy;                       // (frames, rows, columns) float32
   std::string units;                      // DoseUnits (GY or RELATIVE)
+  std::string referenced_plan_uid;        // ReferencedRTPlanSequence's first SOP Instance UID, "" if none
 };
 RtDose read_rtdose(const std::filesystem::path& file);
+
+// An RT Plan's prescription: the largest TargetPrescriptionDose (Gy) among its DoseReferenceSequence
+// items of DoseReferenceType TARGET (items without a type count too), 0 when none records one.
+struct RtPlan {
+  std::string sop_uid;
+  double prescription_gy = 0;
+};
+RtPlan read_rtplan(const std::filesystem::path& file);
 
 }  // namespace u3d

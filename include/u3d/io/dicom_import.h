@@ -1,5 +1,5 @@
 // `trainer import dicom`: a folder tree of DICOM files (a treatment-planning system's export: CT or MR
-// series, RT Structure Sets, RT Doses) into the dataset format v1. docs/dicom.md.
+// series, RT Structure Sets, DICOM SEGs, RT Doses, RT Plans) into the dataset format v1. docs/dicom.md.
 //
 // Files are found at any depth under any name and grouped by PatientID, then by SeriesInstanceUID;
 // one case per patient. The image series (CT or MR, io/dicom.h) is the case's grid:
@@ -12,8 +12,11 @@
 // several names of one channel are united). Without a map, every structure name found in any patient
 // is a channel of its own (sorted). A patient without an RT Dose (dose) or RT Structure Set
 // (segmentation) goes to split 'test' without target; labelled patients to 'train' / 'val'.
+// Structures come from the RT Structure Set's ROIs and the DICOM SEGs' segments (io/dicom_seg.h) alike.
 // Candidate series: --series UID, else the one series of the patient, else the one its RT Structure
-// Set references; otherwise the patient is refused naming the candidates.
+// Set (or SEG) references; otherwise the patient is refused naming the candidates. The RT Plan the RT
+// Dose references (else the only one) gives the prescription. Provenance (the UIDs of what was read,
+// the prescription) goes into source_* attributes of each case (docs/dicom.md).
 #pragma once
 #include <cstdint>
 #include <filesystem>

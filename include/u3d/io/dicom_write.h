@@ -13,8 +13,9 @@
 //     (LPS mm), ImageOrientationPatient and PixelSpacing (between rows, between columns) from it,
 //     GridFrameOffsetVector 0, s, 2 s, ... (s = g.spacing[0], signed along row x column),
 //     FrameIncrementPointer to it;
-//   - the values: DoseUnits GY, DoseType PHYSICAL, DoseSummationType PLAN (no RT Plan is referenced),
-//     32-bit unsigned pixels with DoseGridScaling = max dose / (2^32 - 1) (negative predictions are 0).
+//   - the values: DoseUnits GY, DoseType PHYSICAL, DoseSummationType PLAN, 32-bit unsigned pixels
+//     with DoseGridScaling = max dose / (2^32 - 1) (negative predictions are 0);
+//   - ReferencedRTPlanSequence: the RT Plan among g.files after the series (the import's), if any.
 //
 // gy: (D, H, W) float32 on the CPU, Gy, D, H, W = g.shape. The file is written beside `path` and
 // renamed into place. IoError naming the file for a source file that cannot be read (moved, or an
