@@ -1,7 +1,22 @@
 # LibTorch, from (in order): -DTorch_DIR=..., CMAKE_PREFIX_PATH, or the torch wheel in U3D_TORCH_VENV.
 # Any LibTorch >= 2.6 works (official zip, a cluster's PyTorch); the project pins torch==2.11.0.
 
-# TorchConfig needs the CUDA toolkit at configure time when LibTorch is a CUDA build.
+# TorchConfig needs a CUDA toolkit at configure time when LibTorch is a CUDA build: a system one when
+# CMake finds nvcc (CUDAToolkit_ROOT, CMAKE_CUDA_COMPILER, PATH, /usr/local/cuda), else the CUDA 13.0
+# compiler and headers that scripts/setup.sh installs from PyPI into the torch venv (nvidia/cu13).
+if(NOT CUDAToolkit_ROOT AND NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDAToolkit_ROOT}
+   AND NOT DEFINED ENV{CUDA_HOME} AND NOT DEFINED ENV{CUDACXX})
+  find_program(_u3d_system_nvcc nvcc PATHS /usr/local/cuda/bin NO_CACHE)
+  file(GLOB _u3d_pypi_nvcc "${U3D_TORCH_VENV}/lib/python3*/site-packages/nvidia/cu13/bin/nvcc")
+  if(NOT _u3d_system_nvcc AND _u3d_pypi_nvcc)
+    list(GET _u3d_pypi_nvcc 0 _u3d_pypi_nvcc)
+    get_filename_component(_u3d_cuda_root "${_u3d_pypi_nvcc}/../.." ABSOLUTE)
+    set(CUDAToolkit_ROOT "${_u3d_cuda_root}")
+    set(CUDA_TOOLKIT_ROOT_DIR "${_u3d_cuda_root}" CACHE PATH "CUDA toolkit (PyPI's, in the torch venv)")
+    set(CMAKE_CUDA_COMPILER "${_u3d_pypi_nvcc}" CACHE FILEPATH "nvcc (PyPI's, in the torch venv)")
+    message(STATUS "u3d: no system CUDA toolkit; using the CUDA compiler and headers from PyPI in ${_u3d_cuda_root}")
+  endif()
+endif()
 find_package(CUDAToolkit QUIET)
 if(CUDAToolkit_FOUND)
   # CUDA 13 ships no nvToolsExt library; Caffe2's config still asks for CUDA::nvToolsExt

@@ -52,7 +52,7 @@ if [ "$MODE" = download ]; then
   . /etc/os-release
   echo "$PRETTY_NAME $(dpkg --print-architecture)" > "$DIR/debs/RELEASE"
   log "done: copy $DIR to the offline machine (same release: $PRETTY_NAME) and run scripts/setup.sh --offline DIR"
-  log "LibTorch there: U3D_TORCH_PYTHON=python3 (an installed torch $TORCH_VERSION), or wheels: pip download torch==$TORCH_VERSION tensorboard==2.21.0 safetensors==0.8.0 onnx==1.23.2 onnxscript==0.7.2 pydicom==3.0.2 rt-utils==1.2.7 highdicom==0.28.2 pillow==11.3.0 tifffile==2025.6.11 wheel==0.45.1 -d $DIR/wheels"
+  log "LibTorch there: U3D_TORCH_PYTHON=python3 (an installed torch $TORCH_VERSION), or wheels: pip download torch==$TORCH_VERSION tensorboard==2.21.0 safetensors==0.8.0 onnx==1.23.2 onnxscript==0.7.2 pydicom==3.0.2 rt-utils==1.2.7 highdicom==0.28.2 pillow==11.3.0 tifffile==2025.6.11 wheel==0.45.1 nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-cccl==13.0.85 -d $DIR/wheels"
   exit 0
 fi
 
@@ -131,4 +131,25 @@ if ! "$VENV/bin/python" -c "import wheel" 2>/dev/null; then
   "$VENV/bin/python" -m pip install -q --no-cache-dir "${pip_src[@]}" wheel==0.45.1 ||
     die "pip install wheel==0.45.1 into $VENV failed"
 fi
+# The CUDA 13.0 compiler and headers from PyPI (nvcc with its front end, NVVM and CCCL: about 100 MB
+# of wheels) beside the CUDA libraries torch brought, so that LibTorch's CMake config, which asks for a
+# CUDA toolkit, configures on a machine without one: cmake/U3dTorch.cmake uses a system toolkit when it
+# finds one, else this one. nvcc links from lib64/ and CMake looks for unversioned libraries: both linked.
+CUDA_WHEELS=(nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-cccl==13.0.85)
+cu13() { "$VENV/bin/python" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))' 2>/dev/null; }
+CU13="$(cu13 || true)"
+if [ -z "$CU13" ] || [ ! -x "$CU13/bin/nvcc" ]; then
+  pip_src=()
+  if [ "$MODE" = offline ]; then pip_src=(--no-index --find-links "$DIR/wheels"); fi
+  log "installing the CUDA 13.0 compiler from PyPI (${CUDA_WHEELS[*]}) into $VENV"
+  "$VENV/bin/python" -m pip install -q --no-cache-dir --no-deps "${pip_src[@]}" "${CUDA_WHEELS[@]}" ||
+    die "pip install ${CUDA_WHEELS[*]} into $VENV failed"
+  CU13="$(cu13 || true)"
+  [ -n "$CU13" ] && [ -x "$CU13/bin/nvcc" ] || die "no nvcc in $VENV after installing ${CUDA_WHEELS[*]}"
+fi
+[ -e "$CU13/lib64" ] || ln -s lib "$CU13/lib64"
+for f in "$CU13"/lib/lib*.so.*; do
+  b="${f%%.so.*}.so"
+  [ -e "$b" ] || ln -s "$(basename "$f")" "$b"
+done
 "$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null

@@ -110,7 +110,8 @@ inline void add_predict_command(CLI::App& app, RunCli& c) {
   add_checkpoint_option(p, c, "best (default), last or a checkpoint path");
   p->add_option("-i,--input", c.files.inputs,
                 "Folders or files: NIfTI NAME_0000.nii.gz (NAME_0001... per channel), 2D images (.png; .tif for a "
-                "2D model), 3D TIFF volumes (.tif for a 3D model)")
+                "2D model), 3D TIFF volumes (.tif for a 3D model), or one folder of DICOM (a planning system's "
+                "export: RT Dose or RT Structure Set out)")
       ->expected(1, -1);
   p->add_option("-o,--output", c.files.out,
                 "With -i: folder of predictions in the inputs' format (made whole, or not at all)");
@@ -119,6 +120,9 @@ inline void add_predict_command(CLI::App& app, RunCli& c) {
   p->add_option("--device", c.files.device, "With -i: auto | cpu | cuda; default the run's training.device")
       ->check(one_of({"auto", "cpu", "cuda"}));
   p->add_flag("--force", c.files.force, "With -i: replace a non-empty OUT");
+  p->add_option("--structures", c.files.structures,
+                "With -i on DICOM: the structure map (YAML) the run's data was imported with; default the run's "
+                "channel (dose) or class (segmentation) names as the structure names");
 }
 
 inline void add_benchmark_command(CLI::App& app, RunCli& c) {
@@ -168,8 +172,9 @@ inline int dispatch_run(const CLI::App& app, RunCli& c) {
     if (c.files.inputs.empty()) throw u3d::UsageError("predict: --run and --model need -i, the images to predict");
     return u3d::predict_files_command(c.files);
   }
-  if (*c.predict && (!c.files.out.empty() || !c.files.device.empty() || c.files.force)) {
-    throw u3d::UsageError("predict: -o, --device and --force go with -i (raw files); predict -c writes into the run");
+  if (*c.predict && (!c.files.out.empty() || !c.files.device.empty() || c.files.force || !c.files.structures.empty())) {
+    throw u3d::UsageError(
+        "predict: -o, --device, --force and --structures go with -i (raw files); predict -c writes into the run");
   }
   if (*c.predict) run.predict_only = true;
   if (c.resume_flag->count() > 0 || *c.resume) run.resume = c.resume_path;

@@ -10,6 +10,11 @@
 // each case written as OUT/<case>/<image stem>_mask.png per slice plus the stacked OUT/<case>.tif, as
 // --predict-only writes them for image datasets (docs/slices.md). For a 3D model, .tif/.tiff files are
 // volumes (trainer import tiff, io/import.h): OUT/<name>.tif each, uint8 labels.
+//
+// One folder of DICOM files (a planning system's export, any depth) is imported as `trainer import
+// dicom` would (io/dicom_import.h, inputs only: no target read), with the run's task and its channel
+// or class names as the structure map (or --structures): OUT/<patient>.dcm, an RT Dose (dose runs) or
+// an RT Structure Set (segmentation runs) on each patient's image series (io/dicom_write.h).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -20,6 +25,7 @@
 #include <optional>
 
 #include "u3d/app/commands.h"
+#include "u3d/app/dicom_command.h"
 #include "u3d/core/csv.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
@@ -119,7 +125,7 @@ std::vector<Link> nifti_links(const std::vector<RawCase>& cases, const fs::path&
 
 // What -i holds besides NIfTI: 2D images (PNG, and TIFF for a 2D model) stacked into cases of
 // slices, or 3D TIFF volumes (for a 3D model), one case each.
-enum class InputKind { kNifti, kSlices, kTiffVolumes };
+enum class InputKind { kNifti, kSlices, kTiffVolumes, kDicom };
 
 bool is_tiff_path(const fs::path& p) {
   const std::string ext = to_lower(p.extension().string());
@@ -280,12 +286,18 @@ struct Inputs {
   InputKind kind = InputKind::kNifti;
   std::vector<Link> links;
   std::vector<RawCase> cases;  // kNifti only
+  fs::path dicom;              // kDicom: the export folder
 };
 
 // TIFF files are volumes for a 3D model and slices for a 2D one; PNG files are slices; the rest is
 // NIfTI (find_raw_cases' rules). ConfigError for images given to a model of more than one channel.
 Inputs gather_inputs(const std::vector<fs::path>& inputs, const fs::path& images, const PredictionMember& first) {
   Inputs in;
+  if (is_dicom_export(inputs)) {
+    in.kind = InputKind::kDicom;
+    in.dicom = inputs[0];
+    return in;
+  }
   if (first.trained.model.dims == 3) in.links = input_links(inputs, images, in.kind = InputKind::kTiffVolumes);
   if (in.links.empty()) in.links = input_links(inputs, images, in.kind = InputKind::kSlices);
   if (!in.links.empty() && first.info.in_channels != 1) {
@@ -305,9 +317,11 @@ Inputs gather_inputs(const std::vector<fs::path>& inputs, const fs::path& images
 // number of cases. The importers' messages name the user's files, not the links.
 size_t import_inputs(const Inputs& in, const PredictionMember& first,
                      const std::optional<std::array<double, 3>>& spacing, const fs::path& images,
-                     const std::string& path) {
+                     const std::string& path, const fs::path& structures) {
   link_inputs(in.links);
   try {
+    if (in.kind == InputKind::kDicom)
+      return static_cast<size_t>(import_dicom_inputs(first, in.dicom, structures, path));
     if (in.kind == InputKind::kSlices) return static_cast<size_t>(import_image_cases(first, images, path));
     if (in.kind == InputKind::kTiffVolumes) return static_cast<size_t>(import_tiff_cases(first, images, path));
     import_nifti_cases(first, spacing, images, path);
@@ -355,15 +369,18 @@ int predict_files_command(const PredictFilesCommand& cmd) {
     members.push_back(read_prediction_member(run / "checkpoints", /*keep_last=*/0, cmd.checkpoint));
   }
   const PredictionMember& first = members.front();
-  if (first.info.task != "segmentation") {
-    throw ConfigError(
-        fmt::format("predict -i: {} is a {} run; raw images are predicted with segmentation runs "
-                    "(import the data and use trainer predict -c CONFIG)",
-                    first.checkpoint.string(), first.info.task));
-  }
   const std::vector<fs::path> inputs(cmd.inputs.begin(), cmd.inputs.end());
   const fs::path images = scratch.path() / "images";
+  if (first.info.task != "segmentation" && !is_dicom_export(inputs)) {
+    throw ConfigError(
+        fmt::format("predict -i: {} is a {} run; its raw inputs are a DICOM export folder (RT Dose out), or "
+                    "import the data and use trainer predict -c CONFIG",
+                    first.checkpoint.string(), first.info.task));
+  }
   const Inputs in = gather_inputs(inputs, images, first);
+  if (in.kind != InputKind::kDicom && !cmd.structures.empty()) {
+    throw UsageError("predict: --structures names the structures of a DICOM export; -i holds no DICOM folder");
+  }
   refuse_out_over_inputs(out, inputs);
   std::error_code ec;
   if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec)) && !cmd.force) {
@@ -379,7 +396,9 @@ int predict_files_command(const PredictFilesCommand& cmd) {
   cfg.data.val_split = "val";
   const auto spacing = in.kind == InputKind::kNifti ? training_spacing(first.trained) : std::nullopt;
   const std::string model = cmd.model.empty() ? cmd.run : cmd.model;
-  if (in.kind != InputKind::kNifti) {
+  if (in.kind == InputKind::kDicom) {
+    spdlog::info("predict: the DICOM export {} with {} model(s) of {}", in.dicom.string(), members.size(), model);
+  } else if (in.kind != InputKind::kNifti) {
     spdlog::info("predict: {} {} with {} model(s) of {}", in.links.size(),
                  in.kind == InputKind::kSlices ? "2D image(s)" : "TIFF volume(s)", members.size(), model);
   } else {
@@ -395,7 +414,7 @@ int predict_files_command(const PredictFilesCommand& cmd) {
   {
     const QuietScope quiet;
     cfg.data.path = (scratch.path() / "input.h5").string();
-    n_cases = import_inputs(in, first, spacing, images, cfg.data.path);
+    n_cases = import_inputs(in, first, spacing, images, cfg.data.path, cmd.structures);
     const Runtime rt = init_runtime(cfg);
     const DatasetReader reader(cfg.data.path);
     const ResolvedPrediction rp = resolve_prediction(cfg, members, reader, rt.device);

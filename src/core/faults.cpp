@@ -36,6 +36,8 @@ TestFaults TestFaults::parse(const std::string& text) {
     const int64_t hi = dash == std::string::npos ? lo : number(value.substr(dash + 1), item);
     if (kind == "slow_val") {
       f.slow_val_ms = lo;
+    } else if (kind == "slow_step") {
+      f.slow_step_ms = lo;
     } else if (kind == "checkpoint_delay") {
       f.checkpoint_delay_ms = lo;
     } else if (kind == "nan_batch" || kind == "inf_grad" || kind == "nan_val" || kind == "stop_micro") {
@@ -47,7 +49,7 @@ TestFaults TestFaults::parse(const std::string& text) {
     } else {
       throw UsageError(
           fmt::format("U3D_TEST_FAULTS: unknown fault '{}' (nan_batch, inf_grad, nan_val, stop_micro, slow_val, "
-                      "checkpoint_delay, sampler_case)",
+                      "slow_step, checkpoint_delay, sampler_case)",
                       kind));
     }
   }

@@ -11,9 +11,11 @@
 namespace u3d {
 namespace {
 
-std::atomic<int> g_first{0};  // first stop signal
-std::atomic<int> g_count{0};  // stop signals received
-static_assert(std::atomic<int>::is_always_lock_free, "signal handlers need lock-free atomics");
+std::atomic<int> g_first{0};               // first stop signal
+std::atomic<int> g_count{0};               // stop signals received
+std::atomic<const char*> g_what_next{""};  // the first signal's answer
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<const char*>::is_always_lock_free,
+              "signal handlers need lock-free atomics");
 
 void write_stderr(const char* text) {
   const ssize_t ignored = ::write(STDERR_FILENO, text, std::strlen(text));
@@ -25,7 +27,13 @@ void on_stop_signal(int sig) {
   int expected = 0;
   g_first.compare_exchange_strong(expected, sig);
   const int n = g_count.fetch_add(1) + 1;
-  if (n == 2) {
+  if (n == 1) {
+    write_stderr("\n[trainer] ");
+    write_stderr(StopSignals::name(sig));
+    write_stderr(" received: ");
+    write_stderr(g_what_next.load());
+    write_stderr("\n");
+  } else if (n == 2) {
     write_stderr("\n[trainer] already stopping: finishing the checkpoint; a third signal exits at once\n");
   } else if (n >= 3) {
     write_stderr("\n[trainer] third signal: exiting now; the newest committed checkpoint is intact\n");
@@ -43,9 +51,10 @@ struct StopSignals::Saved {
   struct sigaction old_pipe;
 };
 
-StopSignals::StopSignals() : saved_(new Saved) {
+StopSignals::StopSignals(const char* what_next) : saved_(new Saved) {
   g_first.store(0);
   g_count.store(0);
+  g_what_next.store(what_next);
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);

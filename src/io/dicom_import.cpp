@@ -29,7 +29,6 @@ namespace u3d {
 namespace {
 
 namespace fs = std::filesystem;
-using StructureMap = std::vector<std::pair<std::string, std::vector<std::string>>>;
 
 struct Patient {
   std::string id, name;
@@ -252,7 +251,7 @@ CaseData load_case(const PatientPlan& plan, const StructureMap& map, const Dicom
     std::string referenced_plan;
     if (o.task == Task::kDose) {
       for (const auto& m : masks) channels.push_back(m.to(torch::kFloat32));
-      labelled = plan.rtdose.has_value();
+      labelled = plan.rtdose.has_value() && !o.inputs_only;
       if (labelled) {
         int64_t outside = 0;
         const RtDose dose = read_rtdose(plan.rtdose->file);
@@ -261,7 +260,7 @@ CaseData load_case(const PatientPlan& plan, const StructureMap& map, const Dicom
         if (outside > 0) spdlog::info("import dicom: {}: {} voxels outside the RT Dose grid (dose 0)", who, outside);
       }
     } else {
-      labelled = plan.rtstruct.has_value() || !plan.segs.empty();
+      labelled = (plan.rtstruct.has_value() || !plan.segs.empty()) && !o.inputs_only;
       if (labelled) {  // the first channel of the map wins where structures overlap: painted last
         c.target = torch::zeros({depth, rows, cols}, torch::kUInt8);
         for (size_t k = masks.size(); k-- > 0;)
@@ -401,6 +400,8 @@ DicomImportSummary import_dicom(const DicomImportOptions& o, const fs::path& out
   StructureMap map;
   if (!o.structures.empty()) {
     map = read_structure_map(o.structures);
+  } else if (o.structure_map) {
+    map = *o.structure_map;
   } else {  // every structure name found, each a channel
     std::set<std::string> names;
     for (const auto& plan : plans) {

@@ -1,7 +1,9 @@
 #include "u3d/train/fault_hooks.h"
 
+#include <chrono>
 #include <csignal>
 #include <limits>
+#include <thread>
 
 namespace u3d {
 
@@ -21,6 +23,7 @@ void FaultHooks::on_batch(Batch& batch, int64_t m, int64_t global_step) {
   }
   ++micro_batches_;
   if (faults_.stop_micro.count(micro_batches_)) std::raise(SIGTERM);  // a stop mid-accumulation
+  if (faults_.slow_step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(faults_.slow_step_ms));
 }
 
 }  // namespace u3d

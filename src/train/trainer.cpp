@@ -39,7 +39,10 @@ Trainer::Trainer(Config cfg, TrainOptions options)
 Trainer::~Trainer() = default;
 
 TrainState Trainer::fit() {
-  StopSignals signals;  // SIGINT/SIGTERM/SIGHUP: finish the step, checkpoint, exit 128 + signal
+  // SIGINT/SIGTERM/SIGHUP: finish the step, checkpoint, exit 128 + signal.
+  StopSignals signals(
+      "the run stops after the current step, validation case or data case, writes a checkpoint if a step ran, "
+      "and exits; a third signal exits at once");
   run_started_ = Clock::now();
   check_run_folder();
   setup_runtime();

@@ -1,5 +1,6 @@
 // Ctrl-C is answered within half a second in the phases of training that can take long (loading the
-// data, validating; a training step ends first, as ever): a real trainer process, a real SIGINT; the
+// data, validating; inside a long training step with one line from the signal handler, the step
+// ending first, as ever): a real trainer process, a real SIGINT; the
 // usual stop line (docs/reliability.md, scenario 6; the checkpoint committed when there is one) is
 // printed within 0.5 s of the signal and the process exits 130 (LibTorch's teardown follows the
 // line: about 0.3 s more on an idle 2-core machine).
@@ -36,6 +37,30 @@ TEST_F(StopLatency, SigintDuringValidationEndsTheRunWithinHalfASecond) {
   EXPECT_LT(seconds, 0.5) << p.output();  // the checkpoint committed and named
   EXPECT_EQ(p.wait(/*timeout_seconds=*/10), 130) << p.output();
   EXPECT_TRUE(test::contains(p.output(), "20/20 [")) << "the status line reached N/N\n" << p.output();
+}
+
+// A SIGINT inside a training step of 3 s (the slow_step fault, deaf to signals as a long GPU step is):
+// answered at once, from the signal handler, with what happens next; the step then ends, its
+// checkpoint is written and the run exits 130, seconds later.
+TEST_F(StopLatency, SigintInsideALongTrainingStepIsAnsweredAtOnce) {
+  config("s", {{"training.epochs", "1"}, {"training.steps_per_epoch", "3"}});
+  test::ProcessOptions slow;
+  slow.env["U3D_TEST_FAULTS"] = "slow_step@3000";
+  TrainerProcess p({"--config", "s.yaml"}, dir.path(), slow);
+  ASSERT_TRUE(p.wait_until([&] { return test::contains(p.output(), "training step: "); })) << p.output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // inside the first step's 3 s
+  const auto signalled = Clock::now();
+  p.signal(SIGINT);
+  ASSERT_TRUE(p.wait_until([&] {
+    return test::contains(p.output(), "[trainer] SIGINT received: the run stops after the current step");
+  })) << p.output();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - signalled).count(), 0.5) << p.output();
+  ASSERT_TRUE(p.wait_until([&] { return test::contains(p.output(), "stopped by SIGINT at epoch 1 step 1"); }))
+      << p.output();
+  EXPECT_GT(std::chrono::duration<double>(Clock::now() - signalled).count(), 1.5)
+      << "the answer came while the step still ran\n"
+      << p.output();
+  EXPECT_EQ(p.wait(/*timeout_seconds=*/10), 130) << p.output();
 }
 
 // A SIGINT while the cases load (60 cases of 48^3: seconds of reading on one thread): the load ends

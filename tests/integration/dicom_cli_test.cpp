@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -369,6 +370,43 @@ TEST_F(DicomCli, PredictedDoseGoesBackAsAnRtDoseOnTheSourceCt) {
   EXPECT_GT(predicted.max().item<double>(), 0);
   EXPECT_LE((read - predicted.clamp_min(0)).abs().max().item<double>(),
             scaling + 1e-6 * predicted.abs().max().item<double>());
+}
+
+// `trainer predict -i EXPORT -o OUT --run RUN` on a planning system's export folder, with no import and
+// no config: an RT Dose per patient, equal to --predict-only's for the same case and referencing its plan.
+TEST_F(DicomCli, PredictIOnAnExportFolderWritesAnRtDosePerPatient) {
+  write("export", "P1");
+  write("export", "P2");
+  ASSERT_EQ(trainer({"import", "dicom", "--source", "export", "--out", "x.h5", "--val-fraction", "0.5"}).exit_code, 0);
+  ASSERT_NO_FATAL_FAILURE(train_one_step_and_predict("rt"));
+  const auto r = trainer({"predict", "-i", "export", "-o", "out", "--run", "runs/rt", "--checkpoint", "last"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::string> written;
+  for (const auto& e : fs::directory_iterator(dir / "out")) written.push_back(e.path().filename().string());
+  std::sort(written.begin(), written.end());
+  EXPECT_EQ(written, (std::vector<std::string>{"P1.dcm", "P2.dcm"}));
+  const std::string id = DatasetReader((dir / "x.h5").string()).split("val").at(0);
+  const auto read = [&](const fs::path& rtdose, const std::string& tag) {
+    const std::string cmd = python_->string() + " " + (test::source_dir() / "tests/python/read_rtdose.py").string() +
+                            " " + rtdose.string() + " " + (dir / "export" / id / "ct" / "ct_000.dcm").string() + " " +
+                            (dir / (tag + ".f32")).string() + " > " + (dir / (tag + ".json")).string();
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    return nlohmann::json::parse(test::read_text(dir / (tag + ".json")));
+  };
+  const auto a = read(dir / "out" / (id + ".dcm"), "raw");
+  const auto b = read(dir / "runs" / "rt" / "predictions" / "val" / (id + ".dcm"), "config");
+  EXPECT_TRUE(a["same_study"].get<bool>() && a["same_frame_of_reference"].get<bool>()) << a;
+  for (const char* key : {"position", "orientation", "pixel_spacing", "offsets", "shape", "scaling"}) {
+    EXPECT_EQ(a[key], b[key]) << key;
+  }
+  EXPECT_EQ(test::read_text(dir / "raw.f32"), test::read_text(dir / "config.f32"));  // the same dose, bit for bit
+  EXPECT_EQ(a["referenced_plan"], case_attribute("x.h5", id, "source_rtplan_uid"));
+  // A dose run's raw inputs are a DICOM export: NIfTI files are refused in one line.
+  fs::create_directories(dir / "nifti");
+  test::write_text(dir / "nifti" / "c_0000.nii.gz", "");
+  const auto n = trainer({"predict", "-i", "nifti", "-o", "out2", "--run", "runs/rt"});
+  EXPECT_EQ(n.exit_code, 2) << n.output;
+  EXPECT_NE(n.output.find("is a dose run; its raw inputs are a DICOM export folder"), std::string::npos) << n.output;
 }
 
 // Labels back to DICOM: a sphere with a hollow core (a hole in its middle slices) and a second

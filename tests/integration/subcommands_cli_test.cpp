@@ -97,7 +97,8 @@ TEST_F(Subcommands, MixedFormsAreOneLineUsageErrors) {
   expect_usage_error(trainer({"train"}), "--config is required");
   expect_usage_error(trainer({"train", "-c", "a.yaml", "--predict-only"}), "--predict-only");
   expect_usage_error(trainer({"predict", "-c", "a.yaml", "-i", "imgs"}), "go with predict -c");
-  expect_usage_error(trainer({"predict", "-c", "a.yaml", "-o", "out"}), "-o, --device and --force go with -i");
+  expect_usage_error(trainer({"predict", "-c", "a.yaml", "-o", "out"}),
+                     "-o, --device, --force and --structures go with -i");
   expect_usage_error(trainer({"predict", "--run", "runs/a"}), "--run and --model need -i");
   expect_usage_error(trainer({"benchmark", "tea", "-c", "a.yaml"}), "'tea': expected one of step, data");
   expect_usage_error(trainer({"train", "-c", "a.yaml", "-v", "-q"}), "--verbose and --quiet cannot be combined");

@@ -65,6 +65,7 @@ struct PredictFilesCommand {
   std::string fold;                 // --fold N|all; "": the run, or every fold of an experiment
   std::string device;               // --device auto|cpu|cuda; "": the run's training.device
   bool force = false;               // --force: replace a non-empty OUT
+  std::string structures;           // --structures map.yaml for DICOM inputs; "": the run's names
 };
 int predict_files_command(const PredictFilesCommand& cmd);
 

@@ -9,6 +9,8 @@
 //                          (training.accumulate_steps; counted from 1 over the process): a stop
 //                          signal in the middle of an accumulated step
 //   slow_val@MS            MS ms before each validation case (to signal a run inside validation)
+//   slow_step@MS           MS ms of sleep, deaf to signals, as each micro-batch is drawn: a training
+//                          step that takes long (a large patch on a slow device)
 //   checkpoint_delay@MS    MS ms after each 64 KiB of a checkpoint write and between its protocol
 //                          steps (to kill a process inside a write)
 //   sampler_case@ID        filling a sample from case ID fails with a DataError
@@ -32,12 +34,13 @@ struct TestFaults {
   std::set<int64_t> nan_batch, inf_grad, nan_val;  // global steps (from 1) / epochs
   std::set<int64_t> stop_micro;                    // micro-batches drawn by the process (from 1)
   int64_t slow_val_ms = 0;
+  int64_t slow_step_ms = 0;
   int64_t checkpoint_delay_ms = 0;
   std::string sampler_case;
 
   bool any() const {
     return kFaultInjection && (!nan_batch.empty() || !inf_grad.empty() || !nan_val.empty() || !stop_micro.empty() ||
-                               slow_val_ms > 0 || checkpoint_delay_ms > 0 || !sampler_case.empty());
+                               slow_val_ms > 0 || slow_step_ms > 0 || checkpoint_delay_ms > 0 || !sampler_case.empty());
   }
   // The set U3D_TEST_FAULTS describes now (empty when unset or compiled out); logs a warning once
   // per process when it is active.

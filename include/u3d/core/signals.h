@@ -4,7 +4,9 @@
 //   ... after each training step:
 //   if (int sig = StopSignals::pending()) { write a checkpoint; return 128 + sig; }
 //
-// The first signal only records itself: the training loop finishes its step, writes a checkpoint,
+// The first signal is answered at once, from the handler itself, with one line on stderr saying what
+// happens next ("[trainer] SIGINT received: <what_next>"), then recorded: the training loop finishes
+// its step, writes a checkpoint,
 // flushes metrics.csv and the log, and the process exits with 128 + signal (130 for SIGINT, 143
 // for SIGTERM, 129 for SIGHUP). A second signal prints a note on stderr and changes nothing (the
 // checkpoint being written is committed atomically either way). A third exits at once with
@@ -25,7 +27,8 @@ namespace u3d {
 
 class StopSignals {
  public:
-  StopSignals();
+  // what_next: the first signal's answer; a string literal (kept, not copied).
+  explicit StopSignals(const char* what_next = "stopping before the next case; partial outputs are removed");
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;

@@ -20,6 +20,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,16 +28,21 @@
 
 namespace u3d {
 
+// The structure map: target channel -> the names planners type for it, in the file's order.
+using StructureMap = std::vector<std::pair<std::string, std::vector<std::string>>>;
+
 struct DicomImportOptions {
-  std::filesystem::path source;      // folder tree of DICOM files (non-DICOM files are skipped)
-  Task task = Task::kDose;           // dose | segmentation
-  std::filesystem::path structures;  // YAML structure map; empty: every structure name found
-  std::string series;                // SeriesInstanceUID of the image series to import; "": the rule above
-  bool skip_bad = false;             // a bad patient is one warning line and left out (else the import stops)
-  bool anonymize = false;            // case ids case_000, ... (sorted by PatientID); no names or paths written
-  double val_fraction = 0.2;         // share of labelled cases in split 'val'
-  uint64_t seed = 0;                 // which cases go to 'val'
-  int compression_level = 4;         // gzip level of the output
+  std::filesystem::path source;               // folder tree of DICOM files (non-DICOM files are skipped)
+  Task task = Task::kDose;                    // dose | segmentation
+  std::filesystem::path structures;           // YAML structure map; empty: structure_map, else every name found
+  std::optional<StructureMap> structure_map;  // the map itself when `structures` is empty (a run's channels)
+  bool inputs_only = false;                   // prediction inputs: no target read, every case in split 'test'
+  std::string series;                         // SeriesInstanceUID of the image series to import; "": the rule above
+  bool skip_bad = false;                      // a bad patient is one warning line and left out (else the import stops)
+  bool anonymize = false;                     // case ids case_000, ... (sorted by PatientID); no names or paths written
+  double val_fraction = 0.2;                  // share of labelled cases in split 'val'
+  uint64_t seed = 0;                          // which cases go to 'val'
+  int compression_level = 4;                  // gzip level of the output
 };
 
 struct DicomImportSummary {
@@ -45,9 +51,9 @@ struct DicomImportSummary {
   std::vector<std::string> channels;
 };
 
-// The structure map: target channel -> the names planners type for it, in the file's order.
-// ConfigError naming the file for anything but a map of names to a name or a list of names.
-std::vector<std::pair<std::string, std::vector<std::string>>> read_structure_map(const std::filesystem::path& file);
+// The structure map of a YAML file; ConfigError naming the file for anything but a map of names to a
+// name or a list of names.
+StructureMap read_structure_map(const std::filesystem::path& file);
 
 // DataError "patient <id>, series <uid>: <what is wrong>" for a bad patient (without skip_bad), or
 // when no patient is left; the output is staged and appears only complete.

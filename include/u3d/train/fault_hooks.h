@@ -28,7 +28,7 @@ class FaultHooks {
   void arm(TrainStep& step, const TrainState& state) const;
   // Micro-batch `m` of the step that will be global step `global_step`, just drawn: nan_batch@N
   // puts a NaN in its first micro-batch's image (a copy); stop_micro@N sends SIGTERM when the
-  // process draws its Nth micro-batch.
+  // process draws its Nth micro-batch; slow_step@MS sleeps MS ms (signals do not cut it short).
   void on_batch(Batch& batch, int64_t m, int64_t global_step);
 
  private:

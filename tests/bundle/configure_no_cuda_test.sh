@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# ctest configure.without_system_cuda (label integration): a fresh CMake configure of this source tree
+# with every system CUDA toolkit hidden succeeds, without warnings, on the CUDA 13.0 compiler and
+# headers that scripts/setup.sh installs from PyPI into the torch venv (cmake/U3dTorch.cmake). Hidden
+# in a private mount namespace: /usr/local/cuda* and /usr/lib/nvidia-cuda-toolkit covered by empty
+# folders, each nvcc on PATH (and /usr/local/bin, /usr/bin) by /dev/null, CUDA_HOME, CUDA_PATH,
+# CUDACXX and CUDAToolkit_ROOT unset. Skipped (77) where no mount namespace can be made (not root).
+#   tests/bundle/configure_no_cuda_test.sh SOURCE_DIR TORCH_VENV
+set -euo pipefail
+SRC="$(cd "$1" && pwd)"
+VENV="${2:-}"
+[ -n "$VENV" ] && [ -x "$VENV/bin/python" ] || { echo "SKIP: no torch venv ($VENV)"; exit 77; }
+if ! ls "$VENV"/lib/python3*/site-packages/nvidia/cu13/bin/nvcc > /dev/null 2>&1; then
+  echo "FAIL: no nvcc from PyPI in $VENV (scripts/setup.sh installs nvidia-cuda-nvcc there)"
+  exit 1
+fi
+unshare -m --propagation private true 2> /dev/null || { echo "SKIP: no private mount namespace here (needs root)"; exit 77; }
+T="$(mktemp -d "${TMPDIR:-/tmp}/u3d-configure-no-cuda-XXXXXX")"
+trap 'rm -rf "$T"' EXIT
+cat > "$T/hidden.sh" << 'SH'
+set -eu
+for d in /usr/local/cuda* /usr/lib/nvidia-cuda-toolkit; do
+  if [ -d "$d" ] && [ ! -L "$d" ]; then mount -t tmpfs none "$d"; fi
+done
+for p in $(echo "$PATH" | tr ':' ' ') /usr/local/bin /usr/bin; do
+  if [ -f "$p/nvcc" ]; then mount --bind /dev/null "$p/nvcc"; fi
+done
+if command -v nvcc > /dev/null 2>&1 && [ -x "$(command -v nvcc)" ]; then
+  echo "FAIL: nvcc still found at $(command -v nvcc) after hiding"
+  exit 1
+fi
+exec env -u CUDA_HOME -u CUDA_PATH -u CUDACXX -u CUDAToolkit_ROOT "$@"
+SH
+rc=0
+unshare -m --propagation private bash "$T/hidden.sh" cmake -S "$SRC" -B "$T/build" -G Ninja \
+  -DCMAKE_BUILD_TYPE=Release -DU3D_TORCH_VENV="$VENV" > "$T/log" 2>&1 || rc=$?
+[ "$rc" = 0 ] || { cat "$T/log"; echo "FAIL: configure without a system CUDA toolkit: exit $rc"; exit 1; }
+if grep -n -A8 "CMake Warning" "$T/log"; then
+  echo "FAIL: the configure printed the warnings above"
+  exit 1
+fi
+grep -q "using the CUDA compiler and headers from PyPI" "$T/log" || { cat "$T/log"; echo "FAIL: PyPI's CUDA not used"; exit 1; }
+grep "^CMAKE_CUDA_COMPILER:" "$T/build/CMakeCache.txt"
+echo "PASS: configured without a system CUDA toolkit, on the venv's PyPI CUDA compiler"
