@@ -52,7 +52,7 @@ if [ "$MODE" = download ]; then
   . /etc/os-release
   echo "$PRETTY_NAME $(dpkg --print-architecture)" > "$DIR/debs/RELEASE"
   log "done: copy $DIR to the offline machine (same release: $PRETTY_NAME) and run scripts/setup.sh --offline DIR"
-  log "LibTorch there: U3D_TORCH_PYTHON=python3 (an installed torch $TORCH_VERSION), or wheels: pip download torch==$TORCH_VERSION tensorboard==2.21.0 safetensors==0.8.0 onnx==1.23.2 onnxscript==0.7.2 pydicom==3.0.2 rt-utils==1.2.7 highdicom==0.28.2 pillow==11.3.0 tifffile==2025.6.11 wheel==0.45.1 nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-cccl==13.0.85 -d $DIR/wheels"
+  log "LibTorch there: U3D_TORCH_PYTHON=python3 (an installed torch $TORCH_VERSION), or wheels: pip download torch==$TORCH_VERSION tensorboard==2.21.0 safetensors==0.8.0 onnx==1.23.2 onnxscript==0.7.2 pydicom==3.0.2 rt-utils==1.2.7 highdicom==0.28.2 pillow==11.3.0 tifffile==2025.6.11 nibabel==5.4.2 wheel==0.45.1 nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-cccl==13.0.85 -d $DIR/wheels"
   exit 0
 fi
 
@@ -113,10 +113,11 @@ fi
 # scripts/python/): TensorBoard's reader, safetensors, ONNX and its exporter's onnxscript.
 # The DICOM tests (tests/python/write_dicom.py) write their files with pydicom, rt-utils and highdicom
 # (DICOM SEG); the 2D image
-# tests (tests/python/write_slices.py) their PNG and TIFF slices with Pillow and tifffile.
+# tests (tests/python/write_slices.py) their PNG and TIFF slices with Pillow and tifffile; the golden
+# nnU-Net plans' phantoms (tests/python/nnunet_phantoms.py) are NIfTI written by nibabel.
 PY_PACKAGES=(tensorboard==2.21.0 safetensors==0.8.0 onnx==1.23.2 onnxscript==0.7.2 pydicom==3.0.2 rt-utils==1.2.7
-  highdicom==0.28.2 pillow==11.3.0 tifffile==2025.6.11)
-if ! "$VENV/bin/python" -c "import tensorboard, safetensors, onnx, onnxscript, pydicom, rt_utils, highdicom, PIL, tifffile" 2>/dev/null; then
+  highdicom==0.28.2 pillow==11.3.0 tifffile==2025.6.11 nibabel==5.4.2)
+if ! "$VENV/bin/python" -c "import tensorboard, safetensors, onnx, onnxscript, pydicom, rt_utils, highdicom, PIL, tifffile, nibabel" 2>/dev/null; then
   pip_src=()
   if [ "$MODE" = offline ]; then pip_src=(--no-index --find-links "$DIR/wheels"); fi
   log "installing ${PY_PACKAGES[*]} into $VENV"

@@ -68,6 +68,10 @@ std::optional<std::vector<double>> parse_double_list(std::string_view text, std:
   return parse_list<double>(text, separators, parse_double);
 }
 
+bool ends_with(std::string_view text, std::string_view suffix) {
+  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
+}
+
 std::string to_lower(std::string_view text) {
   std::string out(text);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

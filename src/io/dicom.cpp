@@ -104,11 +104,6 @@ std::vector<double> required(DcmItem& item, const DcmTagKey& tag, size_t n, cons
   return v;
 }
 
-Vec3 cross(const Vec3& a, const Vec3& b) {
-  return {a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]};
-}
-double dot(const Vec3& a, const Vec3& b) { return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]; }
-
 void orientation(DcmItem& item, const std::string& what, Vec3& row, Vec3& col, Vec3& normal) {
   const auto o = required(item, DCM_ImageOrientationPatient, 6, what, "ImageOrientationPatient");
   row = {o[0], o[1], o[2]};

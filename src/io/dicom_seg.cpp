@@ -19,8 +19,6 @@ using dicom_detail::text;
 
 constexpr const char* kSegStorage = "1.2.840.10008.5.1.4.1.1.66.4";
 
-double dot(const Vec3& a, const Vec3& b) { return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]; }
-
 // `tag` inside the first item of functional group `group`: the frame's own group, else the shared one.
 std::vector<double> group_value(DcmItem* frame, DcmItem* shared, const DcmTagKey& group, const DcmTagKey& tag) {
   for (DcmItem* fg : {frame, shared}) {

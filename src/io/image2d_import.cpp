@@ -18,6 +18,7 @@
 #include "u3d/core/output_guard.h"
 #include "u3d/core/parallel.h"
 #include "u3d/core/staged_folder.h"
+#include "u3d/core/text.h"
 #include "u3d/io/image2d.h"
 #include "u3d/io/nifti.h"
 #include "u3d/io/tiff.h"
@@ -37,8 +38,9 @@ struct SliceCase {
   std::vector<Slice> slices;  // natural order of the stems
 };
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return !tail.empty() && s.size() > tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+// A mask's stem: longer than a non-empty mask suffix it ends with.
+bool has_mask_suffix(const std::string& stem, const std::string& suffix) {
+  return !suffix.empty() && stem.size() > suffix.size() && ends_with(stem, suffix);
 }
 
 // Image files of `dir` (not hidden) by stem; DataError for a missing folder or two files of one stem.
@@ -58,7 +60,7 @@ std::vector<Slice> pair_slices(const ImagesImportOptions& o) {
   std::map<std::string, fs::path> images = image_files_in(o.images), masks;
   if (beside) {
     for (auto it = images.begin(); it != images.end();) {
-      if (ends_with(it->first, o.mask_suffix)) {
+      if (has_mask_suffix(it->first, o.mask_suffix)) {
         masks.emplace(it->first.substr(0, it->first.size() - o.mask_suffix.size()), it->second);
         it = images.erase(it);
       } else {
@@ -68,7 +70,7 @@ std::vector<Slice> pair_slices(const ImagesImportOptions& o) {
   } else {
     for (const auto& [stem, path] : image_files_in(o.labels)) {
       const std::string key =
-          ends_with(stem, o.mask_suffix) ? stem.substr(0, stem.size() - o.mask_suffix.size()) : stem;
+          has_mask_suffix(stem, o.mask_suffix) ? stem.substr(0, stem.size() - o.mask_suffix.size()) : stem;
       const auto [it, added] = masks.emplace(key, path);
       if (!added) {
         throw DataError(

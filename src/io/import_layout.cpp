@@ -16,10 +16,6 @@ namespace u3d {
 namespace import_detail {
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 std::vector<fs::path> nifti_files_in(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw DataError(fmt::format("{}: folder not found", dir.string()));

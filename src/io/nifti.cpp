@@ -12,6 +12,7 @@
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/core/input_limits.h"
+#include "u3d/core/text.h"
 
 namespace u3d {
 namespace {
@@ -28,10 +29,6 @@ struct NimFree {
   }
 };
 using NimPtr = std::unique_ptr<nifti_image, NimFree>;
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 std::string ending_of(const std::filesystem::path& path) {
   return ends_with(path.filename().string(), ".nii.gz") ? ".nii.gz" : ".nii";

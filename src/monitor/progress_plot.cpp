@@ -18,7 +18,7 @@
 namespace u3d {
 namespace {
 
-constexpr double kNaN = NAN, kPi = 3.14159265358979323846;
+constexpr double kNoValue = NAN, kPi = 3.14159265358979323846;
 
 struct SeriesInfo {
   const char* column;
@@ -233,7 +233,7 @@ struct PanelSpec {
   std::string missing;                       // said when the table has none of the panel's columns
   bool from_zero = false, log_left = false;  // both axes from 0; a log left axis when its data span >= 10x
   double right_label_scale = 1;              // 100: the right axis in percent
-  double best_epoch = kNaN;                  // a dashed line there when finite
+  double best_epoch = kNoValue;              // a dashed line there when finite
 };
 
 // The legend of `p` in one row above `r`, from its left edge; a smaller font when it would not fit.

@@ -25,6 +25,8 @@ std::optional<std::vector<int64_t>> parse_int_list(std::string_view text, std::s
 std::optional<std::vector<double>> parse_double_list(std::string_view text, std::string_view separators = ",");
 // `text` with ASCII letters in lower case (file extensions, names matched without case).
 std::string to_lower(std::string_view text);
+// Whether `text` ends with `suffix` (C++20's ends_with; an empty suffix: true).
+bool ends_with(std::string_view text, std::string_view suffix);
 // `text` as a JSON string literal, quotes included (", \ and control characters escaped; nlohmann-json).
 std::string json_string(const std::string& text);
 

@@ -21,6 +21,10 @@
 namespace u3d {
 
 using Vec3 = std::array<double, 3>;
+inline double dot(const Vec3& a, const Vec3& b) { return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]; }
+inline Vec3 cross(const Vec3& a, const Vec3& b) {
+  return {a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]};
+}
 
 // What grouping needs of a file: read up to the pixel data. std::nullopt for a file that is not DICOM
 // (no preamble and no parsable data set) or has no SOP Class UID.

@@ -28,5 +28,13 @@ TEST(Text, NumbersAreParsedStrictly) {
   EXPECT_FALSE(parse_double_list("0.5,x"));
 }
 
+TEST(Text, EndsWithComparesTheTail) {
+  EXPECT_TRUE(ends_with("case_0000.nii.gz", ".nii.gz"));
+  EXPECT_FALSE(ends_with("case_0000.nii", ".nii.gz"));
+  EXPECT_TRUE(ends_with("x", ""));
+  EXPECT_FALSE(ends_with("gz", ".nii.gz"));  // shorter than the suffix
+  EXPECT_TRUE(ends_with(".nii", ".nii"));
+}
+
 }  // namespace
 }  // namespace u3d
