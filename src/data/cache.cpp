@@ -19,6 +19,7 @@
 #include "u3d/core/parallel.h"
 #include "u3d/core/run.h"
 #include "u3d/core/signals.h"
+#include "u3d/core/text.h"
 
 namespace u3d {
 namespace {
@@ -133,13 +134,26 @@ Shape3 TensorCache::min_shape() const {
   return s;
 }
 
-StackedCache TensorCache::stack_shared(const LabelMapFn& label_maps, CachePlacement placement) {
+StackedCache TensorCache::stack_shared(const LabelMapFn& label_maps, CachePlacement placement, const Shape3& pad_to) {
   CacheOptions options;
   options.label_maps = label_maps;
   options.placement = placement;
-  StackedCache s = StackedCache::from_cases(cases_, options, /*keep_float32=*/true);
+  std::vector<CachedCase> stacked = cases_;  // the same tensors, but padded copies of small cases
+  std::vector<bool> padded(stacked.size(), false);
+  for (size_t i = 0; i < stacked.size(); ++i) {
+    CachedCase& c = stacked[i];
+    const auto sizes = c.image.sizes();
+    padded[i] = sizes[1] < pad_to[0] || sizes[2] < pad_to[1] || sizes[3] < pad_to[2];
+    if (!padded[i]) continue;
+    c.image = cache_detail::pad_centred(c.image, pad_to, 0.0).contiguous();
+    for (torch::Tensor* t : {&c.target, &c.mask, &c.raw_target}) {
+      if (t->defined()) *t = cache_detail::pad_centred(*t, pad_to, 0.0).contiguous();
+    }
+  }
+  StackedCache s = StackedCache::from_cases(stacked, options, /*keep_float32=*/true);
   const CacheField& image = s.image_fields().front();
   for (int64_t i = 0; i < size(); ++i) {
+    if (padded[static_cast<size_t>(i)]) continue;  // stacked as a padded copy: the case keeps its own
     CachedCase& c = cases_[static_cast<size_t>(i)];
     c.image = s.view(image, i);  // (C, D, H, W) float32
     if (c.target.defined()) {
@@ -299,6 +313,7 @@ StackedCache StackedCache::load(const DatasetReader& reader, const std::vector<s
   const CaseSource read = source_or_reader(reader, options.read);
   std::vector<CompactCase> cases(ids.size());
   cases[0] = compact_case(read, ids[0], pre, options.float16);  // read once: kept for the arena
+  pad_case(cases[0], options.pad_to);
   add_label_maps(cases[0], options.label_maps);
   const int64_t estimate = estimate_from(cases[0], reader, ids, options.float16);
   CachePlacement placement = resolve_placement(options.placement, options.gpu_share, options.device, estimate);
@@ -331,8 +346,16 @@ StackedCache StackedCache::load(const DatasetReader& reader, const std::vector<s
   parallel_items(static_cast<int64_t>(ids.size()) - 1, options.threads, [&](int64_t k) {
     const size_t i = static_cast<size_t>(k) + 1;
     cases[i] = compact_case(read, ids[i], pre, options.float16);
+    pad_case(cases[i], options.pad_to);
     add_label_maps(cases[i], options.label_maps);
   });
+  const int64_t padded = std::count_if(cases.begin(), cases.end(), [](const CompactCase& c) { return c.padded; });
+  if (padded > 0) {
+    spdlog::info(
+        "data.cache: {} of {} cases are smaller than the patch {} on an axis: padded up to it, centred "
+        "(images with 0 once normalised, targets and masks with 0), as nnU-Net pads them",
+        padded, ids.size(), shape_text(std::vector<int64_t>(options.pad_to.begin(), options.pad_to.end())));
+  }
   double reading = 0, maps = 0;
   for (const auto& c : cases) {
     reading += c.read_seconds;

@@ -1,5 +1,6 @@
 #include "compact_case.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -82,6 +83,35 @@ CompactCase compact_case(const CaseSource& read, const std::string& id, const Pr
   }
   if (raw.mask.defined()) c.mask = raw.mask.to(torch::kUInt8);
   return c;
+}
+
+torch::Tensor pad_centred(const torch::Tensor& t, const Shape3& to, double value) {
+  const int64_t n = t.dim();
+  std::vector<int64_t> pad;  // constant_pad_nd: last axis first, (before, after) each
+  bool any = false;
+  for (int a = 2; a >= 0; --a) {
+    const int64_t need = std::max<int64_t>(0, to[a] - t.size(n - 3 + a));
+    pad.push_back(need / 2);
+    pad.push_back(need - need / 2);
+    any = any || need > 0;
+  }
+  return any ? torch::constant_pad_nd(t, pad, value) : t;
+}
+
+void pad_case(CompactCase& c, const Shape3& to) {
+  if (c.shape[0] >= to[0] && c.shape[1] >= to[1] && c.shape[2] >= to[2]) return;
+  for (size_t ch = 0; ch < c.channels.size(); ++ch) {
+    double value = c.sub[ch];
+    if (c.kinds[ch] != kCompactFloat) {  // the nearest value the channel's integer storage holds
+      const double hi = c.kinds[ch] == kCompactUInt8 ? 255 : 32767, lo = c.kinds[ch] == kCompactUInt8 ? 0 : -32768;
+      value = std::min(hi, std::max(lo, std::round(value)));
+    }
+    c.channels[ch] = pad_centred(c.channels[ch], to, value).contiguous();
+  }
+  if (c.target.defined()) c.target = pad_centred(c.target, to, 0.0).contiguous();
+  if (c.mask.defined()) c.mask = pad_centred(c.mask, to, 0.0).contiguous();
+  for (int a = 0; a < 3; ++a) c.shape[a] = std::max(c.shape[a], to[a]);
+  c.padded = true;
 }
 
 void add_label_maps(CompactCase& c, const LabelMapFn& make) {

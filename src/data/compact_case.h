@@ -28,6 +28,7 @@ struct CompactCase {
   double target_sum = 0, target_count = 0;
   double read_seconds = 0;  // HDF5 read and decompression
   double maps_seconds = 0;  // add_label_maps
+  bool padded = false;      // pad_case made it larger
 };
 
 // The smallest exact kind for `x` ((D, H, W) float32, contiguous): whole numbers in [0, 255] or
@@ -44,6 +45,16 @@ CompactCase compact_case(const CaseSource& read, const std::string& id, const Pr
 // Adds the ground-truth maps of c's labels (c.target uint8) through `make`; nothing when `make` is
 // empty or c has no labels. Errors name the case.
 void add_label_maps(CompactCase& c, const LabelMapFn& make);
+
+// `t` (..., D, H, W) padded with `value` up to `to` on each axis where it is smaller, centred (half the
+// padding before, the rest after), as nnU-Net pads cases smaller than the patch; `t` itself when no
+// axis is smaller.
+torch::Tensor pad_centred(const torch::Tensor& t, const Shape3& to, double value);
+// c padded up to `to` (pad_centred): each image channel with its normalisation offset `sub` (about 0
+// once normalised; nnU-Net pads normalised images with 0), the target and the mask with 0
+// (background; no loss where a mask exists); c.padded is then set. The target's mean (target_sum)
+// counts the case's own voxels.
+void pad_case(CompactCase& c, const Shape3& to);
 
 inline int64_t voxels(const Shape3& s) { return s[0] * s[1] * s[2]; }
 // "GPU memory", "page-locked RAM", "RAM" (messages; cache_placement.cpp).

@@ -108,30 +108,30 @@ Plan plan_at(const DatasetFingerprint& fp, const std::array<double, 3>& spacing,
     return estimate_step_bytes(m, plan.in_channels, plan.out_channels, p, batch, kActivationBytes, states, loss);
   };
   // nnU-Net's topology (plan/topology.h) at the spacing of the grid trained on (as stored: the cases'
-  // median spacing); the patch at most the median shape and the smallest case (the sampler refuses a
-  // larger patch: nnU-Net pads it up instead), rounded down to the topology's divisor per axis.
+  // median spacing), found for the patch at most the median shape, which is then padded up to the
+  // topology's divisor per axis as nnU-Net does: the patch may exceed the median and the smallest case
+  // (the cache pads such cases, data/cache.h).
   const std::array<double, 3> grid = stored ? fp.median_spacing : spacing;
   auto round_patch = [&](const std::array<double, 3>& want, Topology* topology) {
     Shape3 p{};
     for (int a = 0; a < 3; ++a) {
-      p[a] = std::max<int64_t>(
-          1, std::min({static_cast<int64_t>(std::llround(want[a])), plan.median_shape[a], smallest[a]}));
+      p[a] = std::max<int64_t>(1, std::min(static_cast<int64_t>(std::llround(want[a])), plan.median_shape[a]));
     }
-    Topology t = topology_for(plan, grid, p);
-    for (int pass = 0; pass < 4; ++pass) {  // rounding down may change the topology: until it divides
-      bool divides = true;
-      for (int a = 0; a < 3; ++a) divides = divides && p[a] % t.divisor[a] == 0;
-      if (divides) break;
-      for (int a = 0; a < 3; ++a) p[a] = std::max(t.divisor[a], p[a] / t.divisor[a] * t.divisor[a]);
-      t = topology_for(plan, grid, p);
-    }
-    for (int a = 0; a < 3; ++a) p[a] = std::max(t.divisor[a], p[a] / t.divisor[a] * t.divisor[a]);
+    const Topology t = topology_for(plan, grid, p);
+    for (int a = 0; a < 3; ++a) p[a] = (p[a] + t.divisor[a] - 1) / t.divisor[a] * t.divisor[a];
     *topology = t;
     return p;
   };
+  // nnU-Net's start: a patch of 256^3 voxels' volume, isotropic in millimetres, at most the median shape.
   std::array<double, 3> want{};
-  for (int a = 0; a < 3; ++a) want[a] = static_cast<double>(plan.median_shape[a]);
+  double inverse = 1;
+  for (int a = 0; a < 3; ++a) inverse *= 1.0 / grid[a];
+  for (int a = 0; a < 3; ++a) {
+    want[a] = std::min(static_cast<double>(plan.median_shape[a]),
+                       std::round(1.0 / grid[a] * std::cbrt(256.0 * 256.0 * 256.0 / inverse)));
+  }
   if (plan.slice_axis >= 0) {
+    for (int a = 0; a < 3; ++a) want[a] = static_cast<double>(plan.median_shape[a]);
     // nnU-Net's 2d: the in-plane patch starts at 2048^2 voxels in the spacings' aspect ratio, at most
     // the median in-plane shape; one voxel on the slice axis.
     double area = 1;
@@ -164,6 +164,7 @@ Plan plan_at(const DatasetFingerprint& fp, const std::array<double, 3>& spacing,
     }
     for (int a = 0; a < 3; ++a) want[a] = static_cast<double>(p[a]);
     want[best] = static_cast<double>(std::max<int64_t>(1, p[best] - topology.divisor[best]));
+    for (int a = 0; a < 3; ++a) want[a] = std::min(want[a], static_cast<double>(plan.median_shape[a]));
     p = round_patch(want, &topology);
     shrunk = true;
   }
@@ -171,8 +172,8 @@ Plan plan_at(const DatasetFingerprint& fp, const std::array<double, 3>& spacing,
   plan.strides = topology.strides;
   plan.kernels = topology.kernels;
   // Batch: as many as fit, capped by the share of the dataset's voxels.
-  const int64_t cap = std::max<int64_t>(
-      2, static_cast<int64_t>(kBatchVoxelShare * static_cast<double>(total) / static_cast<double>(voxels(plan.patch))));
+  const int64_t cap = std::max<int64_t>(  // rounded as nnU-Net rounds it
+      2, std::llround(kBatchVoxelShare * static_cast<double>(total) / static_cast<double>(voxels(plan.patch))));
   // The cost grows with the batch: doubling steps, then bisection (few measurements when measuring on
   // the GPU; a 2D patch may allow hundreds).
   int64_t fits = 2, fails = cap + 1, stride = 1;
@@ -205,7 +206,8 @@ Plan plan_at(const DatasetFingerprint& fp, const std::array<double, 3>& spacing,
       shrunk ? fmt::format("largest that fits {} with batch 2 ({}), median shape {}", budget, peak,
                            flow_list(plan.median_shape))
              : fmt::format(
-                   "the median shape {} (rounded down to the strides' product, at most the smallest case {}); fits {}",
+                   "the median shape {} or less (256^3 voxels isotropic in mm, nnU-Net's start), padded up to the "
+                   "strides' product (smaller cases are padded; smallest {}); fits {}",
                    flow_list(plan.median_shape), flow_list(smallest), budget);
   plan.reasons["data.batch_size"] =
       plan.batch + 1 > cap ? fmt::format("capped: {} x patch voxels <= 5% of the dataset's {} voxels (at least 2); {}",

@@ -67,6 +67,7 @@ void TrainData::load(const ResolvedConfig& rc, const DatasetReader& reader, cons
   cache_options.threads = loading_threads(cfg);  // one per core: nothing else runs yet
   cache_options.gpu_share = cfg.data.gpu_cache_share;
   cache_options.label_maps = truth_map_maker(truth_map_options(cfg, rc.info));
+  cache_options.pad_to = sampler_options(cfg, pre_->channel_names()).patch;  // nnU-Net pads small cases
   train_cache_ = std::make_unique<StackedCache>(StackedCache::load(reader, rc.train_ids, *pre_, cache_options));
   if (!train_cache_->has_targets()) {
     throw DataError(fmt::format("{}: split '{}' has cases without a target; training needs targets", cfg.data.path,
@@ -92,7 +93,8 @@ void TrainData::load(const ResolvedConfig& rc, const DatasetReader& reader, cons
     vo.apply_augmentation = false;
     // Views, not a copy; the maps, as the training cache's, for the val loss.
     val_stack_ = std::make_unique<StackedCache>(val_cache_->stack_shared(
-        cache_options.label_maps, runtime.device.is_cuda() ? CachePlacement::kPinned : CachePlacement::kMemory));
+        cache_options.label_maps, runtime.device.is_cuda() ? CachePlacement::kPinned : CachePlacement::kMemory,
+        cache_options.pad_to));
     val_sampler_ = std::make_unique<PatchSampler>(*val_stack_, vo);
   }
   // Validation on CUDA copies the val cases to the GPU every epoch: from page-locked memory, so the

@@ -88,9 +88,13 @@ TEST_F(Cli, CorruptDatasetNamesTheFile) {
                "broken.h5: not an HDF5 file");
 }
 
-TEST_F(Cli, PatchLargerThanTheVolume) {
-  expect_error(run_trainer({"--config", "exp.yaml", "--set", "data.patch_size=32"}, dir.path()), 2,
-               "is larger than case 'case_000' (16, 16, 16)");
+// A patch larger than the volumes: the cases are padded up to it, as nnU-Net pads them, and said so.
+TEST_F(Cli, PatchLargerThanTheVolumeIsPadded) {
+  const auto r = run_trainer({"--config", "exp.yaml", "--set", "data.patch_size=[16, 24, 32]"}, dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("cases are smaller than the patch (16, 24, 32) on an axis: padded up to it, centred"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST_F(Cli, ResumeWithoutCheckpointIsAnErrorNotAFreshStart) {

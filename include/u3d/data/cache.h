@@ -87,8 +87,10 @@ class TensorCache {
   // cache holds every image as float32 in one field (identity normalisation), the targets and
   // masks as they are, on the CPU (`placement` kPinned: page-locked, with CUDA); each case's image,
   // target and mask here become views into it. The cases' values do not change. raw_target stays
-  // per case. label_maps: as CacheOptions'.
-  StackedCache stack_shared(const LabelMapFn& label_maps = {}, CachePlacement placement = CachePlacement::kMemory);
+  // per case. label_maps and pad_to: as CacheOptions'; a case smaller than pad_to is stacked as a
+  // padded copy (its own tensors stay as they are: validation predicts the case itself).
+  StackedCache stack_shared(const LabelMapFn& label_maps = {}, CachePlacement placement = CachePlacement::kMemory,
+                            const Shape3& pad_to = {});
   // Moves each case's tensors to page-locked memory, so their copies to the GPU are asynchronous
   // (validation on CUDA); tensors already page-locked (stack_shared's views) stay. Without CUDA: nothing.
   void pin_memory();
@@ -107,6 +109,10 @@ struct CacheOptions {
   int64_t limit_bytes = -1;                            // at most this much may be used (-1: what the machine has free)
   CaseSource read;                                     // how cases are read (empty: reader.read_case)
   LabelMapFn label_maps;  // segmentation: each case's ground-truth maps, made at load (empty: none)
+  // Cases smaller than this on an axis (the training patch) are padded up to it at load, centred:
+  // images with their normalisation offset (0 once normalised), targets and masks with 0 (nnU-Net
+  // pads a case smaller than the patch the same way). {0, 0, 0}: no padding.
+  Shape3 pad_to{};
 };
 
 enum class FieldKind { kImage, kTarget, kMask, kSkeleton, kDistance };

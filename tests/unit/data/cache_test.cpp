@@ -57,6 +57,43 @@ TEST(StackedCache, PicksExactCompactDtypesAndNormalisesLikeTheEvaluationPath) {
   }
 }
 
+// Cases smaller than the patch (pad_to) are padded up to it, centred, as nnU-Net pads them: the case
+// itself in the middle, bit for bit; around it 0 (normalised images, targets, masks). The validation
+// stack pads its copies and leaves the cases themselves (what validation predicts) as they are.
+TEST(StackedCache, CasesSmallerThanThePatchArePaddedCentred) {
+  test::TempDir dir;
+  test::make_phantom(dir / "p.h5", Task::kDose, 3, 16);
+  const DatasetReader reader(dir / "p.h5");
+  const auto& ids = reader.split("train");
+  const Preprocessor pre(dose_data(), reader.info());
+  CacheOptions o;
+  o.pad_to = {20, 24, 16};  // 2 before and 2 after on D, 4 and 4 on H, none on W
+  const StackedCache cache = StackedCache::load(reader, ids, pre, o);
+  TensorCache eval = TensorCache::load(reader, ids, pre, 1);
+  SamplerOptions so = whole_volume(16);
+  so.patch = o.pad_to;
+  const PatchSampler sampler(cache, so);
+  for (int64_t step = 0; step < cache.size(); ++step) {
+    EXPECT_EQ(cache.shape(step), o.pad_to);
+    const Batch b = sampler.batch(0, step);
+    const CachedCase& c = eval[b.cases[0]];
+    using torch::indexing::Slice;
+    const auto inside = [](const torch::Tensor& t) { return t.index({Slice(), Slice(2, 18), Slice(4, 20), Slice()}); };
+    EXPECT_TRUE(torch::equal(inside(b.image[0]), c.image));
+    EXPECT_TRUE(torch::equal(inside(b.target[0]), c.target));
+    EXPECT_TRUE(torch::equal(inside(b.mask[0]), c.mask.to(torch::kFloat)));
+    for (const torch::Tensor& t : {b.image[0], b.target[0], b.mask[0]}) {
+      const double all = t.abs().sum().item<double>(), middle = inside(t).abs().sum().item<double>();
+      EXPECT_NEAR(all, middle, 1e-3 * std::max(1.0, all)) << "non-zero padding";
+    }
+  }
+  const StackedCache stack = eval.stack_shared({}, CachePlacement::kMemory, o.pad_to);
+  for (int64_t i = 0; i < eval.size(); ++i) {
+    EXPECT_EQ(stack.shape(i), o.pad_to);
+    EXPECT_EQ(eval[i].image.sizes(), (std::vector<int64_t>{5, 16, 16, 16}));  // the case as it is
+  }
+}
+
 TEST(StackedCache, IntegerImagesBecomeInt16AndFloat16IsOptIn) {
   std::vector<CachedCase> cases;
   for (int64_t i = 0; i < 2; ++i) {

@@ -25,8 +25,9 @@ Plan plan_for(const Shape3& shape, int64_t cases, const std::array<double, 3>& s
 }
 
 // The thick-slice phantoms (3 x 0.8 x 0.8 mm, 39 x 164 x 163): slices across D, the in-plane
-// patch 164 x 163 rounded down to nnU-Net's divisor 32 (164 -> 6 after five halvings), six stages of
-// (1, 3, 3) kernels; batch capped by 5% of the dataset's voxels; 2d preferred (anisotropic).
+// patch 164 x 163 padded up to nnU-Net's divisor 32 (192 x 192, as nnU-Net's plan of the golden
+// Dataset901_Thick), six stages of (1, 3, 3) kernels; batch capped by 5% of the dataset's voxels
+// (nnU-Net: 17); 2d preferred (anisotropic).
 TEST(Plan2d, AnisotropicPhantomsGetTheSliceBlockAndPrefer2d) {
   const Plan plan = plan_for({39, 164, 163}, 12, {3.0, 0.8, 0.8});
   ASSERT_NE(plan.plan_2d, nullptr);
@@ -34,19 +35,19 @@ TEST(Plan2d, AnisotropicPhantomsGetTheSliceBlockAndPrefer2d) {
   EXPECT_EQ(two.configuration, "2d");
   EXPECT_EQ(two.dims, 2);
   EXPECT_EQ(two.slice_axis, 0);
-  EXPECT_EQ(two.patch, (Shape3{1, 160, 160}));
+  EXPECT_EQ(two.patch, (Shape3{1, 192, 192}));
   EXPECT_EQ(two.levels, 6);
   EXPECT_EQ(two.strides, (Triples{{1, 1, 1}, {1, 2, 2}, {1, 2, 2}, {1, 2, 2}, {1, 2, 2}, {1, 2, 2}}));
   EXPECT_EQ(two.kernels, Triples(6, Shape3{1, 3, 3}));
   EXPECT_EQ(two.max_filters, 512);
-  // 5% of 12 x 39 x 164 x 163 voxels / (160 x 160) = 24.4: the cap, not the 8 GiB, limits the batch.
-  EXPECT_EQ(two.batch, 24);
+  // 5% of 12 x 39 x 164 x 163 voxels / (192 x 192) = 16.97, rounded: the cap, not the 8 GiB, limits it.
+  EXPECT_EQ(two.batch, 17);
   EXPECT_TRUE(contains(two.reasons.at("data.batch_size"), "capped")) << two.reasons.at("data.batch_size");
   EXPECT_EQ(plan.preferred, "2d");
   EXPECT_TRUE(contains(plan.preferred_reason, "anisotropic")) << plan.preferred_reason;
-  // The 3D plan is today's, unchanged by the 2d one.
+  // The 3D plan is unchanged by the 2d one: nnU-Net's 40 x 192 x 192.
   EXPECT_EQ(plan.configuration, "3d_fullres");
-  EXPECT_EQ(plan.patch, (Shape3{32, 160, 160}));
+  EXPECT_EQ(plan.patch, (Shape3{40, 192, 192}));
 }
 
 // Isotropic 64^3 cases: slices across D (nnU-Net's transpose keeps axis 0 first), 64 x 64 in plane,
@@ -105,8 +106,8 @@ TEST(Plan2d, TheYamlLoadsAndBuildsTheSliceNetwork) {
   EXPECT_TRUE(contains(yaml, "(2d configuration, nnU-Net-like)")) << yaml;
   EXPECT_TRUE(contains(yaml, "Preferred configuration: 2d")) << yaml;
   const Config cfg = load_config_from_string(yaml, "thick_2d.yaml");
-  EXPECT_EQ(cfg.data.patch_size, (Shape3{1, 160, 160}));
-  EXPECT_EQ(cfg.data.batch_size, 24);
+  EXPECT_EQ(cfg.data.patch_size, (Shape3{1, 192, 192}));
+  EXPECT_EQ(cfg.data.batch_size, 17);
   EXPECT_EQ(cfg.model.max_filters, 512);
   EXPECT_EQ(cfg.model.levels, 6);
   EXPECT_EQ(cfg.model.kernel_sizes, plan.plan_2d->kernels);
@@ -126,7 +127,7 @@ TEST(Plan2d, TheYamlLoadsAndBuildsTheSliceNetwork) {
   const Network net = build_network(small, 1, 3);
   EXPECT_EQ(net->size_divisors(), (Shape3{1, 32, 32}));
   const std::string full = plan_yaml(plan, fp, "data/thick.h5", "thick");
-  EXPECT_TRUE(contains(full, "also wrote a 2d plan (slices across axis 0, patch [1, 160, 160])")) << full;
+  EXPECT_TRUE(contains(full, "also wrote a 2d plan (slices across axis 0, patch [1, 192, 192])")) << full;
   EXPECT_TRUE(contains(full, "Preferred configuration: 2d (anisotropic")) << full;
   EXPECT_TRUE(contains(full, "max_filters: 320")) << full;
 }

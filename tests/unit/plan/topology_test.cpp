@@ -53,8 +53,8 @@ TEST(Topology, ThePlanTakesItAndItsYamlBuildsTheNetwork) {
   EXPECT_EQ(plan.levels, 6);
   EXPECT_EQ(plan.strides, (Triples{{1, 1, 1}, {1, 2, 2}, {2, 2, 2}, {2, 2, 2}, {2, 2, 2}, {1, 2, 2}}));
   EXPECT_EQ(plan.kernels[0], (Shape3{1, 3, 3}));
-  // Rounded down to the divisor (8, 32, 32) within the cases (nnU-Net pads up to 40 x 192 x 192).
-  EXPECT_EQ(plan.patch, (Shape3{32, 160, 160}));
+  // The median shape padded up to the divisor (8, 32, 32): nnU-Net's 40 x 192 x 192.
+  EXPECT_EQ(plan.patch, (Shape3{40, 192, 192}));
   const std::string yaml = plan_yaml(plan, fp, "data/thick.h5", "thick");
   EXPECT_NE(yaml.find("kernel_sizes: [[1, 3, 3], [3, 3, 3], [3, 3, 3], [3, 3, 3], [3, 3, 3], [3, 3, 3]]"),
             std::string::npos)
@@ -66,8 +66,8 @@ TEST(Topology, ThePlanTakesItAndItsYamlBuildsTheNetwork) {
   EXPECT_EQ(cfg.model.kernel_sizes, plan.kernels);
   const Network net = build_network(cfg.model, 1, 2);
   EXPECT_EQ(net->size_divisors(), (Shape3{8, 32, 32}));
-  // The bottleneck is 4 x 5 x 5, not the old plan's 4 x 19 x 19.
-  EXPECT_NE(plan.reasons.at("model.levels").find("[32, 160, 160] -> [4, 5, 5]"), std::string::npos)
+  // The bottleneck is nnU-Net's 5 x 6 x 6, not the old plans' 4 x 19 x 19 or 4 x 5 x 5.
+  EXPECT_NE(plan.reasons.at("model.levels").find("[40, 192, 192] -> [5, 6, 6]"), std::string::npos)
       << plan.reasons.at("model.levels");
 }
 
