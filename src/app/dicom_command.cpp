@@ -80,8 +80,7 @@ int64_t import_dicom_inputs(const PredictionMember& first, const std::filesystem
   io.compression_level = 1;
   io.structures = structures;
   if (structures.empty()) {  // the run's names after the image channel, each its own structure name
-    std::vector<std::string> names =
-        task_from_string(first.info.task) == Task::kDose ? first.trained.data.channels : std::vector<std::string>{};
+    std::vector<std::string> names = io.task == Task::kDose ? first.trained.data.channels : std::vector<std::string>{};
     if (names.empty()) {
       try {
         const DatasetInfo info = DatasetReader(first.trained.data.path).info();

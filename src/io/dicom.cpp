@@ -224,10 +224,15 @@ ImageSeries read_image_series(const std::vector<fs::path>& files, const std::str
   std::vector<Slice> slices;
   Vec3 row{}, col{}, normal{};
   std::array<double, 2> spacing{};
+  std::string study_uid, frame_uid;
   for (const fs::path& f : files) {
     const std::string where = fmt::format("{} ({})", what, f.string());
     DcmFileFormat ff = load(f, /*until_pixels=*/false);
     DcmDataset& ds = *ff.getDataset();
+    if (slices.empty()) {  // the series' study and frame of reference, as its first file read records them
+      study_uid = text(ds, DCM_StudyInstanceUID);
+      frame_uid = text(ds, DCM_FrameOfReferenceUID);
+    }
     Vec3 r{}, c{}, n{};
     orientation(ds, where, r, c, n);
     const auto ps = required(ds, DCM_PixelSpacing, 2, where, "PixelSpacing");
@@ -280,6 +285,8 @@ ImageSeries read_image_series(const std::vector<fs::path>& files, const std::str
     }
   }
   ImageSeries s;
+  s.study_uid = study_uid;
+  s.frame_of_reference_uid = frame_uid;
   s.grid.shape = {static_cast<int64_t>(slices.size()), slices[0].values.size(0), slices[0].values.size(1)};
   s.grid.origin = slices[0].ipp;
   s.grid.row_dir = row, s.grid.col_dir = col, s.grid.normal = normal;
@@ -290,9 +297,6 @@ ImageSeries read_image_series(const std::vector<fs::path>& files, const std::str
     s.files.push_back(sl.file);
   }
   s.voxels = torch::stack(planes).contiguous();
-  DcmFileFormat first = load(slices[0].file, /*until_pixels=*/true);
-  s.study_uid = text(*first.getDataset(), DCM_StudyInstanceUID);
-  s.frame_of_reference_uid = text(*first.getDataset(), DCM_FrameOfReferenceUID);
   return s;
 }
 

@@ -98,8 +98,8 @@ std::vector<torch::Tensor> read_seg_masks(const fs::path& file, const DicomGrid&
     bytes = reinterpret_cast<Uint8*>(words);
   }
   const uint64_t length = pixel_data->getLength();
-  long frames = 0;
-  if (!numbers(ds, DCM_NumberOfFrames).empty()) frames = static_cast<long>(numbers(ds, DCM_NumberOfFrames)[0]);
+  const std::vector<double> frame_count = numbers(ds, DCM_NumberOfFrames);
+  const long frames = frame_count.empty() ? 0 : static_cast<long>(frame_count[0]);
   const uint64_t plane = static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols);
   const uint64_t needed = type == "BINARY" ? (plane * static_cast<uint64_t>(frames) + 7) / 8 : plane * frames;
   if (frames < 1 || length < needed) {

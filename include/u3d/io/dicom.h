@@ -56,7 +56,7 @@ struct ImageSeries {
   DicomGrid grid;
   torch::Tensor voxels;                           // (D, H, W) float32, modality values (HU for CT)
   std::vector<std::string> files;                 // in slice order
-  std::string study_uid, frame_of_reference_uid;  // of the first slice
+  std::string study_uid, frame_of_reference_uid;  // as the first file read records them (one series)
 };
 ImageSeries read_image_series(const std::vector<std::filesystem::path>& files, const std::string& what);
 
