@@ -340,10 +340,20 @@ int main(int argc, char** argv) {
   export_app->add_option("--out", export_cmd.out, "Output folder (default <run>/export)");
   u3d::PlanCommand plan;
   plan_app->add_option("data", plan.data, "Dataset file (HDF5, format v1)")->required();
-  plan_app->add_option("--gpu-memory", plan.gpu_memory_gib, "GPU memory budget in GiB (memory model); default 80")
+  plan_app
+      ->add_option("--gpu-memory", plan.gpu_memory_gib,
+                   "GPU memory budget in GiB (memory model); default 80 (--memory-model nnunet: 8)")
       ->check(number_in(0, kMaxGpuMemoryGib, Whole::kNo, /*lo_open=*/true));
   plan_app->add_option("--device", plan.device, "cpu (memory model) or cuda (measure candidates on the GPU)")
       ->capture_default_str();
+  plan_app
+      ->add_option("--memory-model", plan.memory_model,
+                   "bytes (the step's bytes within 85% of the budget) or nnunet (nnU-Net's own model and batch rule: "
+                   "its plan)")
+      ->check(one_of({"bytes", "nnunet"}))
+      ->capture_default_str();
+  plan_app->add_flag("--renormalize", plan.renormalize,
+                     "Normalisation from the fingerprint instead of what the importer recorded");
   plan_app->add_option("--task", plan.task, "auto | segmentation | dose")
       ->check(one_of({"auto", "segmentation", "dose"}))
       ->capture_default_str();

@@ -86,6 +86,10 @@ int plan_command(const PlanCommand& cmd) {
   if (cmd.device != "cpu" && cmd.device != "cuda") {
     throw UsageError(fmt::format("plan: --device '{}': expected cpu (memory model) or cuda (measured)", cmd.device));
   }
+  if (cmd.device == "cuda" && cmd.memory_model == "nnunet") {
+    throw UsageError(
+        "plan: --memory-model nnunet counts nnU-Net's feature maps and measures nothing; drop --device cuda");
+  }
   if (cmd.device == "cuda" && cmd.gpu_memory_gib > 0) {
     throw UsageError("plan: --gpu-memory and --device cuda exclude each other (cuda measures the device's memory)");
   }
@@ -126,6 +130,9 @@ int plan_command(const PlanCommand& cmd) {
   o.dataset = data;
   o.task = cmd.task;
   o.gpu_memory_gib = cmd.gpu_memory_gib;
+  o.memory_model = cmd.memory_model;
+  o.recorded_normalize = reader.info().channel_normalization;
+  o.renormalize = cmd.renormalize;
   o.measure_on_cuda = cmd.device == "cuda";
   o.threads = cmd.threads;
   const Plan plan = o.measure_on_cuda ? make_plan_measured(fp, o, run_training_steps) : make_plan(fp, o);
@@ -142,18 +149,24 @@ int plan_command(const PlanCommand& cmd) {
   write_file_atomic(out, yaml);
   // GiB, the unit of --gpu-memory: `--gpu-memory 80` is echoed as 80 GiB (not 85.9 GB).
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  spdlog::info("plan: {} patch {} batch {}, {} levels, {} step peak {:.3g} GiB of {:g} GiB ({}); wrote {}",
-               plan.configuration, shape_text(plan.patch, ShapeStyle::kCross), plan.batch, plan.levels,
-               plan.measured ? "measured" : "estimated", static_cast<double>(plan.step_bytes) / kGiB,
-               static_cast<double>(plan.budget_bytes) / kGiB,
-               plan.budget_assumed ? "assumed: pass --gpu-memory or --device cuda" : "budget", out.string());
+  if (plan.memory_model == "nnunet") {
+    spdlog::info("plan: {} patch {} batch {}, {} levels, nnU-Net's memory model at {:g} GB; wrote {}",
+                 plan.configuration, shape_text(plan.patch, ShapeStyle::kCross), plan.batch, plan.levels,
+                 static_cast<double>(plan.budget_bytes) / kGiB, out.string());
+  } else {
+    spdlog::info("plan: {} patch {} batch {}, {} levels, {} step peak {:.3g} GiB of {:g} GiB ({}); wrote {}",
+                 plan.configuration, shape_text(plan.patch, ShapeStyle::kCross), plan.batch, plan.levels,
+                 plan.measured ? "measured" : "estimated", static_cast<double>(plan.step_bytes) / kGiB,
+                 static_cast<double>(plan.budget_bytes) / kGiB,
+                 plan.budget_assumed ? "assumed: pass --gpu-memory or --device cuda" : "budget", out.string());
+  }
   if (plan.lowres_plan) {
     const Plan& low = *plan.lowres_plan;
     const std::string low_yaml = plan_yaml(low, fp, cmd.data, name + "_lowres");
     load_config_from_string(low_yaml, lowres_out.string());
     write_file_atomic(lowres_out, low_yaml);
     spdlog::info(
-        "plan: the patch covers less than 1/8 of the median volume: also {} (3d_lowres, patch {} at "
+        "plan: the patch covers less than 1/4 of the median volume: also {} (3d_lowres, patch {} at "
         "{:.3g}x{:.3g}x{:.3g} mm; its header says how to import that dataset)",
         lowres_out.string(), shape_text(low.patch, ShapeStyle::kCross), low.target_spacing[0], low.target_spacing[1],
         low.target_spacing[2]);

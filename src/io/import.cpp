@@ -15,11 +15,11 @@
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/core/finite.h"
+#include "u3d/core/intensity_sample.h"
 #include "u3d/core/normalize_spec.h"
 #include "u3d/core/output_guard.h"
 #include "u3d/core/parallel.h"
 #include "u3d/core/rng.h"
-#include "u3d/core/stats.h"
 #include "u3d/io/nifti.h"
 
 namespace u3d {
@@ -33,7 +33,7 @@ using import_detail::split_cases;
 
 struct ImportedCase {
   CaseData data;
-  std::vector<std::vector<float>> foreground;  // per channel: sampled raw foreground intensities
+  std::vector<WeightedValues> foreground;  // per channel: raw foreground intensities (core/intensity_sample.h)
   bool resampled = false;
 };
 
@@ -103,10 +103,10 @@ Shape3 resampled_shape(const Shape3& shape, const std::array<double, 3>& spacing
   return out;
 }
 
-// foreground_samples: raw intensities drawn from the label's foreground for each channel in
-// `sampled` (the CT channels, for their statistics).
-ImportedCase load_case(const CaseFiles& cf, const Layout& layout, const NiftiImportOptions& o, int64_t index,
-                       int64_t foreground_samples, const std::vector<bool>& sampled) {
+// foreground_draws: nnU-Net's draws per case (core/intensity_sample.h) of the label's foreground, for
+// each channel in `sampled` (the CT channels, for their statistics), at the native resolution.
+ImportedCase load_case(const CaseFiles& cf, const Layout& layout, const NiftiImportOptions& o, int64_t foreground_draws,
+                       const std::vector<bool>& sampled) {
   std::vector<NiftiVolume> ch;
   for (size_t i = 0; i < cf.channels.size(); ++i) {
     ch.push_back(read_nifti(cf.channels[i]));
@@ -146,22 +146,18 @@ ImportedCase load_case(const CaseFiles& cf, const Layout& layout, const NiftiImp
     }
     c.target = lv.data.to(torch::kUInt8).contiguous();  // (D, H, W)
     source.files.push_back(fs::absolute(*cf.label).string());
-    // Foreground intensities for the CT statistics: drawn with replacement, as nnU-Net does.
+    // Foreground intensities for the CT statistics, nnU-Net's rule (core/intensity_sample.h).
     torch::Tensor is_fg = c.target.flatten() > 0;
     if (layout.info.ignore_label >= 0) is_fg &= c.target.flatten() != layout.info.ignore_label;  // unlabeled
     const torch::Tensor fg = is_fg.nonzero().flatten();
-    const int64_t n_fg = fg.size(0);
     out.foreground.resize(static_cast<size_t>(c.image.size(0)));
-    if (n_fg > 0 && foreground_samples > 0) {
-      Rng rng(o.seed, static_cast<uint64_t>(index), /*b=*/0xF0F0);
-      std::vector<int64_t> picks(static_cast<size_t>(foreground_samples));
-      const auto voxels = fg.accessor<int64_t, 1>();
-      for (auto& p : picks) p = voxels[rng.uniform_int(n_fg)];
-      const torch::Tensor idx = torch::tensor(picks, torch::kLong);
+    if (fg.size(0) > 0 && foreground_draws > 0) {
+      const SamplePick pick = foreground_pick(fg.size(0), foreground_draws, cf.id);
+      const torch::Tensor idx = fg.index_select(0, torch::tensor(pick.positions, torch::kLong));
       for (int64_t k = 0; k < c.image.size(0); ++k) {
         if (!sampled[static_cast<size_t>(k)]) continue;
         const torch::Tensor v = c.image[k].flatten().index_select(0, idx).to(torch::kFloat).contiguous();
-        out.foreground[static_cast<size_t>(k)].assign(v.data_ptr<float>(), v.data_ptr<float>() + v.numel());
+        out.foreground[static_cast<size_t>(k)] = {{v.data_ptr<float>(), v.data_ptr<float>() + v.numel()}, pick.weight};
       }
     }
   }
@@ -305,9 +301,7 @@ ImportSummary run_import(Layout layout, const fs::path& out, const NiftiImportOp
     if (c.label) refuse_output_over_input("import", "--out", out, {*c.label});
   }
   const int64_t n = static_cast<int64_t>(all.size());
-  // nnU-Net draws up to 1e8 foreground voxels in all; 1e7 keeps the statistics exact enough.
-  const int64_t fg_samples = std::max<int64_t>(
-      10000, static_cast<int64_t>(1e7 / static_cast<double>(std::max<size_t>(1, layout.labelled.size()))));
+  const int64_t fg_draws = foreground_draws_per_case(static_cast<int64_t>(layout.labelled.size()));
   std::vector<bool> ct_channels;
   for (const auto& spec : specs) ct_channels.push_back(spec == "ct");
   const bool need_fg = std::find(specs.begin(), specs.end(), "ct") != specs.end();
@@ -318,20 +312,18 @@ ImportSummary run_import(Layout layout, const fs::path& out, const NiftiImportOp
   wo.compression_level = o.compression_level;
   DatasetWriter writer(out, layout.info, wo);
   ImportSummary summary;
-  std::vector<std::vector<float>> foreground(channels);
+  std::vector<std::vector<WeightedValues>> foreground(channels);  // per channel, per labelled case
   auto last_log = std::chrono::steady_clock::now();
   // Cases load in parallel (at most `threads` ahead) and are written in case order on this thread:
   // the file does not depend on the thread count.
   ordered_pipeline(
       n, threads, /*window=*/threads,
-      [&](int64_t i) {
-        return load_case(all[static_cast<size_t>(i)], layout, o, i, need_fg ? fg_samples : 0, ct_channels);
-      },
+      [&](int64_t i) { return load_case(all[static_cast<size_t>(i)], layout, o, need_fg ? fg_draws : 0, ct_channels); },
       [&](int64_t i, ImportedCase lc) {
         writer.write_case(lc.data);
         summary.resampled += lc.resampled ? 1 : 0;
         for (size_t k = 0; k < lc.foreground.size(); ++k) {
-          foreground[k].insert(foreground[k].end(), lc.foreground[k].begin(), lc.foreground[k].end());
+          if (!lc.foreground[k].values.empty()) foreground[k].push_back(std::move(lc.foreground[k]));
         }
         if (std::chrono::duration<double>(std::chrono::steady_clock::now() - last_log).count() > 10 || i + 1 == n) {
           last_log = std::chrono::steady_clock::now();
@@ -351,15 +343,9 @@ ImportSummary run_import(Layout layout, const fs::path& out, const NiftiImportOp
             layout.info.channel_names[k]);
         spec = "zscore";
       } else {
-        double sum = 0, sq = 0;
-        for (float x : v) sum += x;
-        const double mean = sum / static_cast<double>(v.size());
-        for (float x : v) sq += (x - mean) * (x - mean);
-        const double sd = std::max(std::sqrt(sq / static_cast<double>(v.size())), 1e-6);
-        const std::vector<double> values(v.begin(), v.end());
-        const double lo = percentile(values, 0.5);
-        const double hi = std::max(percentile(values, 99.5), lo + 1e-3);
-        spec = fmt::format("ct:{}:{}:{}:{}", lo, hi, mean, sd);
+        const IntensityStats st = weighted_intensity_stats(v);
+        spec = fmt::format("ct:{}:{}:{}:{}", st.p00_5, std::max(st.p99_5, st.p00_5 + 1e-3), st.mean,
+                           std::max(st.std, 1e-6));
       }
     }
     summary.channel_normalization.push_back(spec);

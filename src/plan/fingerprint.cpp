@@ -14,9 +14,9 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
+#include "u3d/core/intensity_sample.h"
 #include "u3d/core/json.h"
 #include "u3d/core/parallel.h"
-#include "u3d/core/rng.h"
 #include "u3d/core/run.h"
 #include "u3d/core/stats.h"
 #include "u3d/core/text.h"
@@ -24,15 +24,13 @@
 namespace u3d {
 namespace {
 
-constexpr uint64_t kSampleSeed = 1234;  // the fixed seed of the foreground samples
-
 // What one case contributes.
 struct CaseSummary {
   CaseFingerprint info;
-  std::vector<std::vector<float>> samples;  // per channel
-  std::vector<double> min, max;             // per channel, every voxel
-  std::vector<bool> binary;                 // per channel
-  std::vector<int64_t> class_voxels;        // segmentation: per class
+  std::vector<WeightedValues> samples;  // per channel (core/intensity_sample.h)
+  std::vector<double> min, max;         // per channel, every voxel
+  std::vector<bool> binary;             // per channel
+  std::vector<int64_t> class_voxels;    // segmentation: per class
   bool has_target = false, has_mask = false;
   bool labelled = true;        // segmentation: the case has labels
   int64_t ignored_voxels = 0;  // segmentation: voxels holding the ignore label
@@ -40,13 +38,13 @@ struct CaseSummary {
   int64_t mask_voxels = 0, voxels = 0;
 };
 
-// The per-channel part of a case's summary: the values at the voxels `idx` (the sample) and the
-// channel's min, max and 0/1-ness over every voxel. image: (C, V) float32.
-CaseSummary finish_case(CaseSummary s, const torch::Tensor& image, const torch::Tensor& idx) {
+// The per-channel part of a case's summary: the values at the voxels `idx` (the sample, each with
+// `weight`) and the channel's min, max and 0/1-ness over every voxel. image: (C, V) float32.
+CaseSummary finish_case(CaseSummary s, const torch::Tensor& image, const torch::Tensor& idx, double weight) {
   for (int64_t k = 0; k < image.size(0); ++k) {
     const torch::Tensor ch = image[k];
     const torch::Tensor v = ch.index_select(0, idx).to(torch::kFloat).contiguous();
-    s.samples.emplace_back(v.data_ptr<float>(), v.data_ptr<float>() + v.numel());
+    s.samples.push_back({{v.data_ptr<float>(), v.data_ptr<float>() + v.numel()}, weight});
     s.min.push_back(ch.min().item<double>());
     s.max.push_back(ch.max().item<double>());
     s.binary.push_back(((ch == 0) | (ch == 1)).all().item<bool>());
@@ -54,7 +52,7 @@ CaseSummary finish_case(CaseSummary s, const torch::Tensor& image, const torch::
   return s;
 }
 
-CaseSummary summarise_case(const DatasetReader& reader, const std::string& id, int64_t index) {
+CaseSummary summarise_case(const DatasetReader& reader, const std::string& id, int64_t draws) {
   const DatasetInfo& info = reader.info();
   const CaseData c = reader.read_case(id);
   CaseSummary s;
@@ -69,7 +67,7 @@ CaseSummary summarise_case(const DatasetReader& reader, const std::string& id, i
   if (info.task == Task::kSegmentation) {
     if (!c.target.defined()) {  // an unlabelled case (e.g. a test case): no foreground known, no sample
       s.labelled = false;
-      return finish_case(std::move(s), image, torch::empty({0}, torch::kLong));
+      return finish_case(std::move(s), image, torch::empty({0}, torch::kLong), 1.0);
     }
     // Labels are in [0, num_classes) or the ignore label: read_case checks them (DataError naming the case).
     const torch::Tensor labels = c.target.reshape({-1}).to(torch::kLong);
@@ -94,22 +92,12 @@ CaseSummary summarise_case(const DatasetReader& reader, const std::string& id, i
       fg = fg.defined() ? (fg | m) : m;
     }
   }
-  torch::Tensor idx;  // (S) int64 voxel indices of the sample
+  // nnU-Net's draw (core/intensity_sample.h) from the foreground; a case without any: every voxel.
   const int64_t n_fg = fg.defined() ? fg.sum().item<int64_t>() : 0;
-  if (n_fg == 0) {
-    if (s.voxels <= kSamplesPerCase) idx = torch::arange(s.voxels);  // no foreground: every voxel
-  } else if (n_fg <= kSamplesPerCase) {
-    idx = fg.nonzero().flatten();
-  }
-  if (!idx.defined()) {  // more candidates than samples: draw with replacement
-    const torch::Tensor candidates = n_fg > 0 ? fg.nonzero().flatten() : torch::arange(s.voxels);
-    const auto cand = candidates.accessor<int64_t, 1>();
-    Rng rng(kSampleSeed, static_cast<uint64_t>(index));
-    std::vector<int64_t> picks(static_cast<size_t>(kSamplesPerCase));
-    for (auto& p : picks) p = cand[rng.uniform_int(candidates.size(0))];
-    idx = torch::tensor(picks, torch::kLong);
-  }
-  return finish_case(std::move(s), image, idx);
+  const torch::Tensor candidates = n_fg > 0 ? fg.nonzero().flatten() : torch::arange(s.voxels);
+  const SamplePick pick = foreground_pick(candidates.size(0), draws, id);
+  const torch::Tensor idx = candidates.index_select(0, torch::tensor(pick.positions, torch::kLong));
+  return finish_case(std::move(s), image, idx, pick.weight);
 }
 
 double median(std::vector<double> v) { return percentile(std::move(v), 50.0); }
@@ -123,7 +111,8 @@ DatasetFingerprint compute_fingerprint(const DatasetReader& reader, const std::v
   std::vector<CaseSummary> summaries(ids.size());
   parallel_for(static_cast<int64_t>(ids.size()), resolve_threads(threads), [&](int64_t i) {
     use_one_intra_op_thread();
-    summaries[static_cast<size_t>(i)] = summarise_case(reader, ids[static_cast<size_t>(i)], i);
+    summaries[static_cast<size_t>(i)] = summarise_case(reader, ids[static_cast<size_t>(i)],
+                                                       foreground_draws_per_case(static_cast<int64_t>(ids.size())));
   });
 
   DatasetFingerprint fp;
@@ -131,7 +120,7 @@ DatasetFingerprint compute_fingerprint(const DatasetReader& reader, const std::v
   fp.channel_names = info.channel_names;
   for (const auto& [name, split_ids] : info.splits) fp.splits[name] = static_cast<int64_t>(split_ids.size());
   const size_t channels = summaries.front().samples.size();
-  std::vector<std::vector<double>> pooled(channels);
+  std::vector<std::vector<WeightedValues>> pooled(channels);
   fp.channels.resize(channels);
   for (size_t k = 0; k < channels; ++k) {
     auto& ch = fp.channels[k];
@@ -150,7 +139,7 @@ DatasetFingerprint compute_fingerprint(const DatasetReader& reader, const std::v
     fp.cases.push_back(s.info);
     fp.total_voxels += s.voxels;
     for (size_t k = 0; k < channels; ++k) {
-      pooled[k].insert(pooled[k].end(), s.samples[k].begin(), s.samples[k].end());
+      if (!s.samples[k].values.empty()) pooled[k].push_back(s.samples[k]);
       auto& ch = fp.channels[k];
       ch.min = std::min(ch.min, s.min[k]);
       ch.max = std::max(ch.max, s.max[k]);
@@ -176,15 +165,12 @@ DatasetFingerprint compute_fingerprint(const DatasetReader& reader, const std::v
   }
   for (size_t k = 0; k < channels; ++k) {
     auto& ch = fp.channels[k];
-    const auto& v = pooled[k];
-    ch.samples = static_cast<int64_t>(v.size());
-    double sum = 0, sq = 0;
-    for (double x : v) sum += x;
-    ch.mean = v.empty() ? 0.0 : sum / static_cast<double>(v.size());
-    for (double x : v) sq += (x - ch.mean) * (x - ch.mean);
-    ch.std = v.empty() ? 0.0 : std::sqrt(sq / static_cast<double>(v.size()));
-    ch.p00_5 = v.empty() ? 0.0 : percentile(v, 0.5);
-    ch.p99_5 = v.empty() ? 0.0 : percentile(v, 99.5);
+    const IntensityStats st = weighted_intensity_stats(pooled[k]);
+    ch.samples = st.values;
+    ch.mean = st.mean;
+    ch.std = st.std;
+    ch.p00_5 = st.p00_5;
+    ch.p99_5 = st.p99_5;
   }
   if (info.task == Task::kSegmentation) {
     if (fp.unlabelled_cases == static_cast<int64_t>(summaries.size())) {

@@ -95,12 +95,19 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
   std::string y;
   y += fmt::format("# {} experiment planned by `trainer plan {}` ({} configuration, nnU-Net-like).\n",
                    seg ? "Segmentation" : "Dose (regression)", shown, plan.configuration);
-  y += fmt::format(
-      "# GPU memory budget {:.1f} GiB{}, of which one training step may take {:.0f}%; the step's peak was {}\n",
-      static_cast<double>(plan.budget_bytes) / kGiB, plan.budget_assumed ? " (assumed: no --gpu-memory)" : "",
-      100 * plan.margin,
-      plan.measured ? "measured on the GPU (bf16, as training runs)"
-                    : "estimated by the memory model (plan/memory_model.h, bf16 activations)");
+  if (plan.memory_model == "nnunet") {
+    y += fmt::format(
+        "# nnU-Net's memory model (--memory-model nnunet, plan/nnunet_vram.h) at a {:.3g} GB target: nnU-Net's own\n"
+        "# patch and batch rule, not bytes.\n",
+        static_cast<double>(plan.budget_bytes) / kGiB);
+  } else {
+    y += fmt::format(
+        "# GPU memory budget {:.1f} GiB{}, of which one training step may take {:.0f}%; the step's peak was {}\n",
+        static_cast<double>(plan.budget_bytes) / kGiB, plan.budget_assumed ? " (assumed: no --gpu-memory)" : "",
+        100 * plan.margin,
+        plan.measured ? "measured on the GPU (bf16, as training runs)"
+                      : "estimated by the memory model (plan/memory_model.h, bf16 activations)");
+  }
   y += fmt::format("# Target spacing {} mm ({}); median shape {} {}.\n", spacing_text(plan.target_spacing),
                    reason_of(plan, "spacing"), plan.lowres ? "there" : "as stored", flow_list(plan.median_shape));
   if (plan.lowres) {
@@ -125,7 +132,7 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
   }
   if (plan.lowres_plan) {
     y += fmt::format(
-        "# The patch covers < 1/8 of the median shape: `trainer plan` also wrote a 3d_lowres plan\n"
+        "# The patch covers < 1/4 of the median volume: `trainer plan` also wrote a 3d_lowres plan\n"
         "# (spacing {} mm, patch {}).\n",
         spacing_text(plan.lowres_plan->target_spacing), flow_list(plan.lowres_plan->patch));
   }
@@ -147,8 +154,7 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
              has_val ? "the dataset's val split" : "the dataset has no val split: no validation");
   y +=
       "  # folds: 5                            # nnU-Net's 5-fold cross-validation: trainer --config THIS --fold all\n";
-  y += entry("normalize", quoted_list(plan.normalize),
-             "CT-like: ct:P0.5:P99.5:MEAN:STD of the foreground; 0/1 masks: none; others: zscore");
+  y += entry("normalize", quoted_list(plan.normalize), reason_of(plan, "data.normalize"));
   y += entry("batch_size", std::to_string(plan.batch), reason_of(plan, "data.batch_size"));
   y += entry("patch_size", flow_list(plan.patch), reason_of(plan, "data.patch_size"));
   const bool whole = voxels(plan.patch) >= voxels(plan.median_shape);

@@ -197,20 +197,23 @@ struct EvaluateCvCommand {
 };
 int evaluate_cv_command(const EvaluateCvCommand& cmd);
 
-// `trainer plan DATA.h5 [--gpu-memory GiB | --device cuda] [--task auto] [--out exp.yaml]`
-// (src/app/plan_command.cpp, plan/planner.h): the dataset's fingerprint (printed; kept beside the
-// file as <data>.fingerprint.json) and a commented YAML experiment; a low-resolution one beside it
-// (<out stem>_lowres.yaml) when the patch covers less than 1/8 of the median volume.
+// `trainer plan DATA.h5 [--gpu-memory GiB | --device cuda] [--memory-model bytes|nnunet] [--task auto]
+// [--out exp.yaml]` (src/app/plan_command.cpp, plan/planner.h): the dataset's fingerprint (printed;
+// kept beside the file as <data>.fingerprint.json) and commented YAML experiments: 3d_fullres, 2d
+// (<out stem>_2d.yaml) and, when the patch covers less than 1/4 of the median volume, nnU-Net's
+// 3d_lowres (<out stem>_lowres.yaml) and 3d_cascade_fullres (<out stem>_cascade.yaml).
 struct PlanCommand {
   std::string data;
-  double gpu_memory_gib = 0;        // 0: --device cuda measures the device, else 80 GiB assumed
-  std::string device = "cpu";       // cpu: the memory model; cuda: candidates measured on the GPU
-  std::string task = "auto";        // auto | segmentation | dose
-  std::string out;                  // default <data stem>_plan.yaml
-  std::string name;                 // experiment.name; default the data file's stem
-  int64_t threads = 0;              // fingerprint threads; 0: every core
-  std::vector<std::string> splits;  // --split: fingerprint these splits' cases only (not stored); empty: every case
-  bool force = false;               // replace existing outputs
+  double gpu_memory_gib = 0;           // 0: --device cuda measures the device, else 80 GiB assumed
+  std::string device = "cpu";          // cpu: the memory model; cuda: candidates measured on the GPU
+  std::string memory_model = "bytes";  // PlanOptions::memory_model
+  bool renormalize = false;            // PlanOptions::renormalize
+  std::string task = "auto";           // auto | segmentation | dose
+  std::string out;                     // default <data stem>_plan.yaml
+  std::string name;                    // experiment.name; default the data file's stem
+  int64_t threads = 0;                 // fingerprint threads; 0: every core
+  std::vector<std::string> splits;     // --split: fingerprint these splits' cases only (not stored); empty: every case
+  bool force = false;                  // replace existing outputs
 };
 int plan_command(const PlanCommand& cmd);
 

@@ -7,12 +7,10 @@
 //
 // Shapes are (D, H, W) voxels, spacings (D, H, W) in mm, intensities in the raw units stored in
 // the file (e.g. HU). Intensity statistics are taken over FOREGROUND voxels (segmentation: label
-// > 0; dose: loss mask > 0 or target > 0; a case with neither: every voxel): per case the
-// foreground voxels themselves when there are at most kSamplesPerCase, else kSamplesPerCase drawn
-// with replacement by a fixed-seed generator (nnU-Net 2.x also draws with replacement, but 10^8 /
-// number of cases per case: its 10,000 is only analyze_case's default argument); the same voxels for every channel;
-// then mean, standard deviation (population) and the 0.5 / 99.5 percentiles (numpy's linear convention, core/stats.h)
-// over the pooled samples of all cases. Segmentation: voxels holding the dataset's ignore label
+// > 0; dose: loss mask > 0 or target > 0; a case with neither: every voxel) by nnU-Net's rule, the
+// importers' too (core/intensity_sample.h: 1e8 / cases draws per case, every case weighing the same;
+// the same voxels for every channel): mean, standard deviation (population) and the 0.5 / 99.5
+// percentiles (numpy's linear convention) over the pooled samples of all cases. Segmentation: voxels holding the dataset's ignore label
 // (DatasetInfo::ignore_label, unlabelled voxels) are neither a class nor foreground; a case without labels (e.g. an
 // nnU-Net imagesTs case) counts for shapes, spacings and the channels' min / max only (its foreground is unknown).
 #pragma once
@@ -28,8 +26,7 @@
 
 namespace u3d {
 
-inline constexpr int64_t kSamplesPerCase = 10000;
-inline constexpr int64_t kFingerprintVersion = 2;  // bumped when the fields or their meaning change
+inline constexpr int64_t kFingerprintVersion = 3;  // bumped when the fields or their meaning change
 
 struct CaseFingerprint {
   std::string id;
@@ -43,7 +40,7 @@ struct ChannelFingerprint {
   double p00_5 = 0, p99_5 = 0;  // 0.5 and 99.5 percentiles of the foreground sample
   double min = 0, max = 0;      // over every voxel of every case
   bool binary = false;          // every voxel is 0 or 1 (a structure mask)
-  int64_t samples = 0;          // pooled sample size
+  int64_t samples = 0;          // values in the pooled sample (each weighted, core/intensity_sample.h)
 };
 
 struct DatasetFingerprint {

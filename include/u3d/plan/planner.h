@@ -59,7 +59,14 @@ namespace u3d {
 struct PlanOptions {
   std::filesystem::path dataset;
   std::string task = "auto";  // auto (the dataset's) | segmentation | dose
-  double gpu_memory_gib = 0;  // 0: the CUDA device's memory (make_plan_measured) or 80 GiB assumed
+  double gpu_memory_gib = 0;  // 0: the CUDA device's memory (make_plan_measured) or 80 GiB assumed (nnunet: 8)
+  // bytes: the step's bytes, estimated (plan/memory_model.h) or measured, within margin x the budget;
+  // nnunet: nnU-Net's own memory model (plan/nnunet_vram.h) and batch rule, which give nnU-Net's plan.
+  std::string memory_model = "bytes";
+  // The dataset's recorded normalisation (DatasetInfo::channel_normalization, one per channel, the
+  // importer's statistics of the native-resolution images): the plan keeps it unless `renormalize`.
+  std::vector<std::string> recorded_normalize;
+  bool renormalize = false;
   bool measure_on_cuda = false;
   double margin = 0.85;  // share of the budget one training step may take
   int64_t threads = 0;   // fingerprint threads; 0: every core
@@ -81,6 +88,7 @@ struct Plan {
   std::vector<std::string> normalize;  // data.normalize, one per channel
   int64_t step_bytes = 0;              // estimated (or measured) peak of one step
   bool measured = false;               // step_bytes from measure_step_bytes_cuda
+  std::string memory_model = "bytes";  // PlanOptions::memory_model; nnunet: step_bytes 0 (a count, not bytes)
   int64_t budget_bytes = 0;
   bool budget_assumed = false;  // 80 GiB assumed (no --gpu-memory, no device)
   double margin = 0.85;
