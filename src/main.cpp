@@ -106,6 +106,8 @@ int main(int argc, char** argv) {
   auto* check_app = app.add_subcommand("check-data", "Read every case of a dataset in full and report every problem");
   auto* plan_app = app.add_subcommand(
       "plan", "Plan an experiment for a dataset: fingerprint, spacing, network, patch and batch for the GPU memory");
+  auto* cascade_app = app.add_subcommand(
+      "cascade", "Add the first stage's (3d_lowres) segmentations to a dataset as input channels (nnU-Net's cascade)");
   RunCli rc;
   add_root_aliases(app, rc);
   add_train_command(app, rc);
@@ -368,6 +370,15 @@ int main(int argc, char** argv) {
       ->add_option("--split", plan.splits, "Fingerprint only these splits' cases (comma-separated); default every case")
       ->delimiter(',');
   plan_app->add_flag("--force", plan.force, "Replace existing outputs");
+  u3d::CascadeCommand cascade;
+  cascade_app->add_option("--previous", cascade.previous, "The first stage's experiment folder (runs/NAME_lowres)")
+      ->required();
+  cascade_app->add_option("--data", cascade.data, "The full-resolution dataset (.h5)")->required();
+  cascade_app->add_option("--out", cascade.out, "The second stage's dataset (.h5)")->required();
+  cascade_app->add_option("--threads", cascade.threads, "Threads; 0: every core")
+      ->check(kThreadCount)
+      ->capture_default_str();
+  cascade_app->add_flag("--force", cascade.force, "Replace an existing output file");
   u3d::PlotCommand plot;
   plot_app->add_option("run_dir", plot.run_dir, "Run folder")->required();
   plot_app->add_option("--out", plot.out, "PNG file (default <run>/progress.png; the .svg beside it)");
@@ -403,6 +414,7 @@ int main(int argc, char** argv) {
     if (*export_app) return u3d::export_command(export_cmd);
     if (*plot_app) return u3d::plot_command(plot);
     if (*plan_app) return u3d::plan_command(plan);
+    if (*cascade_app) return u3d::cascade_command(cascade);
     return dispatch_run(app, rc);
   } catch (const u3d::Error& e) {
     return report_failure(u3d::error_line(e), e.exit_code());

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -13,8 +14,8 @@
 #include "u3d/core/parallel.h"
 #include "u3d/core/signals.h"
 #include "u3d/evaluate/dose_metrics.h"
-#include "u3d/io/h5.h"
 #include "u3d/io/openkbp.h"
+#include "u3d/io/predictions_file.h"
 
 namespace u3d {
 namespace {
@@ -35,48 +36,28 @@ class PredictionSource {
     }
     if (!fs::exists(path, ec))
       throw UsageError(fmt::format("evaluate openkbp: --predictions {} not found", path.string()));
-    h5::silence_errors();
-    const std::string ctx = path.string();
-    if (H5Fis_hdf5(path.c_str()) <= 0) {
-      throw DataError(fmt::format("{}: neither a folder of submission CSV files nor an HDF5 predictions file", ctx));
-    }
-    file_ = h5::Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-    if (!file_.valid()) throw DataError(fmt::format("{}: cannot open HDF5 file", ctx));
-    h5::Handle root = h5::open_group(file_.get(), "/", ctx);
-    if (!h5::has_attribute(root.get(), "format") ||
-        h5::read_string_attribute(root.get(), "format", ctx) != "u3d-predictions") {
+    file_ = std::make_unique<PredictionsReader>(path);
+    if (file_->task() != Task::kDose) {
       throw DataError(
-          fmt::format("{}: not a predictions file of `trainer --predict-only` (format=\"u3d-predictions\")", ctx));
+          fmt::format("{}: holds segmentation predictions; OpenKBP scores need dose predictions", path.string()));
     }
-    if (h5::read_string_attribute(root.get(), "task", ctx) != "dose") {
-      throw DataError(fmt::format("{}: holds segmentation predictions; OpenKBP scores need dose predictions", ctx));
-    }
-    h5::Handle cases = h5::open_group(file_.get(), "cases", ctx);
-    H5G_info_t info{};
-    U3D_CHECK_H5(H5Gget_info(cases.get(), &info), ctx);
-    for (hsize_t i = 0; i < info.nlinks; ++i) {
-      const ssize_t len = H5Lget_name_by_idx(cases.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
-      std::string name(static_cast<size_t>(std::max<ssize_t>(len, 0)) + 1, '\0');
-      H5Lget_name_by_idx(cases.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(), H5P_DEFAULT);
-      name.resize(static_cast<size_t>(std::max<ssize_t>(len, 0)));
-      ids_.insert(name);
-    }
+    ids_ = file_->ids();
   }
-  bool is_submission() const { return !file_.valid(); }
+  bool is_submission() const { return !file_; }
   bool has(const std::string& id) const { return ids_.count(id) > 0; }
   const std::set<std::string>& ids() const { return ids_; }
   std::string describe(const std::string& id) const {
-    return is_submission() ? (path_ / (id + ".csv")).string() : fmt::format("{}: case '{}'", path_.string(), id);
+    return is_submission() ? (path_ / (id + ".csv")).string() : file_->describe(id);
   }
   // (128, 128, 128) float32 Gy.
   torch::Tensor read(const std::string& id) const {
     if (is_submission()) return openkbp::read_dose_csv(path_ / (id + ".csv"));
-    return h5::read_tensor(file_.get(), "cases/" + id + "/prediction", torch::kFloat, describe(id));
+    return file_->prediction(id, torch::kFloat);
   }
 
  private:
   fs::path path_;
-  h5::Handle file_;
+  std::unique_ptr<PredictionsReader> file_;  // null: a folder of submission CSV files
   std::set<std::string> ids_;
 };
 

@@ -104,6 +104,7 @@ int plan_command(const PlanCommand& cmd) {
       cmd.out.empty() ? std::filesystem::path(data.stem().string() + "_plan.yaml") : std::filesystem::path(cmd.out);
   const auto lowres_out = out.parent_path() / (out.stem().string() + "_lowres" + out.extension().string());
   const auto out_2d = out.parent_path() / (out.stem().string() + "_2d" + out.extension().string());
+  const auto cascade_out = out.parent_path() / (out.stem().string() + "_cascade" + out.extension().string());
   refuse_output_over_input("plan", "--out", out, {data, fingerprint_path(data)});
   refuse_existing(out, cmd.force);
   const std::string name = run_name(cmd, data);
@@ -140,6 +141,10 @@ int plan_command(const PlanCommand& cmd) {
     refuse_output_over_input("plan", "--out (its 3d_lowres plan)", lowres_out, {data, fingerprint_path(data)});
     refuse_existing(lowres_out, cmd.force);
   }
+  if (plan.cascade_plan) {
+    refuse_output_over_input("plan", "--out (its cascade plan)", cascade_out, {data, fingerprint_path(data)});
+    refuse_existing(cascade_out, cmd.force);
+  }
   if (plan.plan_2d) {
     refuse_output_over_input("plan", "--out (its 2d plan)", out_2d, {data, fingerprint_path(data)});
     refuse_existing(out_2d, cmd.force);
@@ -170,6 +175,15 @@ int plan_command(const PlanCommand& cmd) {
         "{:.3g}x{:.3g}x{:.3g} mm; its header says how to import that dataset)",
         lowres_out.string(), shape_text(low.patch, ShapeStyle::kCross), low.target_spacing[0], low.target_spacing[1],
         low.target_spacing[2]);
+  }
+  if (plan.cascade_plan) {
+    const std::string cascade_yaml = plan_yaml(*plan.cascade_plan, fp, cmd.data, name + "_cascade");
+    load_config_from_string(cascade_yaml, cascade_out.string());
+    write_file_atomic(cascade_out, cascade_yaml);
+    spdlog::info(
+        "plan: the cascade's second stage (3d_cascade_fullres, {} input channels): {}; its header gives the "
+        "steps after the first stage",
+        plan.cascade_plan->in_channels, cascade_out.string());
   }
   if (plan.plan_2d) {
     const Plan& two = *plan.plan_2d;

@@ -15,6 +15,7 @@
 #include "u3d/evaluate/segmentation_eval.h"
 #include "u3d/evaluate/surface_eval.h"
 #include "u3d/io/import.h"
+#include "u3d/predict/cascade_data.h"
 
 namespace u3d {
 namespace {
@@ -186,6 +187,30 @@ int evaluate_surface_command(const EvaluateSurfaceCommand& cmd) {
   const double seconds = write_evaluation(csv, surface_evaluation_csv(e), surface_evaluation_table(e), t0);
   spdlog::info("evaluate surface: {} cases, mean total {:.4f}; wrote {} in {:.1f} s", e.cases.size(), e.mean.total,
                csv.string(), seconds);
+  return kExitOk;
+}
+
+int cascade_command(const CascadeCommand& cmd) {
+  require_folder(cmd.previous, "cascade", "--previous");
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(cmd.data, ec)) {
+    throw UsageError(fmt::format("cascade: --data {}: no such dataset file", cmd.data));
+  }
+  refuse_output_over_input("cascade", "--out", cmd.out, {cmd.data});
+  if (std::filesystem::exists(cmd.out, ec) && !cmd.force) {
+    throw UsageError(fmt::format("cascade: {} exists; pass --force to replace it", cmd.out));
+  }
+  CascadeDataOptions o;
+  o.previous = cmd.previous;
+  o.data = cmd.data;
+  o.out = cmd.out;
+  o.threads = cmd.threads;
+  const StopSignals signals;  // a stop between cases removes the staged file (StoppedError)
+  const CascadeDataSummary s = make_cascade_dataset(o);
+  spdlog::info(
+      "cascade: wrote {}: {} cases, {} with the first stage's out-of-fold segmentation and {} with its predictions of "
+      "their split; added channels [{}]",
+      cmd.out, s.cases, s.out_of_fold, s.other, fmt::join(s.added_channels, ", "));
   return kExitOk;
 }
 

@@ -50,9 +50,10 @@ std::string spacing_text(const std::array<double, 3>& s) {
   return fmt::format("{:.4g},{:.4g},{:.4g}", s[0], s[1], s[2]);
 }
 
-std::string lowres_path(const std::string& data_path) {
+// data.h5 -> data<suffix>.h5
+std::string sibling_path(const std::string& data_path, const std::string& suffix) {
   const fs::path p(data_path);
-  return (p.parent_path() / (p.stem().string() + "_lowres" + p.extension().string())).string();
+  return (p.parent_path() / (p.stem().string() + suffix + p.extension().string())).string();
 }
 
 // A path as a comment line shows it: as is, or JSON-quoted when it holds a line break or another
@@ -90,7 +91,10 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
                       const std::string& experiment_name) {
   const bool seg = plan.task == Task::kSegmentation;
   const bool has_val = fp.splits.count("val") > 0;
-  const std::string path = plan.lowres ? lowres_path(data_path) : data_path;
+  const bool cascade = plan.configuration == "3d_cascade_fullres";
+  const std::string path = plan.lowres ? sibling_path(data_path, "_lowres")
+                           : cascade   ? sibling_path(data_path, "_cascade")
+                                       : data_path;
   const std::string shown = comment_path(data_path), shown_path = comment_path(path);
   std::string y;
   y += fmt::format("# {} experiment planned by `trainer plan {}` ({} configuration, nnU-Net-like).\n",
@@ -114,8 +118,20 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
     y += fmt::format(
         "# This low-resolution plan needs the dataset re-imported at that spacing, e.g.\n"
         "#   trainer import nnunet --source <raw dataset> --out {} --spacing {}\n"
-        "# (the same import as {}, with --spacing).\n",
+        "# (the same import as {}, with --spacing). It is the cascade's first stage: train it with\n"
+        "# cross-validation (--set data.folds=5 --fold all), whose out-of-fold predictions the second\n"
+        "# stage trains on.\n",
         shown_path, spacing_text(plan.target_spacing), shown);
+  } else if (cascade) {
+    std::string first = experiment_name;
+    if (ends_with(first, "_cascade")) first.resize(first.size() - std::string("_cascade").size());
+    y += fmt::format(
+        "# nnU-Net's cascade, second stage: the full-resolution plan with the first stage's segmentation\n"
+        "# as {} more input channels. After the first stage ({}_lowres, its YAML beside this one) trained\n"
+        "# all folds and predicted the test split (--fold all --predict-only --set predict.split=test):\n"
+        "#   trainer cascade --previous runs/{}_lowres --data {} --out {}\n"
+        "#   trainer --config THIS --set data.folds=5 --fold all\n",
+        plan.in_channels - static_cast<int64_t>(fp.channels.size()), first, first, shown, shown_path);
   } else if (plan.resample_needed) {
     y += fmt::format(
         "# The cases are not all at the target spacing. This plan is for their grids as stored (training does\n"
@@ -133,8 +149,9 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
   if (plan.lowres_plan) {
     y += fmt::format(
         "# The patch covers < 1/4 of the median volume: `trainer plan` also wrote a 3d_lowres plan\n"
-        "# (spacing {} mm, patch {}).\n",
-        spacing_text(plan.lowres_plan->target_spacing), flow_list(plan.lowres_plan->patch));
+        "# (spacing {} mm, patch {}){}.\n",
+        spacing_text(plan.lowres_plan->target_spacing), flow_list(plan.lowres_plan->patch),
+        plan.cascade_plan ? " and the cascade's second stage (3d_cascade_fullres)" : "");
   }
   y += "# Dataset fingerprint:\n";
   for (const auto& line : split(fingerprint_table(fp), "\n")) {
@@ -145,7 +162,9 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
   y += entry("output_dir", "runs");
   y += entry("seed", seg ? "12345" : "42");
   y += "data:\n";
-  y += entry("path", json_string(path), plan.lowres ? "re-imported at the target spacing (see above)" : "");
+  y += entry("path", json_string(path),
+             plan.lowres ? "re-imported at the target spacing (see above)"
+                         : (cascade ? "made by `trainer cascade` (see above)" : ""));
   if (plan.dims == 2) {
     y += key_2d("data", "slice_axis", std::to_string(plan.slice_axis), reason_of(plan, "data.slice_axis"));
   }

@@ -419,6 +419,16 @@ Plan make(const DatasetFingerprint& fp, const PlanOptions& options, const Measur
           "per round until the patch covers 1/4 of the median volume there (nnU-Net's rule)",
           100.0 * static_cast<double>(voxels(plan.patch)) / median_voxels);
       plan.lowres_plan = std::make_shared<const Plan>(low);
+      if (plan.task == Task::kSegmentation) {
+        Plan cascade = plan;
+        cascade.configuration = "3d_cascade_fullres";
+        cascade.lowres_plan = nullptr;
+        cascade.in_channels += plan.out_channels - 1;
+        for (int64_t c = 1; c < plan.out_channels; ++c) cascade.normalize.push_back("none");
+        cascade.reasons["data.normalize"] =
+            plan.reasons["data.normalize"] + "; the first stage's segmentation channels: none (0/1)";
+        plan.cascade_plan = std::make_shared<const Plan>(cascade);
+      }
     } else {
       plan.reasons["lowres"] = fmt::format(
           "no 3d_lowres: at the spacing where the patch covers 1/4 of the median volume that volume is only {:.2f}x "

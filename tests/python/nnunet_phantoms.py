@@ -17,6 +17,8 @@ Writes, for each dataset chosen by --which (default: thick,iso,varying), an nnU-
                                 (+-3, +-4, +-4); only with --which ...,large. The only one of the four
                                 for which nnU-Net's default planner keeps a 3d_lowres configuration
                                 (Dataset902_Iso's lowres search ends less than 2x smaller and is dropped).
+    OUT_DIR/Dataset905_Tiny      6 cases, spacing 4.0 x 2.4 x 2.4 mm, shape about 24 x 48 x 48 voxels; only with
+                                --which ...,tiny: small enough to train on a CPU in a test (the cascade's).
 
 each holding imagesTr/<case>_0000.nii.gz (int16 Hounsfield units), labelsTr/<case>.nii.gz (uint8:
 0 background, 1 organ, 2 tumour) and dataset.json (channel_names {"0": "CT"}, labels
@@ -76,6 +78,7 @@ DATASETS = {
     "iso": dict(id=902, name="Dataset902_Iso", cases=8),
     "varying": dict(id=903, name="Dataset903_Varying", cases=12),
     "large": dict(id=904, name="Dataset904_IsoLarge", cases=8),
+    "tiny": dict(id=905, name="Dataset905_Tiny", cases=6),
 }
 DEFAULT_WHICH = "thick,iso,varying"
 
@@ -91,6 +94,10 @@ def case_grid(which, index, rng):
     elif which == "large":
         base, jitter, sz = (128, 384, 384), (3, 4, 4), 2.0
         shape = tuple(int(b + rng.integers(-j, j + 1)) for b, j in zip(base, jitter))
+    elif which == "tiny":  # coarse voxels, for CPU training tests (the cascade's)
+        base, jitter = (24, 48, 48), (1, 2, 2)
+        shape = tuple(int(b + rng.integers(-j, j + 1)) for b, j in zip(base, jitter))
+        return (4.0, 2.4, 2.4), shape
     elif which == "varying":
         sz = VARYING_Z_MM[index]
         extent = (120.0 + rng.uniform(-6.0, 6.0), 130.0 + rng.uniform(-2.4, 2.4), 130.0 + rng.uniform(-2.4, 2.4))

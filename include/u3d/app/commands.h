@@ -217,6 +217,18 @@ struct PlanCommand {
 };
 int plan_command(const PlanCommand& cmd);
 
+// `trainer cascade --previous runs/NAME_lowres --data DATA.h5 --out DATA_cascade.h5 [--force]`
+// (src/app/segmentation_commands.cpp, predict/cascade_data.h): the second stage's dataset of nnU-Net's
+// cascade, the first stage's out-of-fold (and test) segmentations added as input channels.
+struct CascadeCommand {
+  std::string previous;  // the first stage's experiment folder (folds.json, fold_K/predictions/val.h5)
+  std::string data;      // the full-resolution dataset
+  std::string out;
+  int64_t threads = 0;
+  bool force = false;
+};
+int cascade_command(const CascadeCommand& cmd);
+
 // `trainer plot RUN_DIR [--out FILE.png]`: progress.png and progress.svg from <run>/metrics.csv
 // (monitor/progress_plot.h), also for a run still going or written by an older version.
 struct PlotCommand {

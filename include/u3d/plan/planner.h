@@ -24,9 +24,10 @@
 //   - normalisation per channel: CT-like channels (named ct, any case, or whose 0.5 percentile is
 //     below -500) "ct:P0.5:P99.5:MEAN:STD" from the foreground statistics; 0/1 mask channels "none";
 //     others "zscore";
-//   - a low-resolution plan (nnU-Net's 3d_lowres) when the patch covers less than 1/8 of the median
-//     shape: the spacing grows by 1.25x per round (isotropically, per axis where anisotropic) until
-//     the median shape is at most 4x the patch's voxels;
+//   - a low-resolution plan (nnU-Net's 3d_lowres) when the patch covers less than 1/4 of the median
+//     volume: the spacing grows by 3% per round (first the axes finer than half the coarsest) until the
+//     patch covers 1/4 of the median volume at that spacing, dropped when that volume is not at least
+//     2x smaller; with it, for segmentation, the cascade's second stage (3d_cascade_fullres);
 //   - a 2d plan beside it (nnU-Net's ExperimentPlanner, get_plans_for_configuration with the in-plane
 //     spacing): slices across data.slice_axis = the axis one voxel deep in the median shape, else the
 //     coarsest axis of the target spacing (nnU-Net's transpose_forward puts it first; 0 for isotropic
@@ -73,7 +74,7 @@ struct PlanOptions {
 };
 
 struct Plan {
-  std::string configuration = "3d_fullres";  // or "3d_lowres", "2d"
+  std::string configuration = "3d_fullres";  // or "3d_lowres", "3d_cascade_fullres", "2d"
   Task task = Task::kSegmentation;
   std::array<double, 3> target_spacing{};  // mm, (D, H, W)
   Shape3 median_shape{};                   // voxels: as stored (3d_fullres), at target_spacing (3d_lowres)
@@ -96,6 +97,9 @@ struct Plan {
   std::map<std::string, std::string> reasons;  // config key (or "spacing", "lowres") -> why
   bool lowres = false;                         // this is the low-resolution plan
   std::shared_ptr<const Plan> lowres_plan;     // the 3d_lowres plan of a full-resolution plan, or null
+  // nnU-Net's 3d_cascade_fullres beside a 3d_lowres (segmentation): the full-resolution plan with one
+  // more input channel per foreground class (the first stage's segmentation, predict/cascade_data.h).
+  std::shared_ptr<const Plan> cascade_plan;
   // 2D (nnU-Net's 2d configuration): model.dims 2 across data.slice_axis, patch 1 on that axis.
   int64_t dims = 3;
   int64_t slice_axis = -1;               // the 2d plan's data.slice_axis, else -1
