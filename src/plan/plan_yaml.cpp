@@ -136,8 +136,9 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
     y += fmt::format(
         "# The cases are not all at the target spacing. This plan is for their grids as stored (training does\n"
         "# not resample); for nnU-Net's resampling, re-import with a NIfTI importer and plan again:\n"
-        "#   trainer import nnunet|nifti ... --out {} --spacing {}\n",
-        shown, spacing_text(plan.target_spacing));
+        "#   trainer import nnunet|nifti ... --out {} --spacing {}\n"
+        "# (a second file: this one keeps the native grids; the statistics stay the native ones).\n",
+        comment_path(sibling_path(data_path, "_resampled")), spacing_text(plan.target_spacing));
   }
   if (plan.dims == 2 || plan.plan_2d) {
     y += fmt::format("# Preferred configuration: {} ({}).\n", plan.preferred, plan.preferred_reason);
