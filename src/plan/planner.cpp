@@ -213,9 +213,10 @@ Plan plan_at(const Grid& grid, Plan plan, const Measure& measure) {
                    "strides' product (smaller cases are padded; smallest {}); fits {}",
                    flow_list(plan.median_shape), flow_list(grid.smallest), budget);
   plan.reasons["data.batch_size"] =
-      plan.batch >= cap && cap > 2
-          ? fmt::format("capped: {} x patch voxels <= 5% of the dataset's {:.0f} voxels (median x cases); {}",
-                        plan.batch, grid.dataset_voxels, peak)
+      plan.batch >= cap
+          ? fmt::format(
+                "capped: {} x patch voxels <= 5% of the dataset's {:.0f} voxels (median x cases; at least 2); {}",
+                plan.batch, grid.dataset_voxels, peak)
           : fmt::format("{} {} ({})", nnunet ? "nnU-Net's batch for" : "most patches that fit", budget, peak);
   Shape3 bottleneck{};
   for (int a = 0; a < 3; ++a) bottleneck[a] = plan.patch[a] / topology.divisor[a];
