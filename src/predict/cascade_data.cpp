@@ -91,6 +91,7 @@ CascadeDataSummary make_cascade_dataset(const CascadeDataOptions& o) {
       from[id] = files.back().get();
     }
   }
+  const std::map<std::string, const PredictionsReader*> held_out = from;  // folds.json's cases, out of fold
   for (const fs::path& dir : {o.previous / "ensemble" / "predictions", o.previous / "predictions"}) {
     for (const auto& file : prediction_files(dir)) {
       files.push_back(std::make_unique<PredictionsReader>(file));
@@ -147,12 +148,7 @@ CascadeDataSummary make_cascade_dataset(const CascadeDataOptions& o) {
   for (const auto& [name, ids] : info.splits) writer.set_split(name, ids);
   writer.commit();
   summary.cases = n;
-  for (const auto& id : info.case_ids) {
-    const bool out_of_fold = std::any_of(folds.begin(), folds.end(), [&](const FoldSplit& f) {
-      return std::find(f.val.begin(), f.val.end(), id) != f.val.end();
-    });
-    (out_of_fold ? summary.out_of_fold : summary.other) += 1;
-  }
+  for (const auto& id : info.case_ids) (held_out.count(id) ? summary.out_of_fold : summary.other) += 1;
   return summary;
 }
 

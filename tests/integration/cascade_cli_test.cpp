@@ -10,6 +10,7 @@
 
 #include <regex>
 
+#include "nnunet_golden.h"
 #include "test_support.h"
 #include "u3d/data/folds.h"
 #include "u3d/io/dataset.h"
@@ -26,8 +27,7 @@ class CascadeCli : public ::testing::Test {
   void SetUp() override {
     const auto python = test::torch_python();
     if (!python) GTEST_SKIP() << "no torch venv (U3D_TORCH_PYTHON); scripts/setup.sh makes it";
-    const std::string cmd = python->string() + " " + (test::source_dir() / "tests/python/nnunet_phantoms.py").string() +
-                            " " + (dir / "raw").string() + " --which tiny --quiet";
+    const std::string cmd = test::nnunet_phantoms_command(*python, dir / "raw", "tiny");
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     const fs::path raw = dir / "raw/Dataset905_Tiny";
     fs::create_directories(raw / "imagesTs");

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "nnunet_golden.h"
 #include "test_support.h"
 #include "u3d/core/config.h"
 #include "u3d/core/normalize_spec.h"
@@ -26,14 +27,10 @@ class PlanGoldenCli : public ::testing::Test {
   void SetUp() override {
     const auto python = test::torch_python();
     if (!python) GTEST_SKIP() << "no torch venv (U3D_TORCH_PYTHON); scripts/setup.sh makes it";
-    const std::string cmd = python->string() + " " + (test::source_dir() / "tests/python/nnunet_phantoms.py").string() +
-                            " " + (dir / "raw").string() + " --quiet";
+    const std::string cmd = test::nnunet_phantoms_command(*python, dir / "raw");
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   }
   test::CommandResult trainer(const std::vector<std::string>& args) { return test::run_trainer(args, dir.path()); }
-  static Json golden(const std::string& name, const std::string& kind) {
-    return Json::parse(test::read_text(test::source_dir() / "tests/data/nnunet_plans" / (name + "." + kind + ".json")));
-  }
   // Imports raw/<name> (every case in train) and plans it with nnU-Net's memory model; the 3d config.
   Config import_and_plan(const std::string& name, const std::string& stem, const std::string& spacing = "") {
     std::vector<std::string> args = {"import", "nnunet",     "--source",       "raw/" + name,
@@ -68,7 +65,7 @@ class PlanGoldenCli : public ::testing::Test {
     ASSERT_EQ(ours.data.normalize.size(), 1u);
     const ChannelNorm n = parse_channel_norm(ours.data.normalize[0]);
     ASSERT_EQ(n.kind, ChannelNorm::Kind::kCt) << ours.data.normalize[0];
-    const Json fingerprint = golden(name, "fingerprint");
+    const Json fingerprint = test::nnunet_golden(name, "fingerprint");
     const Json& f = fingerprint.at("foreground_intensity_properties_per_channel").at("0");
     EXPECT_NEAR(n.a, f.at("percentile_00_5").get<double>(), 0.5);
     EXPECT_NEAR(n.b, f.at("percentile_99_5").get<double>(), 0.5);
@@ -83,7 +80,7 @@ TEST_F(PlanGoldenCli, ImportAndPlanGiveNnUNetsPlans) {
        std::vector<std::pair<std::string, std::string>>{{"Dataset901_Thick", "thick"}, {"Dataset902_Iso", "iso"}}) {
     SCOPED_TRACE(name);
     const Config full = import_and_plan(name, stem);
-    const Json configs = golden(name, "plans").at("configurations");
+    const Json configs = test::nnunet_golden(name, "plans").at("configurations");
     expect_configuration(full, configs.at("3d_fullres"));
     expect_normalisation(full, name);
     const Config two = load_config(dir / (stem + "_2d.yaml"));
@@ -103,7 +100,7 @@ TEST_F(PlanGoldenCli, VaryingSliceSpacingIsPlannedAfterTheReimportItsHeaderGives
   ASSERT_TRUE(std::regex_search(header, m, std::regex("--spacing ([0-9.,]+)"))) << header;
   EXPECT_EQ(m[1].str(), "1.775,0.8,0.8");  // nnU-Net's target: the 10th percentile of the slice spacings
   const Config resampled = import_and_plan(name, "varying_iso", m[1].str());
-  const Json configs = golden(name, "plans").at("configurations");
+  const Json configs = test::nnunet_golden(name, "plans").at("configurations");
   expect_configuration(resampled, configs.at("3d_fullres"));
   expect_configuration(load_config(dir / "varying_iso_2d.yaml"), configs.at("2d"));
   // The statistics of the native-resolution images, the same as before resampling.

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nnunet_golden.h"
 #include "test_support.h"
 #include "u3d/plan/nnunet_vram.h"
 
@@ -35,10 +36,7 @@ TEST(NnUNetVram, FeatureMapCountIsNnUNets) {
     const Json& arch = c.at("architecture").at("arch_kwargs");
     const bool two_d = c.at("patch_size").size() == 2;
     Topology t;
-    for (const auto& s : arch.at("strides")) {
-      t.strides.push_back(two_d ? Shape3{1, s.at(0).get<int64_t>(), s.at(1).get<int64_t>()}
-                                : Shape3{s.at(0).get<int64_t>(), s.at(1).get<int64_t>(), s.at(2).get<int64_t>()});
-    }
+    t.strides = test::nnunet_triples(arch.at("strides"), two_d);
     const Json& p = c.at("patch_size");
     const Shape3 patch = two_d ? Shape3{1, p.at(0), p.at(1)} : Shape3{p.at(0), p.at(1), p.at(2)};
     const FilterRange filters{32, two_d ? 512 : 320};

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "nnunet_golden.h"
 #include "test_support.h"
 #include "u3d/core/stats.h"
 #include "u3d/plan/planner.h"
@@ -22,15 +23,11 @@ namespace {
 
 using Json = nlohmann::json;
 
-Json golden(const std::string& name, const std::string& kind) {
-  return Json::parse(test::read_text(test::source_dir() / "tests/data/nnunet_plans" / (name + "." + kind + ".json")));
-}
-
 // nnU-Net's fingerprint as ours: cases (spacing, shape) in (z, y, x) = (D, H, W), one CT channel with
 // nnU-Net's foreground statistics, 3 classes. `resample`: the cases at this spacing instead, with
 // nnU-Net's compute_new_shape (round(shape x spacing / new spacing)).
 DatasetFingerprint fingerprint_of(const std::string& name, const std::array<double, 3>* resample = nullptr) {
-  const Json f = golden(name, "fingerprint");
+  const Json f = test::nnunet_golden(name, "fingerprint");
   DatasetFingerprint fp;
   fp.task = Task::kSegmentation;
   fp.channel_names = {"CT"};
@@ -72,15 +69,6 @@ DatasetFingerprint fingerprint_of(const std::string& name, const std::array<doub
   return fp;
 }
 
-std::vector<Shape3> triples(const Json& list, bool two_d) {
-  std::vector<Shape3> out;
-  for (const auto& t : list) {
-    out.push_back(two_d ? Shape3{1, t.at(0).get<int64_t>(), t.at(1).get<int64_t>()}
-                        : Shape3{t.at(0).get<int64_t>(), t.at(1).get<int64_t>(), t.at(2).get<int64_t>()});
-  }
-  return out;
-}
-
 // One configuration of ours against nnU-Net's.
 void expect_configuration(const Plan& ours, const Json& theirs) {
   const bool two_d = theirs.at("patch_size").size() == 2;
@@ -97,8 +85,8 @@ void expect_configuration(const Plan& ours, const Json& theirs) {
   EXPECT_EQ(ours.batch, theirs.at("batch_size").get<int64_t>());
   const Json& arch = theirs.at("architecture").at("arch_kwargs");
   EXPECT_EQ(ours.levels, arch.at("n_stages").get<int64_t>());
-  EXPECT_EQ(ours.strides, triples(arch.at("strides"), two_d));
-  EXPECT_EQ(ours.kernels, triples(arch.at("kernel_sizes"), two_d));
+  EXPECT_EQ(ours.strides, test::nnunet_triples(arch.at("strides"), two_d));
+  EXPECT_EQ(ours.kernels, test::nnunet_triples(arch.at("kernel_sizes"), two_d));
   EXPECT_EQ(ours.max_filters, two_d ? 512 : 320);  // nnU-Net: 32 doubling, at most 512 (2d) or 320
   ASSERT_EQ(ours.normalize.size(), 1u);
   EXPECT_EQ(theirs.at("normalization_schemes")[0], "CTNormalization");
@@ -116,7 +104,7 @@ TEST(PlanGolden, NnUNetMemoryModelGivesNnUNetsWholePlan) {
     o.memory_model = "nnunet";
     o.gpu_memory_gib = 8;
     const Plan plan = make_plan(fp, o);
-    const Json plans = golden(name, "plans");
+    const Json plans = test::nnunet_golden(name, "plans");
     const Json& configs = plans.at("configurations");
     {
       SCOPED_TRACE("3d_fullres");
@@ -148,10 +136,10 @@ TEST(PlanGolden, BytesMemoryModelKeepsNnUNetsSpacingAndTopologyRule) {
   PlanOptions o;
   o.gpu_memory_gib = 8;
   const Plan plan = make_plan(fp, o);
-  const Json c = golden("Dataset901_Thick", "plans").at("configurations").at("3d_fullres");
+  const Json c = test::nnunet_golden("Dataset901_Thick", "plans").at("configurations").at("3d_fullres");
   for (int a = 0; a < 3; ++a) EXPECT_NEAR(plan.target_spacing[a], c.at("spacing")[a].get<double>(), 1e-6);
   EXPECT_EQ(plan.patch, (Shape3{40, 192, 192}));  // here the same patch: 6.1 GiB estimated of 8 x 0.85
-  EXPECT_EQ(plan.strides, triples(c.at("architecture").at("arch_kwargs").at("strides"), false));
+  EXPECT_EQ(plan.strides, test::nnunet_triples(c.at("architecture").at("arch_kwargs").at("strides"), false));
 }
 
 }  // namespace

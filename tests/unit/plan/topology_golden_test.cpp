@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nnunet_golden.h"
 #include "test_support.h"
 #include "u3d/plan/topology.h"
 
@@ -17,20 +18,10 @@ namespace {
 
 using Json = nlohmann::json;
 
-std::vector<Shape3> triples(const Json& list, bool two_d) {
-  std::vector<Shape3> out;
-  for (const auto& t : list) {
-    out.push_back(two_d ? Shape3{1, t.at(0).get<int64_t>(), t.at(1).get<int64_t>()}
-                        : Shape3{t.at(0).get<int64_t>(), t.at(1).get<int64_t>(), t.at(2).get<int64_t>()});
-  }
-  return out;
-}
-
 TEST(TopologyGolden, EveryConfigurationNnUNetPlannedHasOurTopology) {
   int checked = 0;
   for (const char* name : {"Dataset901_Thick", "Dataset902_Iso", "Dataset903_Varying", "Dataset904_IsoLarge"}) {
-    const fs::path file = test::source_dir() / "tests/data/nnunet_plans" / (std::string(name) + ".plans.json");
-    const Json plans = Json::parse(test::read_text(file));
+    const Json plans = test::nnunet_golden(name, "plans");
     for (const auto& [config, c] : plans.at("configurations").items()) {
       if (!c.contains("patch_size")) continue;  // 3d_cascade_fullres: inherits 3d_fullres
       SCOPED_TRACE(fmt::format("{} {}", name, config));
@@ -45,12 +36,12 @@ TEST(TopologyGolden, EveryConfigurationNnUNetPlannedHasOurTopology) {
       const Json& arch = c.at("architecture").at("arch_kwargs");
       const Topology t = pool_and_conv_props(s, p);
       EXPECT_EQ(t.stages(), arch.at("n_stages").get<int64_t>());
-      EXPECT_EQ(t.strides, triples(arch.at("strides"), two_d));  // 2d: stride 1 across the slices
+      EXPECT_EQ(t.strides, test::nnunet_triples(arch.at("strides"), two_d));  // 2d: stride 1 across the slices
       std::vector<Shape3> kernels = t.kernels;
       if (two_d) {
         for (auto& k : kernels) k[0] = 1;  // the planner's 2d plan sets 1 across the slices
       }
-      EXPECT_EQ(kernels, triples(arch.at("kernel_sizes"), two_d));
+      EXPECT_EQ(kernels, test::nnunet_triples(arch.at("kernel_sizes"), two_d));
       for (int a = 0; a < 3; ++a) EXPECT_EQ(p[a] % t.divisor[a], 0) << "axis " << a;
       ++checked;
     }
