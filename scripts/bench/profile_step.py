@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Top kernels of one PyTorch training step of the OpenKBP baseline (pytorch_step.py's network and
-step), by GPU time, from the PyTorch profiler. Only the timed steps are profiled: --warmup steps run
-first without the profiler (cuDNN's autotuning trials happen there), then the profiler's schedule
-skips one more step (wait) and discards one (its own warm-up) before it records --steps steps, each
-inside a record_function range "u3d.timed_step"; kernels are summed over the recorded steps only.
-Prints the profiler table (to stderr) and one JSON line {"benchmark": "kernels", "tool":
+"""Top kernels of one PyTorch training step (pytorch_step.py's network and step: every --arch and
+option it takes), by GPU time, from the PyTorch profiler. Only the timed steps are profiled: --warmup
+steps run first without the profiler (cuDNN's autotuning trials happen there), then the profiler's
+schedule skips one more step (wait) and discards one (its own warm-up) before it records --steps
+steps, each inside a record_function range "u3d.timed_step"; kernels are summed over the recorded
+steps only. Prints the profiler table (to stderr) and one JSON line {"benchmark": "kernels", "tool":
 "pytorch-eager", "top": [{"name", "gpu_ms", "share", "calls"}, ...], "profiled_steps": N}.
 
     python3 scripts/bench/profile_step.py --filters 64 --batch 2 --size 128 --steps 3 --top 15
+    python3 scripts/bench/profile_step.py --arch unet --dims 2 --levels 5 --max-filters 512 --norm batch \
+        --activation relu --deep-supervision 0 --out-channels 1 --loss bce_dice --optimizer adamw \
+        --size 256 --batch 128 --precision fp16 --steps 3 --top 25       # the 2D slice recipe
 """
 import json
 import os
@@ -17,13 +20,14 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_step import OpenKbpBaseline, step_parser  # noqa: E402
+from pytorch_step import make_parser, make_step, parse_args  # noqa: E402
 
 RANGE = "u3d.timed_step"
 
 
-def make_parser():
-    p = step_parser(__doc__.split("\n")[0], steps=3, warmup=3)
+def make_profile_parser():
+    p = make_parser()
+    p.set_defaults(steps=3, warmup=3)
     p.add_argument("--top", type=int, default=15)
     return p
 
@@ -31,21 +35,8 @@ def make_parser():
 def profile_steps(a):
     """The kernels JSON (a dict) for parsed options `a`."""
     dev = torch.device(a.device)
-    torch.backends.cudnn.benchmark = True
-    mf = torch.channels_last_3d
-    model = OpenKbpBaseline(11, a.filters).to(dev).to(memory_format=mf)
-    opt = torch.optim.AdamW(model.parameters(), lr=2e-4, fused=dev.type == "cuda")
-    n = int(a.size)  # a cube (the OpenKBP baseline)
-    x = torch.rand((a.batch, 11, n, n, n), device=dev).to(memory_format=mf)
-    y = torch.rand((a.batch, 1, n, n, n), device=dev).to(memory_format=mf)
+    step, _, _ = make_step("eager", a)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(dev.type, dtype=torch.bfloat16):
-            loss = (model(x) - y).abs().mean()
-        loss.backward()
-        opt.step()
 
     for _ in range(a.warmup):  # autotuning and allocations: outside the profiler
         step()
@@ -74,7 +65,7 @@ def profile_steps(a):
 
 
 def main():
-    print(json.dumps(profile_steps(make_parser().parse_args())))
+    print(json.dumps(profile_steps(parse_args(parser=make_profile_parser()))))
 
 
 if __name__ == "__main__":

@@ -147,7 +147,9 @@ def conv_flops(model, x):
     return total
 
 
-def run(variant, args):
+def make_step(variant, args):
+    """(step, model, flops of one forward pass) for one variant ("eager" or "compile"): step() runs one
+    training step on a fixed batch and returns its loss; cuDNN autotuning is on, nothing has run yet."""
     dev = torch.device(args.device)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -210,7 +212,14 @@ def run(variant, args):
             opt.step()
             return loss
 
-    fn = torch.compile(step) if variant == "compile" else step
+    return (torch.compile(step) if variant == "compile" else step), model, flops_fwd
+
+
+def run(variant, args):
+    dev = torch.device(args.device)
+    fn, model, flops_fwd = make_step(variant, args)
+    nd = args.dims
+    cin = args.in_channels or (11 if args.arch == "openkbp" else 1)
     for _ in range(args.warmup):
         fn()
     sync = (lambda: torch.cuda.synchronize()) if dev.type == "cuda" else (lambda: None)
@@ -310,10 +319,10 @@ def make_parser():  # also parses torch_side.py's requests, in its one process
     return p
 
 
-def parse_args(argv=None):
-    """make_parser().parse_args(argv), with the MLPerf recipe's defaults for what argv leaves out."""
+def parse_args(argv=None, parser=None):
+    """(parser or make_parser()).parse_args(argv), with the MLPerf recipe's defaults for what argv leaves out."""
     argv = __import__("sys").argv[1:] if argv is None else list(argv)
-    args = make_parser().parse_args(argv)
+    args = (parser or make_parser()).parse_args(argv)
     size = [int(v) for v in str(args.size).split(",")]
     args.shape = tuple(size * args.dims if len(size) == 1 else size)  # the patch's spatial axes
     if len(args.shape) != args.dims:

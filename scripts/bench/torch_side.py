@@ -50,7 +50,7 @@ def handle(req):
         return out
     if op == "profile":
         import profile_step
-        return profile_step.profile_steps(profile_step.make_parser().parse_args(req["argv"]))
+        return profile_step.profile_steps(profile_step.parse_args(req["argv"], parser=profile_step.make_profile_parser()))
     raise ValueError(f"unknown op {op!r}")
 
 

@@ -39,13 +39,19 @@
 namespace u3d {
 namespace {
 
-// The NVTX range "u3d.timed_steps" around the timed steps, so a profiler takes those alone (Nsight
-// Compute: ncu --nvtx --nvtx-include u3d.timed_steps/), not the warm-up's cuDNN autotuning trials.
+// The NVTX start/end range "u3d.timed_steps" around the timed steps, so a profiler takes those alone
+// (Nsight Compute: ncu --nvtx --nvtx-include u3d.timed_steps), not the warm-up's cuDNN autotuning
+// trials. A start/end range, not push/pop: a push/pop range belongs to the thread that pushed it, and
+// autograd launches the backward's kernels from its own device thread, so ncu's filter on a pushed
+// range ("u3d.timed_steps/") took the forward and the optimizer only (seen on an H100, 2026-11-27).
 class TimedStepsRange {
  public:
 #ifdef U3D_HAVE_NVTX
-  TimedStepsRange() { nvtxRangePushA("u3d.timed_steps"); }
-  ~TimedStepsRange() { nvtxRangePop(); }
+  TimedStepsRange() : id_(nvtxRangeStartA("u3d.timed_steps")) {}
+  ~TimedStepsRange() { nvtxRangeEnd(id_); }
+
+ private:
+  nvtxRangeId_t id_;
 #endif
 };
 

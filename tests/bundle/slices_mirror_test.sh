@@ -4,7 +4,9 @@
 # published layer list (scripts/bench/pytorch_nets.py BudaUNet2d: max-pooling, 7,762,465 parameters)
 # and against pytorch_step.py --arch unet --dims 2 (the trainer's 2D network in torch.nn): parameter
 # counts equal, and FLOPs equal to pytorch_step.py's; (2) a few tiny 2D configurations the same way;
-# (3) compare.py runs both steps on a 2D config (eager, CPU) and reports the same network.
+# (3) compare.py runs both steps on a 2D config (eager, CPU) and reports the same network; (4)
+# profile_step.py profiles that 2D step (any pytorch_step.py network, not only the OpenKBP baseline):
+# its recorded steps, and convolution and batch-norm ops among its top entries.
 # Exit 77 (skipped) without a Python that has torch.
 #   tests/bundle/slices_mirror_test.sh BUILD_DIR [VENV_PYTHON]
 set -euo pipefail
@@ -53,5 +55,16 @@ ROWS
 compare_same_network unet --config "$SRC/configs/slices_2d.yaml" --set training.device=cpu --set data.path="$T/seg.h5" \
   --set data.patch_size=[1,32,32] --set model.levels=3 --set model.base_filters=2 --set model.max_filters=8 \
   --set data.batch_size=2 || fail=1
+prof="$("$PY" "$SRC/scripts/bench/profile_step.py" --device cpu --arch unet --dims 2 --levels 3 --base-filters 2 \
+  --max-filters 8 --norm batch --activation relu --deep-supervision 0 --out-channels 1 --loss bce_dice --optimizer adamw \
+  --size 32 --batch 2 --precision fp32 --steps 2 --warmup 1 --top 40 2>/dev/null | grep '^{')" || { echo "FAIL: profile_step.py"; fail=1; }
+echo "$prof" | "$PY" -c '
+import json, sys
+d = json.load(sys.stdin)
+names = " ".join(k["name"] for k in d["top"])
+print("profile_step.py, 2D U-Net: %d profiled steps, %.2f ms per step, top: %s" % (d["profiled_steps"], d["time_per_step_ms"], names[:200]))
+assert d["profiled_steps"] == 2 and d["steps"] == 2, d
+assert "convolution" in names and "batch_norm" in names, names
+' || { echo "FAIL: profile_step.py on the 2D step"; fail=1; }
 [ "$fail" = 0 ] && echo PASS
 exit "$fail"

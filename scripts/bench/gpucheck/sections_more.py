@@ -154,10 +154,11 @@ class Profile(Spec):
             s.partial("trainer kernels not measured: ncu (Nsight Compute) is not on PATH")
             return
         # Eager steps (ncu does not attribute a graph replay's kernels per launch); only kernels inside
-        # the benchmark's NVTX range "u3d.timed_steps" (step_benchmark.cpp), so none of the warm-up's
-        # cuDNN autotune trials.
+        # the benchmark's NVTX start/end range "u3d.timed_steps" (step_benchmark.cpp; no trailing slash:
+        # not a push/pop range, which would leave out the backward's kernels, launched from autograd's
+        # device thread), so none of the warm-up's cuDNN autotune trials.
         # --clock-control none: the clocks the timed runs had (ncu locks them to base clock by default).
-        cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--nvtx", "--nvtx-include", "u3d.timed_steps/", "--launch-count",
+        cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--nvtx", "--nvtx-include", "u3d.timed_steps", "--launch-count",
                str(NCU_COUNT), "--csv", "--metrics", "gpu__time_duration.sum"] + check.trainer + [
                "--config", KBP_CFG, "--benchmark", "--steps", "3", "--warmup", str(NCU_WARMUP),
                "--set", "training.cuda_graph=off", "--set", "training.loss=l1"]
