@@ -114,6 +114,11 @@ MLPERF_DEFAULTS = {"out_channels": 3, "deep_supervision": 0, "lr": 0.8, "momentu
                    "grad_clip_norm": 0.0}  # configs/mlperf_unet3d.yaml, unless given on the command line
 
 
+def in_channels(args):
+    """The network's input channels: --in-channels, or 11 (openkbp) / 1 (the others) when it is 0."""
+    return args.in_channels or (11 if args.arch == "openkbp" else 1)
+
+
 def build(args):
     if args.arch == "mlperf_unet3d":
         return build_mlperf(args)
@@ -159,8 +164,7 @@ def make_step(variant, args):
     nd = args.dims  # spatial axes
     mf = (torch.channels_last_3d if nd == 3 else torch.channels_last) if args.channels_last else torch.contiguous_format
     model = model.to(memory_format=mf)
-    cin = args.in_channels or (11 if args.arch == "openkbp" else 1)
-    shape = (args.batch, cin) + args.shape
+    shape = (args.batch, in_channels(args)) + args.shape
     x = torch.rand(shape, device=dev).to(memory_format=mf)
     flops_fwd = conv_flops(model, x)
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[args.precision]
@@ -219,7 +223,6 @@ def run(variant, args):
     dev = torch.device(args.device)
     fn, model, flops_fwd = make_step(variant, args)
     nd = args.dims
-    cin = args.in_channels or (11 if args.arch == "openkbp" else 1)
     for _ in range(args.warmup):
         fn()
     sync = (lambda: torch.cuda.synchronize()) if dev.type == "cuda" else (lambda: None)
@@ -244,7 +247,7 @@ def run(variant, args):
         "architecture": {"unet": "unet", "resenc": "resenc_unet", "openkbp": "openkbp_baseline",
                          "mlperf_unet3d": "mlperf_unet3d"}[args.arch],
         "accumulate_steps": args.accumulate, "activation_checkpointing": args.checkpointing,
-        "filters": args.filters if args.arch == "openkbp" else args.base_filters, "in_channels": cin,
+        "filters": args.filters if args.arch == "openkbp" else args.base_filters, "in_channels": in_channels(args),
         "out_channels": 1 if args.arch == "openkbp" else args.out_channels, "steps": args.steps,
         "step_ms_median": med, "step_ms_p10": q(0.1), "step_ms_p90": q(0.9),
         "samples_per_s": args.batch * args.accumulate * 1e3 / med,
@@ -256,21 +259,15 @@ def run(variant, args):
     }
 
 
-def step_parser(description, steps, warmup):
-    """The arguments every timed PyTorch step takes (this script's and profile_step.py's)."""
-    p = argparse.ArgumentParser(description=description)
+def make_parser():  # also parses torch_side.py's requests, in its one process; profile_step.py adds --top
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--filters", type=int, default=64)
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--size", default="128",
                    help="patch edge, or D,H,W (model.dims 2: H,W) for a patch that is not a cube")
-    p.add_argument("--steps", type=int, default=steps)
-    p.add_argument("--warmup", type=int, default=warmup)
-    return p
-
-
-def make_parser():  # also parses torch_side.py's requests, in its one process
-    p = step_parser(__doc__.split("\n")[0], steps=50, warmup=10)
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="bf16")
     p.add_argument("--threads", type=int, default=0,
                    help="intra-op CPU threads (torch.set_num_threads; the trainer's training.threads); 0: torch's default")
@@ -344,7 +341,7 @@ def main():
     if args.params_only:
         torch.manual_seed(0)
         m = build(args)
-        x = torch.zeros(1, args.in_channels or (11 if args.arch == "openkbp" else 1), *args.shape)
+        x = torch.zeros(1, in_channels(args), *args.shape)
         try:
             flops = conv_flops(m, x)
         except ValueError:  # PyTorch's instance norm refuses a 1-voxel bottleneck (LibTorch's does not)
