@@ -7,14 +7,15 @@
 
 The page's ```bash blocks run in order, each with `bash -euo pipefail`, in a fresh folder that looks
 like the repository root to them: configs/, scripts/ and tests/ are links to the source tree's, and
-../shared is a link to the shared data folder (../shared/data/openkbp-sample.tar.xz). `trainer` is the
-build's (its folder first on PATH), `python3` the test venv's (--python: it has pydicom, Pillow,
-tifffile, nibabel, h5py). Blocks fenced as ```bash norun are shown to the reader and not run.
+../shared/data is a link to the shared data folder (--shared, the build's U3D_SHARED_DATA_DIR).
+`trainer` is the build's (its folder first on PATH), `python3` the test venv's (--python, a venv's
+bin/python: it has pydicom, rt-utils, Pillow, tifffile, nibabel). Blocks fenced as ```bash norun are shown to the reader and not run.
 
 A block documents its output with comment lines `# expect: TEXT`: TEXT must occur in what the block
 printed (stdout and stderr together; runs of white space compare equal). The runner fails, naming the
 page, the block (its number and first line) and the command, when a block exits non-zero or an
-expected line is missing, and prints the block's last output lines. Exit 0 when every block passes.
+expected line is missing, and prints the block's last output lines. Exit 0 when every block passes,
+77 (skipped) when the page needs the shared data or the test venv and they are missing.
 """
 import os
 import re
@@ -25,6 +26,7 @@ import tempfile
 import time
 
 FENCE = re.compile(r"^```(\S*)[ \t]*(\S*)[ \t]*$")
+SKIPPED = 77  # ctest SKIP_RETURN_CODE: what the page needs is not on this machine
 EXPECT = re.compile(r"^\s*#\s*expect:\s*(.*?)\s*$")
 
 
@@ -72,8 +74,9 @@ def prepare(work, source, shared):
     os.makedirs(root)
     for name in ("configs", "scripts", "tests"):
         os.symlink(os.path.join(source, name), os.path.join(root, name))
-    if shared:
-        os.symlink(os.path.abspath(shared), os.path.join(work, "shared"))
+    if shared:  # the shared data folder, where the pages read it: ../shared/data
+        os.makedirs(os.path.join(work, "shared"))
+        os.symlink(os.path.abspath(shared), os.path.join(work, "shared", "data"))
     return root
 
 
@@ -85,6 +88,13 @@ def run_page(page, trainer, source, shared, python, keep=False):
     if not blocks:
         print(f"{name}: no ```bash block to run")
         return 1
+    script_text = "\n".join("\n".join(lines) for _, lines, _ in blocks)
+    if "../shared/" in script_text and not shared:
+        print(f"{name}: skipped: the page reads ../shared/data and there is no shared data folder (--shared DIR)")
+        return SKIPPED
+    if re.search(r"\bpython3?\b", script_text) and not python:
+        print(f"{name}: skipped: the page runs python3 and there is no test venv (--python; scripts/setup.sh makes it)")
+        return SKIPPED
     work = tempfile.mkdtemp(prefix="u3d-tutorial-")
     root = prepare(work, source, shared)
     env = dict(os.environ)
@@ -182,11 +192,9 @@ def main(argv):
     if python and not os.path.exists(python):
         python = None
     shared = args["--shared"] if args["--shared"] and os.path.isdir(args["--shared"]) else None
-    status = 0
-    for page in pages:
-        status |= run_page(os.path.abspath(page), os.path.abspath(args["--trainer"]),
-                           os.path.abspath(args["--source"]), shared, python, keep)
-    return status
+    results = [run_page(os.path.abspath(page), os.path.abspath(args["--trainer"]),
+                        os.path.abspath(args["--source"]), shared, python, keep) for page in pages]
+    return 1 if 1 in results else (SKIPPED if SKIPPED in results else 0)
 
 
 if __name__ == "__main__":
