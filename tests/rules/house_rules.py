@@ -11,6 +11,7 @@ The rules:
     src/app/export_command.cpp include no u3d/train/ header;
   - a header private to a folder (a .h in src/<room>/) is included only from that folder, as
     "<name>.h", and what it names exists there; include/ and tests/ include no source-private header;
+  - README.md is a front page of at most 250 lines;
   - the Layout block (docs/layout.md, and README.md's "## Layout" when it has one) names only files that
     exist: a room row lists concepts of include/u3d/<room>/, every public header is listed in its room's
     row, and every other name with a "." or a trailing "/" exists below its row's folder.
@@ -21,6 +22,7 @@ import sys
 import tempfile
 
 MAX_LINES = 500
+MAX_README_LINES = 250  # the front page (issue 52): what it is, install, a first run, where to read on
 
 # The room include table of CONTRIBUTING.md: a room includes only these rooms' headers.
 ROOMS = {
@@ -119,6 +121,10 @@ def check(root):
             m = LOCAL_INCLUDE.match(line)
             if m and "src/" in m.group(1):
                 findings.append(f'{path}:{number}: includes "{m.group(1)}", a source-private header')
+    readme = os.path.join(root, "README.md")
+    if os.path.isfile(readme) and len(read_lines(root, "README.md")) > MAX_README_LINES:
+        findings.append(f"README.md: {len(read_lines(root, 'README.md'))} lines, over the front page's "
+                        f"{MAX_README_LINES} (move the section into a page of docs/)")
     findings += check_layout(root)
     return findings
 
@@ -216,6 +222,7 @@ def self_check():
         "include/u3d/data/cache.h": '#pragma once\n#include "compact_case.h"\n',
         "src/state/store.cpp": '#include "u3d/core/files.h"\n',
         "tests/unit/data/cache_test.cpp": '#include "test_support.h"\n#include "../../../src/data/compact_case.h"\n',
+        "README.md": "line\n" * (MAX_README_LINES + 1),
         "include/u3d/core/text.h": "#pragma once\n",
         "include/u3d/core/files.h": "#pragma once\n",
         "docs/layout.md": "# Layout\n\n```\ninclude/u3d/<room>/<concept>.h   headers:\n"
@@ -234,6 +241,7 @@ def self_check():
         "(a source-private header stays beside its sources)",
         "include/u3d/plan/planner.h:2: plan may not include u3d/train/ (it may include core, io, data, model, evaluate, plan)",
         "tests/unit/data/cache_test.cpp:2: includes \"../../../src/data/compact_case.h\", a source-private header",
+        "README.md: 251 lines, over the front page's 250 (move the section into a page of docs/)",
         "docs/layout.md: Layout lists core/gone, but include/u3d/core/gone.h does not exist",
         "docs/layout.md: Layout lists the room train/, which include/u3d/ does not have",
         "docs/layout.md: Layout lists train/trainer, but include/u3d/train/trainer.h does not exist",
@@ -271,7 +279,7 @@ def main(argv):
         print(f"{len(findings)} breach(es) of the house rules (CONTRIBUTING.md)")
         return 1
     print("house rules hold: no file over 500 lines, every include within its room's table, "
-          "the Layout names only files that exist")
+          "README.md within 250 lines, the Layout names only files that exist")
     return 0
 
 

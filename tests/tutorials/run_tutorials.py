@@ -2,7 +2,7 @@
 """Runs a tutorial page's commands as a reader would, and checks the output it documents
 (ctest `tutorial.<name>`, label integration).
 
-  run_tutorials.py --trainer PATH --source DIR [--shared DIR] [--python PY] PAGE.md [--keep]
+  run_tutorials.py --trainer PATH --source DIR [--shared DIR] [--python PY] PAGE.md [--keep] [--show]
   run_tutorials.py --self-check
 
 The page's ```bash blocks run in order, each with `bash -euo pipefail`, in a fresh folder that looks
@@ -15,7 +15,8 @@ A block documents its output with comment lines `# expect: TEXT`: TEXT must occu
 printed (stdout and stderr together; runs of white space compare equal). The runner fails, naming the
 page, the block (its number and first line) and the command, when a block exits non-zero or an
 expected line is missing, and prints the block's last output lines. Exit 0 when every block passes,
-77 (skipped) when the page needs the shared data or the test venv and they are missing.
+77 (skipped) when the page needs the shared data or the test venv and they are missing. --keep keeps
+the folder, --show prints every block's output (to compare with the page's ```text blocks).
 """
 import os
 import re
@@ -80,7 +81,7 @@ def prepare(work, source, shared):
     return root
 
 
-def run_page(page, trainer, source, shared, python, keep=False):
+def run_page(page, trainer, source, shared, python, keep=False, show=False):
     with open(page, encoding="utf-8") as f:
         text = f.read()
     blocks = runnable(text)
@@ -126,6 +127,8 @@ def run_page(page, trainer, source, shared, python, keep=False):
                 print("  last output lines:\n    " + "\n    ".join(tail))
                 break
             print(f"{where}: ok in {time.time() - t0:.1f} s ({len(expects)} documented line(s) found)")
+            if show:
+                print("    " + "\n    ".join(output.splitlines()))
     finally:
         if keep:
             print(f"kept {work}")
@@ -172,7 +175,7 @@ def main(argv):
     if argv[1:] == ["--self-check"]:
         return self_check()
     args = {"--trainer": None, "--source": None, "--shared": None, "--python": None}
-    keep = False
+    keep = show = False
     pages = []
     i = 1
     while i < len(argv):
@@ -181,6 +184,9 @@ def main(argv):
             i += 2
         elif argv[i] == "--keep":
             keep = True
+            i += 1
+        elif argv[i] == "--show":
+            show = True
             i += 1
         else:
             pages.append(argv[i])
@@ -193,7 +199,7 @@ def main(argv):
         python = None
     shared = args["--shared"] if args["--shared"] and os.path.isdir(args["--shared"]) else None
     results = [run_page(os.path.abspath(page), os.path.abspath(args["--trainer"]),
-                        os.path.abspath(args["--source"]), shared, python, keep) for page in pages]
+                        os.path.abspath(args["--source"]), shared, python, keep, show) for page in pages]
     return 1 if 1 in results else (SKIPPED if SKIPPED in results else 0)
 
 
