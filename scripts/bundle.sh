@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the release (scripts/build.sh) and writes the portable bundle
 #   dist/unet3d-trainer-<version>-linux-x86_64.tar.gz
-# that runs on a machine's own PyTorch (README.md, "On a GPU box"). Layout of the bundle:
+# that runs on a machine's own PyTorch (docs/install.md, "On a GPU box"). Layout of the bundle:
 #   bin/trainer               launcher: finds and checks LibTorch, runs libexec/trainer
 #   libexec/trainer           the real binary, RUNPATH $ORIGIN/../lib
 #   libexec/tests/u3d_*_tests the GoogleTest executables (scripts/gpu-check.sh runs them)

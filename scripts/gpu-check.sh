@@ -8,7 +8,7 @@
 # with the reason and the CPU rehearsals run. Runs from the release bundle or a build tree
 # (build/release, or U3D_BUILD_DIR). Needs python3 (standard library; torch for the PyTorch side:
 # U3D_PYTHON names another Python). Exit 0: nothing failed; 1: a section FAILed; 2: bad arguments.
-# Sections and flags: scripts/bench/gpu_check.py; README.md, "gpu-check".
+# Sections and flags: scripts/bench/gpu_check.py; docs/install.md, "gpu-check".
 set -euo pipefail
 here="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)"
 py="${U3D_PYTHON:-python3}"

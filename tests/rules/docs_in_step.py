@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""README.md says what scripts/setup.sh installs, and it stays true (ctest `docs_in_step`, label unit).
+"""docs/install.md (moved there from README.md) says what scripts/setup.sh installs, and it stays true (ctest `docs_in_step`, label unit).
 
   docs_in_step.py SOURCE_DIR
 
-Checks: the Debian packages README.md lists ("the Debian packages A, B, ...;") are exactly setup.sh's
+Checks: the Debian packages docs/install.md lists ("the Debian packages A, B, ...;") are exactly setup.sh's
 PACKAGES, and every Python package setup.sh pip-installs (torch==..., PY_PACKAGES, wheel==...) is
-named in README.md with its pinned version. Prints each difference, one a line; exit 1 when there is one.
+named in docs/install.md with its pinned version. Prints each difference, one a line; exit 1 when there is one.
 """
 import os
 import re
@@ -32,26 +32,30 @@ def readme_debian(text):
             if p.strip()]
 
 
+# The page that says what setup.sh installs (README.md until issue 52 moved the text).
+PAGE = "docs/install.md"
+
+
 def check(root):
     with open(os.path.join(root, "scripts", "setup.sh")) as f:
         setup = f.read()
-    with open(os.path.join(root, "README.md")) as f:
+    with open(os.path.join(root, PAGE)) as f:
         readme = f.read()
     findings = []
     debian, pins = setup_packages(setup)
     listed = readme_debian(readme)
     if listed is None:
-        return ["README.md: no sentence 'the Debian packages A, B, ...;' saying what scripts/setup.sh installs"]
+        return [f"{PAGE}: no sentence 'the Debian packages A, B, ...;' saying what scripts/setup.sh installs"]
     for p in debian:
         if p not in listed:
-            findings.append(f"README.md: setup.sh installs the Debian package {p}; the README's list lacks it")
+            findings.append(f"{PAGE}: setup.sh installs the Debian package {p}; the page's list lacks it")
     for p in listed:
         if p not in debian:
-            findings.append(f"README.md: lists the Debian package {p}, which setup.sh does not install")
+            findings.append(f"{PAGE}: lists the Debian package {p}, which setup.sh does not install")
     flat = " ".join(readme.split())
     for name, version in sorted(pins.items()):
         if f"{name}=={version}" not in flat and not (name == "torch" and f"torch=={version}" in flat):
-            findings.append(f"README.md: setup.sh pip-installs {name}=={version}; the README does not name it")
+            findings.append(f"{PAGE}: setup.sh pip-installs {name}=={version}; the page does not name it")
     return findings
 
 
@@ -63,9 +67,9 @@ def main(argv):
     for line in findings:
         print(line)
     if findings:
-        print(f"{len(findings)} difference(s) between README.md and scripts/setup.sh")
+        print(f"{len(findings)} difference(s) between {PAGE} and scripts/setup.sh")
         return 1
-    print("README.md names every package scripts/setup.sh installs, and no other Debian package")
+    print(f"{PAGE} names every package scripts/setup.sh installs, and no other Debian package")
     return 0
 
 

@@ -10,7 +10,11 @@ The rules:
     ROOMS allows it (src/main.cpp counts as app); src/app/predict_command.cpp and
     src/app/export_command.cpp include no u3d/train/ header;
   - a header private to a folder (a .h in src/<room>/) is included only from that folder, as
-    "<name>.h", and what it names exists there; include/ and tests/ include no source-private header.
+    "<name>.h", and what it names exists there; include/ and tests/ include no source-private header;
+  - README.md is a front page of at most 250 lines;
+  - the Layout block (docs/layout.md, and README.md's "## Layout" when it has one) names only files that
+    exist: a room row lists concepts of include/u3d/<room>/, every public header is listed in its room's
+    row, and every other name with a "." or a trailing "/" exists below its row's folder.
 """
 import os
 import re
@@ -18,6 +22,7 @@ import sys
 import tempfile
 
 MAX_LINES = 500
+MAX_README_LINES = 250  # the front page (issue 52): what it is, install, a first run, where to read on
 
 # The room include table of CONTRIBUTING.md: a room includes only these rooms' headers.
 ROOMS = {
@@ -116,6 +121,86 @@ def check(root):
             m = LOCAL_INCLUDE.match(line)
             if m and "src/" in m.group(1):
                 findings.append(f'{path}:{number}: includes "{m.group(1)}", a source-private header')
+    readme = os.path.join(root, "README.md")
+    if os.path.isfile(readme) and len(read_lines(root, "README.md")) > MAX_README_LINES:
+        findings.append(f"README.md: {len(read_lines(root, 'README.md'))} lines, over the front page's "
+                        f"{MAX_README_LINES} (move the section into a page of docs/)")
+    findings += check_layout(root)
+    return findings
+
+
+LAYOUT_PAGES = ["docs/layout.md", "README.md"]
+ROOM_ROW = re.compile(r"^  (\w+)/\s+(.*)$")
+FOLDER_ROW = re.compile(r"^(\S+/)\s+(.*)$")
+
+
+def layout_block(text):
+    """The lines of the first ``` block after a "# Layout"/"## Layout" heading, or None."""
+    head = re.search(r"^#{1,2} Layout\s*$", text, re.M)
+    if not head:
+        return None
+    section = re.split(r"^#{1,6} ", text[head.end():], maxsplit=1, flags=re.M)[0]
+    m = re.search(r"^```[^\n]*\n(.*?)^```", section, re.S | re.M)
+    return m.group(1).splitlines() if m else None
+
+
+def check_layout(root):
+    """Names in the Layout block(s) that do not exist, and public headers the block does not list."""
+    findings = []
+    seen_any = False
+    for page in LAYOUT_PAGES:
+        if not os.path.isfile(os.path.join(root, page)):
+            continue
+        block = layout_block(open(os.path.join(root, page), encoding="utf-8").read())
+        if block is None:
+            continue
+        seen_any = True
+        listed = {}
+        room = base = None
+        for line in block:
+            if not line.strip():
+                continue
+            m = ROOM_ROW.match(line)
+            if m and not line.startswith("   "):
+                room, base = m.group(1), None
+                names = m.group(2).rsplit(":", 1)[-1]
+                listed.setdefault(room, set())
+                if not os.path.isdir(os.path.join(root, "include", "u3d", room)):
+                    findings.append(f"{page}: Layout lists the room {room}/, which include/u3d/ does not have")
+            elif line.startswith("  "):
+                names = line
+            else:
+                m = FOLDER_ROW.match(line)
+                room = None
+                base = m.group(1) if m else None
+                if base and "<" in base:
+                    base = None
+                names = m.group(2) if m else ""
+            names = re.sub(r"\([^)]*\)", " ", names)
+            for name in re.split(r"[\s;,]+", names):
+                if not name:
+                    continue
+                if room is not None:
+                    if re.fullmatch(r"\w+", name):
+                        listed[room].add(name)
+                        if not os.path.isfile(os.path.join(root, "include", "u3d", room, name + ".h")):
+                            findings.append(f"{page}: Layout lists {room}/{name}, but include/u3d/{room}/{name}.h "
+                                            "does not exist")
+                elif base and ("." in name or name.endswith("/")):
+                    if not os.path.exists(os.path.join(root, base, name)):
+                        findings.append(f"{page}: Layout lists {base}{name}, which does not exist")
+        include_root = os.path.join(root, "include", "u3d")
+        for r in sorted(os.listdir(include_root)) if os.path.isdir(include_root) else []:
+            if not os.path.isdir(os.path.join(include_root, r)):
+                continue
+            if r not in listed:
+                findings.append(f"{page}: Layout has no row for the room {r}/ (include/u3d/{r}/)")
+                continue
+            for h in sorted(os.listdir(os.path.join(include_root, r))):
+                if h.endswith(".h") and h[:-2] not in listed[r]:
+                    findings.append(f"{page}: Layout's {r}/ row does not list {h[:-2]} (include/u3d/{r}/{h})")
+    if not seen_any:
+        findings.append("docs/layout.md: no \"# Layout\" heading followed by a ``` block naming the tree")
     return findings
 
 
@@ -137,6 +222,12 @@ def self_check():
         "include/u3d/data/cache.h": '#pragma once\n#include "compact_case.h"\n',
         "src/state/store.cpp": '#include "u3d/core/files.h"\n',
         "tests/unit/data/cache_test.cpp": '#include "test_support.h"\n#include "../../../src/data/compact_case.h"\n',
+        "README.md": "line\n" * (MAX_README_LINES + 1),
+        "include/u3d/core/text.h": "#pragma once\n",
+        "include/u3d/core/files.h": "#pragma once\n",
+        "docs/layout.md": "# Layout\n\n```\ninclude/u3d/<room>/<concept>.h   headers:\n"
+                          "  core/     text gone\n  data/     cache\n  train/    trainer\n"
+                          "  io/       formats: h5\nsrc/      core/ main.cpp (a note: cli.h) missing.cpp\n```\n",
     }
     expected = [
         "src/app/predict_command.cpp:2: predict_command.cpp may not include u3d/train/",
@@ -150,6 +241,15 @@ def self_check():
         "(a source-private header stays beside its sources)",
         "include/u3d/plan/planner.h:2: plan may not include u3d/train/ (it may include core, io, data, model, evaluate, plan)",
         "tests/unit/data/cache_test.cpp:2: includes \"../../../src/data/compact_case.h\", a source-private header",
+        "README.md: 251 lines, over the front page's 250 (move the section into a page of docs/)",
+        "docs/layout.md: Layout lists core/gone, but include/u3d/core/gone.h does not exist",
+        "docs/layout.md: Layout lists the room train/, which include/u3d/ does not have",
+        "docs/layout.md: Layout lists train/trainer, but include/u3d/train/trainer.h does not exist",
+        "docs/layout.md: Layout lists the room io/, which include/u3d/ does not have",
+        "docs/layout.md: Layout lists io/h5, but include/u3d/io/h5.h does not exist",
+        "docs/layout.md: Layout lists src/missing.cpp, which does not exist",
+        "docs/layout.md: Layout's core/ row does not list files (include/u3d/core/files.h)",
+        "docs/layout.md: Layout has no row for the room plan/ (include/u3d/plan/)",
     ]
     with tempfile.TemporaryDirectory() as root:
         for path, text in files.items():
@@ -178,7 +278,8 @@ def main(argv):
     if findings:
         print(f"{len(findings)} breach(es) of the house rules (CONTRIBUTING.md)")
         return 1
-    print("house rules hold: no file over 500 lines, every include within its room's table")
+    print("house rules hold: no file over 500 lines, every include within its room's table, "
+          "README.md within 250 lines, the Layout names only files that exist")
     return 0
 
 
