@@ -142,7 +142,8 @@ int main(int argc, char** argv) {
   synth_app
       ->add_option("--format", synth.format,
                    "h5 (dataset file) | nnunet (segmentation: nnU-Net raw folder of NIfTI files) | tiff "
-                   "(segmentation: folders images/ and labels/ of 3D TIFF volumes)")
+                   "(segmentation: folders images/ and labels/ of 3D TIFF volumes) | png (segmentation: one folder "
+                   "of 2D slices <case>_<z>.png with <case>_<z>_mask.png, trainer import images' layout)")
       ->capture_default_str();
 
   u3d::CheckDataCommand check;

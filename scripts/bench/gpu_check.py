@@ -8,9 +8,11 @@ time limit, in a report that survives a kill. Run through scripts/gpu-check.sh:
 Sections, by value: (1) facts: GPU, driver, trainer --version, the launcher's --print; (2) the core
 GPU suites; (3) step time of the OpenKBP baseline and the nnU-Net-like network, graph on and off,
 against PyTorch eager; (4) SIGKILL mid-epoch in GPU training and --resume, bit for bit; (5) the
-other GPU suites, one process each; (6) data-parallel NCCL (world size 1) with the captured step,
-and the fp16 captured step; (7) the GPU data benchmark; (8) the profile; (9) torch.compile on the
-PyTorch side; (10) the OpenKBP sample end to end, only with --openkbp.
+MLPerf 3D U-Net; (6) the other GPU suites, one process each; (7) data-parallel NCCL (world size 1)
+with the captured step, and the fp16 captured step; (8) the GPU data benchmark; (9) the profile;
+(10) torch.compile on the PyTorch side; (11-14) the users' workflows end to end (gpucheck/
+sections_workflows.py, scripts/bench/workflows.sh): OpenKBP on the real sample (only with
+--openkbp), 2D slices, thin surfaces, nnU-Net-style segmentation, each trained for --minutes.
 
 DIR holds gpu-report.md, gpu-report.json and logs.tar.gz only, rewritten after every command; the
 bulky work files live in --work (default under /tmp). Works from the release bundle (bin/trainer,
@@ -27,6 +29,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpucheck import plan  # noqa: E402
+from gpucheck.runner import filesystem_of  # noqa: E402
 
 
 def main():
@@ -41,7 +44,7 @@ def main():
     p.add_argument("--quick", action="store_true", help="--deadline 300 unless --deadline is given")
     p.add_argument("--plan", action="store_true", help="print each section's estimate on an H100 and exit")
     p.add_argument("--openkbp", default=None, help="OpenKBP data: provided-data folder or openkbp-sample.tar.xz")
-    p.add_argument("--minutes", type=float, default=1.0, help="section 11: training minutes (training.max_minutes)")
+    p.add_argument("--minutes", type=float, default=1.0, help="sections 11-14: training minutes of each workflow (training.max_minutes)")
     p.add_argument("--trainer", default=None, help="trainer to check (default: the bundle's or build/release's)")
     p.add_argument("--python", default=os.environ.get("U3D_PYTHON") or shutil.which("python3") or sys.executable,
                    help="Python with torch for the PyTorch side (default U3D_PYTHON or python3)")
@@ -60,7 +63,10 @@ def main():
         return plan.print_plan(a)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     a.report = a.report or "gpu-check-" + stamp
-    a.work = a.work or os.path.join(tempfile.gettempdir(), f"gpu-check-work-{stamp}-{os.getpid()}")
+    if not a.work:  # under /tmp, unless /tmp is memory (tmpfs): the workflows write gigabytes
+        tmp = tempfile.gettempdir()
+        base = os.getcwd() if filesystem_of(tmp)[1] == "tmpfs" else tmp
+        a.work = os.path.join(base, f"gpu-check-work-{stamp}-{os.getpid()}")
     return plan.run_check(a)
 
 

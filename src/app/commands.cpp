@@ -234,8 +234,10 @@ int synth_command(const SynthCommand& cmd) {
     write_phantom_dataset(o, cmd.out);
   } else if (cmd.format == "tiff") {
     write_phantom_tiff(o, cmd.out);
+  } else if (cmd.format == "png") {
+    write_phantom_png(o, cmd.out);
   } else {
-    throw UsageError(fmt::format("synth: --format '{}': expected h5, nnunet or tiff", cmd.format));
+    throw UsageError(fmt::format("synth: --format '{}': expected h5, nnunet, tiff or png", cmd.format));
   }
   spdlog::info("synth: wrote {} ({} {} cases of {}x{}x{}, seed {}) in {:.1f} s", cmd.out, o.cases, cmd.task, o.size[0],
                o.size[1], o.size[2], o.seed,

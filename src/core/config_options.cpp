@@ -442,10 +442,11 @@ const std::vector<Option>& option_table() {
       U3D_KEY(predict, tta,
               "Test-time augmentation: flips averages all 8 mirrorings (4 in-plane ones for model.dims 2), batched "
               "into one forward pass"),
-      U3D_KEY(predict, nifti,
-              "Also write <split>/<case>.nii.gz (or .nii) for cases imported from NIfTI: the input's header "
-              "and grid (resampling undone), streamed slab by slab; <split>/<case>.tif for cases imported from TIFF; "
-              "for cases imported from 2D images, <split>/<case>.tif and <split>/<case>/<image stem>_mask.png per slice"),
+      U3D_KEY(
+          predict, nifti,
+          "Also write <split>/<case>.nii.gz (or .nii) for cases imported from NIfTI: the input's header "
+          "and grid (resampling undone), streamed slab by slab; <split>/<case>.tif for cases imported from TIFF; "
+          "for cases imported from 2D images, <split>/<case>.tif and <split>/<case>/<image stem>_mask.png per slice"),
       U3D_KEY(predict, probabilities,
               "Segmentation: also write softmax probabilities (K, D, H, W) float32 into <split>.h5"),
       U3D_KEY(predict, threshold,
@@ -461,7 +462,8 @@ const std::vector<Option>& option_table() {
       U3D_KEY(logging, level, "Console and train.log level", one_of({"trace", "debug", "info", "warn", "error"})),
       U3D_KEY(logging, progress,
               "Progress inside an epoch: bar (one status line redrawn a few times a second: step, %, it/s, ETA "
-              "of the epoch and the run, loss, lr, data wait, GPU memory; log lines print above it), lines (a "
+              "of the epoch and the run, loss, lr, data wait, GPU busy share, GPU memory; log lines print above it), "
+              "lines (a "
               "plain line every logging.progress_seconds, no escape codes), off, or auto (bar when stderr is a "
               "terminal, else lines)"),
       U3D_KEY(logging, progress_seconds,
@@ -472,7 +474,8 @@ const std::vector<Option>& option_table() {
               "Write every step's loss to <run>/steps.csv (debugging: reads the loss back each step)"),
       U3D_KEY(logging, plot,
               "Redraw <run>/progress.png and progress.svg after every epoch (losses and the validation metric, "
-              "epoch time and data wait, learning rate); `trainer plot RUN_DIR` draws them from metrics.csv"),
+              "epoch time, data wait and GPU busy share, learning rate); `trainer plot RUN_DIR` draws them from "
+              "metrics.csv"),
       U3D_KEY(logging, tensorboard,
               "Write TensorBoard event files into <run>/tensorboard/: every metrics.csv column per epoch, the "
               "train loss and lr every logging.tensorboard_steps, the progress plot and mid-slices of one "

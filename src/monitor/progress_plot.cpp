@@ -37,11 +37,12 @@ constexpr SeriesInfo kSeries[] = {
     {"val_dvh_score", "DVH score", {227, 119, 194}},                // pink
     {"epoch_seconds", "epoch time", {140, 86, 75}},                 // brown
     {"data_share", "data wait", {0, 128, 128}},                     // teal
+    {"gpu_busy", "GPU busy", {118, 190, 0}},                        // lime
     {"lr", "learning rate", {170, 20, 120}},                        // wine
     {"best", "best epoch", {70, 70, 70}},                           // dark grey, the dashed line
 };
 constexpr Rgb kOtherColor{128, 128, 128}, kTextColor{30, 30, 30}, kFrameColor{110, 110, 110}, kGridColor{226, 226, 226},
-    kNoteColor{120, 120, 120}, kBestColor = kSeries[11].color;
+    kNoteColor{120, 120, 120}, kBestColor = kSeries[12].color;
 
 const SeriesInfo* series_info(const std::string& column) {
   const auto it =
@@ -324,9 +325,9 @@ void draw_progress(cairo_t* cr, const MetricsTable& table, const std::string& ti
     if ((*best)[i] == 1) loss.best_epoch = (*epochs)[i];
   }
   const PanelSpec time{present(table, {"epoch_seconds"}),
-                       present(table, {"data_share"}),
+                       present(table, {"data_share", "gpu_busy"}),
                        "epoch time (s)",
-                       "data wait (% of epoch)",
+                       "data wait, GPU busy (% of epoch)",
                        "no epoch_seconds or data_share columns in metrics.csv",
                        /*from_zero=*/true,
                        /*log_left=*/false,

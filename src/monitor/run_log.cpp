@@ -2,10 +2,16 @@
 
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 
 #include "u3d/core/errors.h"
+#include "u3d/core/files.h"
 #include "u3d/core/text.h"
 #include "u3d/core/thread_budget.h"
 
@@ -31,6 +37,22 @@ std::string slice_png(const torch::Tensor& slice, double lo, double hi) {
                     /*channels=*/1);
 }
 
+// Seconds since this process started (Linux: /proc/self/stat's start time against /proc/uptime, so
+// the dynamic loading of LibTorch counts too); NaN where they cannot be read.
+double seconds_since_process_start() {
+  std::ifstream stat("/proc/self/stat"), uptime("/proc/uptime");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t comm_end = text.rfind(')');  // the command name may hold spaces
+  double up = 0;
+  if (comm_end == std::string::npos || !(uptime >> up)) return std::nan("");
+  std::istringstream fields(text.substr(comm_end + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && (fields >> field); ++i) {  // field 22: starttime, clock ticks after boot
+    if (i == 22) return up - std::stod(field) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  }
+  return std::nan("");
+}
+
 }  // namespace
 
 RunLog::RunLog(RunLogSettings settings, const RunPaths& paths) : settings_(std::move(settings)), paths_(paths) {
@@ -42,8 +64,8 @@ RunLog::RunLog(RunLogSettings settings, const RunPaths& paths) : settings_(std::
     case ProgressMode::kOff: break;
   }
   std::vector<std::string> columns = {
-      "epoch",         "step",        "lr",           "train_loss", "val_loss",           rc.metric_name, "best",
-      "epoch_seconds", "val_seconds", "data_seconds", "data_share", "samples_per_second", "skipped_steps"};
+      "epoch",         "step",        "lr",           "train_loss", "val_loss", rc.metric_name,       "best",
+      "epoch_seconds", "val_seconds", "data_seconds", "data_share", "gpu_busy", "samples_per_second", "skipped_steps"};
   if (rc.validates_patches) {
     std::vector<std::string> pseudo = {"val_pseudo_dice", "val_pseudo_dice_ema"};
     for (const auto& c : dice_columns()) pseudo.push_back(c);
@@ -185,6 +207,7 @@ void RunLog::progress(const EpochPosition& at, const torch::Device& device) {
   p.samples_per_second = static_cast<double>(at.samples) / elapsed;
   p.steps_per_second = 1.0 / per_step;
   p.data_share = at.data_seconds / elapsed;
+  p.gpu_busy = std::isfinite(at.gpu_busy) ? at.gpu_busy : -1.0;
   p.elapsed = elapsed;
   p.seconds_left = per_step * static_cast<double>(steps - at.step);
   step_seconds_ = per_step;
@@ -201,12 +224,12 @@ void RunLog::progress(const Progress& p) {
     return;
   }
   spdlog::info(
-      "epoch {}/{} step {}/{} [{}<{}, {}] loss {:.5f} lr {:.3g} {:.1f} samples/s, data wait {:.0f}%, run ETA "
+      "epoch {}/{} step {}/{} [{}<{}, {}] loss {:.5f} lr {:.3g} {:.1f} samples/s, data wait {:.0f}%{}, run ETA "
       "{}{}",
       p.epoch, settings_.cfg.training.epochs, p.step, settings_.steps_per_epoch, tqdm_interval(p.elapsed),
       tqdm_interval(p.seconds_left), tqdm_rate(p.steps_per_second), p.loss, p.lr, p.samples_per_second,
-      100.0 * p.data_share, clock_text(p.run_seconds_left),
-      p.skipped > 0 ? fmt::format(", {} steps skipped (NaN/Inf)", p.skipped) : "");
+      100.0 * p.data_share, p.gpu_busy >= 0 ? fmt::format(", gpu {:.0f}%", 100.0 * p.gpu_busy) : "",
+      clock_text(p.run_seconds_left), p.skipped > 0 ? fmt::format(", {} steps skipped (NaN/Inf)", p.skipped) : "");
 }
 
 void RunLog::clear_progress() const {
@@ -240,6 +263,8 @@ void RunLog::epoch(int64_t epoch, int64_t global_step, const EpochStats& train, 
                    bool improved, double lr) {
   const double sps = train.seconds > 0 ? static_cast<double>(train.samples) / train.seconds : 0;
   const double data_share = train.seconds > 0 ? train.data_seconds / train.seconds : 0.0;
+  const double val_seconds = val ? val->seconds : 0.0;
+  const double gpu_busy = gpu_busy_share(train.time, val_seconds);  // NaN on the CPU: an empty column
   auto value = [&](double ValStats::*field) { return val ? fmt_metric((*val).*field) : std::string(); };
   std::map<std::string, std::string> row = {
       {"epoch", std::to_string(epoch)},
@@ -257,6 +282,7 @@ void RunLog::epoch(int64_t epoch, int64_t global_step, const EpochStats& train, 
       {"val_seconds", val ? fmt::format("{:.3f}", val->seconds) : std::string()},
       {"data_seconds", fmt::format("{:.3f}", train.data_seconds)},
       {"data_share", fmt::format("{:.4f}", data_share)},
+      {"gpu_busy", fmt_metric(gpu_busy)},
       {"samples_per_second", fmt::format("{:.3f}", sps)},
       {"skipped_steps", std::to_string(train.skipped)},
   };
@@ -271,9 +297,11 @@ void RunLog::epoch(int64_t epoch, int64_t global_step, const EpochStats& train, 
   csv_->append(row);
   epoch_views(global_step, row, val);
   clear_progress();
-  const std::string timing = fmt::format("{:.1f} s{}, {:.1f} samples/s, data wait {:.1f} s ({:.0f}%)", train.seconds,
-                                         val ? fmt::format(" + {:.1f} s validation", val->seconds) : "", sps,
-                                         train.data_seconds, 100.0 * data_share);
+  const std::string idle = gpu_idle_note(train.time, val_seconds);  // what the rest was, when the share is low
+  const std::string timing = fmt::format(
+      "{:.1f} s{}, {:.1f} samples/s, data wait {:.1f} s ({:.0f}%){}{}", train.seconds,
+      val ? fmt::format(" + {:.1f} s validation", val->seconds) : "", sps, train.data_seconds, 100.0 * data_share,
+      std::isfinite(gpu_busy) ? fmt::format(", gpu {:.0f}%", 100.0 * gpu_busy) : "", idle.empty() ? "" : "; " + idle);
   if (val) {
     const std::string dose = settings_.scores_dose ? fmt::format(" val_dose_score {:.4f} val_dvh_score {:.4f}",
                                                                  val->dose_score, val->dvh_score)
@@ -352,11 +380,22 @@ void RunLog::epoch_views(int64_t global_step, const std::map<std::string, std::s
   }
 }
 
-void RunLog::done(const RunPosition& state) const {
+void RunLog::done(const RunPosition& state, const torch::Device& device) const {
   clear_progress();
   spdlog::info("done: {} epochs, {} steps; best {} {} at epoch {}; run folder {}", state.epoch, state.global_step,
                settings_.monitor_name, fmt_metric(state.best_metric), state.best_epoch, paths_.root.string());
+  const double host = static_cast<double>(peak_memory_bytes(torch::kCPU));
+  const GpuMemoryPeaks gpu = gpu_memory_peaks(device);
+  spdlog::info("peak memory: host {}{}", human_bytes(host),
+               gpu.allocated >= 0
+                   ? fmt::format(", GPU {} allocated, {} reserved", human_bytes(static_cast<double>(gpu.allocated)),
+                                 human_bytes(static_cast<double>(gpu.reserved)))
+                   : "");
   flush_logs();
+}
+
+void RunLog::first_step() const {
+  spdlog::info("first step done {:.1f} s after the start", seconds_since_process_start());
 }
 
 }  // namespace u3d

@@ -59,11 +59,12 @@ std::string progress_bar_line(const Progress& p, int64_t epochs, int64_t steps, 
     // Narrow terminals lose the drawn bar first, then the lr and the data-wait share, then GPU memory,
     // then the percentage and the separators.
     for (int detail = 3; detail >= 1; --detail) {
-      line = fmt::format("{} epoch {}/{}{} {:3.0f}% {} | run ETA {}{}{}{}{}{}", phase_name(p.phase), p.epoch, epochs,
+      line = fmt::format("{} epoch {}/{}{} {:3.0f}% {} | run ETA {}{}{}{}{}{}{}", phase_name(p.phase), p.epoch, epochs,
                          detail == 3 ? " [" + bar + "]" : "", 100.0 * done, meter, eta,
                          training ? fmt::format(" | loss {:.5f}", p.loss) : "",
                          training && detail >= 2 ? fmt::format(" | lr {:.2e}", p.lr) : "",
-                         training && detail >= 2 ? fmt::format(" | data {:.0f}%", 100.0 * p.data_share) : "", gpu,
+                         training && detail >= 2 ? fmt::format(" | data {:.0f}%", 100.0 * p.data_share) : "",
+                         training && p.gpu_busy >= 0 ? fmt::format(" | gpu {:.0f}%", 100.0 * p.gpu_busy) : "", gpu,
                          skipped);
       if (columns <= 1 || static_cast<int>(line.size()) < columns) return line;
     }

@@ -85,7 +85,7 @@ TrainState Trainer::finish() {
     ranks_.barrier();
   } else {
     keeper_.on_finish();
-    if (log_) log_->done(run_position(state_));
+    if (log_) log_->done(run_position(state_), runtime_.device);
   }
   flush_logs();
   return state_;
@@ -152,6 +152,7 @@ void Trainer::build_model() {
   loss_ = std::make_unique<Loss>(loss_spec, loss_options(cfg().training, rc_.info, cfg().model.head));
   optimizer_ = std::make_unique<Optimizer>(cfg().training, net_->parameters());
   monitor_ = std::make_unique<StepMonitor>(runtime_.device, static_cast<int64_t>(loss_->term_names().size()));
+  busy_ = std::make_unique<GpuBusyClock>(runtime_.device);
   const Loss* step_loss = loss_.get();
   if (Distributed* dist = ranks_.dist()) {
     dist->broadcast_parameters(*net_);  // rank 0's initial weights, verified equal on every rank
@@ -253,6 +254,7 @@ void Trainer::record_run() {
 EpochStats Trainer::train_epoch(int64_t epoch) {
   net_->train();
   epoch_started_ = Clock::now();
+  busy_->start_epoch();
   if (log_) log_->start_epoch(state_.step_in_epoch);  // > 0 when resumed inside the epoch
   // The epoch's time in the processes before a resume (its row reports the whole epoch, also when
   // a stop came after its last step, during validation).
@@ -263,6 +265,7 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
       at.lr = schedule_->at(state_.global_step);
       optimizer_->set_lr(at.lr);
       const torch::Tensor loss = optimizer_step(epoch, step, at.data_seconds);
+      if (!first_step_done_) first_step_done(loss);
       ++state_.global_step;
       state_.step_in_epoch = at.step = step + 1;
       state_.epoch_samples += global_batch();
@@ -280,7 +283,7 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
     rethrow(
         e, out_of_memory_message(cfg(), runtime_.device, "training step", precision_name(step_->features().precision)));
   }
-  return epoch_stats(carried_seconds);
+  return epoch_stats(carried_seconds, at.data_seconds);
 }
 
 torch::Tensor Trainer::optimizer_step(int64_t epoch, int64_t step, double& data_seconds) {
@@ -288,14 +291,16 @@ torch::Tensor Trainer::optimizer_step(int64_t epoch, int64_t step, double& data_
   BatchLoader& loader = data_->loader();
   if (sampling_in_graph_) {  // GPU sampler and step in one graph replay: no batch to wait for
     loader.seek(epoch, step * micro_steps);
+    busy_->begin_step();
     const torch::Tensor loss = step_->run_sampled();
+    busy_->end_step();
     last_found_inf_ = step_->found_inf();
     return loss;
   }
   // Micro-batch m of this optimizer step is the loader's batch step * micro_steps + m, drawn when
   // the step asks for it and kept until the step ends (a graph fallback asks again).
   std::vector<Batch> drawn;
-  return train_step([&](int64_t m) {
+  auto draw = [&](int64_t m) {
     while (static_cast<int64_t>(drawn.size()) <= m) {
       const int64_t k = static_cast<int64_t>(drawn.size());
       const double waited = loader.wait_seconds();
@@ -305,7 +310,12 @@ torch::Tensor Trainer::optimizer_step(int64_t epoch, int64_t step, double& data_
       drawn.push_back(std::move(batch));
     }
     return drawn[static_cast<size_t>(m)];
-  });
+  };
+  draw(0);  // the first batch before the GPU busy clock starts: a wait for data is never GPU time
+  busy_->begin_step();
+  const torch::Tensor loss = train_step(draw);
+  busy_->end_step();
+  return loss;
 }
 
 void Trainer::after_step(int64_t epoch, const torch::Tensor& loss, EpochPosition at) {
@@ -319,15 +329,21 @@ void Trainer::after_step(int64_t epoch, const torch::Tensor& loss, EpochPosition
   at.epoch = epoch;
   at.loss = counted > 0 ? snapshot.totals.loss_sum / static_cast<double>(counted) : std::nan("");
   at.skipped = snapshot.totals.skipped;
+  at.gpu_busy = busy_->share_so_far();  // the completed steps' events, never waited for
   log_->progress(at, runtime_.device);
 }
 
-EpochStats Trainer::epoch_stats(double carried_seconds) {
+EpochStats Trainer::epoch_stats(double carried_seconds, double data_seconds) {
   check_nonfinite();
-  const auto totals = monitor_->totals();
+  const auto totals = monitor_->totals();  // synchronises: every step's busy events have completed
   const int64_t counted = state_.step_in_epoch - totals.skipped;
-  state_.epoch_seconds = carried_seconds + seconds_since(epoch_started_);
+  const double here = seconds_since(epoch_started_);
+  state_.epoch_seconds = carried_seconds + here;
   EpochStats stats;
+  stats.time.gpu = busy_->epoch_seconds();
+  stats.time.training = here;
+  stats.time.data_wait = data_seconds;
+  stats.time.checkpoint = checkpoint_seconds_;
   stats.seconds = state_.epoch_seconds;
   stats.data_seconds = state_.epoch_data_seconds;
   stats.samples = state_.epoch_samples;
@@ -339,6 +355,15 @@ EpochStats Trainer::epoch_stats(double carried_seconds) {
                                             : std::numeric_limits<double>::quiet_NaN());
   }
   return stats;
+}
+
+void Trainer::first_step_done(const torch::Tensor& loss) {
+  first_step_done_ = true;
+  if (!log_) return;
+  // Once per process: waits for the first step (autotuning, capture) to end; not data-parallel, where
+  // no watchdog bounds a host read of a replay's collectives (the host's time is logged there).
+  if (!ranks_.active()) (void)loss.item<float>();
+  log_->first_step();
 }
 
 torch::Tensor Trainer::train_step(const Batch& batch) {
@@ -397,7 +422,8 @@ bool Trainer::end_epoch(int64_t epoch, const EpochStats& stats, const std::optio
   if (log_) log_->checkpointing(epoch);
   const auto checkpoint_started = Clock::now();
   keeper_.at_epoch_end(epoch, state_.global_step, improved, /*last=*/!rule.empty());
-  if (log_) log_->checkpointed(seconds_since(checkpoint_started));  // the run's ETA counts it for each epoch left
+  checkpoint_seconds_ = seconds_since(checkpoint_started);  // the next epoch's wall time counts it
+  if (log_) log_->checkpointed(checkpoint_seconds_);        // the run's ETA counts it for each epoch left
   ranks_.barrier();
   if (!rule.empty()) spdlog::info("stopping after epoch {} of {}: {}", epoch, cfg().training.epochs, rule);
   return !rule.empty();

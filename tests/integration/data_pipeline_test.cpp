@@ -54,6 +54,22 @@ TEST_F(DataPipeline, MetricsAndLogReportTheDataWait) {
   EXPECT_NE(r.output.find("training cache 6 cases"), std::string::npos) << r.output;  // 8 cases, 2 for val
 }
 
+// The GPU busy share (train/gpu_busy.h) needs CUDA events: on the CPU its metrics.csv column is
+// there and empty (never 0), and no line claims a GPU share or a GPU idle time.
+TEST_F(DataPipeline, GpuBusyColumnIsThereAndEmptyOnTheCpu) {
+  const auto r = train("g", {"--set", "logging.progress=lines", "--set", "logging.progress_seconds=0.001"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto rows = read_csv(dir / "runs" / "g" / "metrics.csv");
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& row : rows) {
+    ASSERT_TRUE(row.count("gpu_busy")) << "no gpu_busy column";
+    EXPECT_EQ(row.at("gpu_busy"), "") << "epoch " << row.at("epoch");
+  }
+  EXPECT_NE(r.output.find("samples/s, data wait"), std::string::npos) << r.output;  // progress lines were written
+  EXPECT_EQ(r.output.find(", gpu "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("GPU idle"), std::string::npos) << r.output;
+}
+
 TEST_F(DataPipeline, DataBenchmarkPrintsATableAndJson) {
   config("b");
   const auto r = run_trainer(

@@ -53,5 +53,10 @@ void write_phantom_dataset(const PhantomOptions& options, const std::filesystem:
 // cases imagesTs/ plus labelsTs/ (to score predictions). Voxel size from the phantom, axes aligned
 // with the world. UsageError for the dose task.
 void write_phantom_nnunet_raw(const PhantomOptions& options, const std::filesystem::path& dir);
+// Writes segmentation phantoms as a folder of 2D slices in `trainer import images`' layout (the 2D
+// slice user's data, docs/slices.md): per case and slice z (1-based) `<id>_<z>.png`, the image as 8-bit
+// grey over the case's own range, and `<id>_<z>_mask.png`, its labels 0..K as the mask values. No
+// splits: the import draws them. UsageError for the dose task. Written whole or not at all.
+void write_phantom_png(const PhantomOptions& options, const std::filesystem::path& dir);
 
 }  // namespace u3d

@@ -10,6 +10,26 @@
 
 namespace u3d {
 
+// Where this process's wall time of an epoch went: the GPU busy share (metrics.csv gpu_busy) and the
+// note that explains a low one. A resume inside an epoch starts a new clock. Seconds.
+struct EpochTime {
+  double gpu = std::numeric_limits<double>::quiet_NaN();  // GPU time of the steps (train/gpu_busy.h); NaN: CPU
+  double training = 0;                                    // the training steps' wall time, data waits included
+  double data_wait = 0;                                   // the part of it the loop waited for batches
+  double checkpoint = 0;  // epoch-end checkpoint writes after the previous epoch's row (0: first epoch here)
+};
+
+// The epoch's wall time here: training + `val_seconds` (its validation, 0 when none) + checkpoint.
+double epoch_wall_seconds(const EpochTime& t, double val_seconds);
+// gpu / epoch_wall_seconds, in [0, 1]; NaN on the CPU (the column stays empty, never 0).
+double gpu_busy_share(const EpochTime& t, double val_seconds);
+// Below `kLowGpuBusy`: what the rest of the wall time was, as shares of it, e.g. "GPU idle 45% of
+// 12.3 s: data wait 30%, validation 10%, checkpoint writes 3%, host work between steps 2%" (host
+// work: training time neither on the GPU nor waiting for data). Empty when the share is not low or
+// not known.
+constexpr double kLowGpuBusy = 0.8;
+std::string gpu_idle_note(const EpochTime& t, double val_seconds);
+
 struct EpochStats {
   double train_loss = 0;
   std::vector<double> term_losses;  // per term of a training.loss list: the epoch's mean (loss_<name>)
@@ -17,6 +37,7 @@ struct EpochStats {
   double data_seconds = 0;          // the part of it the loop waited for batches (BatchLoader::wait_seconds)
   int64_t samples = 0;
   int64_t skipped = 0;  // steps skipped for a non-finite loss or gradient norm
+  EpochTime time;       // this process's part: the GPU busy share
 };
 
 struct ValStats {

@@ -10,8 +10,10 @@
 // unweighted], val_loss, <task metric>, [val_pseudo_dice,
 // val_pseudo_dice_ema, dice_<class> per foreground class (its pseudo-Dice; the class name, or its
 // index when unnamed)], [val_dose_score, val_dvh_score], best, epoch_seconds, val_seconds,
-// data_seconds, data_share, samples_per_second, skipped_steps (bracketed ones when that validation
-// runs). epoch_seconds is the training steps' time, val_seconds the validation's.
+// data_seconds, data_share, gpu_busy, samples_per_second, skipped_steps (bracketed ones when that
+// validation runs). epoch_seconds is the training steps' time, val_seconds the validation's;
+// gpu_busy the GPU time of the steps over the epoch's wall time (EpochTime, monitor/epoch_stats.h),
+// empty on the CPU.
 #pragma once
 #include <torch/torch.h>
 
@@ -70,6 +72,7 @@ struct EpochPosition {
   int64_t skipped = 0;      // steps skipped (NaN/Inf) so far in the epoch
   int64_t samples = 0;      // drawn since this process started the epoch, over every rank
   double data_seconds = 0;  // waited for batches since this process started the epoch
+  double gpu_busy = std::numeric_limits<double>::quiet_NaN();  // GpuBusyClock::share_so_far(); NaN: CPU
 };
 
 class RunLog {
@@ -117,7 +120,13 @@ class RunLog {
   // its last step's learning rate.
   void epoch(int64_t epoch, int64_t global_step, const EpochStats& train, const std::optional<ValStats>& val,
              bool improved, double lr);
-  void done(const RunPosition& state) const;
+  // The last line: epochs, steps, the best value, the run folder, and the peak memory of this
+  // process (host resident set; on CUDA also the caching allocator's peak allocated and reserved).
+  void done(const RunPosition& state, const torch::Device& device) const;
+  // Once per process, after its first step has completed: the seconds since the process started
+  // (LibTorch load, data load, network build, cuDNN autotuning, CUDA-graph capture): "first step
+  // done 12.3 s after the start".
+  void first_step() const;
 
  private:
   // progress.png/.svg and the TensorBoard events of the epoch ending at `global_step`.

@@ -19,6 +19,7 @@ struct Progress {
   double samples_per_second = 0;
   double steps_per_second = 0;
   double data_share = 0;        // waiting for batches / elapsed
+  double gpu_busy = -1;         // GPU busy share of the steps so far (train/gpu_busy.h); < 0: not on a GPU
   double seconds_left = 0;      // estimated, to the epoch's end
   double run_seconds_left = 0;  // estimated, to the run's end: steps, validations and checkpoints as measured
   int64_t skipped = 0;          // steps skipped (NaN/Inf) so far in the epoch
@@ -28,7 +29,8 @@ struct Progress {
 
 // The status line of logging.progress bar, cut to `columns`, with tqdm's [elapsed<remaining, rate]:
 // "training epoch 3/100 [#######-----]  45% 120/266 [00:37<00:45,  3.21it/s] | run ETA 4:10:07 | loss 0.45210 |
-//  lr 1.00e-03 | data 3% | GPU 41.2/79.6 GiB" (no GPU part when p.gpu_bytes < 0);
+//  lr 1.00e-03 | data 3% | gpu 97% | GPU 41.2/79.6 GiB" (no gpu share when p.gpu_busy < 0, no GPU memory
+//  when p.gpu_bytes < 0);
 // "validating epoch 3/100 [###---]  40% 2/5 [00:03<00:04,  1.52s/it] | run ETA 4:10:07" (val cases, or
 // val patch batches); "checkpointing epoch 3/100 | run ETA 4:10:07". `steps`: the phase's total.
 std::string progress_bar_line(const Progress& p, int64_t epochs, int64_t steps, int columns);

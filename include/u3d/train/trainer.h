@@ -10,6 +10,7 @@
 //   DataParallel      the process group's decisions, buffers and barriers (data_parallel.h)
 //   CheckpointKeeper  when and what to checkpoint, write failures (checkpoint_keeper.h)
 //   RunLog            console lines and progress, metrics.csv, steps.csv (monitor/run_log.h)
+//   GpuBusyClock      CUDA events around each step: the epoch's GPU busy share (gpu_busy.h)
 //   FaultHooks        the tests' faults (fault_hooks.h); nothing in normal runs
 //
 //   Trainer trainer(cfg, TrainOptions{});
@@ -55,6 +56,7 @@
 #include "u3d/train/checkpoint_keeper.h"
 #include "u3d/train/data_parallel.h"
 #include "u3d/train/fault_hooks.h"
+#include "u3d/train/gpu_busy.h"
 #include "u3d/train/losses.h"
 #include "u3d/train/optimizer.h"
 #include "u3d/train/resolve.h"
@@ -122,8 +124,12 @@ class Trainer {
   torch::Tensor optimizer_step(int64_t epoch, int64_t step, double& data_seconds);
   // After a step: steps.csv, the non-finite check, a progress report when due.
   void after_step(int64_t epoch, const torch::Tensor& loss, EpochPosition at);
-  // The epoch's figures from the monitor's sums (a host read), after the non-finite check.
-  EpochStats epoch_stats(double carried_seconds);
+  // Once per process, after its first step: waits for it (one host read) and logs the time since the
+  // process started (RunLog::first_step).
+  void first_step_done(const torch::Tensor& loss);
+  // The epoch's figures from the monitor's sums (a host read), after the non-finite check; the GPU
+  // busy clock's sum and this process's times (`data_seconds`: waited here) in EpochStats::time.
+  EpochStats epoch_stats(double carried_seconds, double data_seconds);
   // Samples per optimizer step, over every rank.
   int64_t global_batch() const { return cfg().data.batch_size * cfg().training.accumulate_steps * ranks_.world_size(); }
   // Inside a catch block: rethrows `e`, or, out of memory, a TrainingError with `out_of_memory`
@@ -150,11 +156,13 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<StepMonitor> monitor_;
-  std::unique_ptr<TrainStep> step_;  // refers to net_, loss_, optimizer_, monitor_ (its destructor uses none)
+  std::unique_ptr<GpuBusyClock> busy_;  // CUDA events around each step: the GPU busy share
+  std::unique_ptr<TrainStep> step_;     // refers to net_, loss_, optimizer_, monitor_ (its destructor uses none)
   std::unique_ptr<Validator> validator_;
   std::unique_ptr<RunLog> log_;
   TrainState state_;
   torch::Tensor last_found_inf_;    // () float32: whether the last step was skipped
+  bool first_step_done_ = false;    // RunLog::first_step was told
   bool sampling_in_graph_ = false;  // data.cache: gpu with a captured step: sampler inside the graph
   int stop_signal_ = 0;
   bool save_due_ = false;  // the wall-clock checkpoint cadence, as agreed with the stop signal
@@ -163,6 +171,7 @@ class Trainer {
   std::chrono::steady_clock::time_point run_started_, epoch_started_;  // this process's clocks
   double carried_run_seconds_ = 0;  // TrainState::run_seconds of the processes before a resume
   double validation_seconds_ = 0;   // the last whole-volume validation's wall time (max_minutes)
+  double checkpoint_seconds_ = 0;   // the last epoch-end checkpoint writes (the next epoch's wall time counts them)
 };
 
 }  // namespace u3d

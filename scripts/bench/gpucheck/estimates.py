@@ -36,6 +36,12 @@ H100 = {
     "compile": 115.0,          # torch.compile of the whole OpenKBP-baseline step (inductor; ~110 s with its steps)
     "import_openkbp": 30.0,    # unpack + trainer import openkbp of the 340-case sample (not measured)
     "predict_eval": 60.0,      # --predict-only with TTA and evaluate openkbp (not measured)
+    # The workflows (sections 11-14; not measured on a GPU yet): beyond training.max_minutes, which
+    # counts the run's start-up and validation, the process start and the last checkpoint ...
+    "wf_train_extra": 15.0,
+    "wf_synth_import": 15.0,   # ... trainer synth and import of a small phantom set
+    "wf_predict_eval": 20.0,   # ... predict (-i) and evaluate on a few cases
+    "wf_plan_cuda": 30.0,      # ... trainer plan --device cuda: the fingerprint and measured candidates
 }
 
 CPU = {
@@ -49,6 +55,8 @@ CPU = {
     "tiny_epoch_extra": 0.5,
     "export": 1.5,
     "import_openkbp": 10.0,
+    "wf_openkbp": 60.0,        # the OpenKBP workflow's rehearsal after the import: 2 tiny epochs, predict, evaluate
+    "wf_small": 30.0,          # a phantom workflow's rehearsal (slices, surface, nnU-Net)
 }
 
 # Heavier GPU tests (several trainer processes each): seconds, by name; every other test costs
@@ -67,6 +75,7 @@ GPU_TEST_SECONDS = {
     "DataParallelCuda.NcclRanksTrainLikeThePlainRun": 7.0,  # 5.1 s
     "DataParallelCuda.CapturedNcclStepsTrainLikeEagerOnes": 8.0,  # 6.1 s
     "DataParallelCuda.WaitForDeviceGivesUpAfterTheTimeout": 4.0,  # 3.1 s
+    "GpuBusy.ShareIsMeasuredOnCudaAndFallsWhenTheSamplerIsSlow": 12.0,  # 2 runs, 24 x 150 ms sleeps (not measured)
 }
 
 

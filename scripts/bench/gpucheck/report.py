@@ -139,6 +139,7 @@ def markdown(rep, sections):
         status = s.status if s.state != "running" or s.status == "RUNNING" else f"RUNNING (so far {s.status})"
         lines.append(f"| {s.num} | {s.title} | **{status}** | {reason} | {s.rehearsal} | "
                      f"{_fmt_s(s.estimate_s)} | {_fmt_s(s.measured_s)} |")
+    lines += workflow_table(sections)
     for s in sections:
         if s.status == "PENDING" or not (s.commands or s.figures or s.rehearsal_figures or s.notes):
             continue  # the table row says it all
@@ -154,6 +155,39 @@ def markdown(rep, sections):
         if s.commands:
             lines += ["", "Commands:", "", "```"] + s.commands + ["```"]
     return "\n".join(lines) + "\n"
+
+
+def _pct(v):
+    return "-" if v is None else f"{100 * v:.0f}%"
+
+
+def _num(v, fmt="{:.1f}"):
+    return "-" if v is None else fmt.format(v)
+
+
+def workflow_table(sections):
+    """One row per workflow section that has one (sections_workflows.py): the GPU's, else the CPU
+    rehearsal's (marked: plumbing, never a speed figure)."""
+    rows = []
+    for s in sections:
+        for where, figs in (("GPU", s.figures), ("CPU rehearsal", s.rehearsal_figures)):
+            r = figs.get("row") if isinstance(figs, dict) else None
+            if not r:
+                continue
+            score = ", ".join(f"{k} {v:.4g}" if isinstance(v, (int, float)) else f"{k} {v}"
+                              for k, v in (r.get("score") or {}).items())
+            peak = r.get("peak_gpu_reserved") or r.get("peak_host") or "-"
+            ratio = "" if r.get("vs_seed") is None else f" (x{r['vs_seed']})"
+            cells = [f"{s.num}. {r['workflow']} ({where})", _num(r.get("minutes")), str(r.get("epochs", "-")),
+                     _num(r.get("samples_per_s")), _num(r.get("steady_epoch_s"), "{:.2f}"),
+                     _num(r.get("first_step_s")), _pct(r.get("gpu_busy")), _pct(r.get("data_wait")), peak,
+                     score or "-", r.get("seed", "") + ratio]
+            rows.append("| " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return ["", "## Workflows", "",
+            "| workflow | minutes | epochs | samples/s | steady epoch s | first step s | GPU busy | data wait | "
+            "peak memory | score | the seed's figure (ours / theirs) |", "|---|---|---|---|---|---|---|---|---|---|---|"] + rows
 
 
 def write(report_dir, log_dir, rep_fields, sections, cuda, finished):

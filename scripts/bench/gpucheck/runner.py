@@ -1,8 +1,12 @@
 """Where the trainer and the test executables are, and how gpu-check runs them: each command's
 output streams into its own log in the work folder while it runs, its timeout ends before the
 deadline, its process group dies with it (and with gpu-check: PR_SET_PDEATHSIG), and the report
-folder is rewritten after it. PyTorch runs in one process for the whole check (torch_side.py),
-imported once; sections send it requests."""
+folder is rewritten before it starts (the command is listed) and after it. While a command runs,
+two caps guard the box (a lost box returns nothing): the host's available memory and the free
+space of the work folder's file system (tmpfs /tmp is memory); a command that drives either below
+its floor is stopped, and its log and the report say which. Each command's peak resident set
+(wait4's ru_maxrss) and the work folder's size after it are logged. PyTorch runs in one process
+for the whole check (torch_side.py), imported once; sections send it requests."""
 import ctypes
 import json
 import os
@@ -24,6 +28,73 @@ ROOT = os.path.dirname(os.path.dirname(BENCH))
 
 class DeadlineHit(Exception):
     """No time is left before the deadline for the next command."""
+
+
+HOST_MEMORY_FLOOR = 2 * 2 ** 30  # stop a command when MemAvailable falls below this (or 5% of RAM)
+DISK_FLOOR = 2 * 2 ** 30         # stop a command when the work folder's file system has less free
+
+
+def meminfo():
+    """{field: bytes} of /proc/meminfo (empty where it cannot be read)."""
+    out = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                parts = v.split()
+                if parts and parts[0].isdigit():
+                    out[k] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
+    except OSError:
+        pass
+    return out
+
+
+def filesystem_of(path):
+    """(mount point, type) of the file system holding `path` (/proc/mounts, longest prefix)."""
+    best = ("/", "unknown")
+    path = os.path.realpath(path)
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) >= 3 and (path == fields[1] or path.startswith(fields[1].rstrip("/") + "/")) \
+                        and len(fields[1]) >= len(best[0]):
+                    best = (fields[1], fields[2])
+    except OSError:
+        pass
+    return best
+
+
+def folder_bytes(path):
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def over_cap(work):
+    """Why a running command must stop now to keep the box answering, or None."""
+    mem = meminfo()
+    avail, total = mem.get("MemAvailable"), mem.get("MemTotal")
+    if avail is not None and total:
+        floor = max(HOST_MEMORY_FLOOR, total // 20)
+        if avail < floor:
+            return (f"host memory nearly exhausted: {avail / 2 ** 30:.1f} GiB available of {total / 2 ** 30:.0f} GiB "
+                    f"(floor {floor / 2 ** 30:.1f} GiB)")
+    try:
+        st = os.statvfs(work)
+        free = st.f_bavail * st.f_frsize
+        if free < DISK_FLOOR:
+            mount, kind = filesystem_of(work)
+            return (f"work folder's file system nearly full: {free / 2 ** 30:.1f} GiB free on {mount} ({kind}"
+                    f"{', i.e. host memory' if kind == 'tmpfs' else ''}; floor {DISK_FLOOR / 2 ** 30:.0f} GiB)")
+    except OSError:
+        pass
+    return None
 
 
 def _child_setup():
@@ -70,6 +141,7 @@ class Check:
         self.cuda, self.gpus, self.gpu_name = False, 0, None
         self.peak_tflops = None
         self.sections, self.current, self.proc = [], None, None
+        self.last_peak_rss, self.last_work_bytes = None, 0  # of the last command run()
         self.torch = None
         self.shared = {}  # what one section hands a later one (trainer step JSON, test list, ...)
         self.commit = self.source_commit()
@@ -108,6 +180,7 @@ class Check:
         e.update(env or {})
         with open(log, "w") as f:
             f.write(f"$ {shown}\n")
+        self.write_report()  # the command is listed before it starts: a lost box still says what ran
         logf = open(log, "a")
         try:
             p = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=e,
@@ -120,14 +193,19 @@ class Check:
         self.proc = p
         return p, log
 
-    def finish(self, section, p, timed_out=False):
-        """Closes a spawned command's log, records its end; returns (rc, output)."""
+    def finish(self, section, p, timed_out=False, peak_rss=None):
+        """Closes a spawned command's log, records its end (exit, time, peak resident set, the work
+        folder's size); returns (rc, output)."""
         p.u3d_logf.close()
         self.proc = None
         rc = 124 if timed_out else p.returncode
         took = time.time() - p.u3d_t0
+        self.last_peak_rss = peak_rss
+        self.last_work_bytes = folder_bytes(self.work)
+        rss = f", peak RSS {peak_rss / 2 ** 20:.0f} MiB" if peak_rss else ""
         with open(p.u3d_log, "a") as f:
-            f.write(f"\n# exit {rc}, {took:.1f} s{' (timed out)' if timed_out else ''}\n")
+            f.write(f"\n# exit {rc}, {took:.1f} s{' (timed out)' if timed_out else ''}{rss}, "
+                    f"work folder {self.last_work_bytes / 2 ** 20:.0f} MiB\n")
         with open(p.u3d_log, errors="replace") as f:
             out = f.read()
         print(f"[gpu-check] {section.sid}: exit {rc} in {took:.1f} s: {section.commands[-1][:150]}",
@@ -136,20 +214,30 @@ class Check:
         return rc, out
 
     def run(self, section, cmd, timeout=600, env=None, cwd=None, log_name=None):
-        """Runs cmd to its end or its timeout (which ends before the deadline); returns (rc, output)."""
+        """Runs cmd to its end, its timeout (which ends before the deadline) or a cap (over_cap);
+        returns (rc, output). A command stopped by a cap is killed (rc -9) and its log's last line says why."""
         p, _ = self.spawn(section, cmd, log_name, env, cwd)
         limit = max(1.0, min(timeout, self.left()))
-        try:
-            p.wait(timeout=limit)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            _kill_group(p)
-            p.wait()
-            timed_out = True
-            with open(p.u3d_log, "a") as f:
-                f.write(f"\n[gpu-check] killed after {limit:.0f} s "
-                        f"({'the deadline' if limit < timeout else 'its timeout'})\n")
-        return self.finish(section, p, timed_out)
+        end, why = time.time() + limit, None
+        while True:
+            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.time() >= end:
+                why = f"killed after {limit:.0f} s ({'the deadline' if limit < timeout else 'its timeout'})"
+            else:
+                cap = over_cap(self.work)
+                why = f"stopped: {cap}" if cap else None
+            if why:
+                _kill_group(p)
+                _, status, usage = os.wait4(p.pid, 0)
+                with open(p.u3d_log, "a") as f:
+                    f.write(f"\n[gpu-check] {why}\n")
+                break
+            time.sleep(0.2)
+        p.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+        timed_out = why is not None and why.startswith("killed after")
+        return self.finish(section, p, timed_out, peak_rss=usage.ru_maxrss * 1024)
 
     def kill_current(self):
         if self.proc is not None and self.proc.poll() is None:

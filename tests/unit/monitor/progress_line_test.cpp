@@ -30,6 +30,15 @@ TEST(ProgressLine, ShowsThePhaseAndEveryFieldOfTheStatusLine) {
             "loss 0.45210 | lr 1.00e-03 | data 3% | GPU 44.0/80.0 GiB");
 }
 
+TEST(ProgressLine, ShowsTheGpuBusyShareOnlyOnAGpu) {
+  Progress p = sample();
+  p.gpu_busy = 0.974;
+  EXPECT_NE(progress_bar_line(p, 100, 250, 400).find(" | data 3% | gpu 97% | GPU 44.0/80.0 GiB"), std::string::npos)
+      << progress_bar_line(p, 100, 250, 400);
+  p.gpu_busy = -1;  // the CPU: no share at all, not "gpu 0%"
+  EXPECT_EQ(progress_bar_line(p, 100, 250, 400).find("gpu "), std::string::npos);
+}
+
 TEST(ProgressLine, ReachesNOfNAtTheLastStep) {
   Progress p = sample();
   p.step = 250;

@@ -28,7 +28,7 @@ std::vector<std::string> columns(const std::vector<std::string>& scores) {
   std::vector<std::string> c = {"epoch", "step", "lr", "train_loss", "val_loss"};
   c.insert(c.end(), scores.begin(), scores.end());
   for (const char* tail :
-       {"best", "epoch_seconds", "data_seconds", "data_share", "samples_per_second", "skipped_steps"})
+       {"best", "epoch_seconds", "data_seconds", "data_share", "gpu_busy", "samples_per_second", "skipped_steps"})
     c.push_back(tail);
   return c;
 }
@@ -55,6 +55,7 @@ std::string default_field(const std::string& c, int e) {
   if (c == "best") return e == 30 ? "1" : "0";
   if (c == "epoch_seconds") return num(60 + 0.5 * e);
   if (c == "data_share") return num(0.08 / (1 + 0.02 * e));
+  if (c == "gpu_busy") return num(0.5 + 0.01 * e);
   return "1";
 }
 
@@ -148,14 +149,16 @@ int note_pixels(const Image& im, const PlotRect& r) {
   return n;
 }
 
-const std::vector<std::string> kSegSeries = {"train_loss",          "val_loss", "val_dice",      "val_pseudo_dice",
-                                             "val_pseudo_dice_ema", "lr",       "epoch_seconds", "data_share"};
-const std::vector<std::string> kDoseSeries = {"train_loss",    "val_loss", "val_mae",       "val_dose_score",
-                                              "val_dvh_score", "lr",       "epoch_seconds", "data_share"};
+const std::vector<std::string> kSegSeries = {
+    "train_loss", "val_loss",      "val_dice",   "val_pseudo_dice", "val_pseudo_dice_ema",
+    "lr",         "epoch_seconds", "data_share", "gpu_busy"};
+const std::vector<std::string> kDoseSeries = {"train_loss",     "val_loss",      "val_mae",
+                                              "val_dose_score", "val_dvh_score", "lr",
+                                              "epoch_seconds",  "data_share",    "gpu_busy"};
 
 const PlotRect& panel_of(const PlotLayout& l, const std::string& column) {
   if (column == "lr") return l.lr;
-  if (column == "epoch_seconds" || column == "data_share") return l.time;
+  if (column == "epoch_seconds" || column == "data_share" || column == "gpu_busy") return l.time;
   return l.loss;
 }
 
