@@ -22,6 +22,7 @@ bad arguments; 128 + N after signal N.
 """
 import argparse
 import datetime
+import math
 import os
 import shutil
 import sys
@@ -30,10 +31,19 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpucheck import plan  # noqa: E402
 from gpucheck.runner import filesystem_of  # noqa: E402
+from gpucheck.report import REPORT_FILES  # noqa: E402
+
+
+class Parser(argparse.ArgumentParser):
+    """Bad arguments: one line naming the flag, exit 2 (no usage block, no traceback)."""
+
+    def error(self, message):
+        print(f"{self.prog}: {message} (--help lists the options)", file=sys.stderr)
+        sys.exit(2)
 
 
 def main():
-    p = argparse.ArgumentParser(prog="gpu-check", description=__doc__.split("\n")[0])
+    p = Parser(prog="gpu-check", description=__doc__.split("\n")[0])
     p.add_argument("--report", "--out", dest="report", default=None,
                    help="report folder: gpu-report.md, gpu-report.json, logs.tar.gz (default gpu-check-<date>)")
     p.add_argument("--work", default=None, help="folder for the bulky work files (default under /tmp)")
@@ -51,10 +61,10 @@ def main():
     a = p.parse_args()
     if a.quick and a.deadline is None:
         a.deadline = 300.0
-    if a.deadline is not None and a.deadline <= 0:
-        p.error("--deadline must be positive")
-    if a.minutes <= 0:
-        p.error("--minutes must be positive")
+    if a.deadline is not None and not (math.isfinite(a.deadline) and a.deadline > 0):
+        p.error(f"--deadline {a.deadline:g}: expected a positive number of seconds")
+    if not (math.isfinite(a.minutes) and a.minutes > 0):
+        p.error(f"--minutes {a.minutes:g}: expected a positive number of minutes")
     if a.openkbp:
         if not os.path.exists(a.openkbp):
             p.error(f"--openkbp {a.openkbp}: no such file or folder; expected provided-data/ or openkbp-sample.tar.xz")
@@ -67,7 +77,38 @@ def main():
         tmp = tempfile.gettempdir()
         base = os.getcwd() if filesystem_of(tmp)[1] == "tmpfs" else tmp
         a.work = os.path.join(base, f"gpu-check-work-{stamp}-{os.getpid()}")
+    check_paths(p, a)
     return plan.run_check(a)
+
+
+def check_paths(p, a):
+    """Usable --report and --work folders, or one line and exit 2 (argparse's error): each a folder
+    or creatable, writable, apart (neither inside the other: the report folder holds its three files
+    only), the report folder empty but for an earlier report's files."""
+    report, work = os.path.abspath(a.report), os.path.abspath(a.work)
+    for flag, path in (("--report", report), ("--work", work)):
+        if os.path.exists(path) and not os.path.isdir(path):
+            p.error(f"{flag} {path}: a file, not a folder")
+        probe = path
+        while not os.path.exists(probe):
+            probe = os.path.dirname(probe)
+        if not os.path.isdir(probe):
+            p.error(f"{flag} {path}: {probe} is a file, not a folder")
+        try:  # a real write: permission bits do not stop root, a read-only file system does
+            fd, tmp = tempfile.mkstemp(dir=probe, prefix=".gpu-check-probe-")
+            os.close(fd)
+            os.remove(tmp)
+        except OSError as ex:
+            p.error(f"{flag} {path}: cannot write in {probe} ({ex.strerror})")
+    if report == work or report.startswith(work + os.sep) or work.startswith(report + os.sep):
+        p.error(f"--report {report} and --work {work} must be apart: the report folder holds only "
+                + ", ".join(REPORT_FILES))
+    if os.path.isdir(report):
+        other = sorted(n for n in os.listdir(report) if n not in REPORT_FILES
+                       and not (n.startswith(".") and n.endswith(".tmp")))
+        if other:
+            p.error(f"--report {report} holds {other[0]}; give an empty or new folder (the report folder holds "
+                    f"only {', '.join(REPORT_FILES)})")
 
 
 if __name__ == "__main__":

@@ -247,6 +247,10 @@ int synth_command(const SynthCommand& cmd) {
 
 int evaluate_cv_command(const EvaluateCvCommand& cmd) {
   const CvSummary s = summarize_cross_validation(cmd.experiment);
+  for (const auto& name : s.stray) {  // also in the table; a warning so a log reader sees it too
+    spdlog::warn("evaluate cv: {} is not one of folds.json's folds; left out of the pooled and per-fold means",
+                 (std::filesystem::path(cmd.experiment) / name).string());
+  }
   const auto out =
       cmd.out.empty() ? std::filesystem::path(cmd.experiment) / "cv_summary.csv" : std::filesystem::path(cmd.out);
   for (const auto& f : s.folds) {

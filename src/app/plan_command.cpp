@@ -1,7 +1,8 @@
 // `trainer plan DATA.h5`: fingerprint the dataset (plan/fingerprint.h), plan the experiment
 // (plan/planner.h) and write it as a commented YAML config (3d_fullres), a 2d one beside it
 // (OUT_2d.yaml) and a low-resolution one when the planned patch covers little of the volumes.
-// `--split A,B` fingerprints only those splits' cases.
+// `--split A,B` fingerprints only those splits' cases; by default every case but the split "test"
+// (planning_case_ids: the fingerprint, its statistics and the plan never see test cases).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -63,11 +64,15 @@ std::string run_name(const PlanCommand& cmd, const std::filesystem::path& data) 
 }
 
 // The cases of the splits `names` (--split), each once, in the order named; ConfigError naming
-// --split and the splits the file has for a split it lacks or an empty one.
+// --split and the splits the file has for a split it lacks or an empty one; UsageError for "test".
 std::vector<std::string> split_cases(const DatasetReader& reader, const std::vector<std::string>& names) {
   std::vector<std::string> ids;
   std::set<std::string> seen;
   for (const auto& name : names) {
+    if (name == "test") {
+      throw UsageError(
+          "plan: --split test: a plan never looks at the cases a model is scored on; name the train and val splits");
+    }
     for (const auto& id : split_ids(reader, "--split", name)) {
       if (seen.insert(id).second) ids.push_back(id);
     }
@@ -114,13 +119,13 @@ int plan_command(const PlanCommand& cmd) {
   DatasetFingerprint fp = cmd.splits.empty()
                               ? load_or_compute_fingerprint(data, reader, cmd.threads, &computed)
                               : compute_fingerprint(reader, split_cases(reader, cmd.splits), cmd.threads);
-  for (auto it = fp.splits.begin(); !cmd.splits.empty() && it != fp.splits.end();) {  // the table: named splits only
-    it = std::find(cmd.splits.begin(), cmd.splits.end(), it->first) == cmd.splits.end() ? fp.splits.erase(it) : ++it;
-  }
   const std::string what =
-      cmd.splits.empty() ? data.string()
-                         : fmt::format("{} split(s) {} ({} cases; not stored, {} covers every case)", data.string(),
-                                       fmt::join(cmd.splits, ", "), fp.cases.size(), fingerprint_path(data).string());
+      cmd.splits.empty()
+          ? data.string()
+          : fmt::format(
+                "{} split(s) {} ({} cases; not stored, {} covers every case but the test "
+                "split)",
+                data.string(), fmt::join(cmd.splits, ", "), fp.cases.size(), fingerprint_path(data).string());
   spdlog::info("plan: fingerprint of {} {} in {:.1f} s", what,
                computed ? "computed" : "read from " + fingerprint_path(data).string(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

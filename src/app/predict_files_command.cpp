@@ -167,6 +167,10 @@ std::vector<Link> input_links(const std::vector<fs::path>& inputs, const fs::pat
         other = true;
       }
     }
+    if (nifti_folder && !found.empty()) {  // as the same files named on the command line
+      throw UsageError(fmt::format("predict: -i {} holds NIfTI files and {} ({}, ...); predict them in two calls",
+                                   in.string(), what, found.front().string()));
+    }
     if (nifti_folder) {
       other = true;
     } else {
@@ -211,15 +215,28 @@ std::string with_input_names(std::string message, const std::vector<Link>& links
   return message;
 }
 
-// An input inside OUT (or OUT itself) would be replaced with it: refused.
+// Whether `inner` is `outer` or lies inside it (both made absolute, links resolved).
+bool lies_in(const fs::path& inner, const fs::path& outer) {
+  const fs::path i = fs::weakly_canonical(fs::absolute(inner)), o = fs::weakly_canonical(fs::absolute(outer));
+  return std::mismatch(o.begin(), o.end(), i.begin(), i.end()).first == o.end();
+}
+
+// OUT and the inputs never nest, for every input kind, checked before anything is written (the
+// scratch folder beside OUT included): an input inside OUT (or OUT itself) would be replaced, and
+// OUT inside an input folder would be read back as input by the next import of that folder (a
+// DICOM export would train on its own predicted dose).
 void refuse_out_over_inputs(const fs::path& out, const std::vector<fs::path>& inputs) {
-  const fs::path o = fs::weakly_canonical(fs::absolute(out));
+  std::error_code ec;
   for (const auto& in : inputs) {
-    const fs::path i = fs::weakly_canonical(fs::absolute(in));
-    const auto mismatch = std::mismatch(o.begin(), o.end(), i.begin(), i.end());
-    if (mismatch.first == o.end()) {
+    if (lies_in(in, out)) {
       throw UsageError(
           fmt::format("predict: -o {} holds the input {}; write the predictions elsewhere", out.string(), in.string()));
+    }
+    if (fs::is_directory(in, ec) && lies_in(out, in)) {
+      throw UsageError(
+          fmt::format("predict: -o {} lies inside the input folder {}; the next import of that folder would read the "
+                      "predictions as input: write them outside it",
+                      out.string(), in.string()));
     }
   }
 }
@@ -362,6 +379,8 @@ int predict_files_command(const PredictFilesCommand& cmd) {
   }
   fs::path out(cmd.out);
   if (out.filename().empty()) out = out.parent_path();  // "preds/" is the folder "preds"
+  const std::vector<fs::path> inputs(cmd.inputs.begin(), cmd.inputs.end());
+  refuse_out_over_inputs(out, inputs);  // before the scratch folder beside OUT exists
   const StagedFolder scratch(out.parent_path() / ("." + out.filename().string() + ".work"));
   std::vector<PredictionMember> members;
   if (!cmd.model.empty()) members.push_back(member_from_export(cmd.model, scratch.path() / "checkpoints"));
@@ -369,9 +388,14 @@ int predict_files_command(const PredictFilesCommand& cmd) {
     members.push_back(read_prediction_member(run / "checkpoints", /*keep_last=*/0, cmd.checkpoint));
   }
   const PredictionMember& first = members.front();
-  const std::vector<fs::path> inputs(cmd.inputs.begin(), cmd.inputs.end());
   const fs::path images = scratch.path() / "images";
   if (first.info.task != "segmentation" && !is_dicom_export(inputs)) {
+    if (inputs.size() > 1) {
+      throw UsageError(fmt::format(
+          "predict -i: {} is a {} run, which takes ONE DICOM export folder (-i DIR: a patient's folder or a folder "
+          "of patients' folders); {} inputs were given: put them in one folder or predict them one by one",
+          first.checkpoint.string(), first.info.task, inputs.size()));
+    }
     throw ConfigError(
         fmt::format("predict -i: {} is a {} run; its raw inputs are a DICOM export folder (RT Dose out), or "
                     "import the data and use trainer predict -c CONFIG",
@@ -381,7 +405,6 @@ int predict_files_command(const PredictFilesCommand& cmd) {
   if (in.kind != InputKind::kDicom && !cmd.structures.empty()) {
     throw UsageError("predict: --structures names the structures of a DICOM export; -i holds no DICOM folder");
   }
-  refuse_out_over_inputs(out, inputs);
   std::error_code ec;
   if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec)) && !cmd.force) {
     throw UsageError(fmt::format("predict: -o {} exists and is not empty; --force replaces it", cmd.out));

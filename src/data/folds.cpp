@@ -41,6 +41,12 @@ void check_fold_lists(const std::vector<FoldSplit>& folds, const std::string& wh
     }
   }
   for (size_t f = 0; f < folds.size(); ++f) {
+    if (folds[f].train.empty()) {  // else training refuses it as "the training split holds no cases"
+      throw DataError(
+          fmt::format("{}: fold {} has an empty train list; each fold trains on the cases the other "
+                      "folds hold out",
+                      where, f));
+    }
     std::set<std::string> train;
     for (const auto& id : folds[f].train) {
       const auto at = val_fold.find(id);

@@ -88,9 +88,11 @@ CvSummary summarize_cross_validation(const std::filesystem::path& experiment) {
   CvSummary s;
   for (const auto& e : std::filesystem::directory_iterator(experiment, ec)) {
     const auto name = e.path().filename().string();
-    if (name.rfind("fold_", 0) != 0) continue;
-    const auto k = parse_int(name.substr(5));
-    if (k && *k >= static_cast<int64_t>(folds.size())) s.stray.push_back(*k);
+    if (name.rfind("fold_", 0) != 0 || !e.is_directory(ec)) continue;
+    const auto k = parse_int(name.substr(5));  // fold_01, fold_2_old, fold_7 of 5 folds: not a listed fold
+    if (!k || *k < 0 || *k >= static_cast<int64_t>(folds.size()) || name != fmt::format("fold_{}", *k)) {
+      s.stray.push_back(name);
+    }
   }
   std::sort(s.stray.begin(), s.stray.end());
   std::vector<double> all, means;
@@ -148,9 +150,9 @@ std::string cv_summary_table(const CvSummary& s) {
     }
   }
   for (int64_t k : s.missing) out += fmt::format("fold {}: no val_metrics.csv (not finished?)\n", k);
-  for (int64_t k : s.stray) {
-    out +=
-        fmt::format("fold_{}: not one of the {} folds of folds.json; left out\n", k, s.folds.size() + s.missing.size());
+  for (const auto& name : s.stray) {
+    out += fmt::format("{}: not one of the {} folds of folds.json (fold_0 .. fold_{}); left out of the means\n", name,
+                       s.folds.size() + s.missing.size(), s.folds.size() + s.missing.size() - 1);
   }
   return out;
 }

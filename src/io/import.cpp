@@ -318,7 +318,12 @@ ImportSummary run_import(Layout layout, const fs::path& out, const NiftiImportOp
   // the file does not depend on the thread count.
   ordered_pipeline(
       n, threads, /*window=*/threads,
-      [&](int64_t i) { return load_case(all[static_cast<size_t>(i)], layout, o, need_fg ? fg_draws : 0, ct_channels); },
+      [&](int64_t i) {
+        // Test cases (imagesTs, even with labelsTs) never feed the CT statistics: a model's inputs are
+        // normalised with what its training cases show.
+        const bool trains = i < static_cast<int64_t>(layout.labelled.size());
+        return load_case(all[static_cast<size_t>(i)], layout, o, need_fg && trains ? fg_draws : 0, ct_channels);
+      },
       [&](int64_t i, ImportedCase lc) {
         writer.write_case(lc.data);
         summary.resampled += lc.resampled ? 1 : 0;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <sstream>
 
 #include "u3d/core/errors.h"
@@ -118,7 +119,7 @@ DatasetFingerprint compute_fingerprint(const DatasetReader& reader, const std::v
   DatasetFingerprint fp;
   fp.task = info.task;
   fp.channel_names = info.channel_names;
-  for (const auto& [name, split_ids] : info.splits) fp.splits[name] = static_cast<int64_t>(split_ids.size());
+  fp.splits = split_counts(info, ids);
   const size_t channels = summaries.front().samples.size();
   std::vector<std::vector<WeightedValues>> pooled(channels);
   fp.channels.resize(channels);
@@ -294,6 +295,34 @@ DatasetFingerprint fingerprint_from_json(const std::string& json, const std::str
   return fp;
 }
 
+std::map<std::string, int64_t> split_counts(const DatasetInfo& info, const std::vector<std::string>& ids) {
+  const std::set<std::string> chosen(ids.begin(), ids.end());
+  std::map<std::string, int64_t> out;
+  for (const auto& [name, split_ids] : info.splits) {
+    const auto n = std::count_if(split_ids.begin(), split_ids.end(), [&](const auto& id) { return chosen.count(id); });
+    if (n > 0) out[name] = static_cast<int64_t>(n);
+  }
+  return out;
+}
+
+std::vector<std::string> planning_case_ids(const DatasetReader& reader) {
+  const auto& all = reader.info().case_ids;
+  if (!reader.has_split("test")) return all;
+  const auto& test = reader.split("test");
+  const std::set<std::string> held_out(test.begin(), test.end());
+  std::vector<std::string> ids;
+  for (const auto& id : all) {
+    if (!held_out.count(id)) ids.push_back(id);
+  }
+  if (ids.empty()) {
+    throw DataError(
+        fmt::format("{}: every case is in the split 'test'; a plan looks only at the cases a model "
+                    "trains and validates on",
+                    reader.path().string()));
+  }
+  return ids;
+}
+
 fs::path fingerprint_path(const fs::path& dataset) { return fs::path(dataset.string() + ".fingerprint.json"); }
 
 DatasetFingerprint load_or_compute_fingerprint(const fs::path& dataset, const DatasetReader& reader, int64_t threads,
@@ -321,7 +350,7 @@ DatasetFingerprint load_or_compute_fingerprint(const fs::path& dataset, const Da
       spdlog::warn("{}; recomputing", e.what());
     }
   }
-  DatasetFingerprint fp = compute_fingerprint(reader, reader.info().case_ids, threads);
+  DatasetFingerprint fp = compute_fingerprint(reader, planning_case_ids(reader), threads);
   fp.source_size = size;
   fp.source_mtime_ns = mtime;
   if (computed) *computed = true;

@@ -60,15 +60,15 @@ std::vector<RawCase> find_raw_cases(const std::vector<fs::path>& inputs, int64_t
   for (const auto& f : files) {
     const auto parts = split_channel_name(f);
     if (!parts) {
-      throw DataError(
+      throw UsageError(
           fmt::format("{}: not named as nnU-Net's input files: expected NAME_0000.nii.gz (then _0001, ... per channel)",
                       f.string()));
     }
     auto& slots = by_case[parts->first];
     const auto [it, inserted] = slots.emplace(parts->second, f);
     if (!inserted) {
-      throw DataError(fmt::format("case '{}': channel {} given twice ({} and {})", parts->first, suffix(parts->second),
-                                  it->second.string(), f.string()));
+      throw UsageError(fmt::format("case '{}': channel {} given twice ({} and {})", parts->first, suffix(parts->second),
+                                   it->second.string(), f.string()));
     }
   }
   std::vector<RawCase> cases;
@@ -82,7 +82,7 @@ std::vector<RawCase> find_raw_cases(const std::vector<fs::path>& inputs, int64_t
       c.channels.push_back(path);
     }
     if (!complete) {
-      throw DataError(
+      throw UsageError(
           fmt::format("case '{}' ({}): channel files {} ({}); the model takes {} input channel(s): expected {}{}", id,
                       slots.begin()->second.parent_path().string(), fmt::join(present, ", "), present.size(), channels,
                       suffix(0), channels > 1 ? " to " + suffix(channels - 1) : std::string()));

@@ -120,10 +120,10 @@ TEST_F(PredictFiles, RefusesBadInputsWithOneLineAndWritesNothing) {
     expect_one_error(trainer({"predict", "-i", input, "-o", "out", "--run", "runs/seg", "--force"}), code, needle);
     EXPECT_EQ(names_in(dir / "out"), std::vector<std::string>{"keep.txt"}) << input;
   };
-  // A channel missing: the model takes CT and T2.
+  // A channel missing: the model takes CT and T2. Naming refusals are usage errors (exit 2).
   fs::create_directories(bad / "one");
   fs::copy_file(raw / "imagesTs" / "case_004_0000.nii.gz", bad / "one" / "case_004_0000.nii.gz");
-  run((bad / "one").string(), 1,
+  run((bad / "one").string(), 2,
       "case 'case_004' (" + (bad / "one").string() +
           "): channel files _0000 (1); the model takes 2 input channel(s): expected "
           "_0000 to _0001");
@@ -132,11 +132,22 @@ TEST_F(PredictFiles, RefusesBadInputsWithOneLineAndWritesNothing) {
   for (const std::string k : {"0000", "0001", "0002"}) {
     fs::copy_file(raw / "imagesTs" / "case_004_0000.nii.gz", bad / "three" / ("case_004_" + k + ".nii.gz"));
   }
-  run((bad / "three").string(), 1, "channel files _0000, _0001, _0002 (3)");
+  run((bad / "three").string(), 2, "channel files _0000, _0001, _0002 (3)");
+  // Only _0001 files.
+  fs::create_directories(bad / "second");
+  fs::copy_file(raw / "imagesTs" / "case_004_0001.nii.gz", bad / "second" / "case_004_0001.nii.gz");
+  run((bad / "second").string(), 2, "channel files _0001 (1); the model takes 2 input channel(s)");
   // A file without the channel suffix.
   fs::create_directories(bad / "plain");
   fs::copy_file(raw / "imagesTs" / "case_004_0000.nii.gz", bad / "plain" / "case_004.nii.gz");
-  run((bad / "plain").string(), 1, "case_004.nii.gz: not named as nnU-Net's input files");
+  run((bad / "plain").string(), 2, "case_004.nii.gz: not named as nnU-Net's input files");
+  // A folder of NIfTI files that also holds a TIFF volume: refused as the same two files named on
+  // the command line are, not the TIFF dropped without a word.
+  fs::create_directories(bad / "mixed");
+  fs::copy_file(raw / "imagesTs" / "case_004_0000.nii.gz", bad / "mixed" / "case_004_0000.nii.gz");
+  fs::copy_file(raw / "imagesTs" / "case_004_0001.nii.gz", bad / "mixed" / "case_004_0001.nii.gz");
+  test::write_text(bad / "mixed" / "case_004.tif", "not read: the refusal comes first");
+  run((bad / "mixed").string(), 2, "holds NIfTI files and TIFF volumes");
   // Channels on other grids: another shape; the same shape in another place (affine).
   fs::create_directories(bad / "shape");
   fs::copy_file(raw / "imagesTs" / "case_004_0000.nii.gz", bad / "shape" / "case_004_0000.nii.gz");
@@ -158,6 +169,20 @@ TEST_F(PredictFiles, RefusesBadInputsWithOneLineAndWritesNothing) {
   // OUT over the inputs, --fold on a single run, a run folder that is none.
   expect_one_error(trainer({"predict", "-i", (raw / "imagesTs").string(), "-o", raw.string(), "--run", "runs/seg"}), 2,
                    "holds the input");
+  // OUT equal to the input folder, and inside it (a file named on the command line counts by its
+  // folder only when the folder itself is given): refused before anything is written, the scratch
+  // folder beside OUT included.
+  const auto before = names_in(raw / "imagesTs");
+  expect_one_error(trainer({"predict", "-i", (raw / "imagesTs").string(), "-o", (raw / "imagesTs").string(), "--run",
+                            "runs/seg", "--force"}),
+                   2, "holds the input");
+  expect_one_error(trainer({"predict", "-i", (raw / "imagesTs").string(), "-o", (raw / "imagesTs" / "preds").string(),
+                            "--run", "runs/seg"}),
+                   2, "lies inside the input folder");
+  expect_one_error(trainer({"predict", "-i", raw.string(), "-o", (raw / "imagesTs" / "deeper" / "preds").string(),
+                            "--run", "runs/seg"}),
+                   2, "lies inside the input folder");
+  EXPECT_EQ(names_in(raw / "imagesTs"), before) << "nothing written inside the input folder";
   expect_one_error(
       trainer({"predict", "-i", (raw / "imagesTs").string(), "-o", "o2", "--run", "runs/seg", "--fold", "0"}), 2,
       "is one run (it holds checkpoints/)");

@@ -23,13 +23,13 @@ struct FoldResult {
 };
 
 struct CvSummary {
-  std::string metric;             // "dice" (segmentation) or "mae" (dose, target units)
-  std::vector<FoldResult> folds;  // those found, by fold number
-  std::vector<int64_t> missing;   // folds of folds.json without val_metrics.csv
-  std::vector<int64_t> stray;     // fold_K folders beside them that folds.json does not list (left out)
-  double pooled = 0.0;            // nan_mean over every case of every fold
-  double mean_of_folds = 0.0;     // mean of the folds' means
-  double std_of_folds = 0.0;      // their population standard deviation
+  std::string metric;              // "dice" (segmentation) or "mae" (dose, target units)
+  std::vector<FoldResult> folds;   // those found, by fold number
+  std::vector<int64_t> missing;    // folds of folds.json without val_metrics.csv
+  std::vector<std::string> stray;  // fold_* folders beside them that folds.json does not list (left out, named)
+  double pooled = 0.0;             // nan_mean over every case of every fold
+  double mean_of_folds = 0.0;      // mean of the folds' means
+  double std_of_folds = 0.0;       // their population standard deviation
 };
 
 // Reads <experiment>/folds.json and the val_metrics.csv of each of its folds. DataError naming the

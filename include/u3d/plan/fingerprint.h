@@ -10,9 +10,10 @@
 // > 0; dose: loss mask > 0 or target > 0; a case with neither: every voxel) by nnU-Net's rule, the
 // importers' too (core/intensity_sample.h: 1e8 / cases draws per case, every case weighing the same;
 // the same voxels for every channel): mean, standard deviation (population) and the 0.5 / 99.5
-// percentiles (numpy's linear convention) over the pooled samples of all cases. Segmentation: voxels holding the dataset's ignore label
-// (DatasetInfo::ignore_label, unlabelled voxels) are neither a class nor foreground; a case without labels (e.g. an
-// nnU-Net imagesTs case) counts for shapes, spacings and the channels' min / max only (its foreground is unknown).
+// percentiles (numpy's linear convention) over the pooled samples of all cases. Segmentation: voxels holding the
+// dataset's ignore label (DatasetInfo::ignore_label, unlabelled voxels) are neither a class nor foreground; a case
+// without labels (e.g. an nnU-Net imagesTs case) counts for shapes, spacings and the channels' min / max only (its
+// foreground is unknown).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -26,7 +27,7 @@
 
 namespace u3d {
 
-inline constexpr int64_t kFingerprintVersion = 3;  // bumped when the fields or their meaning change
+inline constexpr int64_t kFingerprintVersion = 4;  // bumped when the fields or their meaning change (4: no test cases)
 
 struct CaseFingerprint {
   std::string id;
@@ -48,7 +49,7 @@ struct DatasetFingerprint {
   std::vector<std::string> channel_names;
   std::vector<CaseFingerprint> cases;  // in the order of the ids given
   std::vector<ChannelFingerprint> channels;
-  std::map<std::string, int64_t> splits;  // split name -> cases
+  std::map<std::string, int64_t> splits;  // split name -> its cases fingerprinted (split_counts; none: absent)
 
   // Segmentation.
   int64_t num_classes = 0;
@@ -79,6 +80,16 @@ struct DatasetFingerprint {
 DatasetFingerprint compute_fingerprint(const DatasetReader& reader, const std::vector<std::string>& ids,
                                        int64_t threads);
 
+// The cases a plan may look at: every case of the dataset but those of its split "test" (the cases
+// a model is scored on, nnU-Net's imagesTs), in the file's order. Planning never reads test cases:
+// the stored fingerprint, its statistics and every decision of `trainer plan` come from these
+// (nnU-Net plans from imagesTr alone). DataError naming the file when only test cases remain.
+std::vector<std::string> planning_case_ids(const DatasetReader& reader);
+
+// DatasetFingerprint::splits of a fingerprint over `ids`: per split of `info`, how many of its cases
+// are among `ids` (splits with none left out).
+std::map<std::string, int64_t> split_counts(const DatasetInfo& info, const std::vector<std::string>& ids);
+
 // JSON text of every field (core/json.h: a member per line, shortest round-trip numbers, NaN as
 // null), and back. fingerprint_from_json: DataError naming `source` for text that is not a fingerprint.
 // check_fingerprint: DataError naming `source` and the field when a fingerprint does not describe the
@@ -95,6 +106,7 @@ std::filesystem::path fingerprint_path(const std::filesystem::path& dataset);
 // check_fingerprint() finds it true to the file (else a warning naming the field); otherwise computed over every case
 // of `reader` and stored with write_file_atomic (a folder that cannot be written only logs a warning). `computed`, when
 // given, says whether it was computed.
+// Over planning_case_ids(reader).
 DatasetFingerprint load_or_compute_fingerprint(const std::filesystem::path& dataset, const DatasetReader& reader,
                                                int64_t threads, bool* computed = nullptr);
 

@@ -24,8 +24,9 @@ struct RawCase {
 };
 
 // The cases of `inputs` (files and folders) for a model of `channels` input channels, sorted by
-// name. UsageError for an input that does not exist or a file that is not NIfTI; DataError naming
-// the file or case for the rest (see above).
+// name. UsageError (exit 2) for an input that does not exist, a file that is not NIfTI and every
+// naming refusal: no channel suffix, a channel given twice, more or fewer channel files than the
+// model takes (only _0001 files); DataError for a folder without NIfTI files.
 std::vector<RawCase> find_raw_cases(const std::vector<std::filesystem::path>& inputs, int64_t channels);
 
 }  // namespace u3d

@@ -29,6 +29,10 @@ TEST(FoldsFile, LeakingOrOverlappingFoldsAreRefused) {
             "x/folds.json: fold 0 trains on case 'e', which no fold's val list holds");
   EXPECT_EQ(refusal({{{"c", "c"}, {"a", "b"}}, {{"a", "b"}, {"c", "d"}}}),
             "x/folds.json: fold 0 lists case 'c' twice in train");
+  // An empty train list names the file and the fold (training said only "the training split holds
+  // no cases").
+  EXPECT_EQ(refusal({{{"c", "d"}, {"a", "b"}}, {{}, {"c", "d"}}}),
+            "x/folds.json: fold 1 has an empty train list; each fold trains on the cases the other folds hold out");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "test_support.h"
@@ -56,9 +57,27 @@ TEST_F(CvSummaryFiles, OnlyTheFoldsOfFoldsJsonArePooled) {
   EXPECT_EQ(s.folds[0].fold, 1);
   EXPECT_DOUBLE_EQ(s.pooled, 0.5);
   EXPECT_EQ(s.missing, std::vector<int64_t>{0});
-  EXPECT_EQ(s.stray, std::vector<int64_t>{2});
+  EXPECT_EQ(s.stray, std::vector<std::string>{"fold_2"});
   const std::string table = cv_summary_table(s);
-  EXPECT_TRUE(contains(table, "fold_2: not one of the 2 folds of folds.json; left out")) << table;
+  EXPECT_TRUE(contains(table, "fold_2: not one of the 2 folds of folds.json (fold_0 .. fold_1); left out")) << table;
+  EXPECT_TRUE(contains(table, "fold 0: no val_metrics.csv")) << table;
+}
+
+// Every folder named fold_* that is not one of folds.json's fold_0 .. fold_K-1 is named as left out,
+// also when its name is not a plain number (a copy, a zero-padded name): none is pooled silently.
+TEST_F(CvSummaryFiles, EveryStrayFoldFolderIsNamed) {
+  fold(1, "c,0.6,0\nd,0.4,0\n");
+  for (const char* name : {"fold_01", "fold_1_old", "fold_x"}) {
+    std::filesystem::create_directories(dir / name / "predictions");
+    test::write_text(dir / name / "predictions" / "val_metrics.csv", "case,dice,baseline_dice\nc,0.9,0\n");
+  }
+  const CvSummary s = summarize_cross_validation(dir.path());
+  std::vector<std::string> stray = s.stray;
+  std::sort(stray.begin(), stray.end());
+  EXPECT_EQ(stray, (std::vector<std::string>{"fold_01", "fold_1_old", "fold_x"}));
+  EXPECT_DOUBLE_EQ(s.pooled, 0.5);
+  const std::string table = cv_summary_table(s);
+  for (const auto& name : stray) EXPECT_TRUE(contains(table, name + ": not one of the 2 folds")) << table;
   EXPECT_TRUE(contains(table, "fold 0: no val_metrics.csv")) << table;
 }
 

@@ -42,21 +42,23 @@ TEST_F(RawCases, GroupsChannelsByNameInChannelOrder) {
 
 TEST_F(RawCases, RefusesWithOneLineNamingTheFileOrCase) {
   touch("one/p_0000.nii.gz");
-  EXPECT_EQ(test::error_of<DataError>([&] { find_raw_cases({dir / "one"}, 2); }),
+  // Naming refusals are usage errors (exit 2): the files are fine, their names or number are not.
+  EXPECT_EQ(test::error_of<UsageError>([&] { find_raw_cases({dir / "one"}, 2); }),
             "case 'p' (" + (dir / "one").string() +
                 "): channel files _0000 (1); the model takes 2 input channel(s): expected _0000 to _0001");
   touch("gap/p_0000.nii.gz");
   touch("gap/p_0002.nii.gz");
-  EXPECT_NE(test::error_of<DataError>([&] { find_raw_cases({dir / "gap"}, 2); }).find("channel files _0000, _0002 (2)"),
-            std::string::npos);
+  EXPECT_NE(
+      test::error_of<UsageError>([&] { find_raw_cases({dir / "gap"}, 2); }).find("channel files _0000, _0002 (2)"),
+      std::string::npos);
   const auto plain = touch("plain/p.nii.gz");
-  EXPECT_EQ(test::error_of<DataError>([&] { find_raw_cases({plain}, 1); }),
+  EXPECT_EQ(test::error_of<UsageError>([&] { find_raw_cases({plain}, 1); }),
             plain.string() +
                 ": not named as nnU-Net's input files: expected NAME_0000.nii.gz (then _0001, ... per "
                 "channel)");
   const auto gz = touch("twice/p_0000.nii.gz");
   const auto nii = touch("twice/p_0000.nii");
-  EXPECT_NE(test::error_of<DataError>([&] {
+  EXPECT_NE(test::error_of<UsageError>([&] {
               find_raw_cases({gz, nii}, 1);
             }).find("case 'p': channel _0000 given twice"),
             std::string::npos);

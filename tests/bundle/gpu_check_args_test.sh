@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# ctest gpu_check.arguments (label fault): scripts/gpu-check.sh and scripts/bench/workflows.sh refuse
+# every unusable argument with one line naming it and exit 2, before anything is written: a deadline
+# of 0, -5, abc or nan; a report path that is a file, under a file, or in a folder nobody can write
+# (/proc); a report folder holding other files; --report and --work the same folder or one inside the
+# other. No traceback, no report folder made.
+#   tests/bundle/gpu_check_args_test.sh BUILD_DIR
+set -uo pipefail
+BUILD="$(cd "$1" && pwd)"
+SRC="$(cd "$(dirname "$0")/../.." && pwd)"
+T="$(mktemp -d "${TMPDIR:-/tmp}/u3d-gpu-check-args-XXXXXX")"
+trap 'rm -rf "$T"' EXIT
+export U3D_BUILD_DIR="$BUILD"
+failures=0
+touch "$T/a-file"
+mkdir -p "$T/full" && echo x > "$T/full/notes.txt"
+expect() {  # expect NEEDLE ARGS...: exit 2, one line, naming NEEDLE, no traceback, no report made
+  local needle="$1"; shift
+  for script in "$SRC/scripts/gpu-check.sh" "$SRC/scripts/bench/workflows.sh"; do
+    out="$("$script" "$@" 2>&1)"; rc=$?
+    lines=$(printf '%s\n' "$out" | grep -c .)
+    if [ "$rc" != 2 ] || [ "$lines" != 1 ] || ! grep -qF -- "$needle" <<<"$out" || grep -q Traceback <<<"$out"; then
+      echo "FAIL: $(basename "$script") $*: exit $rc, $lines line(s), expected 2 and one line naming '$needle':"
+      echo "$out" | head -n 5
+      failures=$((failures + 1))
+    fi
+  done
+  [ ! -e "$T/new-report" ] || { echo "FAIL: $*: a report folder was made"; failures=$((failures + 1)); rm -rf "$T/new-report"; }
+}
+expect "--deadline 0" --deadline 0 --report "$T/new-report"
+expect "--deadline -5" --deadline -5 --report "$T/new-report"
+expect "--deadline: invalid float value: 'abc'" --deadline abc --report "$T/new-report"
+expect "--deadline nan" --deadline nan --report "$T/new-report"
+expect "--minutes 0" --minutes 0 --report "$T/new-report"
+expect "--report $T/a-file: a file, not a folder" --report "$T/a-file"
+expect "--report $T/a-file/r: $T/a-file is a file" --report "$T/a-file/r"
+expect "--report /proc/u3d-report: cannot write in /proc" --report /proc/u3d-report
+expect "holds notes.txt; give an empty or new folder" --report "$T/full" --work "$T/w"
+expect "must be apart" --report "$T/new-report" --work "$T/new-report"
+expect "must be apart" --report "$T/new-report" --work "$T/new-report/work"
+expect "must be apart" --report "$T/w2/new-report" --work "$T/w2"
+expect "--work $T/a-file: a file, not a folder" --report "$T/new-report" --work "$T/a-file"
+[ -z "$(ls -A "$T/full" | grep -v notes.txt)" ] || { echo "FAIL: the full report folder was written"; failures=$((failures + 1)); }
+if [ "$failures" -gt 0 ]; then echo "$failures failure(s)"; exit 1; fi
+echo "PASS"
