@@ -126,6 +126,46 @@ def check(root):
         findings.append(f"README.md: {len(read_lines(root, 'README.md'))} lines, over the front page's "
                         f"{MAX_README_LINES} (move the section into a page of docs/)")
     findings += check_layout(root)
+    findings += check_python_imports(root)
+    return findings
+
+
+def check_python_imports(root):
+    """No import circle among the Python modules of one folder of scripts/ (`from .b import`,
+    `from . import b`, `import b` of a sibling module, at any depth of the file: a lazy import inside
+    a function closes a circle too). One line per circle, in the order of its first module."""
+    findings = []
+    scripts = os.path.join(root, "scripts")
+    for folder, _, names in sorted(os.walk(scripts)):
+        modules = sorted(n[:-3] for n in names if n.endswith(".py"))
+        edges = {}
+        for m in modules:
+            with open(os.path.join(folder, m + ".py"), errors="replace") as f:
+                text = f.read()
+            found = set()
+            for other in modules:
+                if other == m or other == "__init__":
+                    continue
+                pattern = (rf"^\s*(from \.{other} import|from \. import .*\b{other}\b|import {other}\b|"
+                           rf"from {other} import)")
+                if re.search(pattern, text, re.M):
+                    found.add(other)
+            edges[m] = sorted(found)
+        seen = set()
+        rel = os.path.relpath(folder, root)
+        for start in modules:
+            stack = [(start, [start])]
+            while stack:
+                node, path = stack.pop()
+                for nxt in edges.get(node, []):
+                    if nxt == start:
+                        key = frozenset(path)
+                        if key not in seen:
+                            seen.add(key)
+                            findings.append(f"{rel}: import circle {' -> '.join(path + [start])} (move what both "
+                                            "need into a module that imports neither)")
+                    elif nxt not in path and nxt > start:
+                        stack.append((nxt, path + [nxt]))
     return findings
 
 
@@ -225,6 +265,12 @@ def self_check():
         "README.md": "line\n" * (MAX_README_LINES + 1),
         "include/u3d/core/text.h": "#pragma once\n",
         "include/u3d/core/files.h": "#pragma once\n",
+        "scripts/pkg/__init__.py": "",
+        "scripts/pkg/a.py": "from .b import run\n",
+        "scripts/pkg/b.py": "def f():\n    from .a import g\n",
+        "scripts/pkg/c.py": "from .b import f\n",
+        "scripts/tool.py": "import helper\n",
+        "scripts/helper.py": "import json\n",
         "docs/layout.md": "# Layout\n\n```\ninclude/u3d/<room>/<concept>.h   headers:\n"
                           "  core/     text gone\n  data/     cache\n  train/    trainer\n"
                           "  io/       formats: h5\nsrc/      core/ main.cpp (a note: cli.h) missing.cpp\n```\n",
@@ -250,6 +296,7 @@ def self_check():
         "docs/layout.md: Layout lists src/missing.cpp, which does not exist",
         "docs/layout.md: Layout's core/ row does not list files (include/u3d/core/files.h)",
         "docs/layout.md: Layout has no row for the room plan/ (include/u3d/plan/)",
+        "scripts/pkg: import circle a -> b -> a (move what both need into a module that imports neither)",
     ]
     with tempfile.TemporaryDirectory() as root:
         for path, text in files.items():
@@ -279,7 +326,7 @@ def main(argv):
         print(f"{len(findings)} breach(es) of the house rules (CONTRIBUTING.md)")
         return 1
     print("house rules hold: no file over 500 lines, every include within its room's table, "
-          "README.md within 250 lines, the Layout names only files that exist")
+          "README.md within 250 lines, the Layout names only files that exist, no import circle in scripts/")
     return 0
 
 

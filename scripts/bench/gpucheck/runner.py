@@ -7,13 +7,11 @@ space of the work folder's file system (tmpfs /tmp is memory); a command that dr
 its floor is stopped, and its log and the report say which. Each command's peak resident set
 (wait4's ru_maxrss) and the work folder's size after it are logged. PyTorch runs in one process
 for the whole check (torch_side.py), imported once; sections send it requests."""
-import ctypes
 import json
 import os
 import platform
 import re
 import shlex
-import signal
 import socket
 import subprocess
 import sys
@@ -21,14 +19,8 @@ import time
 
 from . import report
 from .estimates import REPORT_RESERVE_S
-
-BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ROOT = os.path.dirname(os.path.dirname(BENCH))
-
-
-class DeadlineHit(Exception):
-    """No time is left before the deadline for the next command."""
-
+from .procs import BENCH, ROOT, DeadlineHit, _child_setup, _kill_group  # noqa: F401 (re-exported)
+from .torchside import TorchSide
 
 HOST_MEMORY_FLOOR = 2 * 2 ** 30  # stop a command when MemAvailable falls below this (or 5% of RAM)
 DISK_FLOOR = 2 * 2 ** 30         # stop a command when the work folder's file system has less free
@@ -95,23 +87,6 @@ def over_cap(work):
     except OSError:
         pass
     return None
-
-
-def _child_setup():
-    """In the child: its own process group (killed whole on a timeout) and SIGKILL when gpu-check
-    dies, however it dies."""
-    os.setsid()
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _kill_group(p):
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class Check:
@@ -281,7 +256,6 @@ class Check:
     def torch_side(self, section):
         """The one torch process, started on first use (its import is logged in this section)."""
         if self.torch is None or not self.torch.alive():
-            from .torchside import TorchSide
             self.torch = TorchSide(self, section)
         return self.torch
 

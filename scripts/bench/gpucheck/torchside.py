@@ -8,7 +8,7 @@ import select
 import subprocess
 import time
 
-from .runner import BENCH, DeadlineHit, _child_setup, _kill_group
+from .procs import BENCH, DeadlineHit, _child_setup, _kill_group
 
 
 class TorchSide:
