@@ -134,6 +134,12 @@ class Workflow(Spec):
 
     cpu_sets = []  # the rehearsal's tiny network and patch
 
+    def gpu_seconds(self, check):
+        """A phantom workflow: synth and import, the training's minutes and start, predict and evaluate."""
+        k = E.H100
+        return k["wf_synth_import"] + k["trainer_start"] + 60 * self.minutes(check) + k["wf_train_extra"] + \
+            k["wf_predict_eval"]
+
     def minutes(self, check):
         return check.args.minutes
 
@@ -217,11 +223,6 @@ class SlicesWorkflow(Workflow):
     def size(self, gpu):
         return "24,256,256" if gpu else "6,64,64"
 
-    def gpu_seconds(self, check):
-        k = E.H100
-        return k["wf_synth_import"] + k["trainer_start"] + 60 * self.minutes(check) + k["wf_train_extra"] + \
-            k["wf_predict_eval"]
-
     def cpu_estimate(self, check):
         return E.CPU["wf_small"], "synth PNG slices, import, 2 tiny epochs, predict -i, evaluate"
 
@@ -263,11 +264,6 @@ class SurfaceWorkflow(Workflow):
     cpu_sets = ["model.base_filters=4", "model.levels=2", "data.batch_size=1", "data.patch_size=16",
                 "predict.tta=none"]
 
-    def gpu_seconds(self, check):
-        k = E.H100
-        return k["wf_synth_import"] + k["trainer_start"] + 60 * self.minutes(check) + k["wf_train_extra"] + \
-            k["wf_predict_eval"]
-
     def cpu_estimate(self, check):
         return E.CPU["wf_small"], "synth TIFF volumes, import, 2 tiny epochs, predict, evaluate"
 
@@ -304,9 +300,7 @@ class NnunetWorkflow(Workflow):
     cpu_sets = ["data.batch_size=1", "predict.tta=none", "training.val_patch_batches=2"]  # the plan's own topology
 
     def gpu_seconds(self, check):
-        k = E.H100
-        return k["wf_synth_import"] + k["wf_plan_cuda"] + k["trainer_start"] + 60 * self.minutes(check) + \
-            k["wf_train_extra"] + k["wf_predict_eval"]
+        return E.H100["wf_plan_cuda"] + super().gpu_seconds(check)
 
     def cpu_estimate(self, check):
         return E.CPU["wf_small"] + E.CPU["trainer_start"], "synth NIfTI, import, plan, 2 tiny epochs, predict -i"
