@@ -238,7 +238,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   import_dicom_app->add_option("--structures", import_dicom.structures, "YAML map 'channel: [structure names]'");
   import_dicom_app->add_option("--series", import_dicom.series, "SeriesInstanceUID of the image series to import");
-  import_dicom_app->add_flag("--skip-bad", import_dicom.skip_bad, "Leave out a bad patient (one line) and go on");
+  import_dicom_app->add_flag("--skip-bad", import_dicom.skip_bad,
+                             "Leave out an unusable patient (one line) and go on: the default, kept as an alias");
+  import_dicom_app->add_flag("--strict", import_dicom.strict, "Refuse the import if any patient is unusable");
   import_dicom_app->add_flag("--anonymize", import_dicom.anonymize, "Case ids case_000...; no names or paths written");
   import_dicom_app->add_option("--val-fraction", import_dicom.val_fraction, "Share of labelled cases in split 'val'")
       ->check(number_in(0, 1, Whole::kNo))

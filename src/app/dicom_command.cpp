@@ -43,7 +43,8 @@ int import_dicom_command(const ImportDicomCommand& cmd) {
   o.task = cmd.task == "dose" ? Task::kDose : Task::kSegmentation;
   o.structures = cmd.structures;
   o.series = cmd.series;
-  o.skip_bad = cmd.skip_bad;
+  if (cmd.strict && cmd.skip_bad) throw UsageError("import dicom: --strict and --skip-bad contradict; pass one");
+  o.strict = cmd.strict;
   o.anonymize = cmd.anonymize;
   o.val_fraction = cmd.val_fraction;
   o.seed = cmd.seed;

@@ -33,6 +33,9 @@ void init_dcmtk() {
   static std::once_flag once;
   std::call_once(once, [] {
     OFLog::configure(OFLogger::FATAL_LOG_LEVEL);
+    // Elements a converter kept as VR UN (e.g. PatientID, Modality of an RT Dose) are read with the
+    // data dictionary's VR, so that their values are text and numbers, not hex bytes.
+    dcmEnableUnknownVRConversion.set(OFTrue);
     DJDecoderRegistration::registerCodecs();
     DJLSDecoderRegistration::registerCodecs();
     DcmRLEDecoderRegistration::registerCodecs();
@@ -210,6 +213,7 @@ std::optional<DicomFileInfo> dicom_file_info(const fs::path& file) {
   info.series_uid = text(ds, DCM_SeriesInstanceUID);
   info.modality = text(ds, DCM_Modality);
   info.transfer_syntax = DcmXfer(ds.getOriginalXfer()).getXferID();
+  info.bare = ff.getMetaInfo() == nullptr || ff.getMetaInfo()->card() == 0;
   return info;
 }
 

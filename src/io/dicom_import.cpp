@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cctype>
@@ -61,18 +60,23 @@ std::map<std::string, Patient> walk(const fs::path& source) {
   parallel_for(static_cast<int64_t>(files.size()), resolve_threads(0),
                [&](int64_t i) { infos[static_cast<size_t>(i)] = dicom_file_info(files[static_cast<size_t>(i)]); });
   std::map<std::string, Patient> patients;
-  int64_t other = 0;
+  int64_t other = 0, bare = 0;
   for (auto& info : infos) {
     if (!info) {
       ++other;
       continue;
     }
+    bare += info->bare ? 1 : 0;
     Patient& p = patients[info->patient_id];
     p.id = info->patient_id;
     p.name = info->patient_name;
     p.series[info->series_uid].push_back(std::move(*info));
   }
   if (other > 0) spdlog::info("import dicom: {} file(s) under {} are not DICOM; skipped", other, source.string());
+  if (bare > 0) {
+    spdlog::info("import dicom: {} file(s) under {} without DICOM file meta read as bare datasets", bare,
+                 source.string());
+  }
   return patients;
 }
 
@@ -164,6 +168,15 @@ PatientPlan plan_patient(const Patient& p, const DicomImportOptions& o) {
   plan.image_files = paths_of(p.series.at(plan.series_uid));
   for (size_t i = 0; i < structs.size(); ++i) {
     const std::string& ref = sets[i].referenced_series_uid;
+    if (!ref.empty() && p.series.count(ref) == 0) {
+      spdlog::warn(
+          "import dicom: {}: RT Structure Set {} references series {}, which is not in the folder; its structures "
+          "are not used",
+          who, structs[i].file.string(), ref);
+    }
+  }
+  for (size_t i = 0; i < structs.size(); ++i) {
+    const std::string& ref = sets[i].referenced_series_uid;
     if (ref.empty() || ref == plan.series_uid) {
       if (plan.rtstruct) {
         throw DataError(fmt::format("{}, series {}: several RT Structure Sets ({} and {}); keep one", who,
@@ -218,10 +231,17 @@ CaseData load_case(const PatientPlan& plan, const StructureMap& map, const Dicom
           continue;
         }
         int64_t off = 0;
-        masks[static_cast<size_t>(c)] |= rasterize_structure(s, img.grid, &off);
+        const torch::Tensor mask = rasterize_structure(s, img.grid, &off);
+        masks[static_cast<size_t>(c)] |= mask;
         present.push_back(map[static_cast<size_t>(c)].first);
-        if (off > 0)
+        if (!s.contours.empty() && !mask.any().item<bool>()) {  // 500 mm to the side: an all-zero channel
+          spdlog::warn(
+              "import dicom: {}: structure '{}': its {} contour(s) lie entirely off the image; nothing of it "
+              "in channel '{}'",
+              who, s.name, s.contours.size(), map[static_cast<size_t>(c)].first);
+        } else if (off > 0) {
           spdlog::warn("import dicom: {}: structure '{}': {} contour(s) off the image grid", who, s.name, off);
+        }
       }
     }
     for (const auto& [file, seg] : plan.segs) {  // DICOM SEG segments, by SegmentLabel
@@ -343,43 +363,23 @@ void write_provenance(const fs::path& file, const std::map<std::string, Provenan
 
 }  // namespace
 
-StructureMap read_structure_map(const fs::path& file) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(file.string());
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(fmt::format("{}: not a readable YAML structure map ({})", file.string(), e.msg));
-  }
-  if (!root.IsMap() || root.size() == 0) {
-    throw ConfigError(
-        fmt::format("{}: expected a map 'channel: [structure names]', e.g. 'PTV70: [PTV_70, ptv70]'", file.string()));
-  }
-  StructureMap map;
-  for (const auto& kv : root) {
-    const std::string target = kv.first.as<std::string>();
-    std::vector<std::string> names;
-    if (kv.second.IsScalar()) {
-      names.push_back(kv.second.as<std::string>());
-    } else if (kv.second.IsSequence()) {
-      for (const auto& n : kv.second) {
-        if (!n.IsScalar()) throw ConfigError(fmt::format("{}: '{}': expected a list of names", file.string(), target));
-        names.push_back(n.as<std::string>());
-      }
-    } else {
-      throw ConfigError(fmt::format("{}: '{}': expected a name or a list of names", file.string(), target));
-    }
-    map.emplace_back(target, names);
-  }
-  return map;
-}
-
 DicomImportSummary import_dicom(const DicomImportOptions& o, const fs::path& out) {
+  StructureMap map;  // first: a bad map is a configuration error before any DICOM is read
+  if (!o.structures.empty()) {
+    map = read_structure_map(o.structures);
+  } else if (o.structure_map) {
+    map = *o.structure_map;
+  }
   const std::map<std::string, Patient> patients = walk(o.source);
   if (patients.empty()) throw DataError(fmt::format("{}: no DICOM files found (any depth)", o.source.string()));
   DicomImportSummary summary;
   std::vector<PatientPlan> plans;
   int64_t index = 0;
   std::set<std::string> ids;
+  const auto leave_out = [&](const DataError& e) {  // every unusable patient: one line, then go on
+    spdlog::warn("import dicom: {}: {}", o.strict ? "unusable" : "left out", e.what());
+    summary.skipped.push_back(e.what());
+  };
   for (const auto& [pid, p] : patients) {
     try {
       PatientPlan plan = plan_patient(p, o);
@@ -389,20 +389,13 @@ DicomImportSummary import_dicom(const DicomImportOptions& o, const fs::path& out
       plan.case_id = id;
       plans.push_back(std::move(plan));
     } catch (const DataError& e) {
-      if (!o.skip_bad) throw;
-      spdlog::warn("import dicom: skipped: {}", e.what());
-      summary.skipped.push_back(e.what());
+      leave_out(e);
     }
   }
   for (const auto& plan : plans) {
     refuse_output_over_input("import dicom", "--out", out, plan.image_files);
   }
-  StructureMap map;
-  if (!o.structures.empty()) {
-    map = read_structure_map(o.structures);
-  } else if (o.structure_map) {
-    map = *o.structure_map;
-  } else {  // every structure name found, each a channel
+  if (o.structures.empty() && !o.structure_map) {  // every structure name found, each a channel
     std::set<std::string> names;
     for (const auto& plan : plans) {
       for (const auto& s : plan.segs) names.insert(s.second.labels.begin(), s.second.labels.end());
@@ -450,14 +443,16 @@ DicomImportSummary import_dicom(const DicomImportOptions& o, const fs::path& out
       spdlog::info("import dicom: {} <- patient {}{}", plan.case_id, o.anonymize ? "(anonymized)" : plan.patient->id,
                    labelled ? "" : " (no target: split 'test')");
     } catch (const DataError& e) {
-      if (!o.skip_bad) throw;
-      spdlog::warn("import dicom: skipped: {}", e.what());
-      summary.skipped.push_back(e.what());
+      leave_out(e);
     }
+  }
+  if (o.strict && !summary.skipped.empty()) {
+    throw DataError(fmt::format("{}: {} of {} patient(s) unusable (--strict), nothing written: {}", o.source.string(),
+                                summary.skipped.size(), patients.size(), fmt::join(summary.skipped, "; ")));
   }
   if (labelled_ids.empty() && test_ids.empty()) {
     throw DataError(
-        fmt::format("{}: no patient could be imported ({} skipped)", o.source.string(), summary.skipped.size()));
+        fmt::format("{}: no patient could be imported: {}", o.source.string(), fmt::join(summary.skipped, "; ")));
   }
   std::vector<std::string> train, val;
   if (!labelled_ids.empty()) {
@@ -475,7 +470,7 @@ DicomImportSummary import_dicom(const DicomImportOptions& o, const fs::path& out
   summary.test = static_cast<int64_t>(test_ids.size());
   spdlog::info("import dicom: wrote {}: {} train / {} val / {} test cases, channels [{}]{}", out.string(),
                summary.train, summary.val, summary.test, fmt::join(info.channel_names, ", "),
-               summary.skipped.empty() ? "" : fmt::format(", {} patient(s) skipped", summary.skipped.size()));
+               summary.skipped.empty() ? "" : fmt::format(", {} patient(s) left out", summary.skipped.size()));
   return summary;
 }
 

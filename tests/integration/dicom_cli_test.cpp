@@ -251,10 +251,10 @@ TEST_F(DicomCli, AMissingSliceIsOneLineOrASkippedPatient) {
   write("export", "P1");
   write("export", "P2");
   fs::remove(dir / "export/P2/ct/ct_010.dcm");
-  expect_one_error(trainer({"import", "dicom", "--source", "export", "--out", "x.h5"}), "patient P2, series");
+  expect_one_error(trainer({"import", "dicom", "--source", "export", "--out", "x.h5", "--strict"}),
+                   "patient P2, series");
   EXPECT_FALSE(fs::exists(dir / "x.h5"));
-  const auto r =
-      trainer({"import", "dicom", "--source", "export", "--out", "x.h5", "--skip-bad", "--val-fraction", "0"});
+  const auto r = trainer({"import", "dicom", "--source", "export", "--out", "x.h5", "--val-fraction", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("uneven slice spacing"), std::string::npos) << r.output;
   EXPECT_EQ(DatasetReader((dir / "x.h5").string()).info().case_ids, (std::vector<std::string>{"P1"}));

@@ -2,6 +2,7 @@
 
   write_dicom.py OUT_DIR --patient P1 [--shuffle SEED] [--nested] [--no-rt] [--dose-descending]
                  [--extra-plan] [--seg binary|fractional] [--uids FILE.json]
+                 [--bare] [--un-dose] [--struct-elsewhere] [--far-roi]
 
 OUT_DIR receives a CT series (pydicom; int16 with RescaleIntercept -1024: HU = i + 2 j + 3 k - 1024 at
 column i, row j, slice k counted along the slice normal; InstanceNumber deliberately reversed), an RT
@@ -18,6 +19,12 @@ frames against the normal (ImagePositionPatient at the top frame, GridFrameOffse
 does. Its FRACTIONAL variant holds 0.8 inside them and 0.3 on a one-voxel ring around the sphere.
 --uids writes the UIDs the import records as JSON: study, series, frame_of_reference, rtstruct, rtdose
 rtplan and seg (SOP Instance UIDs of the RT objects; the referenced plan).
+Hardening modes (tests/integration/dicom_hardening_test.cpp): --bare rewrites every file as a bare data
+set (no preamble, no file meta, implicit VR little endian); --un-dose stores the RT Dose's PatientID,
+Modality, DoseUnits and DoseGridScaling with VR UN (their values in implicit VR encoding, as a converter
+that kept unknown VRs does); --struct-elsewhere makes the RT Structure Set reference a series UID that
+is not in the export (recorded as rtstruct_referenced_series in --uids); --far-roi adds an ROI "Far"
+to the RT Structure Set: the sphere's contours moved 500 mm along x, entirely off the CT.
 """
 import json
 import argparse
@@ -195,6 +202,53 @@ def write_rtdose(path, patient, study_uid, frame_uid, plan_uid, descending=False
     return ds.SOPInstanceUID
 
 
+def make_bare(path):
+    ds = pydicom.dcmread(path)
+    ds.preamble = None
+    ds.file_meta = FileMetaDataset()
+    pydicom.dcmwrite(path, ds, implicit_vr=True, little_endian=True, enforce_file_format=False)
+
+
+def make_un(path, keywords):
+    from pydicom.dataelem import DataElement
+
+    pydicom.config.replace_un_with_known_vr = False  # else pydicom gives them their VR back
+    ds = pydicom.dcmread(path)
+    for keyword in keywords:
+        tag = pydicom.datadict.tag_for_keyword(keyword)
+        raw = pydicom.filebase.DicomBytesIO()
+        raw.is_little_endian, raw.is_implicit_VR = True, True
+        pydicom.filewriter.write_data_element(raw, ds[tag])
+        value = raw.getvalue()[8:]  # the value without tag and length (implicit VR)
+        del ds[tag]
+        ds.add(DataElement(tag, "UN", value))
+    ds.save_as(path, enforce_file_format=True)
+
+
+def edit_rtstruct(path, elsewhere, far):
+    import copy
+
+    ds = pydicom.dcmread(path)
+    if elsewhere:
+        uid = generate_uid()
+        for frame in ds.ReferencedFrameOfReferenceSequence:
+            for study in frame.RTReferencedStudySequence:
+                for series in study.RTReferencedSeriesSequence:
+                    series.SeriesInstanceUID = uid
+        edit_rtstruct.series_uid = uid
+    if far:
+        roi = copy.deepcopy(ds.StructureSetROISequence[0])
+        roi.ROINumber, roi.ROIName = 99, "Far"
+        ds.StructureSetROISequence.append(roi)
+        contour = copy.deepcopy(ds.ROIContourSequence[0])
+        contour.ReferencedROINumber = 99
+        for c in contour.ContourSequence:
+            data = [float(v) for v in c.ContourData]
+            c.ContourData = [v + 500.0 if n % 3 == 0 else v for n, v in enumerate(data)]
+        ds.ROIContourSequence.append(contour)
+    ds.save_as(path)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("out")
@@ -206,6 +260,10 @@ def main():
     p.add_argument("--extra-plan", action="store_true")
     p.add_argument("--seg", choices=["binary", "fractional"], default=None)
     p.add_argument("--uids", default=None)
+    p.add_argument("--bare", action="store_true")
+    p.add_argument("--un-dose", action="store_true")
+    p.add_argument("--struct-elsewhere", action="store_true")
+    p.add_argument("--far-roi", action="store_true")
     a = p.parse_args()
     study_uid, frame_uid = generate_uid(), generate_uid()
     work = os.path.join(a.out, a.patient)
@@ -222,10 +280,19 @@ def main():
         uids["rtplan"] = write_rtplan(paths[-1], a.patient, study_uid, frame_uid, [PRESCRIPTION_GY, 56.0])
         paths.append(os.path.join(work, "rtdose.dcm"))
         uids["rtdose"] = write_rtdose(paths[-1], a.patient, study_uid, frame_uid, uids["rtplan"], a.dose_descending)
+        if a.un_dose:
+            make_un(paths[-1], ["PatientID", "Modality", "DoseUnits", "DoseGridScaling"])
+        if a.struct_elsewhere or a.far_roi:
+            edit_rtstruct(os.path.join(work, "rtstruct.dcm"), a.struct_elsewhere, a.far_roi)
+            if a.struct_elsewhere:
+                uids["rtstruct_referenced_series"] = edit_rtstruct.series_uid
     if a.seg:
         ct_paths = list(paths[:SLICES])
         paths.append(os.path.join(work, "seg.dcm"))
         uids["seg"] = write_seg(ct_paths, paths[-1], a.seg)
+    if a.bare:
+        for path in paths:
+            make_bare(path)
     if a.uids:
         with open(a.uids, "w") as f:
             json.dump(uids, f)

@@ -15,7 +15,8 @@ struct ImportDicomCommand {
   std::string task = "dose";  // --task dose|segmentation
   std::string structures;     // --structures map.yaml (channel: [names]); "": every structure found
   std::string series;         // --series UID: the image series to import
-  bool skip_bad = false;      // --skip-bad: leave a bad patient out with one warning line
+  bool skip_bad = false;      // --skip-bad: accepted, what the import does anyway (leave a bad patient out)
+  bool strict = false;        // --strict: any unusable patient refuses the import (exit 1), every reason listed
   bool anonymize = false;     // --anonymize: case ids case_000...; no names or paths in the file
   double val_fraction = 0.2;  // --val-fraction
   uint64_t seed = 0;          // --seed (val selection)

@@ -27,11 +27,13 @@ inline Vec3 cross(const Vec3& a, const Vec3& b) {
 }
 
 // What grouping needs of a file: read up to the pixel data. std::nullopt for a file that is not DICOM
-// (no preamble and no parsable data set) or has no SOP Class UID.
+// (no preamble and no parsable data set) or has no SOP Class UID. A bare data set (no preamble and no
+// file meta: older exports, PACS dumps; transfer syntax detected from its first bytes) is read too.
 struct DicomFileInfo {
   std::filesystem::path file;
   std::string patient_id, patient_name, study_uid, series_uid, sop_uid, modality;
   std::string transfer_syntax;  // its UID
+  bool bare = false;            // no preamble and file meta: a bare data set
 };
 std::optional<DicomFileInfo> dicom_file_info(const std::filesystem::path& file);
 

@@ -38,7 +38,8 @@ struct DicomImportOptions {
   std::optional<StructureMap> structure_map;  // the map itself when `structures` is empty (a run's channels)
   bool inputs_only = false;                   // prediction inputs: no target read, every case in split 'test'
   std::string series;                         // SeriesInstanceUID of the image series to import; "": the rule above
-  bool skip_bad = false;                      // a bad patient is one warning line and left out (else the import stops)
+  bool strict = false;                        // an unusable patient refuses the import (all reasons listed); else
+                                              // each is one warning line and left out
   bool anonymize = false;                     // case ids case_000, ... (sorted by PatientID); no names or paths written
   double val_fraction = 0.2;                  // share of labelled cases in split 'val'
   uint64_t seed = 0;                          // which cases go to 'val'
@@ -47,7 +48,7 @@ struct DicomImportOptions {
 
 struct DicomImportSummary {
   int64_t train = 0, val = 0, test = 0;
-  std::vector<std::string> skipped;  // one line per patient left out (--skip-bad)
+  std::vector<std::string> skipped;  // one line per patient left out
   std::vector<std::string> channels;
 };
 
@@ -55,8 +56,9 @@ struct DicomImportSummary {
 // name or a list of names.
 StructureMap read_structure_map(const std::filesystem::path& file);
 
-// DataError "patient <id>, series <uid>: <what is wrong>" for a bad patient (without skip_bad), or
-// when no patient is left; the output is staged and appears only complete.
+// Every usable patient is imported; each unusable one is a warning line "patient <id>[, series <uid>]:
+// <what is wrong>" and listed in the summary. DataError when none is usable, or (strict) when any is
+// not, listing every reason; the output is staged and appears only complete.
 DicomImportSummary import_dicom(const DicomImportOptions& options, const std::filesystem::path& out);
 
 }  // namespace u3d
