@@ -12,7 +12,6 @@
 namespace u3d {
 namespace {
 
-constexpr double kPi = 3.14159265358979323846;
 
 // ---------------------------------------------------------------------------------------------
 // out[x] = last[-x] for x in [0, n): a mirrored row. One- and two-byte elements are reversed 8 bytes
@@ -236,7 +235,7 @@ Matrix3 rot90_matrix(int64_t k, int64_t a, int64_t b) {
 Matrix3 affine_matrix(const std::array<double, 3>& degrees, double scale) {
   Matrix3 m = kIdentity3;
   for (int axis = 0; axis < 3; ++axis) {
-    const double r = degrees[static_cast<size_t>(axis)] * kPi / 180.0;
+    const double r = degrees[static_cast<size_t>(axis)] * M_PI / 180.0;
     const double c = std::cos(r), s = std::sin(r);
     // Rotation in the plane of the two other axes (p, q).
     const int p = (axis + 1) % 3, q = (axis + 2) % 3;

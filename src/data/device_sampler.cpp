@@ -10,7 +10,6 @@ namespace u3d {
 namespace {
 
 constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
-constexpr double kPi = 3.14159265358979323846;
 
 int64_t bits(uint64_t v) { return static_cast<int64_t>(v); }  // uint64 bit pattern as int64
 
@@ -214,7 +213,7 @@ RawBatch DeviceSampler::raw_batch(const torch::Tensor& step) const {
     for (int64_t axis = 0; axis < 3; ++axis) {
       if (slice_axis >= 0 && axis != slice_axis) continue;  // out of the slice's plane: no rotation
       const double lim = aug.affine_rotation[static_cast<size_t>(axis)];
-      const torch::Tensor rad = r.uniform(kSlotAffine + 1 + static_cast<uint64_t>(axis), -lim, lim) * kPi / 180.0;
+      const torch::Tensor rad = r.uniform(kSlotAffine + 1 + static_cast<uint64_t>(axis), -lim, lim) * M_PI / 180.0;
       const torch::Tensor c = torch::cos(rad), s = torch::sin(rad);
       const int64_t p = (axis + 1) % 3, q = (axis + 2) % 3;
       torch::Tensor rot = eye.clone();

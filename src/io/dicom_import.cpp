@@ -34,11 +34,6 @@ struct Patient {
   std::map<std::string, std::vector<DicomFileInfo>> series;  // series UID -> its files
 };
 
-std::string key(const std::string& name) {
-  std::string s = to_lower(name);
-  const auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
-  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
 
 std::string modality_of(const std::vector<DicomFileInfo>& files) { return files.front().modality; }
 
@@ -84,7 +79,7 @@ std::map<std::string, Patient> walk(const fs::path& source) {
 int64_t channel_of(const StructureMap& map, const std::string& name) {
   for (size_t c = 0; c < map.size(); ++c) {
     for (const auto& n : map[c].second) {
-      if (key(n) == key(name)) return static_cast<int64_t>(c);
+      if (structure_key(n) == structure_key(name)) return static_cast<int64_t>(c);
     }
   }
   return -1;

@@ -14,12 +14,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A name as the import matches it: lower case, surrounding blanks removed (dicom_import.cpp's key()).
-std::string key(const std::string& name) {
-  std::string s = to_lower(name);
-  const auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
-  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
 
 }  // namespace
 
@@ -38,17 +32,17 @@ StructureMap read_structure_map(const fs::path& file) {
   std::set<std::string> seen;
   for (const auto& kv : root) {
     const std::string target = kv.first.IsScalar() ? kv.first.Scalar() : "";
-    if (key(target).empty()) {
+    if (structure_key(target).empty()) {
       throw ConfigError(
           fmt::format("{}: an empty channel name (key '{}'); expected a name such as PTV70", file.string(), target));
     }
-    if (!seen.insert(key(target)).second) {
+    if (!seen.insert(structure_key(target)).second) {
       throw ConfigError(
           fmt::format("{}: channel '{}' is given twice; expected each channel once, with all its names "
                       "in one list",
                       file.string(), target));
     }
-    if (key(target) == "ct" || key(target) == "mr") {
+    if (structure_key(target) == "ct" || structure_key(target) == "mr") {
       throw ConfigError(fmt::format("{}: channel '{}' is named like the image channel (CT, MR); expected another name",
                                     file.string(), target));
     }
@@ -57,7 +51,7 @@ StructureMap read_structure_map(const fs::path& file) {
       const std::string v = n.Scalar();
       char* end = nullptr;
       const bool number = n.Tag() == "?" && !v.empty() && (std::strtod(v.c_str(), &end), *end == '\0');
-      if (number || key(v).empty()) {
+      if (number || structure_key(v).empty()) {
         throw ConfigError(
             fmt::format("{}: '{}': '{}' is {}; expected a structure name or a list of names (quote a "
                         "name that is a number)",
@@ -79,6 +73,12 @@ StructureMap read_structure_map(const fs::path& file) {
     map.emplace_back(target, names);
   }
   return map;
+}
+
+std::string structure_key(const std::string& name) {
+  std::string s = to_lower(name);
+  const auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
 
 }  // namespace u3d

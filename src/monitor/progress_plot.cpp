@@ -18,7 +18,7 @@
 namespace u3d {
 namespace {
 
-constexpr double kNoValue = NAN, kPi = 3.14159265358979323846;
+constexpr double kNoValue = NAN;
 
 struct SeriesInfo {
   const char* column;
@@ -201,7 +201,7 @@ void draw_series(const Frame& f, const Series& se, const Axis& ax, const PlotRec
     }
     for (size_t k = i; (dots || j - i == 1) && k < j; ++k) {
       cairo_new_sub_path(cr);
-      cairo_arc(cr, x_of(k), ax.y(v[k], r), (j - i == 1 ? 1.3 : 1.0) * radius * f.s, 0, 2 * kPi);
+      cairo_arc(cr, x_of(k), ax.y(v[k], r), (j - i == 1 ? 1.3 : 1.0) * radius * f.s, 0, 2 * M_PI);
     }
     cairo_fill(cr);
     i = std::max(j, i + 1);
@@ -225,7 +225,7 @@ void draw_y_axis(const Frame& f, const Axis& a, const std::string& label, const 
   }
   const double room = (kSideMargin - 10) * f.s - widest;  // between the tick labels and the image edge
   const double x = edge + side * (10 * f.s + widest + std::max(room / 2, 12 * f.s));
-  draw_text(f.cr, label, x, r.y + r.height / 2, 19 * f.s, /*halign=*/0.5, kTextColor, side * kPi / 2);
+  draw_text(f.cr, label, x, r.y + r.height / 2, 19 * f.s, /*halign=*/0.5, kTextColor, side * M_PI / 2);
 }
 
 struct PanelSpec {

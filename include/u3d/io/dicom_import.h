@@ -55,6 +55,9 @@ struct DicomImportSummary {
 // The structure map of a YAML file; ConfigError naming the file for anything but a map of names to a
 // name or a list of names.
 StructureMap read_structure_map(const std::filesystem::path& file);
+// A structure or channel name as the import matches it: lower case, surrounding blanks removed
+// ("  Parotid_L " -> "parotid_l").
+std::string structure_key(const std::string& name);
 
 // Every usable patient is imported; each unusable one is a warning line "patient <id>[, series <uid>]:
 // <what is wrong>" and listed in the summary. DataError when none is usable, or (strict) when any is
