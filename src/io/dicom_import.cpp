@@ -34,7 +34,6 @@ struct Patient {
   std::map<std::string, std::vector<DicomFileInfo>> series;  // series UID -> its files
 };
 
-
 std::string modality_of(const std::vector<DicomFileInfo>& files) { return files.front().modality; }
 
 // Every DICOM file under `source` (any depth, hidden entries skipped), grouped by patient and series.
