@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dicom_writer.h"
 #include "test_support.h"
 #include "u3d/io/dataset.h"
 #include "u3d/io/dicom_write.h"
@@ -60,19 +61,8 @@ double dice(const torch::Tensor& a, const torch::Tensor& b) {
   return 2.0 * (x & y).sum().item<double>() / (x.sum().item<double>() + y.sum().item<double>());
 }
 
-class DicomCli : public ::testing::Test {
+class DicomCli : public test::DicomWriterCli {
  protected:
-  void SetUp() override {
-    python_ = test::torch_python();
-    if (!python_) GTEST_SKIP() << "no torch venv (U3D_TORCH_PYTHON); scripts/setup.sh makes it";
-  }
-  test::CommandResult trainer(const std::vector<std::string>& args) { return test::run_trainer(args, dir.path()); }
-  // write_dicom.py OUT --patient P [extra...]; fails the test when the writer fails.
-  void write(const std::string& out, const std::string& patient, const std::string& extra = "") {
-    const std::string cmd = python_->string() + " " + (test::source_dir() / "tests/python/write_dicom.py").string() +
-                            " " + (dir / out).string() + " --patient " + patient + " " + extra + " > /dev/null 2>&1";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  }
   // A string attribute of /cases/<id> in `file`, "" when absent.
   std::string case_attribute(const std::string& file, const std::string& id, const std::string& name) {
     const std::string path = (dir / file).string();
@@ -120,8 +110,6 @@ class DicomCli : public ::testing::Test {
     H5Fclose(f);
     return t;
   }
-  std::optional<fs::path> python_;
-  test::TempDir dir;
 };
 
 TEST_F(DicomCli, SphereAndAnalyticDoseComeBackOnTheCtGrid) {

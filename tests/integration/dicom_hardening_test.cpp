@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dicom_writer.h"
 #include "test_support.h"
 #include "u3d/io/dataset.h"
 
@@ -22,22 +23,7 @@ size_t count(const std::string& text, const std::string& needle) {
   return n;
 }
 
-class DicomHardening : public ::testing::Test {
- protected:
-  void SetUp() override {
-    python_ = test::torch_python();
-    if (!python_) GTEST_SKIP() << "no torch venv (U3D_TORCH_PYTHON); scripts/setup.sh makes it";
-  }
-  test::CommandResult trainer(const std::vector<std::string>& args) { return test::run_trainer(args, dir.path()); }
-  // write_dicom.py OUT --patient P [extra...]; fails the test when the writer fails.
-  void write(const std::string& out, const std::string& patient, const std::string& extra = "") {
-    const std::string cmd = python_->string() + " " + (test::source_dir() / "tests/python/write_dicom.py").string() +
-                            " " + (dir / out).string() + " --patient " + patient + " " + extra + " > /dev/null 2>&1";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  }
-  std::optional<fs::path> python_;
-  test::TempDir dir;
-};
+class DicomHardening : public test::DicomWriterCli {};
 
 // Item 3: no preamble, no file meta, implicit VR little endian: read, and said so in one line.
 TEST_F(DicomHardening, BareDatasetsWithoutFileMetaAreReadAndCounted) {
