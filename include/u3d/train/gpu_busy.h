@@ -24,10 +24,9 @@ class GpuBusyClock {
   GpuBusyClock(const GpuBusyClock&) = delete;
   GpuBusyClock& operator=(const GpuBusyClock&) = delete;
 
-  bool active() const { return impl_ != nullptr; }  // CUDA
-  void start_epoch();                               // the epoch's sums start at 0
-  void begin_step();                                // before a step's work is enqueued
-  void end_step();                                  // after it
+  void start_epoch();  // the epoch's sums start at 0
+  void begin_step();   // before a step's work is enqueued
+  void end_step();     // after it
   // Seconds the GPU spent in this epoch's steps: of every step (waits for the last one: call after
   // a synchronising read), NaN on the CPU.
   double epoch_seconds();
