@@ -1,5 +1,6 @@
-// The command line's checks, shared by src/main.cpp and src/cli_run.h (only src/main.cpp includes
-// this header, once): the one range check of every numeric option, word options and thread counts.
+// The command line's checks and shared options (src/main.cpp and the src/cli_*.cpp command files):
+// the one range check of every numeric option, word options, thread counts, and the options that many
+// commands take (--seed, --val-fraction, --test-fraction, --threads, --force), declared once here.
 #pragma once
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -65,5 +66,27 @@ constexpr double kMaxCount = 1e9;                // steps, cases: more than any 
 constexpr double kMaxSeed = 9007199254740992.0;  // 2^53: every seed up to it exact as a double
 constexpr double kMaxSeconds = 7 * 24 * 3600.0;
 constexpr double kMaxGpuMemoryGib = 4096;  // far above any accelerator; GiB -> bytes stays exact
+
+// The options many commands share, each with its one range rule; `doc` is the command's help text.
+template <class T>
+CLI::Option* add_seed(CLI::App* a, T& seed, const std::string& doc) {  // --seed: 0 .. 2^53
+  return a->add_option("--seed", seed, doc)->check(number_in(0, kMaxSeed, Whole::kYes))->capture_default_str();
+}
+inline CLI::Option* add_fraction(CLI::App* a, const std::string& name, double& share, const std::string& doc) {
+  return a->add_option(name, share, doc)->check(number_in(0, 1, Whole::kNo))->capture_default_str();
+}
+inline CLI::Option* add_val_fraction(CLI::App* a, double& share, const std::string& doc) {
+  return add_fraction(a, "--val-fraction", share, doc);
+}
+inline CLI::Option* add_test_fraction(CLI::App* a, double& share, const std::string& doc) {
+  return add_fraction(a, "--test-fraction", share, doc);
+}
+template <class T>
+CLI::Option* add_threads(CLI::App* a, T& threads, const std::string& doc) {  // --threads: 0 .. max_threads()
+  return a->add_option("--threads", threads, doc)->check(kThreadCount)->capture_default_str();
+}
+inline CLI::Option* add_force(CLI::App* a, bool& force, const std::string& doc = "Replace an existing output file") {
+  return a->add_flag("--force", force, doc);
+}
 
 }  // namespace u3d_cli

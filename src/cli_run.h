@@ -1,4 +1,4 @@
-// The run family of the command line (only src/main.cpp includes this header, once): the
+// The run family of the command line (src/main.cpp adds it beside the table of cli_commands.h): the
 // subcommands `train`, `resume`, `predict` and `benchmark`, and the root flags they replace, which
 // stay as aliases: `trainer --config X` = `trainer train -c X`, `--config X --resume [CKPT]` =
 // `resume -c X [CKPT]`, `--config X --predict-only` = `predict -c X`, `--config X --benchmark [KIND]`

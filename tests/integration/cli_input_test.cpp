@@ -48,6 +48,14 @@ TEST_F(CliInput, NumericOptionsAnswerWithOneRangeMessage) {
                "--val-fraction: 'nan': expected a number in [0, 1]");
   expect_error(trainer({"synth", "--cases", "abc", "--out", "q.h5"}), 2, "--cases: 'abc': expected an integer in [0, ");
   expect_error(trainer({"synth", "--seed", "-1", "--out", "q.h5"}), 2, "--seed: '-1': expected an integer in [0, ");
+  // One --seed for every command (cli_options.h): import dicom's and import images' had no range check.
+  for (const std::string layout : {"nnunet", "nifti", "tiff", "dicom", "images"}) {
+    const std::string input = layout == "nnunet" || layout == "dicom" ? "--source" : "--images";
+    expect_error(trainer({"import", layout, input, ".", "--out", "q.h5", "--seed", "abc"}), 2,
+                 "--seed: 'abc': expected an integer in [0, 9007199254740992]");
+    expect_error(trainer({"import", layout, input, ".", "--out", "q.h5", "--val-fraction", "2"}), 2,
+                 "--val-fraction: '2': expected a number in [0, 1]");
+  }
   EXPECT_FALSE(fs::exists(dir / "q.h5"));
   expect_error(trainer({"--config", "x.yaml", "--benchmark", "--steps", "1e20"}), 2,
                "--steps: '1e20': expected an integer in [1, 1000000000]");

@@ -1,0 +1,34 @@
+// The commands around a run: export (a checkpoint for PyTorch), plot (progress.png), config-reference.
+#include "cli_commands.h"
+#include "cli_options.h"
+#include "u3d/app/commands.h"
+
+namespace u3d_cli {
+
+void add_export_command(CLI::App& app, Commands& commands) {
+  auto* a = app.add_subcommand(
+      "export", "Write a run's checkpoint as model.safetensors, model.pt, model.ts (and model.onnx) for PyTorch");
+  auto& c = commands.add<u3d::ExportCommand>(a, u3d::export_command);
+  a->add_option("run_dir", c.run_dir, "Run folder (<output_dir>/<name>)")->required();
+  a->add_option("--checkpoint", c.checkpoint, "best, last or a checkpoint path")->capture_default_str();
+  a->add_option("--format", c.formats,
+                "Comma-separated: safetensors, pt, torchscript, onnx (onnx runs scripts/python/export_onnx.py "
+                "with U3D_PYTHON or python3)")
+      ->delimiter(',')
+      ->capture_default_str();
+  a->add_option("--out", c.out, "Output folder (default <run>/export)");
+}
+
+void add_plot_command(CLI::App& app, Commands& commands) {
+  auto* a = app.add_subcommand("plot", "Draw <run>/progress.png and .svg from metrics.csv");
+  auto& c = commands.add<u3d::PlotCommand>(a, u3d::plot_command);
+  a->add_option("run_dir", c.run_dir, "Run folder")->required();
+  a->add_option("--out", c.out, "PNG file (default <run>/progress.png; the .svg beside it)");
+}
+
+void add_config_reference_command(CLI::App& app, Commands& commands) {
+  auto* a = app.add_subcommand("config-reference", "Print every config key as Markdown");
+  commands.add(a, [] { return u3d::config_reference_command(); });
+}
+
+}  // namespace u3d_cli
