@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -228,17 +229,18 @@ int synth_command(const SynthCommand& cmd) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   const StopSignals signals;  // a stop between cases removes the staged file (StoppedError)
-  if (cmd.format == "nnunet") {
-    write_phantom_nnunet_raw(o, cmd.out);
-  } else if (cmd.format == "h5") {
-    write_phantom_dataset(o, cmd.out);
-  } else if (cmd.format == "tiff") {
-    write_phantom_tiff(o, cmd.out);
-  } else if (cmd.format == "png") {
-    write_phantom_png(o, cmd.out);
-  } else {
+  // The phantom writers, one row per --format.
+  using PhantomWriter = void (*)(const PhantomOptions&, const std::filesystem::path&);
+  const std::array<std::pair<const char*, PhantomWriter>, 4> writers = {{{"h5", write_phantom_dataset},
+                                                                         {"nnunet", write_phantom_nnunet_raw},
+                                                                         {"tiff", write_phantom_tiff},
+                                                                         {"png", write_phantom_png}}};
+  const auto writer =
+      std::find_if(writers.begin(), writers.end(), [&](const auto& w) { return cmd.format == w.first; });
+  if (writer == writers.end()) {
     throw UsageError(fmt::format("synth: --format '{}': expected h5, nnunet, tiff or png", cmd.format));
   }
+  writer->second(o, cmd.out);
   spdlog::info("synth: wrote {} ({} {} cases of {}x{}x{}, seed {}) in {:.1f} s", cmd.out, o.cases, cmd.task, o.size[0],
                o.size[1], o.size[2], o.seed,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
@@ -32,15 +33,6 @@ namespace fs = std::filesystem;
 
 namespace u3d {
 namespace {
-
-const std::vector<std::string> kFormats = {"safetensors", "pt", "torchscript", "onnx"};
-
-std::string file_of(const std::string& format) {
-  if (format == "safetensors") return "model.safetensors";
-  if (format == "pt") return "model.pt";
-  if (format == "torchscript") return "model.ts";
-  return "model.onnx";
-}
 
 // What the dataset of the run tells about the inputs and outputs; a warning and empty values when
 // the file is no longer there.
@@ -177,15 +169,58 @@ fs::path verified_checkpoint(const CheckpointStore& store, const std::string& wh
   return store.resolve(which);  // with a manifest: verified (a mismatch of a named path is an error)
 }
 
+// What one export writes from: the checkpoint's tensors, facts and network, and the staging folder.
+struct ExportInputs {
+  const NamedTensors& tensors;
+  const CheckpointInfo& info;
+  const ModelMeta& meta;
+  Network& net;
+  fs::path staged;
+};
+
+// The export formats, one row each: the --format word, the file, the format whose file it is made
+// from (written first), and its writer.
+struct ExportFormat {
+  const char* name;
+  const char* file;
+  const char* made_from;
+  void (*write)(const ExportInputs& in, const fs::path& file);
+};
+const std::array<ExportFormat, 4> kFormats = {{
+    {"safetensors", "model.safetensors", nullptr,
+     [](const ExportInputs& in, const fs::path& file) {
+       write_file_atomic(file, safetensors_bytes(in.tensors, in.meta));
+     }},
+    {"pt", "model.pt", nullptr,
+     [](const ExportInputs& in, const fs::path& file) {
+       write_file_atomic(file, state_dict_pt_bytes(in.tensors, in.info.config_yaml, in.meta));
+     }},
+    {"torchscript", "model.ts", nullptr,
+     [](const ExportInputs& in, const fs::path& file) {
+       const int64_t side = std::min<int64_t>(2 * in.net->size_divisor(), 64);
+       write_file_atomic(file,
+                         torchscript_bytes(*in.net, {1, in.info.in_channels, side, side, side}, json_object(in.meta)));
+     }},
+    // The ONNX script builds the network from model.pt.
+    {"onnx", "model.onnx", "pt",
+     [](const ExportInputs& in, const fs::path& file) { write_onnx(in.staged / "model.pt", file); }},
+}};
+
+std::string format_names() {
+  std::vector<std::string> names;
+  for (const auto& f : kFormats) names.emplace_back(f.name);
+  return fmt::format("{}", fmt::join(names, ","));
+}
+
 }  // namespace
 
 int export_command(const ExportCommand& cmd) {
-  std::set<std::string> formats;
+  std::set<std::string> formats;  // those asked for and those they are made from
   for (const auto& f : cmd.formats) {
-    if (std::find(kFormats.begin(), kFormats.end(), f) == kFormats.end()) {
-      throw UsageError(fmt::format("--format {}: expected a list of {}", f, fmt::join(kFormats, ",")));
-    }
+    const auto row = std::find_if(kFormats.begin(), kFormats.end(), [&](const ExportFormat& r) { return f == r.name; });
+    if (row == kFormats.end()) throw UsageError(fmt::format("--format {}: expected a list of {}", f, format_names()));
     formats.insert(f);
+    if (row->made_from != nullptr) formats.insert(row->made_from);
   }
   const fs::path run(cmd.run_dir);
   std::error_code ec;
@@ -201,7 +236,7 @@ int export_command(const ExportCommand& cmd) {
   net->eval();
   const ModelMeta meta = model_meta(trained, info, checkpoint, *net);
   const fs::path out = cmd.out.empty() ? run / "export" : fs::path(cmd.out);
-  for (const auto& f : kFormats) refuse_output_over_input("export", "--out", out / file_of(f), {checkpoint});
+  for (const auto& f : kFormats) refuse_output_over_input("export", "--out", out / f.file, {checkpoint});
   ensure_writable_directory(out);
   remove_stale_temporaries(out);
 
@@ -209,29 +244,21 @@ int export_command(const ExportCommand& cmd) {
   // failure on the way (the ONNX step, a full disk) leaves the previous export as it was.
   const fs::path staged = out / fmt::format(".export.tmp.{}", static_cast<long>(::getpid()));
   const NamedTensors tensors = export_tensors(*net);
-  const bool onnx = formats.count("onnx") > 0;
+  const ExportInputs inputs{tensors, info, meta, net, staged};
   try {
     ensure_writable_directory(staged);
-    // model.pt is written first: the ONNX script builds the network from it.
-    if (formats.count("pt") || onnx) {
-      write_file_atomic(staged / "model.pt", state_dict_pt_bytes(tensors, info.config_yaml, meta));
+    for (const bool derived : {false, true}) {  // the files others are made from first
+      for (const auto& f : kFormats) {
+        if (formats.count(f.name) > 0 && (f.made_from != nullptr) == derived) f.write(inputs, staged / f.file);
+      }
     }
-    if (formats.count("safetensors")) {
-      write_file_atomic(staged / "model.safetensors", safetensors_bytes(tensors, meta));
-    }
-    if (formats.count("torchscript")) {
-      const int64_t side = std::min<int64_t>(2 * net->size_divisor(), 64);
-      write_file_atomic(staged / "model.ts",
-                        torchscript_bytes(*net, {1, info.in_channels, side, side, side}, json_object(meta)));
-    }
-    if (onnx) write_onnx(staged / "model.pt", staged / "model.onnx");
   } catch (...) {
     fs::remove_all(staged, ec);
     throw;
   }
   // One export per folder: files of formats not asked for now came from another checkpoint.
   for (const auto& f : kFormats) {
-    const fs::path from = staged / file_of(f), to = out / file_of(f);
+    const fs::path from = staged / f.file, to = out / f.file;
     if (fs::exists(from, ec)) {
       fs::rename(from, to, ec);
       if (ec) throw IoError(fmt::format("{}: cannot move the exported file into place: {}", to.string(), ec.message()));
@@ -242,7 +269,7 @@ int export_command(const ExportCommand& cmd) {
   fsync_directory(out);
   fs::remove_all(staged, ec);
   for (const auto& f : kFormats) {
-    if (fs::exists(out / file_of(f), ec)) spdlog::info("export: {}", (out / file_of(f)).string());
+    if (fs::exists(out / f.file, ec)) spdlog::info("export: {}", (out / f.file).string());
   }
   spdlog::info("export: {} (epoch {}) of {}, {} tensors; load in Python with scripts/python/u3d_model.py",
                checkpoint.filename().string(), info.state.epoch, run.string(), tensors.size());

@@ -266,6 +266,24 @@ void split_cases(const std::vector<std::string>& ids, double val_fraction, uint6
   for (int64_t i = 0; i < n; ++i) (is_val.count(i) ? val : train).push_back(ids[static_cast<size_t>(i)]);
 }
 
+ImportProgress::ImportProgress(int64_t cases) : cases_(cases), last_(std::chrono::steady_clock::now()) {}
+
+void ImportProgress::written(int64_t i) {
+  const auto now = std::chrono::steady_clock::now();
+  if (std::chrono::duration<double>(now - last_).count() > 10 || i + 1 == cases_) {
+    last_ = now;
+    spdlog::info("import: {}/{} cases", i + 1, cases_);
+  }
+}
+
+Splits labelled_splits(const std::vector<std::string>& labelled, std::vector<std::string> unlabelled,
+                       double val_fraction, uint64_t seed) {
+  Splits s;
+  if (!labelled.empty()) split_cases(labelled, val_fraction, seed, s.train, s.val);
+  s.test = std::move(unlabelled);
+  return s;
+}
+
 }  // namespace import_detail
 
 namespace {
@@ -313,7 +331,7 @@ ImportSummary run_import(Layout layout, const fs::path& out, const NiftiImportOp
   DatasetWriter writer(out, layout.info, wo);
   ImportSummary summary;
   std::vector<std::vector<WeightedValues>> foreground(channels);  // per channel, per labelled case
-  auto last_log = std::chrono::steady_clock::now();
+  import_detail::ImportProgress progress(n);
   // Cases load in parallel (at most `threads` ahead) and are written in case order on this thread:
   // the file does not depend on the thread count.
   ordered_pipeline(
@@ -330,10 +348,7 @@ ImportSummary run_import(Layout layout, const fs::path& out, const NiftiImportOp
         for (size_t k = 0; k < lc.foreground.size(); ++k) {
           if (!lc.foreground[k].values.empty()) foreground[k].push_back(std::move(lc.foreground[k]));
         }
-        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - last_log).count() > 10 || i + 1 == n) {
-          last_log = std::chrono::steady_clock::now();
-          spdlog::info("import: {}/{} cases", i + 1, n);
-        }
+        progress.written(i);
       });
 
   // Channel normalisation recorded for data.normalize = dataset.
@@ -355,21 +370,12 @@ ImportSummary run_import(Layout layout, const fs::path& out, const NiftiImportOp
     }
     summary.channel_normalization.push_back(spec);
   }
-  writer.set_channel_normalization(summary.channel_normalization);
-
-  std::vector<std::string> labelled_ids, train, val, test;
+  std::vector<std::string> labelled_ids, unlabelled_ids;
   for (const auto& c : layout.labelled) labelled_ids.push_back(c.id);
-  for (const auto& c : layout.unlabelled) test.push_back(c.id);
-  if (!labelled_ids.empty()) {
-    split_cases(labelled_ids, o.val_fraction, o.seed, train, val);
-    writer.set_split("train", train);
-    if (!val.empty()) writer.set_split("val", val);
-  }
-  if (!test.empty()) writer.set_split("test", test);
-  writer.commit();
-  summary.train = static_cast<int64_t>(train.size());
-  summary.val = static_cast<int64_t>(val.size());
-  summary.test = static_cast<int64_t>(test.size());
+  for (const auto& c : layout.unlabelled) unlabelled_ids.push_back(c.id);
+  import_detail::commit_import(writer,
+                               import_detail::labelled_splits(labelled_ids, unlabelled_ids, o.val_fraction, o.seed),
+                               summary.channel_normalization, summary);
   spdlog::info(
       "import: wrote {} from {}: {} train / {} val / {} test cases, {} channels [{}], {} classes, "
       "normalisation [{}]{} in {:.1f} s",

@@ -1,8 +1,9 @@
 // Private to src/io: the case files an importer found, before anything is read. The two NIfTI
 // layouts (nnU-Net raw, plain folders) become one Layout, which run_import (import.cpp) reads,
-// checks and writes as dataset format v1. Also the label checks and the val selection every importer
-// shares (import.cpp, import_tiff.cpp).
+// checks and writes as dataset format v1. Also the label checks, the val selection and the end
+// (progress, splits, commit) every importer shares.
 #pragma once
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -51,5 +52,39 @@ std::vector<int64_t> label_values(const torch::Tensor& labels, const fs::path& f
 // val_fraction > 0 and at most n - 1, chosen by `seed` (the same ids and seed: the same split).
 void split_cases(const std::vector<std::string>& ids, double val_fraction, uint64_t seed,
                  std::vector<std::string>& train, std::vector<std::string>& val);
+
+// The one end of every importer (import.cpp, import_tiff.cpp, image2d_import.cpp, dicom_import.cpp):
+// the cases are written in order with a progress line, the splits drawn, the normalisation recorded,
+// and the file committed.
+class ImportProgress {  // "import: i/n cases" at most every 10 s, and at the last case
+ public:
+  explicit ImportProgress(int64_t cases);
+  void written(int64_t i);  // case i (0-based) is in the file
+
+ private:
+  int64_t cases_;
+  std::chrono::steady_clock::time_point last_;
+};
+
+struct Splits {
+  std::vector<std::string> train, val, test;
+};
+// 'train' and 'val' drawn from the labelled ids (split_cases), 'test' the unlabelled ones.
+Splits labelled_splits(const std::vector<std::string>& labelled, std::vector<std::string> unlabelled,
+                       double val_fraction, uint64_t seed);
+// Records the channel normalisation and every non-empty split ('train' even when empty if
+// `train_always`), then commits the file; the summary gets the split sizes.
+template <class Summary>
+void commit_import(DatasetWriter& writer, const Splits& splits, const std::vector<std::string>& normalization,
+                   Summary& summary, bool train_always = false) {
+  writer.set_channel_normalization(normalization);
+  if (!splits.train.empty() || train_always) writer.set_split("train", splits.train);
+  if (!splits.val.empty()) writer.set_split("val", splits.val);
+  if (!splits.test.empty()) writer.set_split("test", splits.test);
+  writer.commit();
+  summary.train = static_cast<int64_t>(splits.train.size());
+  summary.val = static_cast<int64_t>(splits.val.size());
+  summary.test = static_cast<int64_t>(splits.test.size());
+}
 
 }  // namespace u3d::import_detail

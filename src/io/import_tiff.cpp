@@ -178,7 +178,7 @@ ImportSummary import_tiff(const TiffImportOptions& o, const fs::path& out) {
   DatasetWriteOptions wo;
   wo.compression_level = o.compression_level;
   DatasetWriter writer(out, info, wo);
-  auto last_log = std::chrono::steady_clock::now();
+  import_detail::ImportProgress progress(n);
   // Cases are read and compressed in parallel (at most `threads` ahead) and stored in name order on
   // this thread: the file does not depend on the thread count.
   ordered_pipeline(
@@ -186,27 +186,16 @@ ImportSummary import_tiff(const TiffImportOptions& o, const fs::path& out) {
       [&](int64_t i) { return writer.prepare(load_case(cases[static_cast<size_t>(i)], o)); },
       [&](int64_t i, std::shared_ptr<const PreparedCase> c) {
         writer.write_case(*c);
-        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - last_log).count() > 10 || i + 1 == n) {
-          last_log = std::chrono::steady_clock::now();
-          spdlog::info("import: {}/{} cases", i + 1, n);
-        }
+        progress.written(i);
       });
   ImportSummary summary;
   summary.channel_normalization = {"zscore"};
-  writer.set_channel_normalization(summary.channel_normalization);
-  std::vector<std::string> ids, train, val;
+  std::vector<std::string> ids;
   for (const auto& c : cases) ids.push_back(c.id);
-  if (labelled) {
-    import_detail::split_cases(ids, o.val_fraction, o.seed, train, val);
-    writer.set_split("train", train);
-    if (!val.empty()) writer.set_split("val", val);
-  } else {
-    writer.set_split("test", ids);
-  }
-  writer.commit();
-  summary.train = static_cast<int64_t>(train.size());
-  summary.val = static_cast<int64_t>(val.size());
-  summary.test = labelled ? 0 : n;
+  import_detail::commit_import(writer,
+                               labelled ? import_detail::labelled_splits(ids, {}, o.val_fraction, o.seed)
+                                        : import_detail::labelled_splits({}, ids, o.val_fraction, o.seed),
+                               summary.channel_normalization, summary);
   spdlog::info("import: wrote {} from {}: {} train / {} val / {} test cases, {} classes{} in {:.1f} s", out.string(),
                o.images.string(), summary.train, summary.val, summary.test, info.num_classes,
                o.ignore_label >= 0 ? fmt::format(" and ignore label {}", o.ignore_label) : std::string(),

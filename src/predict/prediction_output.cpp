@@ -1,5 +1,6 @@
 #include "u3d/predict/prediction_output.h"
 
+#include <array>
 #include <cmath>
 
 #include "u3d/core/errors.h"
@@ -53,11 +54,6 @@ void ResamplingSink::finish() const {
   if (next_out_ != out_[0]) {
     throw IoError(fmt::format("resampling: {} of {} output rows produced", next_out_, out_[0]));
   }
-}
-
-bool writes_source_file(const SourceGeometry& g) {
-  if (g.format == "dicom") return !g.files.empty();  // an RT Dose or RT Structure Set on the source series
-  return g.format == "nifti" || g.format == "tiff" || g.format == "slices";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -184,13 +180,44 @@ class DicomRtSourceFile : public WholeVolumeFile {
   std::vector<std::string> names_;
 };
 
+// The output formats, one row each: SourceGeometry::format (what the importer recorded), whether
+// the format needs the source's files (DICOM-RT: an RT Dose or RT Structure Set on the source
+// series), and its writer.
+struct SourceFormat {
+  const char* name;
+  bool needs_source_files;
+  std::unique_ptr<SourceFile> (*open)(const std::filesystem::path& path, const SourceGeometry& g,
+                                      torch::ScalarType dtype, const CaseOutputOptions& o, bool binary);
+};
+const std::array<SourceFormat, 4> kSourceFormats = {{
+    {"nifti", false,
+     [](const auto& path, const auto& g, auto dtype, const auto& o, bool) -> std::unique_ptr<SourceFile> {
+       return std::make_unique<NiftiSourceFile>(path, g, dtype, o.description);
+     }},
+    {"tiff", false,
+     [](const auto& path, const auto& g, auto dtype, const auto&, bool) -> std::unique_ptr<SourceFile> {
+       return std::make_unique<TiffSourceFile>(path, g, dtype);
+     }},
+    {"slices", false,
+     [](const auto& path, const auto& g, auto, const auto&, bool binary) -> std::unique_ptr<SourceFile> {
+       return std::make_unique<SlicesSourceFile>(path, g, binary);
+     }},
+    {"dicom", true,
+     [](const auto& path, const auto& g, auto dtype, const auto& o, bool) -> std::unique_ptr<SourceFile> {
+       return std::make_unique<DicomRtSourceFile>(path, g, dtype, o.description, o.class_names);
+     }},
+}};
+
+const SourceFormat* source_format(const SourceGeometry& g) {
+  for (const auto& f : kSourceFormats) {
+    if (g.format == f.name) return &f;
+  }
+  return nullptr;
+}
+
 std::unique_ptr<SourceFile> open_source_file(const std::filesystem::path& path, const SourceGeometry& g,
                                              torch::ScalarType dtype, const CaseOutputOptions& o, bool binary) {
-  const std::string& description = o.description;
-  if (g.format == "slices") return std::make_unique<SlicesSourceFile>(path, g, binary);
-  if (g.format == "dicom") return std::make_unique<DicomRtSourceFile>(path, g, dtype, description, o.class_names);
-  if (g.format == "tiff") return std::make_unique<TiffSourceFile>(path, g, dtype);
-  return std::make_unique<NiftiSourceFile>(path, g, dtype, description);
+  return source_format(g)->open(path, g, dtype, o, binary);  // writes_source_file(g) held
 }
 
 // Finalises resampled slabs into the source-format file; with component removal they are held until finish().
@@ -225,6 +252,11 @@ class SourceSlabSink : public SlabSink {
 };
 
 }  // namespace
+
+bool writes_source_file(const SourceGeometry& g) {
+  const SourceFormat* f = source_format(g);
+  return f != nullptr && (!f->needs_source_files || !g.files.empty());
+}
 
 struct CaseOutputSink::Impl {
   const CachedCase& c;
