@@ -94,13 +94,7 @@ int64_t channel_of(const StructureMap& map, const std::string& name) {
   return -1;
 }
 
-std::string case_id_of(const std::string& patient_id) {
-  std::string id;
-  for (const char ch : patient_id) {
-    id += (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.') ? ch : '_';
-  }
-  return id.empty() || id[0] == '.' ? "patient" + id : id;
-}
+std::string case_id_of(const std::string& patient_id) { return import_detail::case_id_from(patient_id, "patient"); }
 
 struct PatientPlan {
   const Patient* patient;
