@@ -64,10 +64,11 @@ std::map<std::string, Patient> walk(const fs::path& source) {
   parallel_for(static_cast<int64_t>(files.size()), resolve_threads(0),
                [&](int64_t i) { infos[static_cast<size_t>(i)] = dicom_file_info(files[static_cast<size_t>(i)]); });
   std::map<std::string, Patient> patients;
-  int64_t other = 0, bare = 0;
+  int64_t other = 0, bare = 0, copies = 0;
+  std::set<std::string> instances;
   for (auto& info : infos) {
-    if (!info) {
-      ++other;
+    if (!info || (!info->sop_uid.empty() && !instances.insert(info->sop_uid).second)) {  // a copy: read once
+      ++(info ? copies : other);
       continue;
     }
     bare += info->bare ? 1 : 0;
@@ -80,6 +81,10 @@ std::map<std::string, Patient> walk(const fs::path& source) {
   if (bare > 0) {
     spdlog::info("import dicom: {} file(s) under {} without DICOM file meta read as bare datasets", bare,
                  source.string());
+  }
+  if (copies > 0) {
+    spdlog::info("import dicom: {} file(s) under {} repeat a SOP Instance UID (copies); each instance read once",
+                 copies, source.string());
   }
   return patients;
 }

@@ -110,6 +110,7 @@ class DicomSeries : public test::DicomWriterCli {
 
 // One folder, one patient per geometry: the usable ones imported on the right grid, each other one a
 // warning line naming the patient, the series and what is wrong (exit 0); --strict refuses them all.
+// Copies of a file (one SOP Instance UID twice) are read once, not taken for two slices at a position.
 TEST_F(DicomSeries, SliceGeometryIsReadOrRefusedInOneLine) {
   ASSERT_NO_FATAL_FAILURE(write_all({{"export", "GAP", ""},
                                      {"export", "UNEVEN", "--ct uneven"},
@@ -119,6 +120,10 @@ TEST_F(DicomSeries, SliceGeometryIsReadOrRefusedInOneLine) {
                                      {"export", "TWO", "--folder TWO_a --no-rt"},
                                      {"export", "TWO", "--folder TWO_b --no-rt"}}));
   fs::remove(dir / "export/GAP/ct/ct_010.dcm");
+  // Copies of files already in the folder (the same SOP instance) are read once: not two slices at one
+  // position, not two RT Doses.
+  fs::copy_file(dir / "export/OBLIQUE/ct/ct_005.dcm", dir / "export/OBLIQUE/ct/ct_005 (copy).dcm");
+  fs::copy_file(dir / "export/OBLIQUE/rtdose.dcm", dir / "export/OBLIQUE/copy_of_rtdose.dcm");
   const auto r = import("export", "x.h5");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   struct Row {
@@ -137,6 +142,11 @@ TEST_F(DicomSeries, SliceGeometryIsReadOrRefusedInOneLine) {
   }
   EXPECT_NE(line_with(r.output, "left out: patient TWICE").find("ct_010.dcm and "), std::string::npos);
   EXPECT_NE(r.output.find("5 patient(s) left out"), std::string::npos) << r.output;
+  EXPECT_EQ(occurrences(r.output,
+                        "import dicom: 2 file(s) under export repeat a SOP Instance UID (copies); each "
+                        "instance read once"),
+            1u)
+      << r.output;
   // The oblique series (turned 20 degrees about x): voxels, affine, the axial RT Dose resampled onto it
   // and the sphere's contours, all in patient coordinates.
   DatasetReader x((dir / "x.h5").string());
