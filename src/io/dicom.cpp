@@ -17,6 +17,7 @@
 #include <cstring>
 #include <mutex>
 #include <numeric>
+#include <type_traits>
 
 #include "dicom_detail.h"
 #include "u3d/core/errors.h"
@@ -155,12 +156,29 @@ torch::Tensor pixels(DcmDataset& ds, const std::string& what) {
   }
   torch::Tensor t = torch::empty({frames, rows, cols}, torch::kFloat32);
   float* out = t.data_ptr<float>();
+  // BitsStored of BitsAllocated, HighBit the top one: the other bits may hold anything (overlays, or a
+  // signed value's sign not extended), so the value is taken from the stored bits alone, as pydicom does.
+  Uint16 stored = bits, high = static_cast<Uint16>(bits - 1);
+  ds.findAndGetUint16(DCM_BitsStored, stored);
+  ds.findAndGetUint16(DCM_HighBit, high);
+  if (stored == 0 || stored > bits || high >= bits || high + 1 < stored) {
+    throw DataError(
+        fmt::format("{}: BitsStored {} with HighBit {} do not fit {} bits allocated", what, stored, high, bits));
+  }
+  const int shift = high + 1 - stored;
+  const uint32_t mask = stored < 32 ? (uint32_t{1} << stored) - 1 : ~uint32_t{0};
   const auto convert = [&](auto zero) {  // little-endian host (x86-64, arm64) and data
     using T = decltype(zero);
     for (int64_t i = 0; i < n; ++i) {
       T v;
       std::memcpy(&v, raw + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
-      out[i] = static_cast<float>(v);
+      if (stored == bits) {
+        out[i] = static_cast<float>(v);
+        continue;
+      }
+      const uint32_t u = (static_cast<uint32_t>(static_cast<std::make_unsigned_t<T>>(v)) >> shift) & mask;
+      const bool negative = repr != 0 && (u >> (stored - 1)) != 0;
+      out[i] = static_cast<float>(negative ? static_cast<int64_t>(u) - (int64_t{1} << stored) : int64_t{u});
     }
   };
   if (bits == 8) {

@@ -39,6 +39,7 @@ std::string modality_of(const std::vector<DicomFileInfo>& files) { return files.
 // Every DICOM file under `source` (any depth, hidden entries skipped), grouped by patient and series.
 std::map<std::string, Patient> walk(const fs::path& source) {
   std::vector<fs::path> files;
+  int64_t dicomdirs = 0;
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(source, fs::directory_options::skip_permission_denied, ec);
        it != fs::recursive_directory_iterator(); it.increment(ec)) {
@@ -47,17 +48,27 @@ std::map<std::string, Patient> walk(const fs::path& source) {
       if (it->is_directory()) it.disable_recursion_pending();
       continue;
     }
-    if (it->is_regular_file()) files.push_back(it->path());
+    if (!it->is_regular_file()) continue;
+    if (to_lower(it->path().filename().string()) == "dicomdir") {  // a File-set's index: every file is read itself
+      ++dicomdirs;
+      continue;
+    }
+    files.push_back(it->path());
+  }
+  if (dicomdirs > 0) {
+    spdlog::info("import dicom: {} DICOMDIR file(s) under {} ignored (each image file is read by itself)", dicomdirs,
+                 source.string());
   }
   std::sort(files.begin(), files.end());
   std::vector<std::optional<DicomFileInfo>> infos(files.size());
   parallel_for(static_cast<int64_t>(files.size()), resolve_threads(0),
                [&](int64_t i) { infos[static_cast<size_t>(i)] = dicom_file_info(files[static_cast<size_t>(i)]); });
   std::map<std::string, Patient> patients;
-  int64_t other = 0, bare = 0;
+  int64_t other = 0, bare = 0, copies = 0;
+  std::set<std::string> instances;
   for (auto& info : infos) {
-    if (!info) {
-      ++other;
+    if (!info || (!info->sop_uid.empty() && !instances.insert(info->sop_uid).second)) {  // a copy: read once
+      ++(info ? copies : other);
       continue;
     }
     bare += info->bare ? 1 : 0;
@@ -70,6 +81,10 @@ std::map<std::string, Patient> walk(const fs::path& source) {
   if (bare > 0) {
     spdlog::info("import dicom: {} file(s) under {} without DICOM file meta read as bare datasets", bare,
                  source.string());
+  }
+  if (copies > 0) {
+    spdlog::info("import dicom: {} file(s) under {} repeat a SOP Instance UID (copies); each instance read once",
+                 copies, source.string());
   }
   return patients;
 }
@@ -84,13 +99,7 @@ int64_t channel_of(const StructureMap& map, const std::string& name) {
   return -1;
 }
 
-std::string case_id_of(const std::string& patient_id) {
-  std::string id;
-  for (const char ch : patient_id) {
-    id += (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.') ? ch : '_';
-  }
-  return id.empty() || id[0] == '.' ? "patient" + id : id;
-}
+std::string case_id_of(const std::string& patient_id) { return import_detail::case_id_from(patient_id, "patient"); }
 
 struct PatientPlan {
   const Patient* patient;
@@ -216,6 +225,7 @@ CaseData load_case(const PatientPlan& plan, const StructureMap& map, const Dicom
     std::vector<torch::Tensor> masks(map.size());
     for (auto& m : masks) m = torch::zeros({depth, rows, cols}, torch::kUInt8);
     std::vector<std::string> unmapped, present;
+    std::vector<std::pair<std::string, int64_t>> empty;  // structures without contours, their channel
     if (plan.rtstruct) {
       const RtStructureSet set = read_rtstruct(plan.rtstruct->file);
       for (const RtStructure& s : set.structures) {
@@ -228,7 +238,9 @@ CaseData load_case(const PatientPlan& plan, const StructureMap& map, const Dicom
         const torch::Tensor mask = rasterize_structure(s, img.grid, &off);
         masks[static_cast<size_t>(c)] |= mask;
         present.push_back(map[static_cast<size_t>(c)].first);
-        if (!s.contours.empty() && !mask.any().item<bool>()) {  // 500 mm to the side: an all-zero channel
+        if (s.contours.empty()) {
+          empty.emplace_back(s.name, c);
+        } else if (!mask.any().item<bool>()) {  // 500 mm to the side: an all-zero channel
           spdlog::warn(
               "import dicom: {}: structure '{}': its {} contour(s) lie entirely off the image; nothing of it "
               "in channel '{}'",
@@ -249,6 +261,12 @@ CaseData load_case(const PatientPlan& plan, const StructureMap& map, const Dicom
         masks[static_cast<size_t>(c)] |= segments[k];
         present.push_back(map[static_cast<size_t>(c)].first);
       }
+    }
+    for (const auto& [name, c] : empty) {  // planning systems export a structure nobody drew without contours
+      const auto& channel = map[static_cast<size_t>(c)].first;
+      spdlog::warn(
+          "import dicom: {}: structure '{}' has no contours{}", who, name,
+          masks[static_cast<size_t>(c)].any().item<bool>() ? "" : fmt::format("; channel '{}' is all zeros", channel));
     }
     std::vector<std::string> missing;
     for (const auto& [target, names] : map) {
@@ -271,6 +289,12 @@ CaseData load_case(const PatientPlan& plan, const StructureMap& map, const Dicom
         const RtDose dose = read_rtdose(plan.rtdose->file);
         referenced_plan = dose.referenced_plan_uid;
         c.target = resample_dose(dose, img.grid, &outside);
+        if (outside == depth * rows * cols) {  // an all-zero target: another frame of reference, a wrong file
+          throw DataError(fmt::format(
+              "{}: the RT Dose grid does not overlap the image (its first frame at ({:.1f}, {:.1f}, {:.1f}) mm); "
+              "expected a dose on the image's frame of reference",
+              plan.rtdose->file.string(), dose.origin[0], dose.origin[1], dose.origin[2]));
+        }
         if (outside > 0) spdlog::info("import dicom: {}: {} voxels outside the RT Dose grid (dose 0)", who, outside);
       }
     } else {

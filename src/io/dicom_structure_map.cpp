@@ -14,6 +14,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// What a YAML node that is not a name is, for a message: "a list", "a map", "empty".
+std::string kind_of(const YAML::Node& n) {
+  return n.IsSequence() ? "a list" : n.IsMap() ? "a map" : n.IsNull() ? "empty" : "not text";
+}
 
 }  // namespace
 
@@ -31,7 +35,11 @@ StructureMap read_structure_map(const fs::path& file) {
   StructureMap map;
   std::set<std::string> seen;
   for (const auto& kv : root) {
-    const std::string target = kv.first.IsScalar() ? kv.first.Scalar() : "";
+    if (!kv.first.IsScalar()) {
+      throw ConfigError(fmt::format("{}: a key is {}; expected a channel name, e.g. 'PTV70: [PTV_70, ptv70]'",
+                                    file.string(), kind_of(kv.first)));
+    }
+    const std::string target = kv.first.Scalar();
     if (structure_key(target).empty()) {
       throw ConfigError(
           fmt::format("{}: an empty channel name (key '{}'); expected a name such as PTV70", file.string(), target));
@@ -64,11 +72,15 @@ StructureMap read_structure_map(const fs::path& file) {
       names.push_back(name_of(kv.second));
     } else if (kv.second.IsSequence()) {
       for (const auto& n : kv.second) {
-        if (!n.IsScalar()) throw ConfigError(fmt::format("{}: '{}': expected a list of names", file.string(), target));
+        if (!n.IsScalar()) {
+          throw ConfigError(fmt::format("{}: '{}': an entry of its list is {}; expected a structure name",
+                                        file.string(), target, kind_of(n)));
+        }
         names.push_back(name_of(n));
       }
     } else {
-      throw ConfigError(fmt::format("{}: '{}': expected a name or a list of names", file.string(), target));
+      throw ConfigError(fmt::format("{}: '{}' is {}; expected a structure name or a list of names", file.string(),
+                                    target, kind_of(kv.second)));
     }
     map.emplace_back(target, names);
   }

@@ -9,6 +9,7 @@
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/core/json.h"
+#include "u3d/core/sha256.h"
 #include "u3d/core/text.h"
 #include "u3d/io/nifti.h"
 
@@ -262,6 +263,16 @@ std::map<std::string, fs::path> files_by_stem(const fs::path& dir, const std::fu
   }
   if (ec) throw DataError(fmt::format("{}: cannot list the folder: {}", dir.string(), ec.message()));
   return out;
+}
+
+std::string case_id_from(const std::string& name, const std::string& prefix) {
+  std::string id;
+  for (const char ch : name) {
+    id += (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.') ? ch : '_';
+  }
+  if (id.empty() || id[0] == '.') id = prefix + id;
+  if (id.size() > kMaxCaseIdChars) id = id.substr(0, kMaxCaseIdChars - 9) + "_" + sha256_hex(name).substr(0, 8);
+  return id;
 }
 
 }  // namespace import_detail

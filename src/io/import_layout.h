@@ -48,6 +48,14 @@ Layout nifti_folders_layout(const NiftiFolders& folders);
 // non-integer, negative or > 255 values.
 std::vector<int64_t> label_values(const torch::Tensor& labels, const fs::path& file);
 
+// A case id (is_valid_case_id) made of a free-form name, e.g. a DICOM PatientID: characters other
+// than letters, digits, `_ - .` become `_`, `prefix` goes before an empty id or one that begins with
+// `.` ("../x" -> "patient.._x"), and an id over kMaxCaseIdChars keeps its first characters and ends
+// in `_` and 8 hex digits of the name's SHA-256, so that every file named after it (plus ".dcm",
+// ".nii.gz" or a staging suffix) stays a valid file name and two long names stay apart.
+constexpr size_t kMaxCaseIdChars = 200;
+std::string case_id_from(const std::string& name, const std::string& prefix);
+
 // Labelled case ids into 'train' and 'val': round(n * val_fraction) cases to 'val', at least 1 when
 // val_fraction > 0 and at most n - 1, chosen by `seed` (the same ids and seed: the same split).
 void split_cases(const std::vector<std::string>& ids, double val_fraction, uint64_t seed,

@@ -89,16 +89,8 @@ class DicomCli : public test::DicomWriterCli {
   }
   // A 2-filter model trained one step on x.h5 as runs/<name>, then --predict-only of its val split.
   void train_one_step_and_predict(const std::string& name) {
-    test::write_text(dir / (name + ".yaml"),
-                     "experiment:\n  name: " + name +
-                         "\n  seed: 1\n"
-                         "data:\n  path: x.h5\n  batch_size: 1\n  patch_size: [16, 32, 32]\n"
-                         "model:\n  levels: 2\n  base_filters: 2\n"
-                         "training:\n  epochs: 1\n  steps_per_epoch: 1\n  device: cpu\n  threads: 2\n"
-                         "logging:\n  progress_seconds: 0\n");
-    auto r = trainer({"--config", name + ".yaml"});
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    r = trainer({"--config", name + ".yaml", "--predict-only", "--checkpoint", "last"});
+    ASSERT_NO_FATAL_FAILURE(train_one_step(name));
+    const auto r = trainer({"--config", name + ".yaml", "--predict-only", "--checkpoint", "last"});
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
   // cases/<id>/prediction of runs/<name>/predictions/val.h5.

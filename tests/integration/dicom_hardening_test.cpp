@@ -17,12 +17,6 @@
 namespace u3d {
 namespace {
 
-size_t count(const std::string& text, const std::string& needle) {
-  size_t n = 0;
-  for (size_t p = text.find(needle); p != std::string::npos; p = text.find(needle, p + 1)) ++n;
-  return n;
-}
-
 class DicomHardening : public test::DicomWriterCli {};
 
 // Item 3: no preamble, no file meta, implicit VR little endian: read, and said so in one line.
@@ -33,7 +27,8 @@ TEST_F(DicomHardening, BareDatasetsWithoutFileMetaAreReadAndCounted) {
   ASSERT_EQ(trainer({"import", "dicom", "--source", "plain", "--out", "a.h5", "--val-fraction", "0"}).exit_code, 0);
   const auto r = trainer({"import", "dicom", "--source", "bare", "--out", "b.h5", "--val-fraction", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(count(r.output, "27 file(s) under bare without DICOM file meta read as bare datasets"), 1u) << r.output;
+  EXPECT_EQ(occurrences(r.output, "27 file(s) under bare without DICOM file meta read as bare datasets"), 1u)
+      << r.output;
   const CaseData a = DatasetReader((dir / "a.h5").string()).read_case("P1");
   const CaseData b = DatasetReader((dir / "b.h5").string()).read_case("P1");
   EXPECT_TRUE(torch::equal(a.image, b.image));
@@ -83,26 +78,37 @@ TEST_F(DicomHardening, AnRoiEntirelyOffTheImageIsAWarning) {
   EXPECT_EQ(r.output.find("structure 'Sphere': its"), std::string::npos) << r.output;
 }
 
-// Item 9c: structure maps with a key twice, an empty key, an image channel's name, a number for names.
+// Item 9c: structure maps with a key twice, an empty key, an image channel's name, a number for names,
+// and wrong types: a list or text where the map is expected, a map, a list or nothing where a name is.
 TEST_F(DicomHardening, BadStructureMapsAreRefusedNamingTheFileAndTheKey) {
   write("export", "P1");
   struct Bad {
     const char* yaml;
     const char* says;
+    bool both_tasks = true;  // the wrong types are read before the task matters: one task is enough
   };
   for (const Bad& b : {Bad{"Ball: [Sphere]\nBall: [ball]\n", "channel 'Ball' is given twice"},
                        Bad{"Ball: [Sphere]\n'': [x]\n", "an empty channel name (key '')"},
                        Bad{"Ball: [Sphere]\nCT: [body]\n", "channel 'CT' is named like the image channel"},
                        Bad{"Ball: 70\n", "'Ball': '70' is a number; expected a structure name or a list of names"},
-                       Bad{"Ball: [Sphere, 5]\n", "'Ball': '5' is a number"}}) {
+                       Bad{"Ball: [Sphere, 5]\n", "'Ball': '5' is a number"},
+                       Bad{"- Ball\n- Sphere\n", "expected a map 'channel: [structure names]'", false},
+                       Bad{"just text\n", "expected a map 'channel: [structure names]'", false},
+                       Bad{"Ball: {name: Sphere}\n", "'Ball' is a map; expected a structure name or a list", false},
+                       Bad{"Ball:\n", "'Ball' is empty; expected a structure name or a list of names", false},
+                       Bad{"Ball: [[Sphere]]\n", "'Ball': an entry of its list is a list; expected a structure", false},
+                       Bad{"Ball: [{a: Sphere}]\n", "'Ball': an entry of its list is a map; expected a", false},
+                       Bad{"[Ball]: Sphere\n", "a key is a list; expected a channel name", false},
+                       Bad{"{a: 1}: Sphere\n", "a key is a map; expected a channel name", false}}) {
     SCOPED_TRACE(b.yaml);
     test::write_text(dir / "map.yaml", b.yaml);
     for (const char* task : {"dose", "segmentation"}) {
+      if (!b.both_tasks && std::string(task) == "segmentation") continue;
       const auto r = trainer(
           {"import", "dicom", "--source", "export", "--out", "x.h5", "--task", task, "--structures", "map.yaml"});
       EXPECT_EQ(r.exit_code, 2) << r.output;
       EXPECT_NE(r.output.find("map.yaml: " + std::string(b.says)), std::string::npos) << r.output;
-      EXPECT_EQ(count(r.output, "[error]"), 1u) << r.output;
+      EXPECT_EQ(occurrences(r.output, "[error]"), 1u) << r.output;
       EXPECT_FALSE(fs::exists(dir / "x.h5"));
     }
   }
@@ -127,16 +133,16 @@ TEST_F(DicomHardening, UnusablePatientsAreLeftOutOneLineEachOrRefusedWithStrict)
     const auto r = trainer(args);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_EQ(DatasetReader((dir / "x.h5").string()).info().case_ids, (std::vector<std::string>{"P1"}));
-    EXPECT_EQ(count(r.output, "[warning] import dicom: left out: patient P2, series "), 1u) << r.output;
+    EXPECT_EQ(occurrences(r.output, "[warning] import dicom: left out: patient P2, series "), 1u) << r.output;
     EXPECT_NE(r.output.find("uneven slice spacing"), std::string::npos) << r.output;
-    EXPECT_EQ(count(r.output, "[warning] import dicom: left out: patient P3: no CT or MR image series"), 1u)
+    EXPECT_EQ(occurrences(r.output, "[warning] import dicom: left out: patient P3: no CT or MR image series"), 1u)
         << r.output;
     EXPECT_NE(r.output.find("2 patient(s) left out"), std::string::npos) << r.output;
   }
   fs::remove(dir / "x.h5");
   const auto r = trainer({"import", "dicom", "--source", "export", "--out", "x.h5", "--strict"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_EQ(count(r.output, "[error]"), 1u) << r.output;
+  EXPECT_EQ(occurrences(r.output, "[error]"), 1u) << r.output;
   const size_t at = r.output.find("[error]");
   ASSERT_NE(at, std::string::npos) << r.output;
   const std::string line = r.output.substr(at, r.output.find('\n', at) - at);

@@ -3,6 +3,9 @@
   write_dicom.py OUT_DIR --patient P1 [--shuffle SEED] [--nested] [--no-rt] [--dose-descending]
                  [--extra-plan] [--seg binary|fractional] [--uids FILE.json]
                  [--bare] [--un-dose] [--struct-elsewhere] [--far-roi]
+                 [--folder NAME] [--ct VARIANT] [--name TEXT --charset CHARSET] [--empty-roi]
+                 [--dose-grid larger|smaller|shifted|disjoint] [--dicomdir]
+  write_dicom.py JOB + JOB + ...   (several patients in one run; each JOB is the arguments above)
 
 OUT_DIR receives a CT series (pydicom; int16 with RescaleIntercept -1024: HU = i + 2 j + 3 k - 1024 at
 column i, row j, slice k counted along the slice normal; InstanceNumber deliberately reversed), an RT
@@ -25,11 +28,29 @@ Modality, DoseUnits and DoseGridScaling with VR UN (their values in implicit VR 
 that kept unknown VRs does); --struct-elsewhere makes the RT Structure Set reference a series UID that
 is not in the export (recorded as rtstruct_referenced_series in --uids); --far-roi adds an ROI "Far"
 to the RT Structure Set: the sphere's contours moved 500 mm along x, entirely off the CT.
+Series hardening (tests/integration/dicom_series_test.cpp): --folder puts the patient under OUT/NAME
+instead of OUT/PATIENT (a PatientID with '/' or '..'); --ct VARIANT changes the CT series: `uneven`
+(slices from the 13th on 3.0 mm apart), `duplicate` (slice 10 twice, another SOP instance), `tilt`
+(15 degree gantry tilt: positions move along y by step * tan 15), `oblique` (ImageOrientationPatient
+turned 20 degrees about x, OBLIQUE_ROW/OBLIQUE_COL; slices along its normal), `rescale` (slope 0.5,
+intercept -1000.5: HU = 0.5 (i + 2 j + 3 k) - 1000.5), `u8` (8-bit unsigned pixels), `s16` (signed
+16-bit stored values i + 2 j + 3 k - 1024, intercept 0), `s12` (signed 12 bits in 16, BitsStored 12,
+HighBit 11, the upper 4 bits 0: a negative value is not sign-extended); every variant but rescale keeps
+HU = i + 2 j + 3 k - 1024. --name and --charset write PatientName (and SpecificCharacterSet, e.g.
+'ISO_IR 100' or 'ISO_IR 192') in every file. --empty-roi adds two ROIs without contours to the RT
+Structure Set: "Empty" (a ROIContourSequence item without ContourSequence, as planning systems export
+an empty structure) and "Unlisted" (no ROIContourSequence item). --dose-grid writes the RT Dose on
+another grid (DOSE_GRIDS: larger and coarser, smaller than the CT, shifted to cover part of it, or
+1000 mm away). --dicomdir rewrites the patient's files as a File-set (pydicom's FileSet: a DICOMDIR
+and PT*/ST*/SE*/IM* files).
 """
 import json
 import argparse
+import math
 import os
 import random
+import shutil
+import sys
 
 import numpy as np
 import pydicom
@@ -52,6 +73,20 @@ RT_DOSE_STORAGE = "1.2.840.10008.5.1.4.1.1.481.2"
 RT_PLAN_STORAGE = "1.2.840.10008.5.1.4.1.1.481.5"
 PRESCRIPTION_GY = 70.0
 BOX = ((2, 6), (2, 10), (2, 10))
+OBLIQUE_DEGREES = 20.0
+OBLIQUE_ROW = (1.0, 0.0, 0.0)
+OBLIQUE_COL = (0.0, math.cos(math.radians(OBLIQUE_DEGREES)), math.sin(math.radians(OBLIQUE_DEGREES)))
+TILT_DEGREES = 15.0
+# --dose-grid: origin (x, y, z), spacing (rows, columns), rows, columns, frames, frame step.
+DOSE_GRIDS = {
+    "larger": ((-80.0, -90.0, 60.0), (4.0, 4.0), 50, 50, 40, 4.0),
+    "smaller": ((-10.0, -20.0, 110.0), (2.0, 2.0), 16, 16, 11, 3.0),
+    "shifted": ((-9.7, -45.7, 96.1), (3.0, 2.5), 40, 40, 24, 3.0),
+    "disjoint": ((965.0, -45.0, 95.0), (3.0, 2.5), 40, 40, 24, 3.0),
+}
+
+
+NAME = {"text": None, "charset": None}  # --name, --charset
 
 
 def base(patient, study_uid, modality, sop_class, series_uid):
@@ -63,7 +98,9 @@ def base(patient, study_uid, modality, sop_class, series_uid):
     ds.file_meta = meta
     ds.SOPClassUID = sop_class
     ds.SOPInstanceUID = meta.MediaStorageSOPInstanceUID
-    ds.PatientName = f"Test^{patient}"
+    if NAME["charset"]:
+        ds.SpecificCharacterSet = NAME["charset"]
+    ds.PatientName = NAME["text"] if NAME["text"] is not None else f"Test^{patient}"
     ds.PatientID = patient
     ds.StudyInstanceUID = study_uid
     ds.SeriesInstanceUID = series_uid
@@ -75,17 +112,35 @@ def base(patient, study_uid, modality, sop_class, series_uid):
     return ds
 
 
-def write_ct(folder, patient, study_uid, frame_uid):
+def ct_geometry(variant):
+    """Row direction, column direction, and the position of slice k (tilt and unevenness included)."""
+    row, col = ((1.0, 0.0, 0.0), (0.0, 1.0, 0.0)) if variant != "oblique" else (OBLIQUE_ROW, OBLIQUE_COL)
+    normal = np.cross(row, col)
+
+    def position(k):
+        along = k * SLICE_SPACING + (0.5 * (k - 12) if variant == "uneven" and k > 12 else 0.0)
+        p = np.array(ORIGIN) + along * normal
+        if variant == "tilt":
+            p[1] += k * SLICE_SPACING * math.tan(math.radians(TILT_DEGREES))
+        return [float(v) for v in p]
+
+    return row, col, position
+
+
+def write_ct(folder, patient, study_uid, frame_uid, variant="plain"):
     series_uid = generate_uid()
     os.makedirs(folder, exist_ok=True)
     paths = []
     write_ct.series_uid = series_uid
+    row, col, position = ct_geometry(variant)
     for k in range(SLICES):
         ds = base(patient, study_uid, "CT", CT_IMAGE_STORAGE, series_uid)
         ds.FrameOfReferenceUID = frame_uid
         ds.InstanceNumber = SLICES - k  # reversed: slices are ordered by position, never by number
-        ds.ImagePositionPatient = [ORIGIN[0], ORIGIN[1], ORIGIN[2] + k * SLICE_SPACING]
-        ds.ImageOrientationPatient = [1, 0, 0, 0, 1, 0]
+        ds.ImagePositionPatient = position(k)
+        ds.ImageOrientationPatient = list(row) + list(col)
+        if variant == "tilt":
+            ds.GantryDetectorTilt = TILT_DEGREES
         ds.PixelSpacing = list(PIXEL_SPACING)
         ds.SliceThickness = SLICE_SPACING
         ds.Rows, ds.Columns = ROWS, COLS
@@ -94,27 +149,49 @@ def write_ct(folder, patient, study_uid, frame_uid):
         ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 16, 15, 1
         ds.RescaleSlope, ds.RescaleIntercept = 1, -1024
         j, i = np.meshgrid(np.arange(ROWS), np.arange(COLS), indexing="ij")
-        ds.PixelData = (i + 2 * j + 3 * k).astype("<i2").tobytes()
+        value = i + 2 * j + 3 * k
+        if variant == "rescale":
+            ds.RescaleSlope, ds.RescaleIntercept = 0.5, -1000.5
+        if variant == "u8":
+            ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 8, 8, 7, 0
+            ds.PixelData = value.astype("u1").tobytes()
+        elif variant == "s16":
+            ds.RescaleIntercept = 0
+            ds.PixelData = (value - 1024).astype("<i2").tobytes()
+        elif variant == "s12":
+            ds.BitsStored, ds.HighBit, ds.RescaleIntercept = 12, 11, 0
+            ds.PixelData = ((value - 1024) & 0x0FFF).astype("<u2").tobytes()
+        else:
+            ds.PixelData = value.astype("<i2").tobytes()
         path = os.path.join(folder, f"ct_{k:03d}.dcm")
         ds.save_as(path, enforce_file_format=True)
         paths.append(path)
+        if variant == "duplicate" and k == 10:  # the same position again, another SOP instance
+            ds.SOPInstanceUID = ds.file_meta.MediaStorageSOPInstanceUID = generate_uid()
+            ds.save_as(os.path.join(folder, "ct_010b.dcm"), enforce_file_format=True)
+            paths.append(os.path.join(folder, "ct_010b.dcm"))
     return paths
 
 
-def sphere_mask():
+def sphere_mask(variant="plain"):
     j, i, k = np.meshgrid(np.arange(ROWS), np.arange(COLS), np.arange(SLICES), indexing="ij")
-    x = ORIGIN[0] + i * PIXEL_SPACING[1]
-    y = ORIGIN[1] + j * PIXEL_SPACING[0]
-    z = ORIGIN[2] + k * SLICE_SPACING
+    row, col, _ = ct_geometry(variant if variant == "oblique" else "plain")
+    normal = np.cross(row, col)
+    x, y, z = (ORIGIN[a] + i * PIXEL_SPACING[1] * row[a] + j * PIXEL_SPACING[0] * col[a] + k * SLICE_SPACING * normal[a]
+               for a in range(3))
     return (x - CENTRE[0]) ** 2 + (y - CENTRE[1]) ** 2 + (z - CENTRE[2]) ** 2 <= RADIUS**2  # rows, cols, slices
 
 
-def write_rtstruct(ct_folder, path):
+def write_rtstruct(ct_folder, path, variant="plain"):
     from rt_utils import RTStructBuilder
 
     rt = RTStructBuilder.create_new(dicom_series_path=ct_folder)
-    rt.add_roi(mask=sphere_mask(), name="Sphere")
+    rt.add_roi(mask=sphere_mask(variant), name="Sphere")
     rt.save(path)
+    if NAME["charset"]:  # rt-utils copies the name but not its character set
+        ds = pydicom.dcmread(path)
+        ds.SpecificCharacterSet, ds.PatientName = NAME["charset"], NAME["text"]
+        ds.save_as(path)
     return pydicom.dcmread(path, stop_before_pixels=True).SOPInstanceUID
 
 
@@ -173,28 +250,30 @@ def write_rtplan(path, patient, study_uid, frame_uid, targets):
     return ds.SOPInstanceUID
 
 
-def write_rtdose(path, patient, study_uid, frame_uid, plan_uid, descending=False):
+def write_rtdose(path, patient, study_uid, frame_uid, plan_uid, descending=False, grid=None):
     ds = base(patient, study_uid, "RTDOSE", RT_DOSE_STORAGE, generate_uid())
     ds.FrameOfReferenceUID = frame_uid
     plan = Dataset()
     plan.ReferencedSOPClassUID, plan.ReferencedSOPInstanceUID = RT_PLAN_STORAGE, plan_uid
     ds.ReferencedRTPlanSequence = [plan]
-    step = -DOSE_FRAME_STEP if descending else DOSE_FRAME_STEP
-    top = DOSE_ORIGIN[2] + (DOSE_FRAMES - 1) * DOSE_FRAME_STEP if descending else DOSE_ORIGIN[2]
-    ds.ImagePositionPatient = [DOSE_ORIGIN[0], DOSE_ORIGIN[1], top]
+    origin, spacing, rows, cols, frames, frame_step = DOSE_GRIDS[grid] if grid else (
+        DOSE_ORIGIN, DOSE_SPACING, DOSE_ROWS, DOSE_COLS, DOSE_FRAMES, DOSE_FRAME_STEP)
+    step = -frame_step if descending else frame_step
+    top = origin[2] + (frames - 1) * frame_step if descending else origin[2]
+    ds.ImagePositionPatient = [origin[0], origin[1], top]
     ds.ImageOrientationPatient = [1, 0, 0, 0, 1, 0]
-    ds.PixelSpacing = list(DOSE_SPACING)
-    ds.Rows, ds.Columns, ds.NumberOfFrames = DOSE_ROWS, DOSE_COLS, DOSE_FRAMES
-    ds.GridFrameOffsetVector = [f * step for f in range(DOSE_FRAMES)]
+    ds.PixelSpacing = list(spacing)
+    ds.Rows, ds.Columns, ds.NumberOfFrames = rows, cols, frames
+    ds.GridFrameOffsetVector = [f * step for f in range(frames)]
     ds.FrameIncrementPointer = pydicom.tag.Tag(0x3004, 0x000C)
     ds.SamplesPerPixel = 1
     ds.PhotometricInterpretation = "MONOCHROME2"
     ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 32, 32, 31, 0
     ds.DoseUnits, ds.DoseType, ds.DoseSummationType = "GY", "PHYSICAL", "PLAN"
     ds.DoseGridScaling = 1e-4
-    f, j, i = np.meshgrid(np.arange(DOSE_FRAMES), np.arange(DOSE_ROWS), np.arange(DOSE_COLS), indexing="ij")
-    x = DOSE_ORIGIN[0] + i * DOSE_SPACING[1]
-    y = DOSE_ORIGIN[1] + j * DOSE_SPACING[0]
+    f, j, i = np.meshgrid(np.arange(frames), np.arange(rows), np.arange(cols), indexing="ij")
+    x = origin[0] + i * spacing[1]
+    y = origin[1] + j * spacing[0]
     z = top + f * step
     gy = DOSE_A + DOSE_B[0] * x + DOSE_B[1] * y + DOSE_B[2] * z
     ds.PixelData = np.round(gy / 1e-4).astype("<u4").tobytes()
@@ -225,7 +304,7 @@ def make_un(path, keywords):
     ds.save_as(path, enforce_file_format=True)
 
 
-def edit_rtstruct(path, elsewhere, far):
+def edit_rtstruct(path, elsewhere, far, empty=False):
     import copy
 
     ds = pydicom.dcmread(path)
@@ -246,10 +325,38 @@ def edit_rtstruct(path, elsewhere, far):
             data = [float(v) for v in c.ContourData]
             c.ContourData = [v + 500.0 if n % 3 == 0 else v for n, v in enumerate(data)]
         ds.ROIContourSequence.append(contour)
+    if empty:
+        for number, name in ((97, "Empty"), (98, "Unlisted")):
+            roi = copy.deepcopy(ds.StructureSetROISequence[0])
+            roi.ROINumber, roi.ROIName = number, name
+            ds.StructureSetROISequence.append(roi)
+        contour = copy.deepcopy(ds.ROIContourSequence[0])
+        contour.ReferencedROINumber = 97
+        del contour.ContourSequence
+        ds.ROIContourSequence.append(contour)
     ds.save_as(path)
 
 
-def main():
+def make_dicomdir(work):
+    """The patient's files as a File-set: OUT/P/DICOMDIR and pydicom's PT*/ST*/SE*/IM* files."""
+    from pydicom.fileset import FileSet
+
+    files = [os.path.join(d, f) for d, _, names in os.walk(work) for f in names]
+    fileset = FileSet()
+    for f in files:
+        ds = pydicom.dcmread(f)
+        if "InstanceNumber" not in ds:  # what the RT objects' directory records require
+            ds.InstanceNumber = 1
+        if ds.Modality == "RTSTRUCT" and "StructureSetLabel" not in ds:
+            ds.StructureSetLabel = "test"
+        fileset.add(ds)
+    staged = work + ".fileset"
+    fileset.write(staged)
+    shutil.rmtree(work)
+    os.replace(staged, work)
+
+
+def main(argv):
     p = argparse.ArgumentParser()
     p.add_argument("out")
     p.add_argument("--patient", required=True)
@@ -264,26 +371,37 @@ def main():
     p.add_argument("--un-dose", action="store_true")
     p.add_argument("--struct-elsewhere", action="store_true")
     p.add_argument("--far-roi", action="store_true")
-    a = p.parse_args()
+    p.add_argument("--folder", default=None)
+    p.add_argument("--ct", choices=["plain", "uneven", "duplicate", "tilt", "oblique", "rescale", "u8", "s16", "s12"],
+                   default="plain")
+    p.add_argument("--name", default=None)
+    p.add_argument("--charset", default=None)
+    p.add_argument("--empty-roi", action="store_true")
+    p.add_argument("--dose-grid", choices=sorted(DOSE_GRIDS), default=None)
+    p.add_argument("--dicomdir", action="store_true")
+    a = p.parse_args(argv)
+    pydicom.config.replace_un_with_known_vr = True  # --un-dose of an earlier job turns it off
+    NAME["text"], NAME["charset"] = a.name, a.charset
     study_uid, frame_uid = generate_uid(), generate_uid()
-    work = os.path.join(a.out, a.patient)
+    work = os.path.join(a.out, a.folder or a.patient)
     ct_folder = os.path.join(work, "ct")
-    paths = write_ct(ct_folder, a.patient, study_uid, frame_uid)
+    paths = write_ct(ct_folder, a.patient, study_uid, frame_uid, a.ct)
     uids = {"study": study_uid, "series": write_ct.series_uid, "frame_of_reference": frame_uid}
     if not a.no_rt:
         paths.append(os.path.join(work, "rtstruct.dcm"))
-        uids["rtstruct"] = write_rtstruct(ct_folder, paths[-1])
+        uids["rtstruct"] = write_rtstruct(ct_folder, paths[-1], a.ct)
         if a.extra_plan:  # first in file order: the one the RT Dose references must still win
             paths.append(os.path.join(work, "aplan.dcm"))
             write_rtplan(paths[-1], a.patient, study_uid, frame_uid, [60.0])
         paths.append(os.path.join(work, "rtplan.dcm"))
         uids["rtplan"] = write_rtplan(paths[-1], a.patient, study_uid, frame_uid, [PRESCRIPTION_GY, 56.0])
         paths.append(os.path.join(work, "rtdose.dcm"))
-        uids["rtdose"] = write_rtdose(paths[-1], a.patient, study_uid, frame_uid, uids["rtplan"], a.dose_descending)
+        uids["rtdose"] = write_rtdose(paths[-1], a.patient, study_uid, frame_uid, uids["rtplan"], a.dose_descending,
+                                      a.dose_grid)
         if a.un_dose:
             make_un(paths[-1], ["PatientID", "Modality", "DoseUnits", "DoseGridScaling"])
-        if a.struct_elsewhere or a.far_roi:
-            edit_rtstruct(os.path.join(work, "rtstruct.dcm"), a.struct_elsewhere, a.far_roi)
+        if a.struct_elsewhere or a.far_roi or a.empty_roi:
+            edit_rtstruct(os.path.join(work, "rtstruct.dcm"), a.struct_elsewhere, a.far_roi, a.empty_roi)
             if a.struct_elsewhere:
                 uids["rtstruct_referenced_series"] = edit_rtstruct.series_uid
     if a.seg:
@@ -305,7 +423,16 @@ def main():
             new = os.path.join(a.out, sub, f"{a.patient}_{name}")
             os.makedirs(os.path.dirname(new), exist_ok=True)
             os.replace(old, new)
+    if a.dicomdir:
+        make_dicomdir(work)
 
 
 if __name__ == "__main__":
-    main()
+    args, jobs = sys.argv[1:], [[]]
+    for arg in args:  # JOB + JOB + ...: several patients in one Python start
+        if arg == "+":
+            jobs.append([])
+        else:
+            jobs[-1].append(arg)
+    for job in jobs:
+        main(job)
