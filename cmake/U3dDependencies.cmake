@@ -8,8 +8,8 @@ find_package(spdlog REQUIRED)
 find_package(HDF5 REQUIRED COMPONENTS C)
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)  # SHA-256 (core/sha256.cpp)
 find_package(nlohmann_json 3.11 REQUIRED)  # every JSON file we read or write (header-only)
-find_package(TIFF REQUIRED)  # 3D TIFF volumes (io/tiff.cpp, `trainer import tiff`): TIFF::TIFF
-find_package(PNG REQUIRED)  # 2D PNG slices (io/image2d.cpp, `trainer import images`): PNG::PNG
+find_package(TIFF REQUIRED)  # 3D TIFF volumes (io/tiff/tiff.cpp, `trainer import tiff`): TIFF::TIFF
+find_package(PNG REQUIRED)  # 2D PNG slices (io/images/image2d.cpp, `trainer import images`): PNG::PNG
 
 # yaml-cpp 0.7 exports the plain target `yaml-cpp`; newer releases add `yaml-cpp::yaml-cpp`.
 if(TARGET yaml-cpp::yaml-cpp)
@@ -21,7 +21,7 @@ endif()
 add_library(u3d_hdf5 INTERFACE)
 target_include_directories(u3d_hdf5 SYSTEM INTERFACE ${HDF5_C_INCLUDE_DIRS} ${HDF5_INCLUDE_DIRS})
 target_link_libraries(u3d_hdf5 INTERFACE ${HDF5_C_LIBRARIES})
-# zlib: src/io/h5.cpp inflates raw HDF5 chunks itself, in the reading threads.
+# zlib: src/io/h5/h5.cpp inflates raw HDF5 chunks itself, in the reading threads.
 find_package(ZLIB REQUIRED)
 target_link_libraries(u3d_hdf5 INTERFACE ZLIB::ZLIB)
 target_compile_definitions(u3d_hdf5 INTERFACE ${HDF5_C_DEFINITIONS} ${HDF5_DEFINITIONS})
@@ -46,12 +46,12 @@ pkg_check_modules(U3D_PNG REQUIRED IMPORTED_TARGET libpng)
 
 # DICOM and DICOM-RT (src/io/dicom*.cpp, `trainer import dicom`): DCMTK (Debian libdcmtk-dev 3.6.7):
 # dcmdata reads the files, dcmjpeg / dcmjpls / dcmdata's RLE codec decode compressed pixel data.
-# Linked privately: DCMTK's headers are included by src/io/dicom*.cpp (through src/io/dicom_detail.h) alone.
+# Linked privately: DCMTK's headers are included by src/io/dicom*.cpp (through src/io/dicom/dicom_detail.h) alone.
 find_package(DCMTK CONFIG REQUIRED)
 add_library(u3d_dcmtk INTERFACE)
 target_link_libraries(u3d_dcmtk INTERFACE DCMTK::dcmdata DCMTK::dcmjpeg DCMTK::dcmjpls DCMTK::oflog DCMTK::ofstd)
 # DCMTK reads its data dictionary from a file (DCM_DICT_DEFAULT 2): the bundle carries Debian's copy,
-# which src/io/dicom.cpp loads from <prefix>/share/unet3d-trainer/ when no system one is found.
+# which src/io/dicom/dicom.cpp loads from <prefix>/share/unet3d-trainer/ when no system one is found.
 find_file(U3D_DCMTK_DICT dicom.dic PATHS /usr/share/libdcmtk17 /usr/share/dcmtk PATH_SUFFIXES dcmtk NO_DEFAULT_PATH)
 if(U3D_DCMTK_DICT)
   install(FILES ${U3D_DCMTK_DICT} DESTINATION share/unet3d-trainer COMPONENT bundle)

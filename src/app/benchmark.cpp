@@ -15,7 +15,7 @@
 #include "u3d/data/loader.h"
 #include "u3d/data/sampler.h"
 #include "u3d/data/truth_maps.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 #include "u3d/train/resolve.h"
 #include "u3d/train/train_step.h"
 

@@ -24,7 +24,7 @@
 #include "u3d/data/preflight.h"
 #include "u3d/evaluate/cross_validation.h"
 #include "u3d/io/synth.h"
-#include "u3d/io/tiff.h"
+#include "u3d/io/tiff/tiff.h"
 #include "u3d/model/checkpoint.h"
 #include "u3d/predict/predictor.h"
 #include "u3d/train/resolve.h"

@@ -23,7 +23,7 @@
 #include "u3d/core/output_guard.h"
 #include "u3d/core/output_head.h"
 #include "u3d/core/version.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 #include "u3d/model/checkpoint.h"
 #include "u3d/model/model_export.h"
 #include "u3d/model/unet.h"

@@ -19,8 +19,8 @@
 #include "u3d/core/json.h"
 #include "u3d/core/output_guard.h"
 #include "u3d/core/text.h"
-#include "u3d/io/dataset.h"
-#include "u3d/io/open_dataset.h"
+#include "u3d/io/h5/dataset.h"
+#include "u3d/io/h5/open_dataset.h"
 #include "u3d/plan/planner.h"
 #include "u3d/train/step_probe.h"
 

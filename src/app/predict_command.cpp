@@ -5,7 +5,7 @@
 
 #include "u3d/app/commands.h"
 #include "u3d/core/run.h"
-#include "u3d/io/open_dataset.h"
+#include "u3d/io/h5/open_dataset.h"
 #include "u3d/predict/prediction_run.h"
 #include "u3d/predict/resolve_prediction.h"
 

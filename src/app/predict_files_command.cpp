@@ -6,15 +6,15 @@
 // leaves no OUT and no partial one.
 //
 // 2D images (.png files, .tif/.tiff for a 2D model, or folders of them) take the same way through
-// `trainer import images` (io/image2d_import.h, unlabelled): slices grouped into cases by name, and
+// `trainer import images` (io/images/image2d_import.h, unlabelled): slices grouped into cases by name, and
 // each case written as OUT/<case>/<image stem>_mask.png per slice plus the stacked OUT/<case>.tif, as
 // --predict-only writes them for image datasets (docs/slices.md). For a 3D model, .tif/.tiff files are
 // volumes (trainer import tiff, io/import.h): OUT/<name>.tif each, uint8 labels.
 //
 // One folder of DICOM files (a planning system's export, any depth) is imported as `trainer import
-// dicom` would (io/dicom_import.h, inputs only: no target read), with the run's task and its channel
+// dicom` would (io/dicom/dicom_import.h, inputs only: no target read), with the run's task and its channel
 // or class names as the structure map (or --structures): OUT/<patient>.dcm, an RT Dose (dose runs) or
-// an RT Structure Set (segmentation runs) on each patient's image series (io/dicom_write.h).
+// an RT Structure Set (segmentation runs) on each patient's image series (io/dicom/dicom_write.h).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -33,11 +33,11 @@
 #include "u3d/core/signals.h"
 #include "u3d/core/staged_folder.h"
 #include "u3d/core/text.h"
-#include "u3d/io/dataset.h"
-#include "u3d/io/image2d.h"
-#include "u3d/io/image2d_import.h"
+#include "u3d/io/h5/dataset.h"
+#include "u3d/io/images/image2d.h"
+#include "u3d/io/images/image2d_import.h"
 #include "u3d/io/import.h"
-#include "u3d/io/nifti.h"
+#include "u3d/io/nifti/nifti.h"
 #include "u3d/predict/exported_model.h"
 #include "u3d/predict/prediction_run.h"
 #include "u3d/predict/raw_cases.h"

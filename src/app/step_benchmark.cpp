@@ -21,7 +21,7 @@
 #include "u3d/core/version.h"
 #include "u3d/data/preprocess.h"
 #include "u3d/data/truth_maps.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 #include "u3d/model/unet.h"
 #include "u3d/train/distributed.h"
 #include "u3d/train/grad_sync.h"

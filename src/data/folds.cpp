@@ -12,7 +12,7 @@
 #include "u3d/core/json.h"
 #include "u3d/core/rng.h"
 #include "u3d/core/text.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 
 namespace u3d {
 namespace {

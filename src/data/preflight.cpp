@@ -16,7 +16,7 @@
 #include "u3d/core/text.h"
 #include "u3d/data/input_check.h"
 #include "u3d/data/preprocess.h"
-#include "u3d/io/h5.h"
+#include "u3d/io/h5/h5.h"
 
 namespace u3d {
 namespace {

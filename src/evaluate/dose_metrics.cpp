@@ -10,7 +10,7 @@
 #include "u3d/core/parallel.h"
 #include "u3d/core/stats.h"
 #include "u3d/core/text.h"
-#include "u3d/io/openkbp.h"
+#include "u3d/io/openkbp/openkbp.h"
 
 namespace u3d {
 

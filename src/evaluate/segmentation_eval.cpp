@@ -17,8 +17,8 @@
 #include "u3d/core/text.h"
 #include "u3d/evaluate/metrics.h"
 #include "u3d/io/import.h"
-#include "u3d/io/nifti.h"
-#include "u3d/io/tiff.h"
+#include "u3d/io/nifti/nifti.h"
+#include "u3d/io/tiff/tiff.h"
 
 namespace u3d {
 namespace {

@@ -20,7 +20,7 @@
 #include "u3d/core/output_guard.h"
 #include "u3d/core/parallel.h"
 #include "u3d/core/rng.h"
-#include "u3d/io/nifti.h"
+#include "u3d/io/nifti/nifti.h"
 
 namespace u3d {
 namespace {

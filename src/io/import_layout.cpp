@@ -11,7 +11,7 @@
 #include "u3d/core/json.h"
 #include "u3d/core/sha256.h"
 #include "u3d/core/text.h"
-#include "u3d/io/nifti.h"
+#include "u3d/io/nifti/nifti.h"
 
 namespace u3d {
 namespace import_detail {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 #include "u3d/io/import.h"
 
 namespace u3d::import_detail {

@@ -7,7 +7,7 @@
 #include "u3d/core/json.h"
 #include "u3d/core/rng.h"
 #include "u3d/core/staged_folder.h"
-#include "u3d/io/nifti.h"
+#include "u3d/io/nifti/nifti.h"
 
 namespace u3d {
 namespace {

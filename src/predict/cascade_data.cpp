@@ -11,8 +11,8 @@
 #include "u3d/core/files.h"
 #include "u3d/core/parallel.h"
 #include "u3d/data/folds.h"
-#include "u3d/io/dataset.h"
-#include "u3d/io/predictions_file.h"
+#include "u3d/io/h5/dataset.h"
+#include "u3d/io/h5/predictions_file.h"
 
 namespace u3d {
 namespace {

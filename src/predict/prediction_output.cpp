@@ -7,11 +7,11 @@
 #include "u3d/core/signals.h"
 #include "u3d/core/staged_folder.h"
 #include "u3d/evaluate/metrics.h"
-#include "u3d/io/dicom_write.h"
-#include "u3d/io/h5.h"
-#include "u3d/io/image2d.h"
-#include "u3d/io/nifti.h"
-#include "u3d/io/tiff.h"
+#include "u3d/io/dicom/dicom_write.h"
+#include "u3d/io/h5/h5.h"
+#include "u3d/io/images/image2d.h"
+#include "u3d/io/nifti/nifti.h"
+#include "u3d/io/tiff/tiff.h"
 
 namespace u3d {
 
@@ -125,7 +125,7 @@ class TiffSourceFile : public WholeVolumeFile {
   void write_whole(const torch::Tensor& v) override { write_tiff_volume(path(), v); }  // staged, renamed
 };
 
-// A case imported from 2D slices (io/image2d_import.h): the volume <case>.tif as for TIFF, and one
+// A case imported from 2D slices (io/images/image2d_import.h): the volume <case>.tif as for TIFF, and one
 // 8-bit PNG per slice, <image stem>_mask.png, in the folder <case>/ beside it (0/255 for a binary
 // task, else the label values), the folder staged and renamed into place.
 class SlicesSourceFile : public WholeVolumeFile {
@@ -158,7 +158,7 @@ class SlicesSourceFile : public WholeVolumeFile {
   std::vector<std::string> stems_;
 };
 
-// A case imported from DICOM: <case>.dcm on the source series (io/dicom_write.h), an RT Dose for a
+// A case imported from DICOM: <case>.dcm on the source series (io/dicom/dicom_write.h), an RT Dose for a
 // dose (float32), an RT Structure Set of classes 1..K-1 (`names`) for labels (uint8).
 class DicomRtSourceFile : public WholeVolumeFile {
  public:

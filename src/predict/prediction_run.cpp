@@ -15,7 +15,7 @@
 #include "u3d/data/input_check.h"
 #include "u3d/data/preflight.h"
 #include "u3d/evaluate/metrics.h"
-#include "u3d/io/openkbp.h"
+#include "u3d/io/openkbp/openkbp.h"
 #include "u3d/model/layout.h"
 #include "u3d/predict/ensemble.h"
 #include "u3d/predict/openkbp_submission.h"

@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "u3d/core/errors.h"
-#include "u3d/io/nifti.h"
+#include "u3d/io/nifti/nifti.h"
 
 namespace u3d {
 namespace {

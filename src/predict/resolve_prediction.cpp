@@ -9,7 +9,7 @@
 #include "u3d/core/errors.h"
 #include "u3d/core/text.h"
 #include "u3d/data/folds.h"
-#include "u3d/io/open_dataset.h"
+#include "u3d/io/h5/open_dataset.h"
 #include "u3d/model/layout.h"
 
 namespace u3d {

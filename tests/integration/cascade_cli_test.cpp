@@ -13,8 +13,8 @@
 #include "nnunet_golden.h"
 #include "test_support.h"
 #include "u3d/data/folds.h"
-#include "u3d/io/dataset.h"
-#include "u3d/io/predictions_file.h"
+#include "u3d/io/h5/dataset.h"
+#include "u3d/io/h5/predictions_file.h"
 #include "u3d/predict/cascade_data.h"
 
 namespace u3d {

@@ -8,7 +8,7 @@
 
 #include "test_support.h"
 #include "u3d/data/folds.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 
 namespace u3d {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "dicom_writer.h"
 #include "test_support.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 
 namespace u3d {
 namespace {

@@ -7,8 +7,8 @@
 #include <cstdio>
 
 #include "test_support.h"
-#include "u3d/io/dataset.h"
-#include "u3d/io/openkbp.h"
+#include "u3d/io/h5/dataset.h"
+#include "u3d/io/openkbp/openkbp.h"
 
 namespace u3d {
 namespace {

@@ -7,7 +7,7 @@
 #include "test_support.h"
 #include "u3d/core/parallel.h"
 #include "u3d/core/thread_budget.h"
-#include "u3d/io/tiff.h"
+#include "u3d/io/tiff/tiff.h"
 
 namespace u3d {
 namespace {

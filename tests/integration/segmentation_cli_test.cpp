@@ -15,8 +15,8 @@
 
 #include "nifti_support.h"
 #include "test_support.h"
-#include "u3d/io/dataset.h"
-#include "u3d/io/nifti.h"
+#include "u3d/io/h5/dataset.h"
+#include "u3d/io/nifti/nifti.h"
 
 namespace u3d {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "test_support.h"
 #include "u3d/core/config.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 #include "u3d/io/synth.h"
 #include "u3d/model/checkpoint.h"
 #include "u3d/model/unet.h"

@@ -8,7 +8,7 @@
 
 #include "nifti_support.h"
 #include "test_support.h"
-#include "u3d/io/nifti.h"
+#include "u3d/io/nifti/nifti.h"
 
 namespace u3d {
 namespace {

@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "test_support.h"
-#include "u3d/io/dataset.h"
-#include "u3d/io/nifti.h"
-#include "u3d/io/tiff.h"
+#include "u3d/io/h5/dataset.h"
+#include "u3d/io/nifti/nifti.h"
+#include "u3d/io/tiff/tiff.h"
 
 namespace u3d {
 namespace {

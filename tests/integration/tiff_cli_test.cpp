@@ -6,9 +6,9 @@
 #include <fstream>
 
 #include "test_support.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 #include "u3d/io/synth.h"
-#include "u3d/io/tiff.h"
+#include "u3d/io/tiff/tiff.h"
 
 namespace u3d {
 namespace {

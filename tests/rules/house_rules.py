@@ -37,6 +37,17 @@ ROOMS = {
     "train": {"core", "io", "data", "model", "monitor", "evaluate", "predict", "train"},
 }
 ROOM_ORDER = ["core", "io", "data", "model", "monitor", "evaluate", "predict", "plan", "train", "app"]
+# io/ is split by format (CONTRIBUTING.md): a format's folder includes only these folders of io/
+# ("" is io/ itself: the importers' shared options and steps, the phantoms); io/ itself includes any.
+IO_ROOMS = {
+    "h5": {"h5"},
+    "nifti": {"h5", "nifti"},
+    "tiff": {"", "h5", "nifti", "tiff"},
+    "images": {"", "h5", "nifti", "tiff", "images"},
+    "dicom": {"", "h5", "dicom"},
+    "openkbp": {"", "h5", "openkbp"},
+}
+IO_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]u3d/io/(?:([a-z0-9_]+)/)?[a-z0-9_]+\.h[">]')
 # Files held to a narrower rule than their room's: path -> rooms they may not include.
 NARROWER = {
     "src/app/predict_command.cpp": {"train"},
@@ -72,6 +83,16 @@ def room_of(path):
     return None
 
 
+def io_room_of(path):
+    """The folder of io/ a src/io/ or include/u3d/io/ file is in ("" for io/ itself), or None."""
+    parts = path.split("/")
+    if parts[:2] == ["src", "io"]:
+        return parts[2] if len(parts) > 3 else ""
+    if parts[:3] == ["include", "u3d", "io"]:
+        return parts[3] if len(parts) > 4 else ""
+    return None
+
+
 def allowed_text(room):
     return ", ".join(r for r in ROOM_ORDER if r in ROOMS[room])
 
@@ -80,7 +101,7 @@ def check(root):
     """Every breach of the rules in the tree at root, one line each, in file order."""
     findings = []
     sources = files_under(root, "src") + files_under(root, "include")
-    private = {p for p in files_under(root, "src") if p.endswith(".h") and p.count("/") == 2}
+    private = {p for p in files_under(root, "src") if p.endswith(".h") and p.count("/") >= 2}
     private_names = {p.rsplit("/", 1)[1]: p for p in private}
     for path in sources:
         lines = read_lines(root, path)
@@ -89,6 +110,10 @@ def check(root):
         if not path.endswith(SOURCE_SUFFIXES):
             continue
         room = room_of(path)
+        io_room = io_room_of(path)
+        if io_room and io_room not in IO_ROOMS:
+            findings.append(f"{path}: io/{io_room}/ is not in io's table of formats (IO_ROOMS, CONTRIBUTING.md)")
+            io_room = None
         if room is not None and room != "app" and room not in ROOMS:
             findings.append(f"{path}: room '{room}' is not in the room include table (tests/rules/house_rules.py, CONTRIBUTING.md)")
             room = None
@@ -101,6 +126,11 @@ def check(root):
                                     f"(it may include {allowed_text(room)})")
                 elif other in NARROWER.get(path, ()):
                     findings.append(f"{path}:{number}: {path.rsplit('/', 1)[1]} may not include u3d/{other}/")
+                io = IO_INCLUDE.match(line)
+                if io and io_room and (io.group(1) or "") not in IO_ROOMS[io_room]:
+                    target = f"io/{io.group(1)}/" if io.group(1) else "io/ itself"
+                    findings.append(f"{path}:{number}: io/{io_room}/ may not include {target} (it may include "
+                                    f"{', '.join('io/' + (r + '/' if r else '') for r in sorted(IO_ROOMS[io_room]))})")
                 continue
             m = LOCAL_INCLUDE.match(line)
             if not m:
@@ -109,6 +139,9 @@ def check(root):
             if path.startswith("include/"):
                 findings.append(f'{path}:{number}: a public header includes "{name}": only "u3d/<room>/<name>.h" '
                                 "(a source-private header stays beside its sources)")
+            elif (name.startswith("../") and "/" not in name[3:] and path.count("/") >= 3
+                  and os.path.normpath(os.path.join(os.path.dirname(path), name)) in private):
+                pass  # a room's private header, from a folder of that room (io/<format>/ -> io/import_layout.h)
             elif "/" in name:
                 findings.append(f'{path}:{number}: includes "{name}": a source-private header is included from '
                                 "its own folder as \"<name>.h\", never across folders")
@@ -170,7 +203,7 @@ def check_python_imports(root):
 
 
 LAYOUT_PAGES = ["docs/layout.md", "README.md"]
-ROOM_ROW = re.compile(r"^  (\w+)/\s+(.*)$")
+ROOM_ROW = re.compile(r"^  (\w+(?:/\w+)?)/\s+(.*)$")  # a room, or a folder of one (io/dicom/)
 FOLDER_ROW = re.compile(r"^(\S+/)\s+(.*)$")
 
 
@@ -230,9 +263,12 @@ def check_layout(root):
                     if not os.path.exists(os.path.join(root, base, name)):
                         findings.append(f"{page}: Layout lists {base}{name}, which does not exist")
         include_root = os.path.join(root, "include", "u3d")
-        for r in sorted(os.listdir(include_root)) if os.path.isdir(include_root) else []:
-            if not os.path.isdir(os.path.join(include_root, r)):
-                continue
+        rooms = []  # every folder of include/u3d/ that holds headers: core, io, io/dicom, ...
+        for folder, dirs, names in sorted(os.walk(include_root)) if os.path.isdir(include_root) else []:
+            dirs.sort()
+            if folder != include_root and (any(n.endswith(".h") for n in names) or not dirs):
+                rooms.append(os.path.relpath(folder, include_root).replace(os.sep, "/"))
+        for r in rooms:
             if r not in listed:
                 findings.append(f"{page}: Layout has no row for the room {r}/ (include/u3d/{r}/)")
                 continue
@@ -259,6 +295,10 @@ def self_check():
         "src/data/cache.cpp": '#include "compact_case.h"\n',
         "src/io/dataset.cpp": '#include "compact_case.h"\n',
         "src/io/other.cpp": '#include "../data/compact_case.h"\n',
+        "src/io/import_layout.h": "#pragma once\n",
+        "src/io/nifti/reader.cpp": '#include "../import_layout.h"\n#include "u3d/io/h5/h5.h"\n'
+                                   '#include "u3d/io/dicom/dicom.h"\n',
+        "src/io/scroll/volume.cpp": "int z;\n",
         "include/u3d/data/cache.h": '#pragma once\n#include "compact_case.h"\n',
         "src/state/store.cpp": '#include "u3d/core/files.h"\n',
         "tests/unit/data/cache_test.cpp": '#include "test_support.h"\n#include "../../../src/data/compact_case.h"\n',
@@ -280,8 +320,10 @@ def self_check():
         "src/core/long.cpp: 501 lines, over the 500-line limit (split it along a concept)",
         "src/io/dataset.cpp:1: includes \"compact_case.h\", private to src/data/",
         "src/io/h5.cpp:2: io may not include u3d/data/ (it may include core, io)",
+        "src/io/nifti/reader.cpp:3: io/nifti/ may not include io/dicom/ (it may include io/h5/, io/nifti/)",
         "src/io/other.cpp:1: includes \"../data/compact_case.h\": a source-private header is included from its "
         "own folder as \"<name>.h\", never across folders",
+        "src/io/scroll/volume.cpp: io/scroll/ is not in io's table of formats (IO_ROOMS, CONTRIBUTING.md)",
         "src/state/store.cpp: room 'state' is not in the room include table (tests/rules/house_rules.py, CONTRIBUTING.md)",
         "include/u3d/data/cache.h:2: a public header includes \"compact_case.h\": only \"u3d/<room>/<name>.h\" "
         "(a source-private header stays beside its sources)",

@@ -9,8 +9,8 @@
 
 #include "test_support.h"
 #include "u3d/evaluate/dose_metrics.h"
-#include "u3d/io/dataset.h"
-#include "u3d/io/openkbp.h"
+#include "u3d/io/h5/dataset.h"
+#include "u3d/io/openkbp/openkbp.h"
 
 namespace u3d {
 namespace {

@@ -9,8 +9,8 @@
 #include <cstdlib>
 
 #include "test_support.h"
-#include "u3d/io/dataset.h"
-#include "u3d/io/image2d.h"
+#include "u3d/io/h5/dataset.h"
+#include "u3d/io/images/image2d.h"
 
 namespace u3d {
 namespace {

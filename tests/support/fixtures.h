@@ -11,7 +11,7 @@
 #include "u3d/core/config.h"
 #include "u3d/data/cache.h"
 #include "u3d/data/sampler.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 #include "u3d/io/synth.h"
 #include "u3d/plan/fingerprint.h"
 #include "u3d/predict/predictor.h"

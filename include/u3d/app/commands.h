@@ -88,7 +88,7 @@ struct SynthCommand {
   double test_fraction = 0.0;
   bool force = false;  // replace an existing file
   // h5 | nnunet (segmentation: an nnU-Net v2 raw folder of NIfTI files) | tiff (segmentation:
-  // <out>/images/<id>.tif and <out>/labels/<id>.tif, io/tiff.h)
+  // <out>/images/<id>.tif and <out>/labels/<id>.tif, io/tiff/tiff.h)
   std::string format = "h5";
 };
 int synth_command(const SynthCommand& cmd);

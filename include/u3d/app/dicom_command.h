@@ -1,5 +1,5 @@
 // `trainer import dicom --source DIR --out FILE.h5 [--task dose|segmentation] [--structures map.yaml]
-// [--series UID] [--strict] [--anonymize]` (io/dicom_import.h; docs/dicom.md), and the DICOM inputs
+// [--series UID] [--strict] [--anonymize]` (io/dicom/dicom_import.h; docs/dicom.md), and the DICOM inputs
 // of `trainer predict -i EXPORT_DIR -o OUT --run RUN` (app/predict_files_command.cpp).
 #pragma once
 #include <cstdint>

@@ -1,10 +1,10 @@
 // `trainer import images --images DIR [--labels DIR] --out FILE.h5 [--group REGEX] [--mask-suffix _mask]
 // [--skip-unpaired] [--val-fraction F] [--test-fraction F] [--seed S] [--reference-out DIR] [--force]`
-// (io/image2d_import.h; docs/slices.md): folders of 2D PNG/TIFF slices, one case per patient.
+// (io/images/image2d_import.h; docs/slices.md): folders of 2D PNG/TIFF slices, one case per patient.
 #pragma once
 #include <string>
 
-#include "u3d/io/image2d_import.h"
+#include "u3d/io/images/image2d_import.h"
 
 namespace u3d {
 

@@ -37,7 +37,7 @@
 
 #include "u3d/core/config.h"
 #include "u3d/data/preprocess.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 
 namespace u3d {
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 
 namespace u3d {
 

@@ -9,7 +9,7 @@
 
 #include "u3d/core/config.h"
 #include "u3d/core/normalize_spec.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 
 namespace u3d {
 

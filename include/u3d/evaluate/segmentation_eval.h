@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "u3d/data/distance_transform.h"
-#include "u3d/io/nifti.h"
+#include "u3d/io/nifti/nifti.h"
 
 namespace u3d {
 
@@ -67,7 +67,7 @@ struct SegmentationEvalOptions {
 };
 
 // A prediction file and the reference file of the same case id (file name without .nii.gz/.nii/.tif/
-// .tiff). Label files are NIfTI or 3D TIFF (io/tiff.h: pages along D); TIFF holds no voxel size, so
+// .tiff). Label files are NIfTI or 3D TIFF (io/tiff/tiff.h: pages along D); TIFF holds no voxel size, so
 // a TIFF volume's spacing is the other file's, or 1 (distances in voxels) when both are TIFF.
 struct LabelPair {
   std::string id;

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 
 namespace u3d {
 
@@ -65,7 +65,7 @@ struct NiftiFolders {
 ImportSummary import_nifti_folders(const NiftiFolders& folders, const std::filesystem::path& out,
                                    const NiftiImportOptions& options);
 
-// 3D TIFF volumes (io/tiff.h: multi-page, one page per slice along D; uint8, uint16, int16, float32), one
+// 3D TIFF volumes (io/tiff/tiff.h: multi-page, one page per slice along D; uint8, uint16, int16, float32), one
 // channel ("image", normalised per case: "zscore"), e.g. the Vesuvius Challenge surface volumes with
 // labels 0 background, 1 surface, 2 unlabeled (ignore_label 2). Images and labels are paired by file
 // name without its .tif/.tiff ending; every file without a partner is named in one DataError. Classes:

@@ -22,7 +22,7 @@
 #pragma once
 #include <filesystem>
 
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 
 namespace u3d {
 

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "u3d/core/config.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 
 namespace u3d {
 

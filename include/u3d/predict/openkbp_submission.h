@@ -1,6 +1,6 @@
 // The OpenKBP challenge's submission files, written by `trainer --predict-only` for an OpenKBP
 // dataset: <run>/predictions/openkbp/<patient>.csv in the challenge's sparse format
-// (io/openkbp.h: write_dose_csv), prediction x possible-dose mask, in Gy.
+// (io/openkbp/openkbp.h: write_dose_csv), prediction x possible-dose mask, in Gy.
 #pragma once
 #include <torch/torch.h>
 

@@ -14,7 +14,7 @@
 #include <cstdint>
 
 #include "u3d/core/config.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 
 namespace u3d {
 

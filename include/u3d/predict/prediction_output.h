@@ -4,8 +4,8 @@
 // values in target units (regression), scored against the case's target, written into the
 // predictions HDF5 file and, for cases imported from NIfTI or TIFF, into a file of the input's format:
 // NIfTI with the input's header in the input's grid (import resampling undone), or a 3D TIFF volume
-// (io/tiff.h; held whole and written at finish(), as TIFF is written a volume at a time); a case imported from 2D
-// slices (format "slices", io/image2d_import.h) gets the TIFF volume <case>.tif and, beside it, one 8-bit PNG per
+// (io/tiff/tiff.h; held whole and written at finish(), as TIFF is written a volume at a time); a case imported from 2D
+// slices (format "slices", io/images/image2d_import.h) gets the TIFF volume <case>.tif and, beside it, one 8-bit PNG per
 // slice, <case>/<image stem>_mask.png (0/255 for two classes, else the label values). No stage holds a whole volume
 // of logits, so a 512x512x300 CT predicts in bounded host memory; with component removal the case's uint8 labels (and
 // those in the NIfTI grid) are held whole and written at finish().
@@ -22,7 +22,7 @@
 
 #include "u3d/data/cache.h"
 #include "u3d/data/preprocess.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 #include "u3d/predict/postprocess.h"
 #include "u3d/predict/predictor.h"
 
@@ -80,7 +80,7 @@ struct CaseScore {
 };
 
 // Whether a case imported from `g`'s format gets its prediction written in that format too: NIfTI,
-// TIFF, slices (PNG masks), DICOM (an RT Dose or RT Structure Set, io/dicom_write.h; not for an
+// TIFF, slices (PNG masks), DICOM (an RT Dose or RT Structure Set, io/dicom/dicom_write.h; not for an
 // anonymised import, which recorded no source file).
 bool writes_source_file(const SourceGeometry& g);
 

@@ -11,7 +11,7 @@
 #include <filesystem>
 
 #include "u3d/core/run.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 #include "u3d/model/unet.h"
 #include "u3d/predict/resolve_prediction.h"
 

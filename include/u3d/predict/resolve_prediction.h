@@ -3,7 +3,7 @@
 // resolve() (train/resolve.h), which `trainer --predict-only`, `--ensemble` and `--fold all` call.
 //
 //   const auto member = read_prediction_member(paths.checkpoints, cfg.checkpoint.keep_last, "best");
-//   const auto reader = open_dataset(cfg);                                   // io/open_dataset.h
+//   const auto reader = open_dataset(cfg);                                   // io/h5/open_dataset.h
 //   const ResolvedPrediction rp = resolve_prediction(cfg, {member}, *reader, runtime.device);
 //   predict_split(rp, *reader, out_dir, runtime);                           // predict/prediction_run.h
 //
@@ -19,7 +19,7 @@
 
 #include "u3d/core/config.h"
 #include "u3d/data/preprocess.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 #include "u3d/model/checkpoint.h"
 #include "u3d/predict/postprocess.h"
 #include "u3d/predict/predictor.h"

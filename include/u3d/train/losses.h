@@ -12,7 +12,7 @@
 #include "u3d/core/config.h"
 #include "u3d/data/batch.h"
 #include "u3d/data/truth_maps.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 #include "u3d/train/topology_losses.h"
 
 namespace u3d {

@@ -19,8 +19,8 @@
 #include "u3d/data/preprocess.h"
 #include "u3d/evaluate/dose_metrics.h"
 #include "u3d/evaluate/metrics.h"
-#include "u3d/io/dataset.h"
-#include "u3d/io/open_dataset.h"
+#include "u3d/io/h5/dataset.h"
+#include "u3d/io/h5/open_dataset.h"
 
 namespace u3d {
 

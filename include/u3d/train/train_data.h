@@ -19,7 +19,7 @@
 #include "u3d/data/cache.h"
 #include "u3d/data/loader.h"
 #include "u3d/data/sampler.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 #include "u3d/train/resolve.h"
 
 namespace u3d {

@@ -50,7 +50,7 @@
 #include "u3d/core/faults.h"
 #include "u3d/core/launch_env.h"
 #include "u3d/core/run.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 #include "u3d/model/checkpoint.h"
 #include "u3d/model/unet.h"
 #include "u3d/train/checkpoint_keeper.h"

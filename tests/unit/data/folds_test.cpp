@@ -7,7 +7,7 @@
 #include "u3d/core/errors.h"
 #include "u3d/core/run.h"
 #include "u3d/data/folds.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 #include "u3d/predict/ensemble.h"
 #include "u3d/predict/predictor.h"
 

@@ -14,7 +14,7 @@
 #include "u3d/data/preprocess.h"
 #include "u3d/data/sampler.h"
 #include "u3d/data/truth_maps.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 #include "u3d/train/losses.h"
 #include "u3d/train/topology_losses.h"
 

@@ -9,7 +9,7 @@
 #include "test_support.h"
 #include "u3d/core/errors.h"
 #include "u3d/evaluate/dose_metrics.h"
-#include "u3d/io/openkbp.h"
+#include "u3d/io/openkbp/openkbp.h"
 
 namespace u3d {
 namespace {

@@ -8,7 +8,7 @@
 #include "test_support.h"
 #include "u3d/core/errors.h"
 #include "u3d/evaluate/segmentation_eval.h"
-#include "u3d/io/nifti.h"
+#include "u3d/io/nifti/nifti.h"
 
 namespace u3d {
 namespace {

@@ -11,9 +11,9 @@
 #include "u3d/core/errors.h"
 #include "u3d/core/stats.h"
 #include "u3d/data/preprocess.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 #include "u3d/io/import.h"
-#include "u3d/io/nifti.h"
+#include "u3d/io/nifti/nifti.h"
 #include "u3d/io/synth.h"
 
 namespace u3d {

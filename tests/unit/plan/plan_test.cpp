@@ -16,7 +16,7 @@
 #include "u3d/core/stage_geometry.h"
 #include "u3d/core/stats.h"
 #include "u3d/core/text.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 #include "u3d/model/unet.h"
 #include "u3d/plan/fingerprint.h"
 #include "u3d/plan/memory_model.h"

@@ -9,7 +9,7 @@
 #include "u3d/core/errors.h"
 #include "u3d/data/cache.h"
 #include "u3d/data/preprocess.h"
-#include "u3d/io/nifti.h"
+#include "u3d/io/nifti/nifti.h"
 #include "u3d/predict/prediction_output.h"
 
 namespace u3d {

@@ -6,7 +6,7 @@
 #include "test_support.h"
 #include "u3d/core/config.h"
 #include "u3d/core/errors.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 #include "u3d/train/losses.h"
 #include "u3d/train/step_monitor.h"
 #include "u3d/train/topology_losses.h"
