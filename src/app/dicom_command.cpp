@@ -8,9 +8,9 @@
 
 #include "u3d/core/errors.h"
 #include "u3d/core/signals.h"
-#include "u3d/io/h5/dataset.h"
 #include "u3d/io/dicom/dicom.h"
 #include "u3d/io/dicom/dicom_import.h"
+#include "u3d/io/h5/dataset.h"
 #include "u3d/io/images/image2d.h"
 #include "u3d/io/nifti/nifti.h"
 #include "u3d/predict/resolve_prediction.h"

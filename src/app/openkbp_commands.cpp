@@ -14,8 +14,8 @@
 #include "u3d/core/parallel.h"
 #include "u3d/core/signals.h"
 #include "u3d/evaluate/dose_metrics.h"
-#include "u3d/io/openkbp/openkbp.h"
 #include "u3d/io/h5/predictions_file.h"
+#include "u3d/io/openkbp/openkbp.h"
 
 namespace u3d {
 namespace {

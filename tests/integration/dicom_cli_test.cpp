@@ -15,8 +15,8 @@
 
 #include "dicom_writer.h"
 #include "test_support.h"
-#include "u3d/io/h5/dataset.h"
 #include "u3d/io/dicom/dicom_write.h"
+#include "u3d/io/h5/dataset.h"
 #include "u3d/io/h5/h5.h"
 
 namespace u3d {

@@ -5,8 +5,8 @@
 // predictions HDF5 file and, for cases imported from NIfTI or TIFF, into a file of the input's format:
 // NIfTI with the input's header in the input's grid (import resampling undone), or a 3D TIFF volume
 // (io/tiff/tiff.h; held whole and written at finish(), as TIFF is written a volume at a time); a case imported from 2D
-// slices (format "slices", io/images/image2d_import.h) gets the TIFF volume <case>.tif and, beside it, one 8-bit PNG per
-// slice, <case>/<image stem>_mask.png (0/255 for two classes, else the label values). No stage holds a whole volume
+// slices (format "slices", io/images/image2d_import.h) gets the TIFF volume <case>.tif and, beside it, one 8-bit PNG
+// per slice, <case>/<image stem>_mask.png (0/255 for two classes, else the label values). No stage holds a whole volume
 // of logits, so a 512x512x300 CT predicts in bounded host memory; with component removal the case's uint8 labels (and
 // those in the NIfTI grid) are held whole and written at finish().
 #pragma once
