@@ -20,7 +20,7 @@ void add_scoring_options(CLI::App* a, Command& c, const std::array<std::string, 
   add_force(a, c.force, docs[3]);
 }
 
-void add_segmentation(CLI::App* evaluate, Commands& commands) {
+void add_evaluate_segmentation(CLI::App* evaluate, Commands& commands) {
   auto* a = evaluate->add_subcommand("segmentation", "Per-class Dice and HD95 (mm) of NIfTI label files, per case");
   auto& c = commands.add<u3d::EvaluateSegmentationCommand>(a, u3d::evaluate_segmentation_command);
   add_scoring_options(a, c,
@@ -33,7 +33,7 @@ void add_segmentation(CLI::App* evaluate, Commands& commands) {
   add_threads(a, c.threads, "Threads; 0: every core");
 }
 
-void add_surface(CLI::App* evaluate, Commands& commands) {
+void add_evaluate_surface(CLI::App* evaluate, Commands& commands) {
   auto* a = evaluate->add_subcommand(
       "surface", "Surface Dice, VOI, Betti numbers and TopoScore of thin-surface label files (NIfTI), per case");
   auto& c = commands.add<u3d::EvaluateSurfaceCommand>(a, u3d::evaluate_surface_command);
@@ -50,7 +50,7 @@ void add_surface(CLI::App* evaluate, Commands& commands) {
   add_threads(a, c.threads, "Cases at once; 0: every core");
 }
 
-void add_cv(CLI::App* evaluate, Commands& commands) {
+void add_evaluate_cv(CLI::App* evaluate, Commands& commands) {
   auto* a = evaluate->add_subcommand(
       "cv", "Cross-validation summary: per-fold and pooled metrics of each fold's held-out predictions");
   auto& c = commands.add<u3d::EvaluateCvCommand>(a, u3d::evaluate_cv_command);
@@ -58,7 +58,7 @@ void add_cv(CLI::App* evaluate, Commands& commands) {
   a->add_option("--out", c.out, "CSV file; default <experiment>/cv_summary.csv");
 }
 
-void add_openkbp(CLI::App* evaluate, Commands& commands) {
+void add_evaluate_openkbp(CLI::App* evaluate, Commands& commands) {
   auto* a = evaluate->add_subcommand("openkbp", "OpenKBP dose score and DVH score");
   auto& c = commands.add<u3d::EvaluateOpenKbpCommand>(a, u3d::evaluate_openkbp_command);
   add_scoring_options(a, c,
@@ -74,10 +74,10 @@ void add_openkbp(CLI::App* evaluate, Commands& commands) {
 void add_evaluate_commands(CLI::App& app, Commands& commands) {
   auto* evaluate = app.add_subcommand("evaluate", "Score predictions against references");
   evaluate->require_subcommand(1);
-  add_segmentation(evaluate, commands);
-  add_surface(evaluate, commands);
-  add_cv(evaluate, commands);
-  add_openkbp(evaluate, commands);
+  add_evaluate_segmentation(evaluate, commands);
+  add_evaluate_surface(evaluate, commands);
+  add_evaluate_cv(evaluate, commands);
+  add_evaluate_openkbp(evaluate, commands);
 }
 
 }  // namespace u3d_cli

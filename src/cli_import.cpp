@@ -28,7 +28,7 @@ void add_nifti_common(CLI::App* a, u3d::ImportCommon& c) {
   add_force(a, c.force);
 }
 
-void add_nnunet(CLI::App* import, Commands& commands) {
+void add_import_nnunet(CLI::App* import, Commands& commands) {
   auto* a =
       import->add_subcommand("nnunet", "nnU-Net v2 raw dataset (dataset.json, imagesTr, labelsTr, imagesTs; NIfTI)");
   auto& c = commands.add<u3d::ImportNnunetCommand>(a, u3d::import_nnunet_command);
@@ -36,7 +36,7 @@ void add_nnunet(CLI::App* import, Commands& commands) {
   add_nifti_common(a, c.common);
 }
 
-void add_nifti(CLI::App* import, Commands& commands) {
+void add_import_nifti(CLI::App* import, Commands& commands) {
   auto* a = import->add_subcommand("nifti", "Plain folders of NIfTI images and labels");
   auto& c = commands.add<u3d::ImportNiftiCommand>(a, u3d::import_nifti_command);
   a->add_option("--images", c.images, "Folder of images (.nii.gz, .nii)")->required();
@@ -50,7 +50,7 @@ void add_nifti(CLI::App* import, Commands& commands) {
   add_nifti_common(a, c.common);
 }
 
-void add_tiff(CLI::App* import, Commands& commands) {
+void add_import_tiff(CLI::App* import, Commands& commands) {
   auto* a = import->add_subcommand(
       "tiff", "Folders of 3D TIFF volumes (multi-page, one page per slice), images and labels paired by name");
   auto& c = commands.add<u3d::ImportTiffCommand>(a, u3d::import_tiff_command);
@@ -69,7 +69,7 @@ void add_tiff(CLI::App* import, Commands& commands) {
   add_force(a, c.common.force);
 }
 
-void add_openkbp(CLI::App* import, Commands& commands) {
+void add_import_openkbp(CLI::App* import, Commands& commands) {
   auto* a = import->add_subcommand("openkbp", "OpenKBP CSV folders (provided-data or pt_* folders)");
   auto& c = commands.add<u3d::ImportOpenKbpCommand>(a, u3d::import_openkbp_command);
   a->add_option("--source", c.source, "provided-data folder or a folder of pt_* folders")->required();
@@ -79,7 +79,7 @@ void add_openkbp(CLI::App* import, Commands& commands) {
   a->add_option("--split", c.split, "Split name for a plain folder of pt_* folders")->capture_default_str();
 }
 
-void add_dicom(CLI::App* import, Commands& commands) {  // docs/dicom.md
+void add_import_dicom(CLI::App* import, Commands& commands) {  // docs/dicom.md
   auto* a =
       import->add_subcommand("dicom", "DICOM / DICOM-RT folder tree (CT or MR series, RT Structure Set, RT Dose)");
   auto& c = commands.add<u3d::ImportDicomCommand>(a, u3d::import_dicom_command);
@@ -97,7 +97,7 @@ void add_dicom(CLI::App* import, Commands& commands) {  // docs/dicom.md
   add_force(a, c.force);
 }
 
-void add_images(CLI::App* import, Commands& commands) {  // docs/slices.md
+void add_import_images(CLI::App* import, Commands& commands) {  // docs/slices.md
   auto* a = import->add_subcommand(
       "images", "Folders of 2D PNG/TIFF slices and masks paired by name, stacked into one case per patient");
   auto& c = commands.add<u3d::ImportImagesCommand>(a, u3d::import_images_command);
@@ -124,12 +124,12 @@ void add_images(CLI::App* import, Commands& commands) {  // docs/slices.md
 void add_import_commands(CLI::App& app, Commands& commands) {
   auto* import = app.add_subcommand("import", "Convert external data into a dataset file (HDF5, format v1)");
   import->require_subcommand(1);
-  add_nnunet(import, commands);
-  add_nifti(import, commands);
-  add_tiff(import, commands);
-  add_openkbp(import, commands);
-  add_dicom(import, commands);
-  add_images(import, commands);
+  add_import_nnunet(import, commands);
+  add_import_nifti(import, commands);
+  add_import_tiff(import, commands);
+  add_import_openkbp(import, commands);
+  add_import_dicom(import, commands);
+  add_import_images(import, commands);
 }
 
 }  // namespace u3d_cli

@@ -2,7 +2,8 @@
 # ctest build.unity (label slow): the library and `trainer` compile as a unity build (CMake preset
 # quick, what scripts/quickstart.sh builds): sources of one room share a compiler run, so two files
 # that each define the same name in an anonymous namespace break it. Built in a temporary folder
-# (ccache as configured), about 5 minutes of both cores without a cache.
+# (ccache as configured) without optimisation or debug information (-O0 -g0: a clash is a front-end
+# error, and the optimiser and debug information are most of a build's time).
 #   tests/bundle/unity_build_test.sh SOURCE_DIR TORCH_VENV
 set -euo pipefail
 SRC="$(cd "$1" && pwd)"
@@ -10,7 +11,8 @@ VENV="${2:-}"
 [ -n "$VENV" ] && [ -x "$VENV/bin/python" ] || { echo "SKIP: no torch venv ($VENV)"; exit 77; }
 T="$(mktemp -d "${TMPDIR:-/tmp}/u3d-unity-build-XXXXXX")"
 trap 'rm -rf "$T"' EXIT
-cmake -S "$SRC" -B "$T/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DU3D_TORCH_VENV="$VENV" \
+cmake -S "$SRC" -B "$T/build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g0" \
+  -DU3D_TORCH_VENV="$VENV" \
   -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 > "$T/configure.log" 2>&1 ||
   { cat "$T/configure.log"; echo "FAIL: configure"; exit 1; }
 rc=0
