@@ -472,20 +472,10 @@ DicomImportSummary import_dicom(const DicomImportOptions& o, const fs::path& out
     throw DataError(
         fmt::format("{}: no patient could be imported: {}", o.source.string(), fmt::join(summary.skipped, "; ")));
   }
-  std::vector<std::string> train, val;
-  if (!labelled_ids.empty()) {
-    import_detail::split_cases(labelled_ids, o.val_fraction, o.seed, train, val);
-    writer.set_split("train", train);
-    if (!val.empty()) writer.set_split("val", val);
-  }
-  if (!test_ids.empty()) writer.set_split("test", test_ids);
-  writer.set_channel_normalization(normalization);
-  writer.commit();
+  import_detail::commit_import(writer, import_detail::labelled_splits(labelled_ids, test_ids, o.val_fraction, o.seed),
+                               normalization, summary);
   write_provenance(staged.path(), provenance);
   staged.commit();
-  summary.train = static_cast<int64_t>(train.size());
-  summary.val = static_cast<int64_t>(val.size());
-  summary.test = static_cast<int64_t>(test_ids.size());
   spdlog::info("import dicom: wrote {}: {} train / {} val / {} test cases, channels [{}]{}", out.string(),
                summary.train, summary.val, summary.test, fmt::join(info.channel_names, ", "),
                summary.skipped.empty() ? "" : fmt::format(", {} patient(s) left out", summary.skipped.size()));
