@@ -8,14 +8,11 @@ set -euo pipefail
 BUILD="$(cd "$1" && pwd)"
 TORCH_LIB="$2"
 VENV_PY="${3:-}"
-SRC="$(cd "$(dirname "$0")/../.." && pwd)"
-T="$(mktemp -d "${TMPDIR:-/tmp}/u3d-bundle-test-XXXXXX")"
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-step() { echo "--- $*"; }
+source "$(dirname "$0")/../support/shell_test.sh"
+scratch_folder bundle-test
 
 step "scripts/bundle.sh --no-build"
-tar_path="$(U3D_BUILD_DIR="$BUILD" "$SRC/scripts/bundle.sh" --no-build --out "$T/dist" | tail -n1)"
+tar_path="$(bundle_tarball "$BUILD" "$T/dist")"
 [ -f "$tar_path" ] || fail "bundle.sh printed no tarball ($tar_path)"
 size=$(stat -c %s "$tar_path")
 echo "bundle: $(basename "$tar_path"), $size bytes ($((size / 1024 / 1024)) MiB)"

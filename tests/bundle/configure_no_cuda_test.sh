@@ -7,16 +7,15 @@
 # CUDACXX and CUDAToolkit_ROOT unset. Skipped (77) where no mount namespace can be made (not root).
 #   tests/bundle/configure_no_cuda_test.sh SOURCE_DIR TORCH_VENV
 set -euo pipefail
-SRC="$(cd "$1" && pwd)"
+source "$(dirname "$0")/../support/shell_test.sh"
 VENV="${2:-}"
-[ -n "$VENV" ] && [ -x "$VENV/bin/python" ] || { echo "SKIP: no torch venv ($VENV)"; exit 77; }
+need_venv "$VENV"
 if ! ls "$VENV"/lib/python3*/site-packages/nvidia/cu13/bin/nvcc > /dev/null 2>&1; then
   echo "FAIL: no nvcc from PyPI in $VENV (scripts/setup.sh installs nvidia-cuda-nvcc there)"
   exit 1
 fi
 unshare -m --propagation private true 2> /dev/null || { echo "SKIP: no private mount namespace here (needs root)"; exit 77; }
-T="$(mktemp -d "${TMPDIR:-/tmp}/u3d-configure-no-cuda-XXXXXX")"
-trap 'rm -rf "$T"' EXIT
+scratch_folder configure-no-cuda
 cat > "$T/hidden.sh" << 'SH'
 set -eu
 for d in /usr/local/cuda* /usr/lib/nvidia-cuda-toolkit; do

@@ -4,11 +4,10 @@
 # with call stacks: CMAKE_CUDA_ARCHITECTURES and kineto; cmake/U3dTorch.cmake answers both).
 #   tests/bundle/configure_test.sh SOURCE_DIR TORCH_VENV
 set -euo pipefail
-SRC="$(cd "$1" && pwd)"
+source "$(dirname "$0")/../support/shell_test.sh"
 VENV="${2:-}"
-[ -n "$VENV" ] && [ -x "$VENV/bin/python" ] || { echo "SKIP: no torch venv ($VENV)"; exit 77; }
-T="$(mktemp -d "${TMPDIR:-/tmp}/u3d-configure-test-XXXXXX")"
-trap 'rm -rf "$T"' EXIT
+need_venv "$VENV"
+scratch_folder configure-test
 rc=0
 cmake -S "$SRC" -B "$T/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DU3D_TORCH_VENV="$VENV" > "$T/log" 2>&1 || rc=$?
 [ "$rc" = 0 ] || { cat "$T/log"; echo "FAIL: configure exit $rc"; exit 1; }

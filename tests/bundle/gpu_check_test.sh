@@ -13,12 +13,9 @@
 set -euo pipefail
 BUILD="$(cd "$1" && pwd)"
 PY="${2:-python3}"
-SRC="$(cd "$(dirname "$0")/../.." && pwd)"
-T="$(mktemp -d "${TMPDIR:-/tmp}/u3d-gpu-check-test-XXXXXX")"
-pid=""
-trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$T"' EXIT
+source "$(dirname "$0")/../support/shell_test.sh"
+scratch_folder gpu-check-test
 export U3D_BUILD_DIR="$BUILD" U3D_PYTHON="$PY"
-fail() { echo "FAIL: $*"; exit 1; }
 
 echo "== 1. the rehearsal: --deadline 60"
 rc=0
@@ -35,14 +32,6 @@ cat "$T/plan.txt"
 python3 "$SRC/tests/bundle/gpu_check_report.py" plan "$T/plan.json" || fail "the plan"
 
 echo "== 3. SIGKILL while section 4 runs (a training run of the kill-and-resume rehearsal)"
-"$SRC/scripts/gpu-check.sh" --deadline 60 --report "$T/k" --work "$T/wk" > "$T/k.log" 2>&1 &
-pid=$!
-python3 "$SRC/tests/bundle/gpu_check_report.py" wait "$T/k" 4 60 || { cat "$T/k.log"; fail "section 4 never ran"; }
-sleep 0.5  # a command of section 4 is running now
-kill -9 "$pid"
-wait "$pid" 2>/dev/null || true
-pid=""
-sleep 1
-python3 "$SRC/tests/bundle/gpu_check_report.py" alive "$T/wk" || fail "the killed check left processes"
+kill_during 4 60 "$T/k" "$T/wk" "$T/k.log" "$SRC/scripts/gpu-check.sh" --deadline 60 --report "$T/k" --work "$T/wk"
 python3 "$SRC/tests/bundle/gpu_check_report.py" killed "$T/k" 4 || fail "the killed check's report"
 echo "PASS (rehearsal ${took} s)"

@@ -5,10 +5,8 @@
 #   tests/bundle/install_test.sh BUILD_DIR
 set -euo pipefail
 BUILD="$(cd "$1" && pwd)"
-SRC="$(cd "$(dirname "$0")/../.." && pwd)"
-T="$(mktemp -d "${TMPDIR:-/tmp}/u3d-install-test-XXXXXX")"
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/../support/shell_test.sh"
+scratch_folder install-test
 install() { U3D_BUILD_DIR="$BUILD" PATH="/usr/bin:/bin" "$SRC/scripts/install.sh" --prefix "$T/prefix"; }
 
 install | tee "$T/out.txt"

@@ -6,11 +6,10 @@
 # error, and the optimiser and debug information are most of a build's time).
 #   tests/bundle/unity_build_test.sh SOURCE_DIR TORCH_VENV
 set -euo pipefail
-SRC="$(cd "$1" && pwd)"
+source "$(dirname "$0")/../support/shell_test.sh"
 VENV="${2:-}"
-[ -n "$VENV" ] && [ -x "$VENV/bin/python" ] || { echo "SKIP: no torch venv ($VENV)"; exit 77; }
-T="$(mktemp -d "${TMPDIR:-/tmp}/u3d-unity-build-XXXXXX")"
-trap 'rm -rf "$T"' EXIT
+need_venv "$VENV"
+scratch_folder unity-build
 cmake -S "$SRC" -B "$T/build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g0" \
   -DU3D_TORCH_VENV="$VENV" \
   -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 > "$T/configure.log" 2>&1 ||

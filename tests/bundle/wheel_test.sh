@@ -9,16 +9,13 @@
 set -euo pipefail
 BUILD="$(cd "$1" && pwd)"
 VENV_PY="${2:-}"
-SRC="$(cd "$(dirname "$0")/../.." && pwd)"
 [ -n "$VENV_PY" ] && [ -x "$VENV_PY" ] || { echo "SKIP: no torch venv python ($VENV_PY)"; exit 77; }
 "$VENV_PY" -c 'import wheel' 2>/dev/null || { echo "SKIP: no 'wheel' package in $VENV_PY (scripts/setup.sh)"; exit 77; }
-T="$(mktemp -d "${TMPDIR:-/tmp}/u3d-wheel-test-XXXXXX")"
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-step() { echo "--- $*"; }
+source "$(dirname "$0")/../support/shell_test.sh"
+scratch_folder wheel-test
 
 step "scripts/bundle.sh --no-build, scripts/wheel.sh"
-tar_path="$(U3D_BUILD_DIR="$BUILD" "$SRC/scripts/bundle.sh" --no-build --out "$T/dist" | tail -n1)"
+tar_path="$(bundle_tarball "$BUILD" "$T/dist")"
 whl="$(U3D_TORCH_VENV="$(cd "$(dirname "$VENV_PY")/.." && pwd)" "$SRC/scripts/wheel.sh" --bundle "$tar_path" \
   --out "$T/dist" | tail -n1)"
 [ -f "$whl" ] || fail "wheel.sh printed no wheel ($whl)"

@@ -12,12 +12,9 @@ set -euo pipefail
 BUILD="$(cd "$1" && pwd)"
 SHARED="$2"
 PY="${3:-python3}"
-SRC="$(cd "$(dirname "$0")/../.." && pwd)"
-T="$(mktemp -d "${TMPDIR:-/tmp}/u3d-workflows-test-XXXXXX")"
-pid=""
-trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$T"' EXIT
+source "$(dirname "$0")/../support/shell_test.sh"
+scratch_folder workflows-test
 export U3D_BUILD_DIR="$BUILD" U3D_PYTHON="$PY"
-fail() { echo "FAIL: $*"; exit 1; }
 sample="$SHARED/openkbp-sample.tar.xz"
 has_sample=1
 [ -f "$sample" ] || { echo "no $sample: section 11 is left out"; has_sample=0; }
@@ -40,14 +37,7 @@ cat "$T/plan.txt"
 python3 "$SRC/tests/bundle/workflows_report.py" plan "$T/plan.json" || fail "the plan"
 
 echo "== 3. SIGKILL while section 12 (2D slices) runs"
-"$SRC/scripts/bench/workflows.sh" --deadline 300 --report "$T/k" --work "$T/wk" --only 1,slices > "$T/k.log" 2>&1 &
-pid=$!
-python3 "$SRC/tests/bundle/gpu_check_report.py" wait "$T/k" 12 120 || { cat "$T/k.log"; fail "section 12 never ran"; }
-sleep 0.5
-kill -9 "$pid"
-wait "$pid" 2>/dev/null || true
-pid=""
-sleep 1
-python3 "$SRC/tests/bundle/gpu_check_report.py" alive "$T/wk" || fail "the killed run left processes"
+kill_during 12 120 "$T/k" "$T/wk" "$T/k.log" \
+  "$SRC/scripts/bench/workflows.sh" --deadline 300 --report "$T/k" --work "$T/wk" --only 1,slices
 python3 "$SRC/tests/bundle/workflows_report.py" killed "$T/k" 12 || fail "the killed run's report"
 echo "PASS (rehearsal ${took} s)"

@@ -4,16 +4,15 @@
 # sets BUILD (the build folder), PY (the Python, default python3) and SRC (the source tree); exits
 # 77 (skipped) when PY has no torch; else makes the scratch folder T (u3d-NAME-*, removed on exit)
 # and enters it.
+source "$(dirname "${BASH_SOURCE[0]}")/shell_test.sh"
 torch_test_setup() {
   BUILD="$(cd "$2" && pwd)"
   PY="${3:-python3}"
-  SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
   if ! "$PY" -c "import torch" 2>/dev/null; then
     echo "SKIP: no torch in $PY"
     exit 77
   fi
-  T="$(mktemp -d "${TMPDIR:-/tmp}/u3d-$1-XXXXXX")"
-  trap 'rm -rf "$T"' EXIT
+  scratch_folder "$1"
   cd "$T"
 }
 
