@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -15,11 +16,15 @@ namespace u3d_cli {
 class Commands {
  public:
   // A command's options live in a `C` owned by the table; `run` is called with it when `app` was parsed.
+  // The subcommand `name` of `parent` and its options `C`, owned by the table; `run` is called with
+  // them when the subcommand was parsed.
   template <class C>
-  C& add(CLI::App* app, int (*run)(const C&)) {
+  std::pair<CLI::App*, C&> add(CLI::App& parent, const std::string& name, const std::string& description,
+                               int (*run)(const C&)) {
+    CLI::App* app = parent.add_subcommand(name, description);
     auto options = std::make_shared<C>();
     leaves_.emplace_back(app, [options, run] { return run(*options); });
-    return *options;
+    return {app, *options};
   }
   void add(CLI::App* app, std::function<int()> run) { leaves_.emplace_back(app, std::move(run)); }
   // What runs the parsed command; nullptr when none of the table was given (a run form, or nothing).

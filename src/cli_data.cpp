@@ -7,8 +7,8 @@
 namespace u3d_cli {
 
 void add_synth_command(CLI::App& app, Commands& commands) {
-  auto* a = app.add_subcommand("synth", "Make a phantom dataset (HDF5, format v1)");
-  auto& c = commands.add<u3d::SynthCommand>(a, u3d::synth_command);
+  auto [a, c] =
+      commands.add<u3d::SynthCommand>(app, "synth", "Make a phantom dataset (HDF5, format v1)", u3d::synth_command);
   a->add_option("--task", c.task, "dose | segmentation | surface | kits (KiTS19-like CT, 1.6 mm, varied sizes)")
       ->capture_default_str();
   a->add_option("--cases", c.cases, "Number of cases")
@@ -28,17 +28,18 @@ void add_synth_command(CLI::App& app, Commands& commands) {
 }
 
 void add_check_data_command(CLI::App& app, Commands& commands) {
-  auto* a = app.add_subcommand("check-data", "Read every case of a dataset in full and report every problem");
-  auto& c = commands.add<u3d::CheckDataCommand>(a, u3d::check_data_command);
+  auto [a, c] = commands.add<u3d::CheckDataCommand>(
+      app, "check-data", "Read every case of a dataset in full and report every problem", u3d::check_data_command);
   a->add_option("file", c.file, "Dataset file (HDF5, format v1)")->required();
   a->add_option("--split", c.split, "Check only this split's cases");
   add_threads(a, c.threads, "Reader threads; 0: cores - 1");
 }
 
 void add_plan_command(CLI::App& app, Commands& commands) {
-  auto* a = app.add_subcommand(
-      "plan", "Plan an experiment for a dataset: fingerprint, spacing, network, patch and batch for the GPU memory");
-  auto& c = commands.add<u3d::PlanCommand>(a, u3d::plan_command);
+  auto [a, c] = commands.add<u3d::PlanCommand>(
+      app, "plan",
+      "Plan an experiment for a dataset: fingerprint, spacing, network, patch and batch for the GPU memory",
+      u3d::plan_command);
   a->add_option("data", c.data, "Dataset file (HDF5, format v1)")->required();
   a->add_option("--gpu-memory", c.gpu_memory_gib,
                 "GPU memory budget in GiB (memory model); default 80 (--memory-model nnunet: 8)")
@@ -66,9 +67,10 @@ void add_plan_command(CLI::App& app, Commands& commands) {
 }
 
 void add_cascade_command(CLI::App& app, Commands& commands) {
-  auto* a = app.add_subcommand(
-      "cascade", "Add the first stage's (3d_lowres) segmentations to a dataset as input channels (nnU-Net's cascade)");
-  auto& c = commands.add<u3d::CascadeCommand>(a, u3d::cascade_command);
+  auto [a, c] = commands.add<u3d::CascadeCommand>(
+      app, "cascade",
+      "Add the first stage's (3d_lowres) segmentations to a dataset as input channels (nnU-Net's cascade)",
+      u3d::cascade_command);
   a->add_option("--previous", c.previous, "The first stage's experiment folder (runs/NAME_lowres)")->required();
   a->add_option("--data", c.data, "The full-resolution dataset (.h5)")->required();
   a->add_option("--out", c.out, "The second stage's dataset (.h5)")->required();

@@ -29,16 +29,16 @@ void add_nifti_common(CLI::App* a, u3d::ImportCommon& c) {
 }
 
 void add_import_nnunet(CLI::App* import, Commands& commands) {
-  auto* a =
-      import->add_subcommand("nnunet", "nnU-Net v2 raw dataset (dataset.json, imagesTr, labelsTr, imagesTs; NIfTI)");
-  auto& c = commands.add<u3d::ImportNnunetCommand>(a, u3d::import_nnunet_command);
+  auto [a, c] = commands.add<u3d::ImportNnunetCommand>(
+      *import, "nnunet", "nnU-Net v2 raw dataset (dataset.json, imagesTr, labelsTr, imagesTs; NIfTI)",
+      u3d::import_nnunet_command);
   a->add_option("--source", c.source, "DatasetXXX_Name folder")->required();
   add_nifti_common(a, c.common);
 }
 
 void add_import_nifti(CLI::App* import, Commands& commands) {
-  auto* a = import->add_subcommand("nifti", "Plain folders of NIfTI images and labels");
-  auto& c = commands.add<u3d::ImportNiftiCommand>(a, u3d::import_nifti_command);
+  auto [a, c] = commands.add<u3d::ImportNiftiCommand>(*import, "nifti", "Plain folders of NIfTI images and labels",
+                                                      u3d::import_nifti_command);
   a->add_option("--images", c.images, "Folder of images (.nii.gz, .nii)")->required();
   a->add_option("--labels", c.labels, "Folder of <case>.nii.gz label files (optional)");
   a->add_option("--channel-suffixes", c.channel_suffixes,
@@ -51,9 +51,9 @@ void add_import_nifti(CLI::App* import, Commands& commands) {
 }
 
 void add_import_tiff(CLI::App* import, Commands& commands) {
-  auto* a = import->add_subcommand(
-      "tiff", "Folders of 3D TIFF volumes (multi-page, one page per slice), images and labels paired by name");
-  auto& c = commands.add<u3d::ImportTiffCommand>(a, u3d::import_tiff_command);
+  auto [a, c] = commands.add<u3d::ImportTiffCommand>(
+      *import, "tiff", "Folders of 3D TIFF volumes (multi-page, one page per slice), images and labels paired by name",
+      u3d::import_tiff_command);
   a->add_option("--images", c.images, "Folder of images (.tif, .tiff)")->required();
   a->add_option("--labels", c.labels, "Folder of label volumes named as the images (optional)");
   a->add_option("--out", c.common.out, kOutDoc)->required();
@@ -70,8 +70,8 @@ void add_import_tiff(CLI::App* import, Commands& commands) {
 }
 
 void add_import_openkbp(CLI::App* import, Commands& commands) {
-  auto* a = import->add_subcommand("openkbp", "OpenKBP CSV folders (provided-data or pt_* folders)");
-  auto& c = commands.add<u3d::ImportOpenKbpCommand>(a, u3d::import_openkbp_command);
+  auto [a, c] = commands.add<u3d::ImportOpenKbpCommand>(
+      *import, "openkbp", "OpenKBP CSV folders (provided-data or pt_* folders)", u3d::import_openkbp_command);
   a->add_option("--source", c.source, "provided-data folder or a folder of pt_* folders")->required();
   a->add_option("--out", c.out, kOutDoc)->required();
   add_force(a, c.force);
@@ -80,9 +80,9 @@ void add_import_openkbp(CLI::App* import, Commands& commands) {
 }
 
 void add_import_dicom(CLI::App* import, Commands& commands) {  // docs/dicom.md
-  auto* a =
-      import->add_subcommand("dicom", "DICOM / DICOM-RT folder tree (CT or MR series, RT Structure Set, RT Dose)");
-  auto& c = commands.add<u3d::ImportDicomCommand>(a, u3d::import_dicom_command);
+  auto [a, c] = commands.add<u3d::ImportDicomCommand>(
+      *import, "dicom", "DICOM / DICOM-RT folder tree (CT or MR series, RT Structure Set, RT Dose)",
+      u3d::import_dicom_command);
   a->add_option("--source", c.source, "Folder of DICOM files (any depth, any names)")->required();
   a->add_option("--out", c.out, kOutDoc)->required();
   a->add_option("--task", c.task, "dose (RT Dose target) or segmentation (label map)")->capture_default_str();
@@ -98,9 +98,9 @@ void add_import_dicom(CLI::App* import, Commands& commands) {  // docs/dicom.md
 }
 
 void add_import_images(CLI::App* import, Commands& commands) {  // docs/slices.md
-  auto* a = import->add_subcommand(
-      "images", "Folders of 2D PNG/TIFF slices and masks paired by name, stacked into one case per patient");
-  auto& c = commands.add<u3d::ImportImagesCommand>(a, u3d::import_images_command);
+  auto [a, c] = commands.add<u3d::ImportImagesCommand>(
+      *import, "images", "Folders of 2D PNG/TIFF slices and masks paired by name, stacked into one case per patient",
+      u3d::import_images_command);
   auto& o = c.options;
   a->add_option("--images", o.images, "Folder of slices (.png, .tif, .tiff)")->required();
   a->add_option("--labels", o.labels, "Folder of masks (default: beside the images)");

@@ -6,9 +6,9 @@
 namespace u3d_cli {
 
 void add_export_command(CLI::App& app, Commands& commands) {
-  auto* a = app.add_subcommand(
-      "export", "Write a run's checkpoint as model.safetensors, model.pt, model.ts (and model.onnx) for PyTorch");
-  auto& c = commands.add<u3d::ExportCommand>(a, u3d::export_command);
+  auto [a, c] = commands.add<u3d::ExportCommand>(
+      app, "export", "Write a run's checkpoint as model.safetensors, model.pt, model.ts (and model.onnx) for PyTorch",
+      u3d::export_command);
   a->add_option("run_dir", c.run_dir, "Run folder (<output_dir>/<name>)")->required();
   a->add_option("--checkpoint", c.checkpoint, "best, last or a checkpoint path")->capture_default_str();
   a->add_option("--format", c.formats,
@@ -20,8 +20,8 @@ void add_export_command(CLI::App& app, Commands& commands) {
 }
 
 void add_plot_command(CLI::App& app, Commands& commands) {
-  auto* a = app.add_subcommand("plot", "Draw <run>/progress.png and .svg from metrics.csv");
-  auto& c = commands.add<u3d::PlotCommand>(a, u3d::plot_command);
+  auto [a, c] = commands.add<u3d::PlotCommand>(app, "plot", "Draw <run>/progress.png and .svg from metrics.csv",
+                                               u3d::plot_command);
   a->add_option("run_dir", c.run_dir, "Run folder")->required();
   a->add_option("--out", c.out, "PNG file (default <run>/progress.png; the .svg beside it)");
 }
