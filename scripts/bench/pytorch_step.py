@@ -5,6 +5,7 @@ on the same GPU (scripts/bench/compare.py).
 --arch openkbp (default): the same network as model.architecture: openkbp_baseline (the challenge's
 provided U-Net), same step: MAE loss without a mask (run the trainer with training.loss=l1 to
 match), AdamW (fused), bf16 autocast, channels_last_3d, cudnn.benchmark.
+The networks are scripts/python/u3d_model's (the C++ module names; build() below).
 --arch unet: model.architecture: unet as src/model/unet.cpp builds it (the nnU-Net-like network of
 configs/segmentation_nnunet_like.yaml by default: --levels/--base-filters/... mirror the model.*
 keys), with the trainer's segmentation step: deep supervision (weights 1/2^i, the coarsest 0,
@@ -26,21 +27,26 @@ PyTorch is a benchmark here, never a dependency of the trainer.
         --activation relu --deep-supervision 0 --out-channels 1 --loss bce_dice --optimizer adamw --lr 1e-3 \
         --weight-decay 1e-4 --grad-clip-norm 0 --size 256 --batch 16   # the slice user's 2D U-Net (unet2d)
 
---arch mlperf_unet3d: the MLPerf Training 3D U-Net (model.preset mlperf_unet3d), the network of
-scripts/python/u3d_model.py (MlperfUNet3d: the reference's layers and names) with the unet step
+--arch resenc: model.architecture resenc_unet (nnU-Net's residual-encoder U-Net) with the unet step;
+--blocks-per-level as model.blocks_per_level (default nnU-Net's 1, 3, 4, 6, 6, 6, ...).
+--arch mlperf_unet3d: the MLPerf Training 3D U-Net (model.preset mlperf_unet3d), u3d_model's
+MlperfUNet3d (the reference's layers and names) with the unet step
 above and the MLPerf recipe's defaults (3 classes, no deep supervision, SGD lr 0.8, momentum 0.9,
 no weight decay, no clipping); --levels/--base-filters/--max-filters/--kernel-size/--norm apply.
 """
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from pytorch_nets import OpenKbpBaseline, ResEncUNet, UNet  # the networks, beside this file
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import u3d_model  # noqa: E402  (scripts/python/u3d_model: the one PyTorch copy of the trainer's networks)
 
 
 def soft_dice_loss(logits, labels, smooth=1e-5):
@@ -99,17 +105,6 @@ def deep_supervision_loss(outs, labels, weights):
     return total
 
 
-def build_mlperf(args):
-    """The MLPerf 3D U-Net of scripts/python/u3d_model.py (the trainer's mlperf_unet3d)."""
-    import os
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-    import u3d_model
-    cfg = {"architecture": "mlperf_unet3d", "levels": args.levels, "base_filters": args.base_filters,
-           "max_filters": args.max_filters, "kernel_size": args.kernel_size, "norm": args.norm, "activation": "relu"}
-    return u3d_model.build(cfg, args.in_channels or 1, args.out_channels).train()
-
-
 MLPERF_DEFAULTS = {"out_channels": 3, "deep_supervision": 0, "lr": 0.8, "momentum": 0.9, "weight_decay": 0.0,
                    "grad_clip_norm": 0.0}  # configs/mlperf_unet3d.yaml, unless given on the command line
 
@@ -119,14 +114,32 @@ def in_channels(args):
     return args.in_channels or (11 if args.arch == "openkbp" else 1)
 
 
-def build(args):
-    if args.arch == "mlperf_unet3d":
-        return build_mlperf(args)
+ARCHITECTURES = {"unet": "unet", "resenc": "resenc_unet", "openkbp": "openkbp_baseline",
+                 "mlperf_unet3d": "mlperf_unet3d"}
+
+
+def model_keys(args):
+    """The model.* keys of the network --arch and the options describe (u3d_model's config)."""
     if args.arch == "openkbp":
-        return OpenKbpBaseline(args.in_channels or 11, args.filters)
-    if args.arch == "resenc":
-        return ResEncUNet(args.in_channels or 1, args.out_channels, args)
-    return UNet(args.in_channels or 1, args.out_channels, args)
+        return {"architecture": "openkbp_baseline", "base_filters": args.filters}
+    cfg = {"architecture": ARCHITECTURES[args.arch], "levels": args.levels, "base_filters": args.base_filters,
+           "max_filters": args.max_filters, "kernel_size": args.kernel_size, "norm": args.norm}
+    if args.arch == "mlperf_unet3d":
+        return dict(cfg, activation="relu")
+    blocks = [int(b) for b in args.blocks_per_level.split(",")] if args.blocks_per_level else []
+    # (D, H, W) triples; --dims 2 takes (H, W) pairs (compare.py drops the slice axis): 1 on D
+    stages = lambda lst: [(1,) + t if len(t) == 2 else t for t in lst or []]
+    return dict(cfg, dims=args.dims, convs_per_level=args.convs_per_level, blocks_per_level=blocks,
+                kernel_sizes=stages(args.kernel_list), strides=stages(args.stride_list), activation=args.activation,
+                negative_slope=args.negative_slope, dropout=args.dropout,
+                deep_supervision=bool(args.deep_supervision), activation_checkpointing=args.checkpointing)
+
+
+def build(args):
+    """The trainer's network for --arch and the options (scripts/python/u3d_model: the C++ module names,
+    initialised as the C++ constructors do), in training mode."""
+    out = 1 if args.arch == "openkbp" else args.out_channels
+    return u3d_model.build(model_keys(args), in_channels(args), out).train()
 
 
 def conv_flops(model, x):
@@ -244,8 +257,7 @@ def run(variant, args):
         "gpu": torch.cuda.get_device_name(0) if dev.type == "cuda" else None,
         "precision": args.precision, "channels_last": args.channels_last, "batch": args.batch,
         "patch": list(args.shape) if nd == 3 else [1] + list(args.shape), "dims": nd,
-        "architecture": {"unet": "unet", "resenc": "resenc_unet", "openkbp": "openkbp_baseline",
-                         "mlperf_unet3d": "mlperf_unet3d"}[args.arch],
+        "architecture": ARCHITECTURES[args.arch],
         "accumulate_steps": args.accumulate, "activation_checkpointing": args.checkpointing,
         "filters": args.filters if args.arch == "openkbp" else args.base_filters, "in_channels": in_channels(args),
         "out_channels": 1 if args.arch == "openkbp" else args.out_channels, "steps": args.steps,
@@ -328,6 +340,8 @@ def parse_args(argv=None, parser=None):
     args.kernel_list, args.stride_list = stages(args.kernel_sizes), stages(args.strides)
     if (args.kernel_list or args.stride_list) and args.arch != "unet":
         raise SystemExit("--kernel-sizes / --strides: --arch unet only")
+    if any(lst and len(lst) != args.levels for lst in (args.kernel_list, args.stride_list)):
+        raise SystemExit(f"--kernel-sizes/--strides: expected {args.levels} stages (--levels)")
     if args.arch == "mlperf_unet3d":
         given = {a.split("=", 1)[0].lstrip("-").replace("-", "_") for a in argv if a.startswith("--")}
         for key, value in MLPERF_DEFAULTS.items():
@@ -341,11 +355,7 @@ def main():
     if args.params_only:
         torch.manual_seed(0)
         m = build(args)
-        x = torch.zeros(1, in_channels(args), *args.shape)
-        try:
-            flops = conv_flops(m, x)
-        except ValueError:  # PyTorch's instance norm refuses a 1-voxel bottleneck (LibTorch's does not)
-            flops = None
+        flops = conv_flops(m, torch.zeros(1, in_channels(args), *args.shape))
         print(json.dumps({"benchmark": "params", "architecture": args.arch,
                           "parameters": sum(p.numel() for p in m.parameters() if p.requires_grad),
                           "forward_flops_per_sample": flops}))

@@ -5,8 +5,11 @@
 
 #include "u3d/data/batch_source.h"
 #include "u3d/data/finalize.h"
-#include "u3d/data/loader.h"
 #include "u3d/data/sampler.h"
+
+namespace u3d {
+struct LoaderOptions;  // loader.h; declared only, as loader.cpp includes this header
+}  // namespace u3d
 
 namespace u3d::loader_detail {
 

@@ -6,6 +6,7 @@
 
 #include "batch_sources.h"
 #include "u3d/data/device_sampler.h"
+#include "u3d/data/loader.h"
 
 namespace u3d::loader_detail {
 namespace {

@@ -20,6 +20,7 @@
 #include "u3d/core/errors.h"
 #include "u3d/core/input_limits.h"
 #include "u3d/core/run.h"
+#include "u3d/data/loader.h"
 
 namespace u3d::loader_detail {
 namespace {

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # ctest slices.mirror (label integration): the 2D U-Net (model.dims 2, issue 37) is the network its
 # PyTorch build says it is. (1) model.preset unet2d with one output channel against the slice user's
-# published layer list (scripts/bench/pytorch_nets.py BudaUNet2d: max-pooling, 7,762,465 parameters)
-# and against pytorch_step.py --arch unet --dims 2 (the trainer's 2D network in torch.nn): parameter
+# published layer list (tests/python/buda_reference.py BudaUNet2d: max-pooling, 7,762,465 parameters)
+# and against pytorch_step.py --arch unet --dims 2 (the trainer's 2D network in torch.nn, from
+# scripts/python/u3d_model): parameter
 # counts equal, and FLOPs equal to pytorch_step.py's; (2) a few tiny 2D configurations the same way;
 # (3) compare.py runs both steps on a 2D config (eager, CPU) and reports the same network; (4)
 # profile_step.py profiles that 2D step (any pytorch_step.py network, not only the OpenKBP baseline):
-# its recorded steps, and convolution and batch-norm ops among its top entries.
+# its recorded steps, and convolution and batch-norm ops among its top entries; (5) a one-step 2D run
+# exported: pytorch_step.py --dims 2 builds a network with the export's parameter names and shapes.
 # Exit 77 (skipped) without a Python that has torch.
 #   tests/bundle/slices_mirror_test.sh BUILD_DIR [VENV_PYTHON]
 set -euo pipefail
@@ -15,10 +17,7 @@ torch_test_setup slices-mirror "$@"
 "$BUILD/trainer" synth --task segmentation --cases 2 --size 8,64,64 --seed 0 --out seg.h5 >/dev/null 2>&1
 fail=0
 # the slice user's network: one output channel (the trainer's 2-class softmax has one more head row)
-buda="$("$PY" -c "
-import sys; sys.path.insert(0, '$SRC/scripts/bench')
-from pytorch_nets import BudaUNet2d
-print(sum(p.numel() for p in BudaUNet2d(1, 1).parameters()))")"
+buda="$("$PY" "$SRC/tests/python/buda_reference.py")"
 # levels base max convs patch out_channels(pytorch side; the dataset has 4 classes)
 while read -r levels base max convs patch preset; do
   sets=(--set training.device=cpu --set data.path="$T/seg.h5" --set data.batch_size=1 --set data.patch_size="$patch")
@@ -66,5 +65,10 @@ print("profile_step.py, 2D U-Net: %d profiled steps, %.2f ms per step, top: %s" 
 assert d["profiled_steps"] == 2 and d["steps"] == 2, d
 assert "convolution" in names and "batch_norm" in names, names
 ' || { echo "FAIL: profile_step.py on the 2D step"; fail=1; }
+same_names_as_export unet2d "--arch unet --dims 2 --levels 3 --base-filters 2 --max-filters 8 --norm batch
+  --activation relu --deep-supervision 0 --size 32 --in-channels 1 --out-channels 3" \
+  --config "$SRC/configs/slices_2d.yaml" --set training.device=cpu --set data.path="$T/seg.h5" \
+  --set data.patch_size=[1,32,32] --set model.levels=3 --set model.base_filters=2 --set model.max_filters=8 \
+  --set data.batch_size=2 || fail=1
 [ "$fail" = 0 ] && echo PASS
 exit "$fail"

@@ -5,7 +5,8 @@
 # configurations of configs/segmentation_nnunet_like.yaml on the CPU, `trainer --benchmark` and
 # `pytorch_step.py --params-only` agree on the parameter count and on the forward FLOPs; then one
 # compare.py run (both steps, eager) must report parameters_equal and flops_equal, and one more with
-# anisotropic kernels, strides and patch.
+# anisotropic kernels, strides and patch; last, a one-step run of each architecture exported: the
+# network pytorch_step.py builds (scripts/python/u3d_model) has the export's parameter names and shapes.
 # Exit 77 (skipped) without a Python that has torch.
 #   tests/bundle/unet_mirror_test.sh BUILD_DIR [VENV_PYTHON]
 set -euo pipefail
@@ -39,8 +40,8 @@ done <<'ROWS'
 6 32 320 2 3 true 64
 ROWS
 # nnU-Net's residual-encoder U-Net (model.architecture resenc_unet, scripts/bench/pytorch_step.py
-# --arch resenc, built from nnU-Net's published ResEnc plans): nnU-Net always builds a segmentation
-# layer per decoder stage, so the trainer runs with deep supervision. The last row is the resenc_m
+# --arch resenc, defaults from nnU-Net's published ResEnc plans): nnU-Net always builds a segmentation
+# layer per decoder stage, so both run with deep supervision. The last row is the resenc_m
 # preset alone (a config with no other model key) at 64^3: 5 levels, 32..320 filters, blocks
 # 1,3,4,6,6. (The 6-level preset at 128^3 is checked by count in unit/train/memory_levers_test.cpp.)
 printf 'data: {path: %s/seg.h5, batch_size: 1, patch_size: 64}\nmodel: {preset: resenc_m, deep_supervision: true}\ntraining: {device: cpu, loss: dice_ce}\n' \
@@ -81,5 +82,13 @@ compare_same_network unet --config "$CFG" --set training.device=cpu --set data.p
   --set "data.patch_size=[8, 32, 32]" --set model.levels=3 --set model.base_filters=2 --set model.max_filters=8 \
   --set data.batch_size=1 --set "model.kernel_sizes=[[1, 3, 3], [1, 3, 3], [3, 3, 3]]" \
   --set "model.strides=[[1, 1, 1], [1, 2, 2], [2, 2, 2]]" || fail=1
+tiny=(--config "$CFG" --set training.device=cpu --set data.path="$T/seg.h5" --set data.batch_size=1
+      --set data.patch_size=16 --set model.levels=3 --set model.base_filters=4 --set model.max_filters=16
+      --set model.deep_supervision=true)
+same_names_as_export unet "--arch unet --levels 3 --base-filters 4 --max-filters 16 --size 16 --in-channels 1
+  --out-channels 4 --deep-supervision 1" "${tiny[@]}" || fail=1
+same_names_as_export resenc "--arch resenc --levels 3 --base-filters 4 --max-filters 16 --size 16 --in-channels 1
+  --out-channels 4 --blocks-per-level 1,2,2" "${tiny[@]}" --set model.architecture=resenc_unet \
+  --set "model.blocks_per_level=[1, 2, 2]" || fail=1
 [ "$fail" = 0 ] && echo PASS
 exit "$fail"

@@ -11,6 +11,12 @@ The rules:
     src/app/export_command.cpp include no u3d/train/ header;
   - a header private to a folder (a .h in src/<room>/) is included only from that folder, as
     "<name>.h", and what it names exists there; include/ and tests/ include no source-private header;
+  - no include loop inside a room: the "..." includes among the files of src/<room>/ and
+    include/u3d/<room>/ form no cycle (one line per loop, with its files);
+  - every .cpp/.h of src/, include/ and tests/ is as clang-format writes it (`clang-format --dry-run
+    --Werror`, one call; skipped with a note when clang-format is not on PATH);
+  - no import circle among the Python modules of scripts/ (in one folder or across folders: `import x`
+    of a module beside the file or, through sys.path, elsewhere in scripts/; `from .x import`);
   - README.md is a front page of at most 250 lines;
   - the Layout block (docs/layout.md, and README.md's "## Layout" when it has one) names only files that
     exist: a room row lists concepts of include/u3d/<room>/, every public header is listed in its room's
@@ -18,8 +24,14 @@ The rules:
 """
 import os
 import re
+import shutil
+import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cycles import cycles, files_under, read_lines  # noqa: E402  (beside this file)
+from python_imports import check_python_imports  # noqa: E402
 
 MAX_LINES = 500
 MAX_README_LINES = 250  # the front page (issue 52): what it is, install, a first run, where to read on
@@ -57,20 +69,6 @@ NARROWER = {
 PROJECT_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]u3d/([^/">]+)/')
 LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 SOURCE_SUFFIXES = (".h", ".hpp", ".cpp", ".cc", ".c")
-
-
-def files_under(root, top):
-    """Paths relative to root of every file below root/top, sorted."""
-    out = []
-    for folder, dirs, names in os.walk(os.path.join(root, top)):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        out += [os.path.relpath(os.path.join(folder, n), root) for n in names]
-    return sorted(p.replace(os.sep, "/") for p in out)
-
-
-def read_lines(root, path):
-    with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
-        return f.read().splitlines()
 
 
 def room_of(path):
@@ -158,48 +156,79 @@ def check(root):
     if os.path.isfile(readme) and len(read_lines(root, "README.md")) > MAX_README_LINES:
         findings.append(f"README.md: {len(read_lines(root, 'README.md'))} lines, over the front page's "
                         f"{MAX_README_LINES} (move the section into a page of docs/)")
+    findings += check_include_loops(root, sources)
     findings += check_layout(root)
     findings += check_python_imports(root)
+    findings += check_format(root)
     return findings
 
 
-def check_python_imports(root):
-    """No import circle among the Python modules of one folder of scripts/ (`from .b import`,
-    `from . import b`, `import b` of a sibling module, at any depth of the file: a lazy import inside
-    a function closes a circle too). One line per circle, in the order of its first module."""
+def concept_of(path):
+    """A file's concept: its room and name without the suffix (a header and its .cpp are one)."""
+    return f"{room_of(path)}/{os.path.splitext(path.rsplit('/', 1)[1])[0]}"
+
+
+def check_include_loops(root, sources):
+    """Include loops inside a room: the concepts of src/<room>/ and include/u3d/<room>/ (a header and
+    the .cpp of its name are one concept) with an edge for each "..." include of a file of one into a
+    header of another, the room's own "u3d/<room>/x.h" or a private "x.h" beside the file. One line per
+    strongly connected set, with its shortest loop from its first concept and the includes that make it."""
     findings = []
-    scripts = os.path.join(root, "scripts")
-    for folder, _, names in sorted(os.walk(scripts)):
-        modules = sorted(n[:-3] for n in names if n.endswith(".py"))
-        edges = {}
-        for m in modules:
-            with open(os.path.join(folder, m + ".py"), errors="replace") as f:
-                text = f.read()
-            found = set()
-            for other in modules:
-                if other == m or other == "__init__":
-                    continue
-                pattern = (rf"^\s*(from \.{other} import|from \. import .*\b{other}\b|import {other}\b|"
-                           rf"from {other} import)")
-                if re.search(pattern, text, re.M):
-                    found.add(other)
-            edges[m] = sorted(found)
-        seen = set()
-        rel = os.path.relpath(folder, root)
-        for start in modules:
-            stack = [(start, [start])]
-            while stack:
-                node, path = stack.pop()
-                for nxt in edges.get(node, []):
-                    if nxt == start:
-                        key = frozenset(path)
-                        if key not in seen:
-                            seen.add(key)
-                            findings.append(f"{rel}: import circle {' -> '.join(path + [start])} (move what both "
-                                            "need into a module that imports neither)")
-                    elif nxt not in path and nxt > start:
-                        stack.append((nxt, path + [nxt]))
+    existing = set(sources)
+    edges, why = {}, {}
+    for path in sources:
+        room = room_of(path)
+        if room is None or not path.endswith(SOURCE_SUFFIXES):
+            continue
+        here = concept_of(path)
+        edges.setdefault(here, set())
+        for line in read_lines(root, path):
+            m = LOCAL_INCLUDE.match(line)
+            if not m:
+                continue
+            name = m.group(1)
+            if name.startswith(f"u3d/{room}/"):
+                target = "include/" + name
+            elif "/" not in name and path.startswith("src/"):
+                target = os.path.dirname(path) + "/" + name
+            else:
+                continue
+            there = concept_of(target)
+            if target in existing and there != here:
+                edges[here].add(there)
+                why.setdefault((here, there), f"{path} includes {target}")
+    edges = {k: sorted(v) for k, v in edges.items()}
+    for comp, loop in cycles(sorted(edges), edges):
+        room = comp[0].split("/", 1)[0]
+        names = [c.split("/", 1)[1] for c in loop]
+        steps = "; ".join(why[(x, y)] for x, y in zip(loop, loop[1:]))
+        rest = f" (loop set of {len(comp)}: {', '.join(c.split('/', 1)[1] for c in comp)})" \
+            if len(comp) > len(loop) - 1 else ""
+        findings.append(f"{room}/: include loop {' -> '.join(names)}{rest}: {steps} (break it with a forward "
+                        "declaration, or move the include from the header to its .cpp)")
     return findings
+
+
+FORMAT_TOPS = ["src", "include", "tests"]
+FORMAT_SUFFIXES = (".cpp", ".h")
+
+
+def check_format(root):
+    """The .cpp/.h files under src/, include/ and tests/ that clang-format would change (one
+    `clang-format --dry-run --Werror` call); nothing when clang-format is not on PATH (main() notes it)."""
+    exe = shutil.which("clang-format")
+    if exe is None:
+        return []
+    files = [p for top in FORMAT_TOPS for p in files_under(root, top) if p.endswith(FORMAT_SUFFIXES)]
+    if not files:
+        return []
+    run = subprocess.run([exe, "--dry-run", "--Werror", *files], cwd=root, capture_output=True, text=True)
+    if run.returncode == 0:
+        return []
+    drift = sorted({m.group(1) for m in re.finditer(r"^(\S+?):\d+:\d+: error:", run.stderr, re.M)})
+    if not drift:
+        return [f"clang-format --dry-run --Werror failed: {run.stderr.strip().splitlines()[:1]}"]
+    return [f"{path}: not as clang-format writes it (clang-format -i {path}, or scripts/format.sh)" for path in drift]
 
 
 LAYOUT_PAGES = ["docs/layout.md", "README.md"]
@@ -283,7 +312,9 @@ def check_layout(root):
 def self_check():
     """The checker finds each kind of breach in a forged tree, and nothing in a clean one."""
     files = {
-        "src/core/text.cpp": '#include "u3d/core/text.h"\n',
+        "src/core/text.cpp": '#include "u3d/core/text.h"\n#include "u3d/core/files.h"\n',
+        "src/core/ugly.cpp": "int  z ;\n",
+        ".clang-format": "BasedOnStyle: Google\nColumnLimit: 120\nSortIncludes: Never\n",
         "src/core/long.cpp": "int x;\n" * (MAX_LINES + 1),
         "src/core/fits.cpp": "int y;\n" * MAX_LINES,
         "src/io/h5.cpp": '#include "u3d/core/files.h"\n#include "u3d/data/batch.h"\n',
@@ -304,13 +335,15 @@ def self_check():
         "tests/unit/data/cache_test.cpp": '#include "test_support.h"\n#include "../../../src/data/compact_case.h"\n',
         "README.md": "line\n" * (MAX_README_LINES + 1),
         "include/u3d/core/text.h": "#pragma once\n",
-        "include/u3d/core/files.h": "#pragma once\n",
+        "include/u3d/core/files.h": '#pragma once\n#include "u3d/core/text.h"\n',
         "scripts/pkg/__init__.py": "",
         "scripts/pkg/a.py": "from .b import run\n",
         "scripts/pkg/b.py": "def f():\n    from .a import g\n",
         "scripts/pkg/c.py": "from .b import f\n",
         "scripts/tool.py": "import helper\n",
         "scripts/helper.py": "import json\n",
+        "scripts/x/one.py": "import two\n",
+        "scripts/y/two.py": "import json\nimport one\n",
         "docs/layout.md": "# Layout\n\n```\ninclude/u3d/<room>/<concept>.h   headers:\n"
                           "  core/     text gone\n  data/     cache\n  train/    trainer\n"
                           "  io/       formats: h5\nsrc/      core/ main.cpp (a note: cli.h) missing.cpp\n```\n",
@@ -330,6 +363,9 @@ def self_check():
         "include/u3d/plan/planner.h:2: plan may not include u3d/train/ (it may include core, io, data, model, evaluate, plan)",
         "tests/unit/data/cache_test.cpp:2: includes \"../../../src/data/compact_case.h\", a source-private header",
         "README.md: 251 lines, over the front page's 250 (move the section into a page of docs/)",
+        "core/: include loop files -> text -> files: include/u3d/core/files.h includes include/u3d/core/text.h; "
+        "src/core/text.cpp includes include/u3d/core/files.h (break it with a forward declaration, or move the "
+        "include from the header to its .cpp)",
         "docs/layout.md: Layout lists core/gone, but include/u3d/core/gone.h does not exist",
         "docs/layout.md: Layout lists the room train/, which include/u3d/ does not have",
         "docs/layout.md: Layout lists train/trainer, but include/u3d/train/trainer.h does not exist",
@@ -338,8 +374,14 @@ def self_check():
         "docs/layout.md: Layout lists src/missing.cpp, which does not exist",
         "docs/layout.md: Layout's core/ row does not list files (include/u3d/core/files.h)",
         "docs/layout.md: Layout has no row for the room plan/ (include/u3d/plan/)",
-        "scripts/pkg: import circle a -> b -> a (move what both need into a module that imports neither)",
+        "scripts: import circle scripts/pkg/a.py -> scripts/pkg/b.py -> scripts/pkg/a.py (move what both need "
+        "into a module that imports neither)",
+        "scripts: import circle scripts/x/one.py -> scripts/y/two.py -> scripts/x/one.py (move what both need into "
+        "a module that imports neither)",
     ]
+    if shutil.which("clang-format"):
+        expected.append("src/core/ugly.cpp: not as clang-format writes it (clang-format -i src/core/ugly.cpp, or "
+                        "scripts/format.sh)")
     with tempfile.TemporaryDirectory() as root:
         for path, text in files.items():
             os.makedirs(os.path.join(root, os.path.dirname(path)), exist_ok=True)
@@ -351,7 +393,8 @@ def self_check():
         print("found:\n  " + "\n  ".join(found))
         print("expected:\n  " + "\n  ".join(expected))
         return 1
-    print(f"house_rules self-check: the {len(expected)} forged breaches found, nothing else")
+    print(f"house_rules self-check: the {len(expected)} forged breaches found, nothing else"
+          + ("" if shutil.which("clang-format") else " (clang-format not on PATH: its check not forged)"))
     return 0
 
 
@@ -362,13 +405,16 @@ def main(argv):
         print(__doc__)
         return 2
     findings = check(argv[1])
+    if not shutil.which("clang-format"):
+        print("note: clang-format is not on PATH: the formatting of src/, include/ and tests/ was not checked")
     for line in findings:
         print(line)
     if findings:
         print(f"{len(findings)} breach(es) of the house rules (CONTRIBUTING.md)")
         return 1
-    print("house rules hold: no file over 500 lines, every include within its room's table, "
-          "README.md within 250 lines, the Layout names only files that exist, no import circle in scripts/")
+    print("house rules hold: no file over 500 lines, every include within its room's table, no include loop in a "
+          "room, README.md within 250 lines, the Layout names only files that exist, no import circle in scripts/, "
+          "the C++ as clang-format writes it")
     return 0
 
 

@@ -32,3 +32,22 @@ print("compare.py:", {k: d[k] for k in ("architecture", "parameters", "pytorch_p
 sys.exit(0 if d["parameters_equal"] and d["flops_equal"] and d["architecture"] == os.environ["ARCH"] else 1)' ||
     { echo "FAIL: compare.py: not the same network"; return 1; }
 }
+
+# Trains one step of a config (TRAIN_ARGS: --config FILE --set ...; the scratch folder's runs/NAME),
+# exports its last checkpoint as model.safetensors and checks that pytorch_step.py's network for
+# PYTORCH_ARGS (one word list) has the export's parameter and buffer names and shapes
+# (tests/python/same_names.py); status 1 when they differ or a step fails.
+#   same_names_as_export NAME "PYTORCH_ARGS" TRAIN_ARGS...
+same_names_as_export() {
+  local name="$1" pyargs="$2"
+  shift 2
+  "$BUILD/trainer" "$@" --set experiment.name="$name" --set experiment.output_dir="$T/runs" \
+    --set training.epochs=1 --set training.steps_per_epoch=1 --set training.val_every=100 \
+    --set logging.plot=false --set logging.tensorboard=false > "$name.log" 2>&1 ||
+    { tail -5 "$name.log"; echo "FAIL: training $name for its export"; return 1; }
+  "$BUILD/trainer" export "$T/runs/$name" --checkpoint last --format safetensors --out "$T/$name-export" \
+    > "$name-export.log" 2>&1 || { tail -5 "$name-export.log"; echo "FAIL: trainer export ($name)"; return 1; }
+  # shellcheck disable=SC2086
+  "$PY" "$SRC/tests/python/same_names.py" "$T/$name-export" $pyargs ||
+    { echo "FAIL: $name: pytorch_step.py's network has other names or shapes than the trainer's"; return 1; }
+}

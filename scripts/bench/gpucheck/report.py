@@ -49,6 +49,13 @@ class Section:
         self.rehearsal_reason = (self.rehearsal_reason + "; " if self.rehearsal == "FAIL" else "") + why
         self.rehearsal = "FAIL"
 
+    def rehearsal_verdict(self, problems):
+        """The rehearsal FAILs with each of `problems`, or PASSes when there is none."""
+        for p in problems:
+            self.rehearsal_fail(p)
+        if not problems:
+            self.rehearsal = "PASS"
+
     def skip(self, why):
         self.status, self.reason = "SKIPPED", why
 

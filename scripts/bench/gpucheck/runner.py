@@ -7,6 +7,7 @@ space of the work folder's file system (tmpfs /tmp is memory); a command that dr
 its floor is stopped, and its log and the report say which. Each command's peak resident set
 (wait4's ru_maxrss) and the work folder's size after it are logged. PyTorch runs in one process
 for the whole check (torch_side.py), imported once; sections send it requests."""
+import csv
 import json
 import os
 import platform
@@ -24,6 +25,14 @@ from .torchside import TorchSide
 
 HOST_MEMORY_FLOOR = 2 * 2 ** 30  # stop a command when MemAvailable falls below this (or 5% of RAM)
 DISK_FLOOR = 2 * 2 ** 30         # stop a command when the work folder's file system has less free
+
+
+def read_rows(path):
+    """The rows of a CSV file with a header (a run's metrics.csv) as dicts; [] when it does not exist."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return list(csv.DictReader(f))
 
 
 def meminfo():

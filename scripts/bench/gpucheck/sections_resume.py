@@ -13,7 +13,7 @@ import struct
 import time
 
 from . import estimates as E
-from .runner import ROOT, _kill_group
+from .runner import ROOT, _kill_group, read_rows
 from .sections_tests import Spec
 
 CFG = os.path.join(ROOT, "configs", "quickstart.yaml")
@@ -23,14 +23,6 @@ GPU = {"spe": 60, "size": 32, "cases": 16, "sets": ["training.device=cuda", "dat
 CPU = {"spe": 20, "size": 16, "cases": 8, "sets": ["training.device=cpu", "data.cache=memory", "training.cuda_graph=off",
                                                    "model.levels=2", "model.base_filters=4", "data.patch_size=16",
                                                    "data.batch_size=2", "training.threads=1"]}
-
-
-def read_rows(path):
-    import csv
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return list(csv.DictReader(f))
 
 
 def count_rows(path):
@@ -74,10 +66,7 @@ class KillResume(Spec):
     def rehearse(self, check, s):
         problems = []
         self.sequence(check, s, CPU, s.rehearsal_figures, problems.append, problems.append)
-        for p in problems:
-            s.rehearsal_fail(p)
-        if not problems:
-            s.rehearsal = "PASS"
+        s.rehearsal_verdict(problems)
 
     def sequence(self, check, s, p, figs, fail, partial):
         tag = "gpu" if p is GPU else "cpu"

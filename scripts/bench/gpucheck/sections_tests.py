@@ -195,10 +195,7 @@ class Facts(Spec):
             problems.append(str(ex))
         if not check.cuda:
             s.rehearsal_figures, s.figures = figs, {}
-            for p in problems:
-                s.rehearsal_fail(p)
-            if not problems:
-                s.rehearsal = "PASS"
+            s.rehearsal_verdict(problems)
             s.skip("no CUDA device (trainer --version: 0 devices or a CPU-only LibTorch)")
             return
         for p in problems:

@@ -22,7 +22,7 @@ import statistics
 import time
 
 from . import estimates as E
-from .runner import ROOT
+from .runner import ROOT, read_rows
 from .sections_tests import Spec
 
 CONFIGS = os.path.join(ROOT, "configs")
@@ -33,14 +33,6 @@ QUIET = ["checkpoint.every_epochs=100000", "training.val_every=100000", "logging
 # The CPU rehearsal: the same commands on tiny networks and patches, two short epochs.
 CPU_SETS = ["training.device=cpu", "data.cache=memory", "training.cuda_graph=off", "training.precision=fp32",
             "training.threads=2", "training.epochs=2", "training.steps_per_epoch=2", "training.max_minutes=0"]
-
-
-def read_rows(path):
-    import csv
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return list(csv.DictReader(f))
 
 
 def _median(rows, column):

@@ -99,7 +99,7 @@ TEST(UNet2d, PresetIsTheSliceUsersNetworkAndThePatchBecomesASlice) {
   EXPECT_EQ(cfg.model.levels, 5);
   EXPECT_EQ(cfg.model.norm, Norm::kBatch);
   const Network net = build_network(cfg.model, 1, 1);
-  // scripts/bench/pytorch_nets.py BudaUNet2d (the published layer list, max-pooling) and the 2D UNet
+  // tests/python/buda_reference.py BudaUNet2d (the published layer list, max-pooling) and the 2D UNet
   // both count 7,762,465 (ctest slices.mirror runs them).
   EXPECT_EQ(count_parameters(*net), 7762465);
   EXPECT_EQ(net->named_parameters()["encoder0.0.conv.weight"].sizes(), (torch::IntArrayRef{32, 1, 3, 3}));
