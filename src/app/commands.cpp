@@ -26,6 +26,7 @@
 #include "u3d/io/synth.h"
 #include "u3d/io/tiff/tiff.h"
 #include "u3d/model/checkpoint.h"
+#include "u3d/model/checkpoint_store.h"
 #include "u3d/predict/predictor.h"
 #include "u3d/train/resolve.h"
 #include "u3d/train/trainer.h"

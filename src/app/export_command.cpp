@@ -25,6 +25,7 @@
 #include "u3d/core/version.h"
 #include "u3d/io/h5/dataset.h"
 #include "u3d/model/checkpoint.h"
+#include "u3d/model/checkpoint_store.h"
 #include "u3d/model/model_export.h"
 #include "u3d/model/unet.h"
 #include "u3d/monitor/progress_plot.h"

@@ -12,7 +12,6 @@
 namespace u3d {
 namespace {
 
-
 // ---------------------------------------------------------------------------------------------
 // out[x] = last[-x] for x in [0, n): a mirrored row. One- and two-byte elements are reversed 8 bytes
 // at a time (byte swap, lane swap), 2.5 times faster for uint8 than the element loop GCC makes.

@@ -5,7 +5,6 @@
 #include "dtype_dispatch.h"
 #include "u3d/core/rng.h"
 #include "u3d/data/preprocess.h"
-#include "u3d/data/sampler.h"
 
 namespace u3d {
 namespace {
@@ -49,11 +48,6 @@ BatchFinalizer::BatchFinalizer(const StackedCache& cache, const AugmentConfig& a
       intensity_channels_(std::move(intensity_channels)),
       seed_(seed),
       image_format_(image_format) {}
-
-BatchFinalizer::BatchFinalizer(const PatchSampler& sampler)
-    : BatchFinalizer(
-          sampler.cache(), sampler.options().augment, sampler.intensity_channels(), sampler.options().seed,
-          sampler.options().channels_last_images ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::Contiguous) {}
 
 const BatchFinalizer::DeviceTables& BatchFinalizer::tables(const torch::Device& device) const {
   std::lock_guard<std::mutex> lock(mutex_);

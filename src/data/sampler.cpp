@@ -349,7 +349,13 @@ RawBatch PatchSampler::raw_batch(int64_t epoch, int64_t step) const {
   return r;
 }
 
-Batch PatchSampler::batch(int64_t epoch, int64_t step) const { return BatchFinalizer(*this)(raw_batch(epoch, step)); }
+BatchFinalizer PatchSampler::finalizer() const {
+  return BatchFinalizer(
+      cache(), options().augment, intensity_channels(), options().seed,
+      options().channels_last_images ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::Contiguous);
+}
+
+Batch PatchSampler::batch(int64_t epoch, int64_t step) const { return finalizer()(raw_batch(epoch, step)); }
 
 Sample PatchSampler::sample(int64_t epoch, int64_t index, int64_t* case_index) const {
   // A batch of one at this sample's index: every draw is the sample's own.
@@ -366,7 +372,7 @@ Sample PatchSampler::sample(int64_t epoch, int64_t index, int64_t* case_index) c
   r.epoch = epoch;
   r.step = index;
   if (case_index) *case_index = p.case_index;
-  const Batch b = BatchFinalizer(*this)(r);
+  const Batch b = finalizer()(r);
   return Sample{b.image[0], b.target.defined() ? b.target[0] : torch::Tensor(),
                 b.mask.defined() ? b.mask[0] : torch::Tensor()};
 }

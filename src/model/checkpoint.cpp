@@ -1,4 +1,5 @@
 #include "u3d/model/checkpoint.h"
+#include "u3d/model/checkpoint_store.h"
 
 #include <c10/cuda/CUDAFunctions.h>
 #include <spdlog/spdlog.h>

@@ -15,6 +15,7 @@
 #include "test_support.h"
 #include "u3d/core/config.h"
 #include "u3d/model/checkpoint.h"
+#include "u3d/model/checkpoint_store.h"
 
 namespace u3d::test {
 

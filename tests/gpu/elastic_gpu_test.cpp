@@ -90,7 +90,7 @@ TEST(GpuElastic, TruthMapsOnTheGpuCacheEqualTheHosts) {
     const int64_t voxels = h.skeleton.numel();
     EXPECT_LE((a.skeleton.cpu() != h.skeleton).sum().item<int64_t>(), voxels / 10000) << "skeleton, step " << step;
     EXPECT_TRUE(torch::allclose(a.distance.cpu(), h.distance, 1e-4, 1e-2)) << "distance, step " << step;
-    const Batch b = BatchFinalizer(on_gpu)(a);
+    const Batch b = on_gpu.finalizer()(a);
     EXPECT_TRUE(b.maps.distance.is_cuda());
     EXPECT_EQ(b.maps.skeleton.sizes(), b.target.sizes());
   }

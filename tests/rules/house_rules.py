@@ -95,7 +95,7 @@ def allowed_text(room):
     return ", ".join(r for r in ROOM_ORDER if r in ROOMS[room])
 
 
-def check(root):
+def check(root, known_loops=None):
     """Every breach of the rules in the tree at root, one line each, in file order."""
     findings = []
     sources = files_under(root, "src") + files_under(root, "include")
@@ -156,7 +156,7 @@ def check(root):
     if os.path.isfile(readme) and len(read_lines(root, "README.md")) > MAX_README_LINES:
         findings.append(f"README.md: {len(read_lines(root, 'README.md'))} lines, over the front page's "
                         f"{MAX_README_LINES} (move the section into a page of docs/)")
-    findings += check_include_loops(root, sources)
+    findings += check_include_loops(root, sources, KNOWN_LOOPS if known_loops is None else known_loops)
     findings += check_layout(root)
     findings += check_python_imports(root)
     findings += check_format(root)
@@ -168,7 +168,19 @@ def concept_of(path):
     return f"{room_of(path)}/{os.path.splitext(path.rsplit('/', 1)[1])[0]}"
 
 
-def check_include_loops(root, sources):
+# The include loops found when the check came (issue 52), each a debt to pay: a listed loop is allowed
+# until it is broken, a loop not listed is a breach, and a listed loop that is gone must leave the list.
+KNOWN_LOOPS = [
+    {"core/config", "core/config_codec", "core/config_options", "core/output_head", "core/stage_geometry"},
+    {"core/files", "core/input_limits"},
+    {"data/cache", "data/compact_case"},
+    {"io/import", "io/import_layout"},
+    {"model/checkpoint", "model/checkpoint_store"},
+    {"model/mlperf_unet3d", "model/openkbp_baseline", "model/unet"},
+]
+
+
+def check_include_loops(root, sources, known=()):
     """Include loops inside a room: the concepts of src/<room>/ and include/u3d/<room>/ (a header and
     the .cpp of its name are one concept) with an edge for each "..." include of a file of one into a
     header of another, the room's own "u3d/<room>/x.h" or a private "x.h" beside the file. One line per
@@ -198,7 +210,11 @@ def check_include_loops(root, sources):
                 edges[here].add(there)
                 why.setdefault((here, there), f"{path} includes {target}")
     edges = {k: sorted(v) for k, v in edges.items()}
+    seen = []
     for comp, loop in cycles(sorted(edges), edges):
+        seen.append(set(comp))
+        if set(comp) in known:
+            continue
         room = comp[0].split("/", 1)[0]
         names = [c.split("/", 1)[1] for c in loop]
         steps = "; ".join(why[(x, y)] for x, y in zip(loop, loop[1:]))
@@ -206,6 +222,10 @@ def check_include_loops(root, sources):
             if len(comp) > len(loop) - 1 else ""
         findings.append(f"{room}/: include loop {' -> '.join(names)}{rest}: {steps} (break it with a forward "
                         "declaration, or move the include from the header to its .cpp)")
+    for loop in known:
+        if loop not in seen:
+            findings.append(f"tests/rules/house_rules.py: KNOWN_LOOPS lists {', '.join(sorted(loop))}, which no "
+                            "longer include each other in a loop: take it off the list")
     return findings
 
 
@@ -366,6 +386,8 @@ def self_check():
         "core/: include loop files -> text -> files: include/u3d/core/files.h includes include/u3d/core/text.h; "
         "src/core/text.cpp includes include/u3d/core/files.h (break it with a forward declaration, or move the "
         "include from the header to its .cpp)",
+        "tests/rules/house_rules.py: KNOWN_LOOPS lists data/finalize, data/sampler, which no longer include each "
+        "other in a loop: take it off the list",
         "docs/layout.md: Layout lists core/gone, but include/u3d/core/gone.h does not exist",
         "docs/layout.md: Layout lists the room train/, which include/u3d/ does not have",
         "docs/layout.md: Layout lists train/trainer, but include/u3d/train/trainer.h does not exist",
@@ -387,7 +409,7 @@ def self_check():
             os.makedirs(os.path.join(root, os.path.dirname(path)), exist_ok=True)
             with open(os.path.join(root, path), "w") as f:
                 f.write(text)
-        found = check(root)
+        found = check(root, known_loops=[{"data/sampler", "data/finalize"}])
     if found != expected:
         print("house_rules self-check: findings differ from the expected ones")
         print("found:\n  " + "\n  ".join(found))
@@ -413,7 +435,7 @@ def main(argv):
         print(f"{len(findings)} breach(es) of the house rules (CONTRIBUTING.md)")
         return 1
     print("house rules hold: no file over 500 lines, every include within its room's table, no include loop in a "
-          "room, README.md within 250 lines, the Layout names only files that exist, no import circle in scripts/, "
+          f"room but the {len(KNOWN_LOOPS)} of KNOWN_LOOPS, README.md within 250 lines, the Layout names only files that exist, no import circle in scripts/, "
           "the C++ as clang-format writes it")
     return 0
 

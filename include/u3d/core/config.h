@@ -115,7 +115,7 @@ struct ModelConfig {
   // (N, C, D, H, W) with size 1 on the slice axis (core/stage_geometry.h: resolve_slices)
   int64_t dims = 3;
   int64_t slice_axis = 0;  // with dims 2: the axis the network squeezes; load_config copies data.slice_axis
-  int64_t levels = 4;  // resolution stages; patch dims must divide by the strides' product (core/stage_geometry.h)
+  int64_t levels = 4;      // resolution stages; patch dims must divide by the strides' product (core/stage_geometry.h)
   int64_t base_filters = 16;    // filters at full resolution, doubling per level
   int64_t max_filters = 320;    // cap on filters per level
   int64_t convs_per_level = 2;  // unet: per encoder and decoder stage; resenc_unet: per decoder stage

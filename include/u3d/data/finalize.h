@@ -18,8 +18,6 @@
 
 namespace u3d {
 
-class PatchSampler;
-
 // Turns raw batches into training batches on the raw batch's device: image fields to float32
 // (N, C, d, h, w), normalised with each case's (raw - sub) / div, then the intensity transforms;
 // regression targets / target_scale as (N, 1, d, h, w) float32, labels as (N, d, h, w) int64, masks
@@ -33,9 +31,6 @@ class BatchFinalizer {
  public:
   BatchFinalizer(const StackedCache& cache, const AugmentConfig& augment, std::vector<int64_t> intensity_channels,
                  uint64_t seed, at::MemoryFormat image_format = at::MemoryFormat::Contiguous);
-  // The finalizer of `sampler`'s batches: its cache, augmentation, intensity channels, seed and
-  // image layout (SamplerOptions::channels_last_images). Keeps a reference to the sampler's cache.
-  explicit BatchFinalizer(const PatchSampler& sampler);
   Batch operator()(const RawBatch& raw) const;
 
  private:

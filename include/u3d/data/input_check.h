@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "u3d/data/preflight.h"
+#include "u3d/data/data_problem.h"
 
 namespace u3d {
 

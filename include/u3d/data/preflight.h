@@ -21,20 +21,12 @@
 #include <string>
 #include <vector>
 
+#include "u3d/data/data_problem.h"
 #include "u3d/io/h5/dataset.h"
 
 namespace u3d {
 
 class Preprocessor;  // data/preprocess.h
-
-struct DataProblem {
-  enum class Severity { kWarning, kError };
-  Severity severity = Severity::kError;
-  std::string case_id;  // empty: the whole file
-  std::string field;    // "image", "target", "mask", "spacing", "splits" or empty
-  std::string message;  // what is wrong, with the numbers
-  bool is_error() const { return severity == Severity::kError; }
-};
 
 struct DataReport {
   std::filesystem::path file;

@@ -20,6 +20,7 @@
 #include "u3d/data/augment.h"
 #include "u3d/data/batch.h"
 #include "u3d/data/cache.h"
+#include "u3d/data/finalize.h"
 
 namespace u3d {
 
@@ -86,9 +87,12 @@ class PatchSampler {
   // Builds and owns a StackedCache from evaluation-form cases (tests, small in-memory data).
   PatchSampler(const TensorCache& cache, SamplerOptions options);
 
-  // The finished batch `step` of `epoch` on the CPU: raw_batch() then BatchFinalizer(*this) (tests
+  // The finished batch `step` of `epoch` on the CPU: raw_batch() then finalizer() (tests
   // and validation patches; the training loader finalizes with its own).
   Batch batch(int64_t epoch, int64_t step) const;
+  // The finalizer of this sampler's batches: its cache, augmentation, intensity channels, seed and
+  // image layout (SamplerOptions::channels_last_images). Keeps a reference to the sampler's cache.
+  BatchFinalizer finalizer() const;
   // One finished sample (sample index i of `epoch`).
   Sample sample(int64_t epoch, int64_t index, int64_t* case_index = nullptr) const;
 

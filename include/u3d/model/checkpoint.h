@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "u3d/core/files.h"
-#include "u3d/model/checkpoint_store.h"
 #include "u3d/model/checkpointed_state.h"
 #include "u3d/model/unet.h"
 

@@ -19,9 +19,9 @@ bool resolve_channels_last(const ModelConfig& cfg, const torch::Device& device);
 // Why resolve_channels_last() decided as it did, for the log: "auto: on with instance norm
 // (channels-last instance norm)".
 std::string channels_last_reason(const ModelConfig& cfg, const torch::Device& device);
-// Converts every 5-D parameter and buffer (and 4-D: a 2D U-Net's weights, to ChannelsLast) of `module` to ChannelsLast3d in place (set_data: the
-// tensors keep their identity, so an optimizer made before still holds them; make it after, so its
-// moments take the same layout).
+// Converts every 5-D parameter and buffer (and 4-D: a 2D U-Net's weights, to ChannelsLast) of `module` to
+// ChannelsLast3d in place (set_data: the tensors keep their identity, so an optimizer made before still holds them;
+// make it after, so its moments take the same layout).
 void to_channels_last(torch::nn::Module& module);
 
 // Puts every 5-D (and 4-D) parameter and buffer of `module` in the run's layout: ChannelsLast3d when

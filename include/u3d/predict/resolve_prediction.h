@@ -21,6 +21,7 @@
 #include "u3d/data/preprocess.h"
 #include "u3d/io/h5/dataset.h"
 #include "u3d/model/checkpoint.h"
+#include "u3d/model/checkpoint_store.h"
 #include "u3d/predict/postprocess.h"
 #include "u3d/predict/predictor.h"
 

@@ -21,6 +21,7 @@
 #include "u3d/core/config.h"
 #include "u3d/core/run.h"
 #include "u3d/model/checkpoint.h"
+#include "u3d/model/checkpoint_store.h"
 
 namespace u3d {
 

@@ -97,7 +97,7 @@ TEST(Loader, RawBatchesKeepCompactDtypes) {
   EXPECT_EQ(raw.images[0].scalar_type(), torch::kUInt8);
   EXPECT_EQ(raw.images[1].scalar_type(), torch::kFloat);
   EXPECT_EQ(raw.mask.scalar_type(), torch::kUInt8);
-  test::expect_same_batch(BatchFinalizer(sampler)(raw), sampler.batch(0, 1), "finalized raw");
+  test::expect_same_batch(sampler.finalizer()(raw), sampler.batch(0, 1), "finalized raw");
   EXPECT_THROW(loader.next(0, 2), std::logic_error);
 }
 

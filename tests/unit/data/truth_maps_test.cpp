@@ -235,7 +235,7 @@ TEST(TruthMaps, SamplersCropThemWithTheLabels) {
       EXPECT_TRUE(torch::equal(on_device.skeleton, raw.skeleton)) << step;
       EXPECT_TRUE(torch::allclose(on_device.distance, raw.distance, 0, 1e-3)) << step;
       // Finalised: the loss's layout.
-      const Batch b = BatchFinalizer(host)(raw);
+      const Batch b = host.finalizer()(raw);
       EXPECT_EQ(b.maps.skeleton.sizes(), b.target.sizes());
       EXPECT_EQ(b.maps.distance.scalar_type(), torch::kFloat);
     }

@@ -4,6 +4,7 @@
 #include "test_support.h"
 #include "u3d/core/errors.h"
 #include "u3d/model/checkpoint.h"
+#include "u3d/model/checkpoint_store.h"
 #include "u3d/train/checkpoint_keeper.h"
 #include "u3d/train/optimizer.h"
 
