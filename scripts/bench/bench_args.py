@@ -1,0 +1,23 @@
+"""The benchmark scripts' argument parser (gpu_check.py, pytorch_step.py and the scripts built on its
+parser: conv_floor.py, profile_step.py, compare.py's PyTorch side): a bad argument is one line naming
+the flag and what was expected, exit 2; no usage block, no traceback. Standard library only.
+
+    p = Parser(prog="conv_floor.py"); p.add_argument("--steps", type=int, default=20)
+    a = p.parse_args(); p.at_least(a, "steps", 1)   # "conv_floor.py: --steps 0: expected a whole number >= 1"
+"""
+import argparse
+import sys
+
+
+class Parser(argparse.ArgumentParser):
+    """Bad arguments: one line naming the flag, exit 2 (no usage block, no traceback)."""
+
+    def error(self, message):
+        print(f"{self.prog}: {message} (--help lists the options)", file=sys.stderr)
+        sys.exit(2)
+
+    def at_least(self, args, name, low):
+        """args.<name> (a whole number) is at least `low`, or one line naming --<name>, exit 2."""
+        value = getattr(args, name)
+        if value < low:
+            self.error(f"--{name.replace('_', '-')} {value}: expected a whole number >= {low}")
