@@ -39,7 +39,7 @@ TEST_F(ImagesHostile, BrokenOrForgedFilesAreRefusedInOneLineNamingThem) {
       {"rgbmask", "rgbmask/p_1_mask.png: a colour mask, pixel (row 4, column 4) is RGB (255, 0, 0)"},
       {"mask16", "mask16/p_1_mask.png: holds the label value 300; at most 255"},
       {"truncated", "truncated/p_1_mask.png: cannot read the image (libpng: "},
-      // Before: 10 GB allocated (less than this machine's memory), then libpng's read error.
+      // Before: a 1.3 GB buffer allocated (PNG_IMAGE_SIZE wraps at 32 bits), then libpng: "image too large".
       {"huge", "huge/p_1_mask.png: its header declares 100000 x 100000 pixels (10.0 GB of image data), more than"},
   };
   for (const auto& row : rows) {
@@ -54,8 +54,8 @@ TEST_F(ImagesHostile, BrokenOrForgedFilesAreRefusedInOneLineNamingThem) {
   }
 }
 
-// Grey, RGB and palette images; a palette mask of red and green (read as indices 1, 2, not as their
-// luminance 54, 182), an RGB mask of grey pixels and a 16-bit mask: labels 0..2 in every case.
+// Grey, RGB and palette images; a palette mask of red and green (read as indices 1, 2, not as the
+// grey 126, 219 as libpng converts them), an RGB mask of grey pixels and a 16-bit mask: labels 0..2 in every case.
 TEST_F(ImagesHostile, MasksOfEveryPngKindAreReadAsClassNumbers) {
   const auto r = import("kinds");
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -53,7 +53,7 @@ def main():
     pal.putpalette([0, 0, 0, 80, 80, 80, 160, 160, 160, 240, 240, 240])
     pal.save(os.path.join(d, "pal_1.png"))
     mask = Image.fromarray(labels).convert("P")
-    mask.putpalette([0, 0, 0, 255, 0, 0, 0, 255, 0])  # red 1, green 2: luminance 54 and 182
+    mask.putpalette([0, 0, 0, 255, 0, 0, 0, 255, 0])  # red 1, green 2: libpng's grey 126 and 219
     mask.save(os.path.join(d, "grey_1_mask.png"), bits=2)
     Image.fromarray(labels).convert("RGB").save(os.path.join(d, "rgb_1_mask.png"))
     Image.fromarray(labels.astype(np.uint16)).save(os.path.join(d, "pal_1_mask.png"))
