@@ -69,9 +69,18 @@ TEST_F(PlanHostile, OddDatasetsArePlannedAndSayWhatCannotBeLearnt) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
-// `trainer cascade` on a dose dataset, or without a first stage: exit 2, one line, nothing written.
-TEST_F(PlanHostile, ACascadeWithoutItsFirstStageOrOnADoseDatasetIsRefused) {
-  test::make_phantom(dir / "dose.h5", Task::kDose, 4, 16);
+// `trainer cascade` on a dose dataset, or without a first stage: exit 2, one line, nothing written;
+// a dose plan's 3d_lowres YAML does not call itself the cascade's first stage (before: it did, and
+// told the user to import the dose data with `trainer import nnunet`).
+TEST_F(PlanHostile, DoseDatasetsAndMissingFirstStagesMakeNoCascade) {
+  test::make_phantom(dir / "dose.h5", Task::kDose, 4, 48);
+  auto plan = trainer({"plan", "dose.h5", "--memory-model", "nnunet", "--gpu-memory", "0.02", "--out", "dose.yaml"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_FALSE(fs::exists(dir / "dose_cascade.yaml"));
+  const std::string lowres = test::read_text(dir / "dose_lowres.yaml");
+  EXPECT_TRUE(contains(lowres, "A dose run trains it on its own: nnU-Net's cascade")) << lowres;
+  EXPECT_FALSE(contains(lowres, "cascade's first stage")) << lowres;
+  EXPECT_FALSE(contains(lowres, "import nnunet")) << lowres;
   fs::create_directories(dir / "runs/empty_lowres");
   struct Row {
     std::vector<std::string> args;
