@@ -4,7 +4,8 @@
 # of 0, -5, abc or nan; a report path that is a file, under a file, or in a folder nobody can write
 # (/proc); a report folder holding other files; --report and --work the same folder or one inside the
 # other. No traceback, no report folder made. The same for the benchmark scripts' arguments
-# (slices.sh, plan_vs_recipe.sh, conv_floor.py: counts of 0, -5 or abc, a missing value or file).
+# (slices.sh, plan_vs_recipe.sh, compare.py, conv_floor.py: counts of 0, -5 or abc, a missing value
+# or file).
 #   tests/bundle/gpu_check_args_test.sh BUILD_DIR
 set -uo pipefail
 BUILD="$(cd "$1" && pwd)"
@@ -71,6 +72,10 @@ expect_one "MINUTES abc: expected a positive number" "$recipe" "$T/empty.h5" 32 
 expect_one "DATA.h5 $T/none.h5: no such dataset file" "$recipe" "$T/none.h5" 32 5 t
 expect_one "TAG ../t: expected letters" "$recipe" "$T/empty.h5" 32 5 ../t
 expect_one "expected DATA.h5 PATCH MINUTES TAG" "$recipe" "$T/empty.h5" 32
+compare=(python3 "$SRC/scripts/bench/compare.py" --trainer "$BUILD/trainer")
+expect_one "--steps 0: expected a whole number >= 1" "${compare[@]}" --steps 0
+expect_one "--filters -5: expected a whole number >= 1" "${compare[@]}" --filters -5
+expect_one "--variants jit: expected eager and/or compile" "${compare[@]}" --variants jit
 [ -z "$(ls -A "$T/cwd")" ] || { echo "FAIL: a refused benchmark wrote $(ls -A "$T/cwd")"; failures=$((failures + 1)); }
 PY="${U3D_TORCH_PYTHON:-python3}"
 if "$PY" -c "import torch" 2>/dev/null; then
