@@ -124,32 +124,38 @@ Image2d read_png_mask(const fs::path& path) {
     out.indexed = true;
     return out;
   }
-  if ((format & PNG_FORMAT_FLAG_COLOR) == 0) {
-    out.pixels = grey_pixels(finish_png(f, f.linear ? PNG_FORMAT_LINEAR_Y : PNG_FORMAT_GRAY), f.h, f.w, f.linear);
-    return out;
-  }
-  const std::vector<uint8_t> buffer = finish_png(f, f.linear ? PNG_FORMAT_LINEAR_RGB : PNG_FORMAT_RGB);
-  torch::Tensor rgb;
+  // An 8-bit alpha channel is read and dropped (8-bit output is not premultiplied), so a transparent
+  // label keeps its number; 16-bit output would be premultiplied, so there libpng composites on black.
+  const bool colour = (format & PNG_FORMAT_FLAG_COLOR) != 0;
+  const bool alpha = (format & PNG_FORMAT_FLAG_ALPHA) != 0 && !f.linear;
+  const int64_t channels = (colour ? 3 : 1) + (alpha ? 1 : 0);
+  const uint32_t want =
+      f.linear ? (colour ? PNG_FORMAT_LINEAR_RGB : PNG_FORMAT_LINEAR_Y)
+               : (colour ? (alpha ? PNG_FORMAT_RGBA : PNG_FORMAT_RGB) : (alpha ? PNG_FORMAT_GA : PNG_FORMAT_GRAY));
+  const std::vector<uint8_t> buffer = finish_png(f, want);
+  torch::Tensor px;  // (H, W, channels)
   if (f.linear) {
-    std::vector<uint16_t> samples(static_cast<size_t>(f.h * f.w * 3));
+    std::vector<uint16_t> samples(static_cast<size_t>(f.h * f.w * channels));
     std::memcpy(samples.data(), buffer.data(), samples.size() * sizeof(uint16_t));
-    rgb = torch::empty({f.h, f.w, 3}, torch::kInt32);
-    std::copy(samples.begin(), samples.end(), rgb.data_ptr<int32_t>());
+    px = torch::empty({f.h, f.w, channels}, torch::kInt32);
+    std::copy(samples.begin(), samples.end(), px.data_ptr<int32_t>());
   } else {
-    rgb = torch::empty({f.h, f.w, 3}, torch::kUInt8);
-    std::memcpy(rgb.data_ptr<uint8_t>(), buffer.data(), buffer.size());
+    px = torch::empty({f.h, f.w, channels}, torch::kUInt8);
+    std::memcpy(px.data_ptr<uint8_t>(), buffer.data(), buffer.size());
   }
-  const torch::Tensor coloured = (rgb.select(2, 0) != rgb.select(2, 1)) | (rgb.select(2, 0) != rgb.select(2, 2));
-  if (coloured.any().item<bool>()) {
-    const torch::Tensor at = coloured.nonzero()[0];
-    const int64_t y = at[0].item<int64_t>(), x = at[1].item<int64_t>();
-    const torch::Tensor px = rgb[y][x].to(torch::kInt64);
-    throw DataError(fmt::format(
-        "{}: a colour mask, pixel (row {}, column {}) is RGB ({}, {}, {}); a mask holds class numbers: expected "
-        "grey, palette (indexed) or RGB with R = G = B",
-        f.file, y, x, px[0].item<int64_t>(), px[1].item<int64_t>(), px[2].item<int64_t>()));
+  if (colour) {
+    const torch::Tensor coloured = (px.select(2, 0) != px.select(2, 1)) | (px.select(2, 0) != px.select(2, 2));
+    if (coloured.any().item<bool>()) {
+      const torch::Tensor at = coloured.nonzero()[0];
+      const int64_t y = at[0].item<int64_t>(), x = at[1].item<int64_t>();
+      const torch::Tensor rgb = px[y][x].to(torch::kInt64);
+      throw DataError(fmt::format(
+          "{}: a colour mask, pixel (row {}, column {}) is RGB ({}, {}, {}); a mask holds class numbers: expected "
+          "grey, palette (indexed) or RGB with R = G = B",
+          f.file, y, x, rgb[0].item<int64_t>(), rgb[1].item<int64_t>(), rgb[2].item<int64_t>()));
+    }
   }
-  out.pixels = rgb.select(2, 0).contiguous();
+  out.pixels = px.select(2, 0).contiguous();
   return out;
 }
 

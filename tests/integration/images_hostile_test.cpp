@@ -55,7 +55,8 @@ TEST_F(ImagesHostile, BrokenOrForgedFilesAreRefusedInOneLineNamingThem) {
 }
 
 // Grey, RGB and palette images; a palette mask of red and green (read as indices 1, 2, not as the
-// grey 126, 219 as libpng converts them), an RGB mask of grey pixels and a 16-bit mask: labels 0..2 in every case.
+// grey 126, 219 as libpng converts them), an RGB mask of grey pixels, a 16-bit mask and a grey mask whose
+// labels are half transparent (before: composited on black, every label became 0): labels 0..2 in every case.
 TEST_F(ImagesHostile, MasksOfEveryPngKindAreReadAsClassNumbers) {
   const auto r = import("kinds");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -68,6 +69,7 @@ TEST_F(ImagesHostile, MasksOfEveryPngKindAreReadAsClassNumbers) {
   const torch::Tensor pal = data.read_case("pal").target;
   EXPECT_TRUE(torch::equal(grey, rgb)) << "the palette mask and the grey RGB mask hold the same labels";
   EXPECT_TRUE(torch::equal(grey, pal)) << "the palette mask and the 16-bit mask hold the same labels";
+  EXPECT_TRUE(torch::equal(grey, data.read_case("alpha").target)) << "half-transparent labels keep their numbers";
   EXPECT_EQ(grey[0][5][5].item<int64_t>(), 1);
   EXPECT_EQ(grey[0][20][10].item<int64_t>(), 2);
   EXPECT_EQ((grey == 1).sum().item<int64_t>(), 8 * 16);

@@ -7,7 +7,8 @@ with Pillow, numpy and zlib, so `trainer import images` reads files our own code
 Each folder below OUT is one import:
   sizes/      a 32x32 image whose mask is 16x32
   kinds/      grey, RGB and palette images; their masks: palette (colours red, green on indices 1, 2,
-              stored as a 2-bit palette), RGB whose pixels are grey (0, 1, 2) and 16-bit grey (0, 1, 2)
+              stored as a 2-bit palette), RGB whose pixels are grey (0, 1, 2) and 16-bit grey (0, 1, 2);
+              one more grey image whose mask is grey + alpha, the labels half transparent
   rgbmask/    an RGB mask with true colours (red, green)
   mask16/     a 16-bit mask holding the value 300
   tiny/       two patients of three 1x1 slices
@@ -57,6 +58,9 @@ def main():
     mask.save(os.path.join(d, "grey_1_mask.png"), bits=2)
     Image.fromarray(labels).convert("RGB").save(os.path.join(d, "rgb_1_mask.png"))
     Image.fromarray(labels.astype(np.uint16)).save(os.path.join(d, "pal_1_mask.png"))
+    Image.fromarray(grey).save(os.path.join(d, "alpha_1.png"))
+    la = np.stack([labels, np.where(labels > 0, 128, 0).astype(np.uint8)], axis=-1)  # half-transparent labels
+    Image.fromarray(la).save(os.path.join(d, "alpha_1_mask.png"))
 
     d = folder(out, "rgbmask")
     Image.fromarray(grey).save(os.path.join(d, "p_1.png"))
