@@ -7,10 +7,12 @@
 //     sRGB luminance (color = true says so; the alpha channel is dropped, composited on black).
 //     The pixels the header declares must fit the file at deflate's largest expansion (1032-fold) and
 //     the memory available, checked before anything is allocated (a forged 100000 x 100000 header).
-//   read_mask2d("x_mask.png") -> class numbers: a palette PNG's indices (its colours ignored), grey
-//     values, or an RGB(A) PNG whose pixels all have R = G = B read as that grey; other colours refused.
 //     TIFF: one page of one sample per pixel (read_tiff_volume's types: uint8, uint16 -> int32, int16,
 //     float32); RGB TIFF is refused by that reader, naming the file.
+//   read_mask2d("x_mask.png") -> class numbers: a palette PNG's indices (its colours ignored), grey
+//     values, or an RGB(A) PNG whose pixels all have R = G = B read as that grey; other colours refused;
+//     an 8-bit alpha channel is dropped, never composited (a half-transparent label keeps its number).
+//     TIFF as read_image2d.
 //   write_png_gray8("x_mask.png", labels)  (H, W) uint8 as an 8-bit grey PNG, written atomically.
 #pragma once
 #include <torch/torch.h>
