@@ -9,12 +9,25 @@ import argparse
 import sys
 
 
+class ArgumentExit(SystemExit):
+    """Exit status 2 whose str() is the line printed, for a caller that catches it (torch_side.py
+    answers a bad request with it and keeps serving)."""
+
+    def __init__(self, line):
+        super().__init__(2)
+        self.line = line
+
+    def __str__(self):
+        return self.line
+
+
 class Parser(argparse.ArgumentParser):
     """Bad arguments: one line naming the flag, exit 2 (no usage block, no traceback)."""
 
     def error(self, message):
-        print(f"{self.prog}: {message} (--help lists the options)", file=sys.stderr)
-        sys.exit(2)
+        line = f"{self.prog}: {message} (--help lists the options)"
+        print(line, file=sys.stderr)
+        raise ArgumentExit(line)
 
     def at_least(self, args, name, low):
         """args.<name> (a whole number) is at least `low`, or one line naming --<name>, exit 2."""
