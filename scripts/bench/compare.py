@@ -23,7 +23,6 @@ compared too). Prints every JSON line it got, a table, and one JSON line {"bench
 ...} whose "speedup_vs_best_pytorch" is the best PyTorch median step time over the trainer's (> 1:
 faster).
 """
-import argparse
 import json
 import os
 import re
@@ -32,6 +31,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from bench_args import Parser  # noqa: E402  (one line and exit 2 for a bad argument)
 
 
 def json_lines(text):
@@ -168,7 +169,7 @@ def pytorch_argv(ours, keys, filters, steps, warmup, variants):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--config", default=os.path.join(ROOT, "configs", "openkbp_baseline.yaml"))
     p.add_argument("--trainer", default=os.path.join(ROOT, "build", "release", "trainer"))
     p.add_argument("--python", default=sys.executable)
@@ -184,6 +185,14 @@ def main():
                    help="both: also run the trainer with training.cuda_graph off (CUDA only; the first run keeps "
                         "the config's setting and is the one the ratios use)")
     args = p.parse_args()
+    for name, low in (("filters", 1), ("steps", 1), ("warmup", 0), ("threads", 0)):
+        p.at_least(args, name, low)
+    for flag, path in (("--config", args.config), ("--trainer", args.trainer)):
+        if not os.path.isfile(path):
+            p.error(f"{flag} {path}: no such file")
+    variants = args.variants.split(",")
+    if not variants or any(v not in ("eager", "compile") for v in variants):
+        p.error(f"--variants {args.variants}: expected eager and/or compile, separated by ','")
 
     keys = config_sections(args.config, args.set)
     arch = keys.get("model.architecture", "unet")

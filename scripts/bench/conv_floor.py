@@ -164,7 +164,13 @@ def main():
     p = make_parser()
     p.set_defaults(steps=20, warmup=5)
     p.add_argument("--top", type=int, default=10)
-    print(json.dumps(floor(parse_args(parser=p))))
+    args = parse_args(parser=p)
+    try:
+        result = floor(args)
+    except RuntimeError as ex:  # a patch too small for the network's down-samplings, the device's memory
+        p.exit(1, f"conv_floor.py: --arch {args.arch} --size {args.size} --batch {args.batch}: "
+                  f"{str(ex).strip().splitlines()[0]}\n")
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

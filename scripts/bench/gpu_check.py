@@ -20,7 +20,6 @@ libexec/tests/) or a build tree (build/release, or U3D_BUILD_DIR). Standard libr
 is imported once, in scripts/bench/torch_side.py. Exit 0 when nothing FAILed, 1 otherwise, 2 on
 bad arguments; 128 + N after signal N.
 """
-import argparse
 import datetime
 import math
 import os
@@ -29,17 +28,10 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_args import Parser  # noqa: E402
 from gpucheck import plan  # noqa: E402
 from gpucheck.runner import filesystem_of  # noqa: E402
 from gpucheck.report import REPORT_FILES  # noqa: E402
-
-
-class Parser(argparse.ArgumentParser):
-    """Bad arguments: one line naming the flag, exit 2 (no usage block, no traceback)."""
-
-    def error(self, message):
-        print(f"{self.prog}: {message} (--help lists the options)", file=sys.stderr)
-        sys.exit(2)
 
 
 def main():

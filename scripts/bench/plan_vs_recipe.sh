@@ -14,9 +14,15 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 trainer=${TRAINER:-$here/build/release/trainer}
-[ $# -ge 4 ] || { sed -n 2,13p "$0"; exit 2; }
+usage() { echo "plan_vs_recipe.sh: $*" >&2; exit 2; }  # a bad argument: one line, exit 2, nothing written
+[ $# -ge 4 ] || usage "expected DATA.h5 PATCH MINUTES TAG [RECIPE OVERRIDES...], got $# argument(s) (the script's head says more)"
 data=$1 patch=$2 minutes=$3 tag=$4
 shift 4
+[ -f "$data" ] || usage "DATA.h5 $data: no such dataset file"
+{ [[ "$minutes" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] && awk "BEGIN { exit !($minutes > 0) }"; } ||
+  usage "MINUTES $minutes: expected a positive number of minutes"
+[[ "$tag" =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ ]] || usage "TAG $tag: expected letters, digits, '_', '-' and '.' (a run name)"
+[ -f "$trainer" ] && [ -x "$trainer" ] || usage "TRAINER $trainer: not an executable (scripts/build.sh release trainer)"
 common=(--set "training.max_minutes=$minutes" --set training.threads=2 --set training.device=cpu
         --set logging.progress_seconds=0 --set logging.plot=false)
 "$trainer" plan "$data" --out "${tag}_plan.yaml" --force

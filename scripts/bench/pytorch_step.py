@@ -34,7 +34,6 @@ MlperfUNet3d (the reference's layers and names) with the unet step
 above and the MLPerf recipe's defaults (3 classes, no deep supervision, SGD lr 0.8, momentum 0.9,
 no weight decay, no clipping); --levels/--base-filters/--max-filters/--kernel-size/--norm apply.
 """
-import argparse
 import json
 import os
 import statistics
@@ -44,6 +43,8 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from bench_args import Parser  # one line and exit 2 for a bad argument, beside this file
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import u3d_model  # noqa: E402  (scripts/python/u3d_model: the one PyTorch copy of the trainer's networks)
@@ -272,7 +273,7 @@ def run(variant, args):
 
 
 def make_parser():  # also parses torch_side.py's requests, in its one process; profile_step.py adds --top
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--filters", type=int, default=64)
     p.add_argument("--batch", type=int, default=2)
@@ -331,17 +332,41 @@ def make_parser():  # also parses torch_side.py's requests, in its one process; 
 def parse_args(argv=None, parser=None):
     """(parser or make_parser()).parse_args(argv), with the MLPerf recipe's defaults for what argv leaves out."""
     argv = __import__("sys").argv[1:] if argv is None else list(argv)
-    args = (parser or make_parser()).parse_args(argv)
-    size = [int(v) for v in str(args.size).split(",")]
+    p = parser or make_parser()
+    args = p.parse_args(argv)
+    for name, low in (("batch", 1), ("steps", 1), ("warmup", 0), ("filters", 1), ("threads", 0),
+                      ("in_channels", 0), ("out_channels", 1), ("levels", 1), ("base_filters", 1),
+                      ("max_filters", 1), ("convs_per_level", 1), ("kernel_size", 1), ("accumulate", 1),
+                      ("top", 1)):
+        if hasattr(args, name):
+            p.at_least(args, name, low)
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        p.error(f"--device {args.device}: expected cpu, cuda or cuda:N")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        p.error(f"--device {args.device}: no CUDA device here (torch.cuda.is_available() is False); use --device cpu")
+
+    def whole(text, flag, what):  # positive whole numbers separated by ','
+        try:
+            values = [int(v) for v in str(text).split(",")]
+        except ValueError:
+            values = []
+        if not values or min(values) < 1:
+            p.error(f"{flag} {text}: expected {what}")
+        return values
+
+    size = whole(args.size, "--size", "a positive whole number or D,H,W of them")
     args.shape = tuple(size * args.dims if len(size) == 1 else size)  # the patch's spatial axes
     if len(args.shape) != args.dims:
-        raise SystemExit(f"--size {args.size}: expected one edge or {args.dims} of them (--dims {args.dims})")
-    stages = lambda text: [tuple(int(v) for v in t.split(",")) for t in text.split(";")] if text else None
-    args.kernel_list, args.stride_list = stages(args.kernel_sizes), stages(args.strides)
+        p.error(f"--size {args.size}: expected one edge or {args.dims} of them (--dims {args.dims})")
+    stages = lambda text, flag: [tuple(whole(t, flag, "D,H,W triples of positive whole numbers separated by ';'"))
+                                 for t in text.split(";")] if text else None
+    args.kernel_list, args.stride_list = stages(args.kernel_sizes, "--kernel-sizes"), stages(args.strides, "--strides")
     if (args.kernel_list or args.stride_list) and args.arch != "unet":
-        raise SystemExit("--kernel-sizes / --strides: --arch unet only")
+        p.error("--kernel-sizes / --strides: --arch unet only")
     if any(lst and len(lst) != args.levels for lst in (args.kernel_list, args.stride_list)):
-        raise SystemExit(f"--kernel-sizes/--strides: expected {args.levels} stages (--levels)")
+        p.error(f"--kernel-sizes/--strides: expected {args.levels} stages (--levels)")
     if args.arch == "mlperf_unet3d":
         given = {a.split("=", 1)[0].lstrip("-").replace("-", "_") for a in argv if a.startswith("--")}
         for key, value in MLPERF_DEFAULTS.items():

@@ -17,15 +17,30 @@ here="$(cd "$(dirname "$0")" && pwd)"; root="$(cd "$here/../.." && pwd)"
 trainer="$root/build/release/trainer"; [ -x "$root/bin/trainer" ] && trainer="$root/bin/trainer"
 py="${U3D_PYTHON:-python3}"; device=cuda; batches="16 64 128"; variants="eager,compile"
 cases=20; slices=88; epochs=3; size=256; steps=30; warmup=5; quick=0
+usage() { echo "slices.sh: $*" >&2; exit 2; }  # a bad argument: one line, exit 2, nothing made
 while [ $# -gt 0 ]; do
+  case "$1" in
+    --trainer|--python|--device|--batches|--variants|--cases|--slices|--epochs)
+      [ $# -ge 2 ] || usage "$1: expected a value" ;;
+  esac
   case "$1" in
     --trainer) trainer="$2"; shift 2 ;; --python) py="$2"; shift 2 ;; --device) device="$2"; shift 2 ;;
     --batches) batches="$2"; shift 2 ;; --variants) variants="$2"; shift 2 ;; --cases) cases="$2"; shift 2 ;;
     --slices) slices="$2"; shift 2 ;; --epochs) epochs="$2"; shift 2 ;;
     --quick) quick=1; size=64; batches=4; steps=2; warmup=1; cases=2; slices=8; epochs=1; variants=eager; shift ;;
-    *) echo "slices.sh: unknown argument $1" >&2; exit 2 ;;
+    *) usage "unknown argument $1" ;;
   esac
 done
+positive() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || usage "$1 $2: expected a positive whole number"; }
+positive --cases "$cases"; positive --slices "$slices"; positive --epochs "$epochs"
+[ -n "${batches// /}" ] || usage "--batches '$batches': expected batch sizes, e.g. \"16 64 128\""
+for b in $batches; do positive --batches "$b"; done
+case "$device" in cuda|cpu) ;; *) usage "--device $device: expected cuda or cpu" ;; esac
+for v in ${variants//,/ }; do
+  case "$v" in eager|compile) ;; *) usage "--variants $variants: expected eager and/or compile, separated by ','" ;; esac
+done
+[ -f "$trainer" ] && [ -x "$trainer" ] || usage "--trainer $trainer: not an executable (scripts/build.sh release trainer)"
+command -v "$py" >/dev/null || usage "--python $py: not found"
 T="$(mktemp -d "${TMPDIR:-/tmp}/u3d-slices-XXXXXX")"
 trap 'rm -rf "$T"' EXIT
 cfg="$root/configs/slices_2d.yaml"

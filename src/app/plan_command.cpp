@@ -131,6 +131,19 @@ int plan_command(const PlanCommand& cmd) {
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   std::fputs(fingerprint_table(fp).c_str(), stdout);
   std::fflush(stdout);
+  // A class with no voxel in the planning cases (a typo in the labels, a class only the test cases
+  // hold, masks of background only) plans as any other but cannot be learnt: one line says so.
+  std::vector<std::string> absent;
+  for (size_t k = 1; k < fp.class_frequency.size() && k < fp.class_names.size(); ++k) {
+    if (fp.class_frequency[k] <= 0) absent.push_back(fmt::format("'{}' ({})", fp.class_names[k], k));
+  }
+  if (!absent.empty()) {
+    spdlog::warn(
+        "plan: {} of {} foreground class(es) have no voxel in the {} planning case(s) (test cases are never read): {}; "
+        "a network trained on them cannot learn {}",
+        absent.size(), fp.class_frequency.size() - 1, fp.cases.size(), fmt::join(absent, ", "),
+        absent.size() + 1 == fp.class_frequency.size() ? "anything but background" : "those classes");
+  }
 
   PlanOptions o;
   o.dataset = data;

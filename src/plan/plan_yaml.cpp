@@ -114,7 +114,7 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
   }
   y += fmt::format("# Target spacing {} mm ({}); median shape {} {}.\n", spacing_text(plan.target_spacing),
                    reason_of(plan, "spacing"), plan.lowres ? "there" : "as stored", flow_list(plan.median_shape));
-  if (plan.lowres) {
+  if (plan.lowres && seg) {
     y += fmt::format(
         "# This low-resolution plan needs the dataset re-imported at that spacing, e.g.\n"
         "#   trainer import nnunet --source <raw dataset> --out {} --spacing {}\n"
@@ -122,6 +122,12 @@ std::string plan_yaml(const Plan& plan, const DatasetFingerprint& fp, const std:
         "# cross-validation (--set data.folds=5 --fold all), whose out-of-fold predictions the second\n"
         "# stage trains on.\n",
         shown_path, spacing_text(plan.target_spacing), shown);
+  } else if (plan.lowres) {  // nnU-Net's cascade is a segmentation configuration (trainer cascade)
+    y += fmt::format(
+        "# This low-resolution plan needs the dataset re-imported at that spacing: the same import as {}\n"
+        "# with --spacing {} and --out {}. A {} run trains it on its own: nnU-Net's cascade\n"
+        "# (`trainer cascade`) is a segmentation configuration.\n",
+        shown, spacing_text(plan.target_spacing), shown_path, to_string(plan.task));
   } else if (cascade) {
     std::string first = experiment_name;
     if (ends_with(first, "_cascade")) first.resize(first.size() - std::string("_cascade").size());

@@ -235,8 +235,9 @@ void plan_2d(const Grid& grid, Plan two, const Measure& measure, Plan* full) {
   const Shape3& median = full->median_shape;  // as stored
   const auto flat = std::find(median.begin(), median.end(), 1);
   const bool one_slice = flat != median.end();
-  two.slice_axis =
-      one_slice ? flat - median.begin() : std::max_element(spacing.begin(), spacing.end()) - spacing.begin();
+  const auto coarse = std::max_element(spacing.begin(), spacing.end());
+  const auto finest = std::min_element(spacing.begin(), spacing.end());
+  two.slice_axis = one_slice ? flat - median.begin() : coarse - spacing.begin();
   two.configuration = "2d";
   two.dims = 2;
   two.max_filters = 512;  // nnU-Net's UNet_max_features_2d
@@ -253,12 +254,12 @@ void plan_2d(const Grid& grid, Plan two, const Measure& measure, Plan* full) {
   if (one_slice) {
     full->preferred = "2d";
     full->preferred_reason = "the cases are one slice deep: nnU-Net plans only its 2d configuration for such data";
-  } else if (full->anisotropic) {
+  } else if (full->anisotropic || *coarse > 3 * *finest) {  // the spacing alone (planner.h), not its voxel counts
     full->preferred = "2d";
     full->preferred_reason = fmt::format(
         "anisotropic spacing (axis {} coarser than 3x the finest, nnU-Net's ANISO_THRESHOLD): 2D on slices across it "
         "is often as good and cheaper; nnU-Net trains both and keeps the better by cross-validation",
-        full->lowres_axis);
+        full->anisotropic ? full->lowres_axis : coarse - spacing.begin());
   } else {
     full->preferred = "3d_fullres";
     full->preferred_reason =

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #include "nifti_support.h"
 #include "test_support.h"
 
@@ -93,6 +95,34 @@ TEST_F(PredictFilesHostile, AnExistingOutputIsNeverReplacedWithoutForce) {
   EXPECT_NE(r.output.find("exists and is not empty"), std::string::npos) << r.output;
   EXPECT_EQ(test::read_text(dir / "out" / "keep.txt"), "an earlier result");
   EXPECT_FALSE(fs::exists(dir / ".out.work"));
+}
+
+// The rest of issue 54's list, on files nibabel, Pillow and tifffile wrote: a NIfTI whose qform
+// disagrees with its sform (both codes 1) is predicted on its sform's grid, as nibabel and the
+// importers read it, and its prediction carries both forms unchanged; PNG slices (one channel) and a
+// one-channel 3D TIFF for this two-channel run are refused naming the channel count.
+TEST_F(PredictFilesHostile, DisagreeingFormsAreKeptAndOtherChannelCountsRefused) {
+  const auto python = test::torch_python();
+  if (!python) GTEST_SKIP() << "no torch venv (U3D_TORCH_PYTHON); scripts/setup.sh makes it";
+  fs::create_directories(dir / "forms");
+  std::string cmd = python->string() + " " + (test::source_dir() / "tests/python/write_nifti_forms.py").string();
+  for (const char* c : {"_0000", "_0001"}) {
+    cmd += fmt::format(" {} {}", (raw / "imagesTs" / fmt::format("case_004{}.nii.gz", c)).string(),
+                       (dir / "forms" / fmt::format("p{}.nii.gz", c)).string());
+  }
+  ASSERT_EQ(std::system((cmd + " 2>&1").c_str()), 0) << cmd;
+  auto r = trainer({"predict", "-i", "forms", "-o", "out", "--run", "runs/seg"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  test::expect_same_label_geometry(dir / "forms/p_0000.nii.gz", dir / "out/p.nii.gz");
+  fs::remove_all(dir / "out");
+  cmd = python->string() + " " + (test::source_dir() / "tests/python/write_slices.py").string() + " " +
+        (dir / "png").string() + " --patients 1 --slices 3 --size 32 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  refused(dir / "png/images", 2, "takes 2 input channels; a 2D image is one (grey)");
+  cmd = python->string() + " -c \"import numpy, tifffile; tifffile.imwrite('" + (dir / "v.tif").string() +
+        "', numpy.zeros((20, 24, 28), numpy.uint16))\"";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  refused(dir / "v.tif", 2, "takes 2 input channels; a TIFF volume is one (grey)");
 }
 
 // A dose run takes one DICOM export folder: two folders are refused saying so.

@@ -159,18 +159,18 @@ void check_options(const ImagesImportOptions& o) {
   }
 }
 
-// The mask values of every slice of a case (ascending) and how many of its files were colour.
+// The mask values of every slice of a case (ascending) and how many of its files were palette PNGs.
 struct MaskScan {
   std::vector<int64_t> values;
-  int64_t color = 0;
+  int64_t indexed = 0;
 };
 
 MaskScan scan_masks(const SliceCase& c) {
   std::set<int64_t> values;
   MaskScan s;
   for (const auto& sl : c.slices) {
-    const Image2d m = read_image2d(sl.mask);
-    s.color += m.color;
+    const Image2d m = read_mask2d(sl.mask);
+    s.indexed += m.indexed;
     for (const int64_t v : import_detail::label_values(m.pixels, sl.mask)) values.insert(v);
   }
   s.values.assign(values.begin(), values.end());
@@ -185,7 +185,7 @@ CaseData load_case(const SliceCase& c, bool binary, std::atomic<int64_t>& color)
   for (const auto& sl : c.slices) {
     const Image2d im = read_image2d(sl.image);
     color += im.color;
-    const Image2d m = sl.mask.empty() ? im : read_image2d(sl.mask);
+    const Image2d m = sl.mask.empty() ? im : read_mask2d(sl.mask);
     if (m.pixels.sizes() != im.pixels.sizes()) {
       throw DataError(fmt::format("{} is {} but its image {} is {} (H x W)", sl.mask.string(),
                                   fmt::join(m.pixels.sizes(), "x"), sl.image.string(),
@@ -224,6 +224,12 @@ CaseData load_case(const SliceCase& c, bool binary, std::atomic<int64_t>& color)
     if (!sl.mask.empty()) out.source->files.push_back(fs::absolute(sl.mask).string());
   }
   return out;
+}
+
+int64_t slices_in(const std::vector<SliceCase>& cases) {
+  int64_t n = 0;
+  for (const auto& c : cases) n += static_cast<int64_t>(c.slices.size());
+  return n;
 }
 
 }  // namespace
@@ -285,10 +291,10 @@ ImportSummary import_images(const ImagesImportOptions& o, const fs::path& out) {
                  [&](int64_t i) { scans[static_cast<size_t>(i)] = scan_masks(cases[static_cast<size_t>(i)]); });
   }
   std::set<int64_t> values;
-  int64_t color_masks = 0;
+  int64_t indexed_masks = 0;
   for (const auto& s : scans) {
     values.insert(s.values.begin(), s.values.end());
-    color_masks += s.color;
+    indexed_masks += s.indexed;
   }
   const bool binary = unlabelled
                           ? o.unlabelled_classes == 2
@@ -332,7 +338,6 @@ ImportSummary import_images(const ImagesImportOptions& o, const fs::path& out) {
     references.emplace(o.reference_out);
   }
   std::atomic<int64_t> color_images{0};
-  int64_t slices = 0;
   ordered_pipeline(
       n, threads, /*window=*/threads,
       [&](int64_t i) {
@@ -341,11 +346,11 @@ ImportSummary import_images(const ImagesImportOptions& o, const fs::path& out) {
         return writer.prepare(c);
       },
       [&](int64_t, std::shared_ptr<const PreparedCase> c) { writer.write_case(*c); });
-  for (const auto& c : cases) slices += static_cast<int64_t>(c.slices.size());
-  if (color_images > 0 || color_masks > 0) {
-    spdlog::warn("import images: {} colour image(s) and {} colour mask(s) converted to grey (sRGB luminance)",
-                 color_images.load(), color_masks);
+  const int64_t slices = slices_in(cases);
+  if (color_images > 0) {
+    spdlog::warn("import images: {} colour image(s) converted to grey (sRGB luminance)", color_images.load());
   }
+  if (indexed_masks > 0) spdlog::info("import images: {} palette mask(s) read as their palette indices", indexed_masks);
   ImportSummary summary;
   summary.channel_normalization = {"zscore"};
   writer.set_channel_normalization(summary.channel_normalization);
@@ -359,6 +364,15 @@ ImportSummary import_images(const ImagesImportOptions& o, const fs::path& out) {
   const double val_share =
       rest.empty() ? 0 : o.val_fraction * static_cast<double>(n) / static_cast<double>(rest.size());
   import_detail::split_cases(rest, std::min(val_share, 0.99), o.seed, train, val);
+  for (const auto& [name, share, list] :
+       {std::tuple{"val", o.val_fraction, &val}, std::tuple{"test", o.test_fraction, &test}}) {
+    if (!unlabelled && share > 0 && list->empty()) {
+      spdlog::warn(
+          "import images: --{}-fraction {} leaves split '{}' empty: the {} slices make {} case(s) (splits are drawn "
+          "per case; --group names the cases)",
+          name, share, name, slices, n);
+    }
+  }
   for (const auto& [name, list] : {std::pair{"train", &train}, std::pair{"val", &val}, std::pair{"test", &test}}) {
     if (!list->empty() || (name == std::string("train") && !unlabelled)) writer.set_split(name, *list);
   }
