@@ -7,7 +7,7 @@
 #include <cstdlib>
 
 #include "test_support.h"
-#include "u3d/io/dataset.h"
+#include "u3d/io/h5/dataset.h"
 
 namespace u3d {
 namespace {
