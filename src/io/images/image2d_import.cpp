@@ -353,19 +353,19 @@ ImportSummary import_images(const ImagesImportOptions& o, const fs::path& out) {
   if (indexed_masks > 0) spdlog::info("import images: {} palette mask(s) read as their palette indices", indexed_masks);
   ImportSummary summary;
   summary.channel_normalization = {"zscore"};
-  writer.set_channel_normalization(summary.channel_normalization);
-  std::vector<std::string> ids, rest, train, val, test;
+  std::vector<std::string> ids, rest;
+  import_detail::Splits splits;
   for (const auto& c : cases) ids.push_back(c.id);
   if (unlabelled) {
-    test = ids;
+    splits.test = ids;
   } else {
-    import_detail::split_cases(ids, o.test_fraction, o.seed + 1, rest, test);
+    import_detail::split_cases(ids, o.test_fraction, o.seed + 1, rest, splits.test);
   }
   const double val_share =
       rest.empty() ? 0 : o.val_fraction * static_cast<double>(n) / static_cast<double>(rest.size());
-  import_detail::split_cases(rest, std::min(val_share, 0.99), o.seed, train, val);
+  import_detail::split_cases(rest, std::min(val_share, 0.99), o.seed, splits.train, splits.val);
   for (const auto& [name, share, list] :
-       {std::tuple{"val", o.val_fraction, &val}, std::tuple{"test", o.test_fraction, &test}}) {
+       {std::tuple{"val", o.val_fraction, &splits.val}, std::tuple{"test", o.test_fraction, &splits.test}}) {
     if (!unlabelled && share > 0 && list->empty()) {
       spdlog::warn(
           "import images: --{}-fraction {} leaves split '{}' empty: the {} slices make {} case(s) (splits are drawn "
@@ -373,16 +373,11 @@ ImportSummary import_images(const ImagesImportOptions& o, const fs::path& out) {
           name, share, name, slices, n);
     }
   }
-  for (const auto& [name, list] : {std::pair{"train", &train}, std::pair{"val", &val}, std::pair{"test", &test}}) {
-    if (!list->empty() || (name == std::string("train") && !unlabelled)) writer.set_split(name, *list);
-  }
-  writer.commit();
+  import_detail::commit_import(writer, splits, summary.channel_normalization, summary,
+                               /*train_always=*/!unlabelled);
   if (references) {
     for (const auto& c : cases) fs::rename(references->path() / (c.id + ".tif"), o.reference_out / (c.id + ".tif"));
   }
-  summary.train = static_cast<int64_t>(train.size());
-  summary.val = static_cast<int64_t>(val.size());
-  summary.test = static_cast<int64_t>(test.size());
   spdlog::info(
       "import: wrote {} from {}: {} slices in {} cases, {} train / {} val / {} test cases, {} classes in {:.1f} s",
       out.string(), o.images.string(), slices, n, summary.train, summary.val, summary.test, info.num_classes,
