@@ -112,6 +112,23 @@ TEST(GpuTrainStep, GraphReplayGivesTheEagerLossesBitwiseInDeterministicFp32) {
   EXPECT_EQ(graph.losses, eager.losses);
 }
 
+// Without clipping the step sets the gradients to none and takes its Inf/NaN flag from the loss (no
+// gradient norm): the captured backward allocates the gradients from the graph's pool, and each
+// replay rewrites them in place, so replays still give the eager losses bit for bit.
+TEST(GpuTrainStep, GradientsSetToNoneWithoutClippingReplayLikeEagerBitwise) {
+  U3D_REQUIRE_CUDA();
+  Config eager_cfg = cuda_cfg(Precision::kFp32, Toggle::kOff, true);
+  Config graph_cfg = cuda_cfg(Precision::kFp32, Toggle::kOn, true);
+  eager_cfg.training.grad_clip_norm = graph_cfg.training.grad_clip_norm = 0.0;
+  const CudaRun eager = train_cuda(eager_cfg, 8);
+  const CudaRun graph = train_cuda(graph_cfg, 8);
+  EXPECT_TRUE(graph.replayed);
+  EXPECT_EQ(graph.losses, eager.losses);
+  EXPECT_EQ(graph.applied, 8);
+  graph_cfg.training.accumulate_steps = eager_cfg.training.accumulate_steps = 2;  // later micro-batches add
+  EXPECT_EQ(train_cuda(graph_cfg, 5).losses, train_cuda(eager_cfg, 5).losses);
+}
+
 TEST(GpuTrainStep, GraphReplayFollowsEagerInBf16) {
   U3D_REQUIRE_CUDA();
   const CudaRun eager = train_cuda(cuda_cfg(Precision::kBf16, Toggle::kOff, false), 8);
