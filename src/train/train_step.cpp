@@ -34,7 +34,10 @@ void plant_value(torch::Tensor& t, double value) {
 TrainStep::TrainStep(const Config& cfg, const torch::Device& device, NetworkImpl& net, const Loss& loss,
                      Optimizer& optimizer, StepMonitor* monitor)
     : cfg_(cfg), device_(device), net_(net), loss_(loss), optimizer_(optimizer), monitor_(monitor) {
-  features_.precision = resolve_precision(cfg.training, device);
+  features_.precision = resolve_precision(cfg.training, network_norm(cfg.model), device);
+  if (cfg.training.precision == Precision::kAuto) {
+    spdlog::info("precision {}", precision_reason(cfg.training, network_norm(cfg.model), device));
+  }
   features_.accumulate_steps = accumulate_ = cfg.training.accumulate_steps;
   features_.activation_checkpointing = cfg.model.activation_checkpointing;
   features_.channels_last = resolve_channels_last(cfg.model, device);

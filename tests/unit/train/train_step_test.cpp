@@ -96,15 +96,37 @@ TEST(GradScaler, UnscalesFlagsInfAndBacksOffOrGrows) {
 
 TEST(Precision, ResolvesPerDeviceAndRefusesFp16OnCpu) {
   TrainingConfig t;
-  EXPECT_EQ(resolve_precision(t, torch::kCPU), Precision::kFp32);
-  EXPECT_EQ(resolve_precision(t, torch::Device(torch::kCUDA, 0)), Precision::kBf16);
+  const torch::Device cuda(torch::kCUDA, 0);
+  EXPECT_EQ(resolve_precision(t, Norm::kInstance, torch::kCPU), Precision::kFp32);
+  EXPECT_EQ(resolve_precision(t, Norm::kInstance, cuda), Precision::kBf16);
   t.precision = Precision::kBf16;
-  EXPECT_EQ(resolve_precision(t, torch::kCPU), Precision::kBf16);
+  EXPECT_EQ(resolve_precision(t, Norm::kInstance, torch::kCPU), Precision::kBf16);
+  EXPECT_EQ(resolve_precision(t, Norm::kBatch, cuda), Precision::kBf16);  // set: kept, whatever the norm
   t.precision = Precision::kFp16;
-  EXPECT_THROW(resolve_precision(t, torch::kCPU), ConfigError);
-  EXPECT_EQ(resolve_precision(t, torch::Device(torch::kCUDA, 0)), Precision::kFp16);
+  EXPECT_THROW(resolve_precision(t, Norm::kInstance, torch::kCPU), ConfigError);
+  EXPECT_EQ(resolve_precision(t, Norm::kInstance, cuda), Precision::kFp16);
   EXPECT_FALSE(autocast_dtype(Precision::kFp32).has_value());
   EXPECT_EQ(*autocast_dtype(Precision::kBf16), at::kBFloat16);
+}
+
+// training.precision: auto on CUDA follows the norm: fp16 (loss scaling) for batch norm, which
+// cuDNN cannot run in bf16; bf16 for the others. The CPU stays fp32 whatever the norm.
+TEST(Precision, AutoPicksFp16ForBatchNormAndBf16OtherwiseOnCuda) {
+  const TrainingConfig t;  // auto
+  const torch::Device cuda(torch::kCUDA, 0);
+  EXPECT_EQ(resolve_precision(t, Norm::kBatch, cuda), Precision::kFp16);
+  EXPECT_EQ(resolve_precision(t, Norm::kInstance, cuda), Precision::kBf16);
+  EXPECT_EQ(resolve_precision(t, Norm::kGroup, cuda), Precision::kBf16);
+  EXPECT_EQ(resolve_precision(t, Norm::kNone, cuda), Precision::kBf16);
+  for (const Norm n : {Norm::kBatch, Norm::kInstance, Norm::kGroup, Norm::kNone}) {
+    EXPECT_EQ(resolve_precision(t, n, torch::kCPU), Precision::kFp32);
+  }
+  EXPECT_EQ(precision_reason(t, Norm::kBatch, cuda),
+            "auto: fp16 with loss scaling (batch norm: cuDNN has no bf16 batch norm)");
+  EXPECT_EQ(precision_reason(t, Norm::kGroup, cuda), "auto: bf16 (group norm: no loss scaler needed)");
+  ModelConfig kbp;  // the OpenKBP baseline is a batch-norm network whatever model.norm says
+  kbp.architecture = Architecture::kOpenKbpBaseline;
+  EXPECT_EQ(resolve_precision(t, network_norm(kbp), cuda), Precision::kFp16);
 }
 
 // A tiny model and a fixed sequence of batches, trained for `steps` steps on CPU.
