@@ -273,6 +273,21 @@ TEST(GpuTrainStep, StepBenchmarkOnCudaReportsPeakMemoryAndReplays) {
   ASSERT_EQ(bn.exit_code, 0) << bn.output;
   EXPECT_NE(bn.output.find("\"channels_last\": true"), std::string::npos) << bn.output;
   EXPECT_NE(bn.output.find("\"cuda_graph\": true"), std::string::npos) << bn.output;
+  // With batch norm, precision auto is fp16 with loss scaling (cuDNN has no bf16 batch norm), logged.
+  EXPECT_NE(bn.output.find("\"precision\": \"fp16\""), std::string::npos) << bn.output;
+  EXPECT_NE(bn.output.find("precision auto: fp16 with loss scaling (batch norm"), std::string::npos) << bn.output;
+  // --profile on CUDA: the device's kernel time by category, the shares adding up to 1.
+  const auto prof = test::run_trainer({"--config", "b.yaml", "--benchmark", "--steps", "2", "--set",
+                                       "training.device=cuda", "--set", "data.patch_size=32", "--profile"},
+                                      dir.path());
+  ASSERT_EQ(prof.exit_code, 0) << prof.output;
+  EXPECT_NE(prof.output.find("\"source\": \"cuda device time\""), std::string::npos) << prof.output;
+  double sum = 0;
+  const std::regex re("\"share\": ([0-9.]+)");
+  for (auto it = std::sregex_iterator(prof.output.begin(), prof.output.end(), re); it != std::sregex_iterator(); ++it) {
+    sum += std::stod((*it)[1]);
+  }
+  EXPECT_NEAR(sum, 1.0, 2e-3) << prof.output;
 }
 
 // Issue 19's levers on the GPU: activation checkpointing and gradient accumulation inside a
