@@ -8,6 +8,8 @@
 #include <cctype>
 #include <cstdio>
 #include <map>
+#include <memory>
+#include <set>
 #include <unordered_map>
 
 #include "u3d/core/errors.h"
