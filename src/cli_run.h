@@ -57,6 +57,7 @@ inline void add_allow_option(CLI::App* a, RunCli& c) {
 }
 inline void add_benchmark_options(CLI::App* a, RunCli& c) {
   a->add_option("--workers", c.run.workers, "Benchmark data: sampler thread counts to measure, e.g. 1,2,4");
+  a->add_flag("--profile", c.run.profile, "Benchmark (step): time 3 more steps under LibTorch's profiler, by category");
   a->add_option("--benchmark-seconds", c.run.benchmark_seconds, "Benchmark: seconds measured per result row")
       ->check(number_in(0, kMaxSeconds, Whole::kNo, /*lo_open=*/true));
   c.steps.push_back(a->add_option("--steps", c.run.steps, "Benchmark (step): timed steps")

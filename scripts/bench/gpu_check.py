@@ -12,7 +12,8 @@ MLPerf 3D U-Net; (6) the other GPU suites, one process each; (7) data-parallel N
 with the captured step, and the fp16 captured step; (8) the GPU data benchmark; (9) the profile;
 (10) torch.compile on the PyTorch side; (11-14) the users' workflows end to end (gpucheck/
 sections_workflows.py, scripts/bench/workflows.sh): OpenKBP on the real sample (only with
---openkbp), 2D slices, thin surfaces, nnU-Net-style segmentation, each trained for --minutes.
+--openkbp), 2D slices, thin surfaces, nnU-Net-style segmentation, each trained for --minutes; (15) the
+MLPerf 3D U-Net's samples/s per batch (2, 4, 7, 8; graph on).
 
 DIR holds gpu-report.md, gpu-report.json and logs.tar.gz only, rewritten after every command; the
 bulky work files live in --work (default under /tmp). Works from the release bundle (bin/trainer,

@@ -102,6 +102,7 @@ int run_command(const RunCommand& cmd) {
         fmt::format("--benchmark '{}': expected data, step, or no value for the training step", *cmd.benchmark));
   }
   if (cmd.steps_given && !step_benchmark) throw UsageError("--steps and --warmup go with --benchmark (step)");
+  if (cmd.profile && !step_benchmark) throw UsageError("--profile goes with --benchmark (step)");
   if (!cmd.ensemble.empty() && !cmd.predict_only) throw UsageError("--ensemble goes with --predict-only");
   if (!cmd.ensemble.empty() && !cmd.fold.empty()) {
     throw UsageError(
@@ -113,7 +114,7 @@ int run_command(const RunCommand& cmd) {
   check_machine_limits(cfg);
   init_console_logging(cfg.logging.level);
   if (!launch_env().is_main()) spdlog::set_level(spdlog::level::warn);  // data-parallel: rank 0 reports
-  if (step_benchmark) return step_benchmark_command(cfg, StepBenchmarkOptions{cmd.steps, cmd.warmup});
+  if (step_benchmark) return step_benchmark_command(cfg, StepBenchmarkOptions{cmd.steps, cmd.warmup, cmd.profile});
   if (cmd.benchmark) {
     DataBenchmarkOptions o;
     if (!cmd.workers.empty()) o.workers = parse_worker_list(cmd.workers);

@@ -185,6 +185,9 @@ StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOpt
   }
   r.reserved_last_bytes = gpu_memory_in_use(rt.device);
   if (r.reserved_step10_bytes < 0) r.reserved_last_bytes = -1;
+  if (options.profile) {  // after the timed steps: every rank, so the collectives match
+    r.profile = profile_steps([&] { step.run(micro_batches); }, options.profile_steps, rt.device);
+  }
   r.skipped_steps = monitor.totals().skipped - r.warmup_skipped_steps;
   r.steps = options.steps;
   if (dist) {  // the same steps without the gradient all-reduce, then the all-reduce alone
@@ -354,6 +357,10 @@ int step_benchmark_command(const Config& cfg, const StepBenchmarkOptions& option
                      {"scaling_efficiency", json_number(r.scaling_efficiency, 4)},
                      {"resolved", resolved_keys(cfg)}};
   std::fputs((json_line(json) + "\n").c_str(), stdout);
+  if (r.profile) {
+    print_step_profile(*r.profile);
+    std::fputs((json_line(step_profile_json(*r.profile)) + "\n").c_str(), stdout);
+  }
   std::fflush(stdout);
   return kExitOk;
 }

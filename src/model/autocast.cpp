@@ -3,12 +3,15 @@
 #include <ATen/autocast_mode.h>
 
 #include "u3d/core/errors.h"
+#include "u3d/model/layout.h"
 
 namespace u3d {
 
-Precision resolve_precision(const TrainingConfig& cfg, const torch::Device& device) {
+Precision resolve_precision(const TrainingConfig& cfg, Norm norm, const torch::Device& device) {
   switch (cfg.precision) {
-    case Precision::kAuto: return device.is_cuda() ? Precision::kBf16 : Precision::kFp32;
+    case Precision::kAuto:
+      if (!device.is_cuda()) return Precision::kFp32;
+      return norm == Norm::kBatch ? Precision::kFp16 : Precision::kBf16;
     case Precision::kFp16:
       if (!device.is_cuda()) {
         throw ConfigError(
@@ -21,6 +24,14 @@ Precision resolve_precision(const TrainingConfig& cfg, const torch::Device& devi
   }
 }
 
+std::string precision_reason(const TrainingConfig& cfg, Norm norm, const torch::Device& device) {
+  if (cfg.precision != Precision::kAuto) return fmt::format("training.precision: {}", to_string(cfg.precision));
+  if (!device.is_cuda()) return "auto: fp32 (no CUDA device: CPU autocast is slower than fp32)";
+  if (norm == Norm::kBatch) return "auto: fp16 with loss scaling (batch norm: cuDNN has no bf16 batch norm)";
+  return fmt::format("auto: bf16 ({}: no loss scaler needed)",
+                     norm == Norm::kNone ? "no norm" : to_string(norm) + " norm");
+}
+
 std::optional<at::ScalarType> autocast_dtype(Precision precision) {
   switch (precision) {
     case Precision::kBf16: return at::kBFloat16;
@@ -29,9 +40,9 @@ std::optional<at::ScalarType> autocast_dtype(Precision precision) {
   }
 }
 
-std::optional<at::ScalarType> inference_autocast(const TrainingConfig& cfg, const torch::Device& device) {
-  if (cfg.precision == Precision::kFp16 && !device.is_cuda()) return std::nullopt;
-  return autocast_dtype(resolve_precision(cfg, device));
+std::optional<at::ScalarType> inference_autocast(const Config& cfg, const torch::Device& device) {
+  if (cfg.training.precision == Precision::kFp16 && !device.is_cuda()) return std::nullopt;
+  return autocast_dtype(resolve_precision(cfg.training, network_norm(cfg.model), device));
 }
 
 std::string precision_name(Precision precision) { return to_string(precision); }

@@ -46,7 +46,7 @@ SlidingWindowOptions window_options(const Config& cfg, const Shape3& patch, cons
                               cfg.predict.batch_size > 0 ? cfg.predict.batch_size : cfg.data.batch_size,
                               cfg.predict.gaussian,
                               mirror,
-                              /*autocast=*/inference_autocast(cfg.training, device),
+                              /*autocast=*/inference_autocast(cfg, device),
                               channels_last,
                               /*stop=*/{},
                               /*sigmoid=*/cfg.model.head == Head::kSigmoid};

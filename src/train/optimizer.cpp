@@ -57,7 +57,8 @@ Optimizer::Optimizer(const TrainingConfig& cfg, std::vector<torch::Tensor> param
     if (p.device() != options.device() || p.scalar_type() != options.dtype().toScalarType()) {
       throw ConfigError("optimizer: every parameter must have the same device and dtype");
     }
-    // Gradients exist from the start and are zeroed in place: fixed addresses, no None checks.
+    // Gradients exist from the start: a data-parallel run zeroes them in place (fixed addresses, its
+    // bucket views); other runs drop them each step (zero_grad(true), then fill_missing_grads()).
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
   }
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(options.device());
@@ -93,7 +94,19 @@ void Optimizer::match_parameter_layout() {
   }
 }
 
-void Optimizer::zero_grad() { torch::_foreach_zero_(grads_of(params_)); }
+void Optimizer::zero_grad(bool set_to_none) {
+  if (!set_to_none) {
+    torch::_foreach_zero_(grads_of(params_));
+    return;
+  }
+  for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+}
+
+void Optimizer::fill_missing_grads() {
+  for (auto& p : params_) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p, torch::MemoryFormat::Preserve);
+  }
+}
 
 torch::Tensor Optimizer::grad_norm() const {
   const auto norms = torch::_foreach_norm(grads_of(params_), 2);
@@ -178,6 +191,10 @@ void Optimizer::load(torch::serialize::InputArchive& ar) {
 
 torch::Tensor nonfinite_flag(const torch::Tensor& loss, const torch::Tensor& grad_norm) {
   return torch::logical_not(torch::isfinite(loss.detach()) & torch::isfinite(grad_norm)).to(torch::kFloat);
+}
+
+torch::Tensor nonfinite_flag(const torch::Tensor& loss) {
+  return torch::logical_not(torch::isfinite(loss.detach())).to(torch::kFloat);
 }
 
 }  // namespace u3d

@@ -7,6 +7,7 @@
 #include "u3d/data/folds.h"
 #include "u3d/data/sampler.h"
 #include "u3d/model/autocast.h"
+#include "u3d/model/layout.h"
 #include "u3d/train/losses.h"
 #include "u3d/train/resume.h"
 
@@ -114,7 +115,7 @@ ResolvedConfig resolve(const Config& cfg, const DatasetReader& reader, const tor
     for (int64_t k = 1; k < rc.info.num_classes; ++k) classes.push_back(std::to_string(k));
     rc.cfg.data.foreground = fmt::format("labels:{}", fmt::join(classes, ","));
   }
-  resolve_precision(training, device);  // fp16 needs CUDA
+  resolve_precision(training, network_norm(rc.cfg.model), device);  // fp16 needs CUDA
   rc.cases_sha256 = case_ids_sha256(rc.train_ids);
   // An epoch sees every case once, or with model.dims 2 every slice of them once (on average).
   int64_t samples = static_cast<int64_t>(rc.train_ids.size());

@@ -34,7 +34,10 @@ void plant_value(torch::Tensor& t, double value) {
 TrainStep::TrainStep(const Config& cfg, const torch::Device& device, NetworkImpl& net, const Loss& loss,
                      Optimizer& optimizer, StepMonitor* monitor)
     : cfg_(cfg), device_(device), net_(net), loss_(loss), optimizer_(optimizer), monitor_(monitor) {
-  features_.precision = resolve_precision(cfg.training, device);
+  features_.precision = resolve_precision(cfg.training, network_norm(cfg.model), device);
+  if (cfg.training.precision == Precision::kAuto) {
+    spdlog::info("precision {}", precision_reason(cfg.training, network_norm(cfg.model), device));
+  }
   features_.accumulate_steps = accumulate_ = cfg.training.accumulate_steps;
   features_.activation_checkpointing = cfg.model.activation_checkpointing;
   features_.channels_last = resolve_channels_last(cfg.model, device);
@@ -165,7 +168,9 @@ LossParts TrainStep::accumulate(const Batch& batch, bool capturing) {
 
 StepOutputs TrainStep::compute(const MicroBatches& micro, bool capturing) {
   if (!buffers_.empty()) torch::_foreach_copy_(saved_buffers_, buffers_);
-  optimizer_.zero_grad();
+  // Gradients set to none: the first backward writes them (under capture, from the graph's pool),
+  // later micro-batches add. Data-parallel gradients are views into the all-reduce buckets: zeroed.
+  optimizer_.zero_grad(/*set_to_none=*/sync_ == nullptr);
   micro_index_ = 0;
   LossParts first = accumulate(micro(0), capturing);
   torch::Tensor loss = first.total, terms = first.terms;
@@ -185,12 +190,18 @@ StepOutputs TrainStep::compute(const MicroBatches& micro, bool capturing) {
     loss = both[0];
     if (terms.defined()) terms = both.slice(0, 1);
   }
+  if (!sync_) optimizer_.fill_missing_grads();  // a parameter no backward reached: zeros
   if (after_backward_) after_backward_(optimizer_.params());
   torch::Tensor found_inf;
   if (scaler_) found_inf = scaler_->unscale_(optimizer_.params());  // Inf/NaN in any gradient
-  const torch::Tensor norm = optimizer_.grad_norm();
-  found_inf = found_inf.defined() ? torch::maximum(found_inf, nonfinite_flag(loss, norm)) : nonfinite_flag(loss, norm);
-  if (cfg_.training.grad_clip_norm > 0) optimizer_.clip_grad_norm(norm, cfg_.training.grad_clip_norm);
+  // The gradient norm only where clipping needs it (or a test plants an Inf gradient with no scaler
+  // to see it); otherwise the flag is the loss's (and the scaler's, over every gradient).
+  const bool clip = cfg_.training.grad_clip_norm > 0;
+  torch::Tensor norm;
+  if (clip || (after_backward_ && !scaler_)) norm = optimizer_.grad_norm();
+  const torch::Tensor flag = norm.defined() ? nonfinite_flag(loss, norm) : nonfinite_flag(loss);
+  found_inf = found_inf.defined() ? torch::maximum(found_inf, flag) : flag;
+  if (clip) optimizer_.clip_grad_norm(norm, cfg_.training.grad_clip_norm);
   optimizer_.step(found_inf);
   if (scaler_) scaler_->update(found_inf);
   if (!buffers_.empty()) {  // a skipped step leaves batch-norm statistics as they were, too

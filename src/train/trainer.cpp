@@ -13,6 +13,8 @@
 #include "u3d/core/output_head.h"
 #include "u3d/core/signals.h"
 #include "u3d/core/version.h"
+#include "u3d/model/autocast.h"
+#include "u3d/model/layout.h"
 #include "u3d/train/resume.h"
 
 namespace u3d {
@@ -216,7 +218,13 @@ void Trainer::restore() {
   state_ = info.state;
   if (state_.step_in_epoch > rc_.steps_per_epoch) state_.step_in_epoch = rc_.steps_per_epoch;
   monitor_->restore(state_);
-  if (step_->scaler() && saved.training.precision == Precision::kFp16) {  // else a fresh scaler
+  // The scaler's state when the saved run had one: fp16, or auto resolved to fp16 (a batch-norm
+  // network on CUDA; a checkpoint written without a scaler holds scale 1): else a fresh scaler.
+  const bool saved_fp16 =
+      saved.training.precision == Precision::kFp16 ||
+      (saved.training.precision == Precision::kAuto && state_.loss_scale != 1.0 &&
+       resolve_precision(saved.training, network_norm(saved.model), runtime_.device) == Precision::kFp16);
+  if (step_->scaler() && saved_fp16) {
     step_->scaler()->load(state_.loss_scale, state_.loss_scale_growth);
   }
   keeper_.resumed_at(state_.global_step);

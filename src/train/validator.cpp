@@ -195,7 +195,7 @@ void Validator::patches(int64_t epoch, ValStats& stats, TrainState& state) {
   net_.eval();
   const int64_t k = data_.pre().out_channels();  // the classes (a sigmoid head has k - 1 channels)
   const PostprocessOptions labels = validation_labels(rc_.cfg);
-  const auto autocast = inference_autocast(rc_.cfg.training, device_);  // as the training step
+  const auto autocast = inference_autocast(rc_.cfg, device_);  // as the training step
   // Device sums over every batch, read once: (K,) true positives, false positives, false negatives.
   const auto counts = torch::TensorOptions().dtype(torch::kLong).device(device_);
   torch::Tensor tp = torch::zeros({k}, counts), fp = torch::zeros({k}, counts), fn = torch::zeros({k}, counts);

@@ -112,6 +112,23 @@ TEST(GpuTrainStep, GraphReplayGivesTheEagerLossesBitwiseInDeterministicFp32) {
   EXPECT_EQ(graph.losses, eager.losses);
 }
 
+// Without clipping the step sets the gradients to none and takes its Inf/NaN flag from the loss (no
+// gradient norm): the captured backward allocates the gradients from the graph's pool, and each
+// replay rewrites them in place, so replays still give the eager losses bit for bit.
+TEST(GpuTrainStep, GradientsSetToNoneWithoutClippingReplayLikeEagerBitwise) {
+  U3D_REQUIRE_CUDA();
+  Config eager_cfg = cuda_cfg(Precision::kFp32, Toggle::kOff, true);
+  Config graph_cfg = cuda_cfg(Precision::kFp32, Toggle::kOn, true);
+  eager_cfg.training.grad_clip_norm = graph_cfg.training.grad_clip_norm = 0.0;
+  const CudaRun eager = train_cuda(eager_cfg, 8);
+  const CudaRun graph = train_cuda(graph_cfg, 8);
+  EXPECT_TRUE(graph.replayed);
+  EXPECT_EQ(graph.losses, eager.losses);
+  EXPECT_EQ(graph.applied, 8);
+  graph_cfg.training.accumulate_steps = eager_cfg.training.accumulate_steps = 2;  // later micro-batches add
+  EXPECT_EQ(train_cuda(graph_cfg, 5).losses, train_cuda(eager_cfg, 5).losses);
+}
+
 TEST(GpuTrainStep, GraphReplayFollowsEagerInBf16) {
   U3D_REQUIRE_CUDA();
   const CudaRun eager = train_cuda(cuda_cfg(Precision::kBf16, Toggle::kOff, false), 8);
@@ -256,6 +273,21 @@ TEST(GpuTrainStep, StepBenchmarkOnCudaReportsPeakMemoryAndReplays) {
   ASSERT_EQ(bn.exit_code, 0) << bn.output;
   EXPECT_NE(bn.output.find("\"channels_last\": true"), std::string::npos) << bn.output;
   EXPECT_NE(bn.output.find("\"cuda_graph\": true"), std::string::npos) << bn.output;
+  // With batch norm, precision auto is fp16 with loss scaling (cuDNN has no bf16 batch norm), logged.
+  EXPECT_NE(bn.output.find("\"precision\": \"fp16\""), std::string::npos) << bn.output;
+  EXPECT_NE(bn.output.find("precision auto: fp16 with loss scaling (batch norm"), std::string::npos) << bn.output;
+  // --profile on CUDA: the device's kernel time by category, the shares adding up to 1.
+  const auto prof = test::run_trainer({"--config", "b.yaml", "--benchmark", "--steps", "2", "--set",
+                                       "training.device=cuda", "--set", "data.patch_size=32", "--profile"},
+                                      dir.path());
+  ASSERT_EQ(prof.exit_code, 0) << prof.output;
+  EXPECT_NE(prof.output.find("\"source\": \"cuda device time\""), std::string::npos) << prof.output;
+  double sum = 0;
+  const std::regex re("\"share\": ([0-9.]+)");
+  for (auto it = std::sregex_iterator(prof.output.begin(), prof.output.end(), re); it != std::sregex_iterator(); ++it) {
+    sum += std::stod((*it)[1]);
+  }
+  EXPECT_NEAR(sum, 1.0, 2e-3) << prof.output;
 }
 
 // Issue 19's levers on the GPU: activation checkpointing and gradient accumulation inside a

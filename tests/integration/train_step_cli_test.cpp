@@ -6,6 +6,7 @@
 
 #include "fixtures.h"
 #include "test_support.h"
+#include "u3d/core/json.h"
 
 namespace u3d {
 namespace {
@@ -79,6 +80,39 @@ TEST_F(TrainStepCli, StepBenchmarkTakesPrecisionAndLayoutFromTheConfig) {
   EXPECT_EQ(field(j, "precision"), "\"bf16\"");
   EXPECT_EQ(field(j, "channels_last"), "true");
   EXPECT_EQ(field(j, "skipped_steps"), "0");
+}
+
+// --profile: the step's time by category from LibTorch's profiler (CPU activity here): every
+// category in the table and the JSON line, the shares summing to 1, ten top ops, convolutions seen.
+TEST_F(TrainStepCli, StepBenchmarkProfileBreaksTheStepIntoCategories) {
+  config("p");
+  const auto r = trainer({"--config", "p.yaml", "--benchmark", "--steps", "1", "--warmup", "1", "--profile"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  json_line(r.output);  // the step benchmark's own line, once
+  std::istringstream in(r.output);
+  std::string line, found;
+  while (std::getline(in, line)) {
+    if (line.rfind("{\"benchmark\": \"step_profile\"", 0) == 0) found = line;
+  }
+  ASSERT_FALSE(found.empty()) << r.output;
+  const Json j = parse_json(found, "the profile line");
+  EXPECT_EQ(j.at("source"), "cpu self time");
+  EXPECT_EQ(j.at("steps"), 3);
+  double share = 0;
+  for (const char* c :
+       {"convolution", "normalisation", "activation", "elementwise", "copy/cast", "reduction", "optimizer", "other"}) {
+    ASSERT_TRUE(j.at("categories").contains(c)) << c;
+    share += j.at("categories").at(c).at("share").get<double>();
+    EXPECT_NE(r.output.find(std::string("  ") + c), std::string::npos) << c;  // a table row
+  }
+  EXPECT_NEAR(share, 1.0, 2e-3);
+  EXPECT_GT(j.at("total_ms_per_step").get<double>(), 0.0);
+  EXPECT_GT(j.at("categories").at("convolution").at("share").get<double>(), 0.0);
+  EXPECT_GT(j.at("categories").at("optimizer").at("ms").get<double>(), 0.0);
+  EXPECT_EQ(j.at("top_ops").size(), 10u);
+  const auto p = trainer({"--config", "p.yaml", "--profile"});  // not without the step benchmark
+  EXPECT_EQ(p.exit_code, 2) << p.output;
+  EXPECT_NE(p.output.find("--profile goes with --benchmark"), std::string::npos) << p.output;
 }
 
 TEST_F(TrainStepCli, StepBenchmarkArgumentsAreChecked) {

@@ -23,10 +23,19 @@
 // and the last timed step, skipped steps (timed and warm-up apart), FLOPs per step from the
 // network definition (3 x forward_flops() x batch), achieved TFLOP/s, data-wait share, the features
 // on, device, version and commit.
+//
+//   trainer --config exp.yaml --benchmark [step] --profile
+//
+// --profile then runs 3 more steps under LibTorch's profiler and prints the step's time by category
+// (convolution, normalisation, activation, elementwise, copy/cast, reduction, optimizer, other: ms
+// per step and share) and the top 10 ops, and a second JSON line ({"benchmark": "step_profile",
+// ...}, step_profile.h). The benchmark writes no files: both JSON lines go to stdout.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "u3d/app/step_profile.h"
 #include "u3d/core/config.h"
 
 namespace u3d {
@@ -52,8 +61,10 @@ int data_benchmark_command(const Config& cfg, const DataBenchmarkOptions& option
 std::vector<int64_t> parse_worker_list(const std::string& text);
 
 struct StepBenchmarkOptions {
-  int64_t steps = 20;  // timed steps
-  int64_t warmup = 5;  // untimed steps first
+  int64_t steps = 20;    // timed steps
+  int64_t warmup = 5;    // untimed steps first
+  bool profile = false;  // --profile: then profile_steps more steps under LibTorch's profiler
+  int64_t profile_steps = 3;
 };
 
 struct StepBenchmarkResult {
@@ -91,6 +102,8 @@ struct StepBenchmarkResult {
   std::string backend;  // nccl | gloo
   int64_t gradient_bytes = 0, buckets = 0;
   double allreduce_ms = 0, local_step_ms = 0, exposed_ms = 0, hidden_share = 0, scaling_efficiency = 0;
+  // --profile: the time of profile_steps more steps by category (step_profile.h); nullopt without.
+  std::optional<StepProfile> profile;
 };
 
 StepBenchmarkResult run_step_benchmark(const Config& cfg, const StepBenchmarkOptions& options);

@@ -33,6 +33,7 @@ struct RunCommand {
   bool steps_given = false;        // --steps or --warmup was passed
   std::string workers;             // --workers 1,2,4 (with --benchmark data)
   double benchmark_seconds = 3.0;  // --benchmark-seconds: measured time per benchmark row
+  bool profile = false;            // --profile: the step benchmark's breakdown by category
 };
 // Exit code 0, or 128 + signal when a stop signal ended training early (after its checkpoint).
 int run_command(const RunCommand& cmd);

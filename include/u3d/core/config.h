@@ -187,7 +187,7 @@ struct TrainingConfig {
   bool deterministic = false;       // deterministic algorithms, no TF32
   int64_t max_nonfinite_steps = 20;  // consecutive steps skipped for NaN/Inf before the run stops
   // Training step (train/train_step.h, docs/performance.md)
-  Precision precision = Precision::kAuto;  // auto: bf16 on CUDA, fp32 on CPU; fp16 (CUDA only) adds loss scaling
+  Precision precision = Precision::kAuto;  // auto: CUDA fp16 (batch norm) or bf16, CPU fp32; fp16 adds loss scaling
   Toggle cuda_graph = Toggle::kAuto;       // capture the whole step in a CUDA graph; auto: when it can
   int64_t graph_warmup_steps = 3;          // eager steps on a side stream before the capture
   // Micro-batches of data.batch_size per optimizer step (gradient accumulation): the optimizer sees

@@ -1,9 +1,12 @@
 // Whole-step CUDA-graph capture and replay (training.cuda_graph), as PyTorch's "whole network
 // capture" recipe (torch.cuda.graph): the first `warmup` steps run eagerly on one persistent side
-// stream (cuDNN autotuning, the gradient tensors and the optimizer's workspaces are allocated outside
-// the graph), then the device is synchronised, the caching allocator's unused blocks are released
-// (emptyCache) and the next step is captured once on the same side stream into a private memory
-// pool; every later step replays the graph on the current stream. The learning rate and the GPU
+// stream (cuDNN autotuning and the optimizer's workspaces are allocated outside the graph), then the
+// device is synchronised, the caching allocator's unused blocks are released (emptyCache) and the
+// next step is captured once on the same side stream into a private memory pool; every later step
+// replays the graph on the current stream. The step sets the gradients to none before its backward,
+// so the captured backward allocates them from the graph's pool and each replay rewrites them in
+// place (the recipe's zero_grad(set_to_none=True); no zeroing kernel in the graph); data-parallel
+// gradients stay the all-reduce buckets' views, zeroed inside the graph. The learning rate and the GPU
 // sampler's cursor are device tensors the caller writes before the step (outside the graph). Outputs
 // (loss, found_inf) are static tensors, overwritten by each replay.
 //

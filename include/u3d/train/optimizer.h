@@ -6,7 +6,8 @@
 //
 //   Optimizer opt(cfg.training, net->parameters());
 //   opt.set_lr(schedule.at(step));                 // fills the device LR tensor
-//   opt.zero_grad();  loss.backward();
+//   opt.zero_grad(/*set_to_none=*/true);  loss.backward();
+//   opt.fill_missing_grads();                      // a zero gradient for a parameter backward missed
 //   torch::Tensor norm = opt.grad_norm();          // device scalar, no sync
 //   torch::Tensor found_inf = nonfinite(loss, norm);
 //   opt.clip_grad_norm(norm, 1.0);                  // optional
@@ -42,8 +43,16 @@ class Optimizer : public CheckpointedState {
   // float32 scalar on the parameters' device.
   const torch::Tensor& lr() const { return lr_; }
 
-  // Sets every gradient to zero in place (keeps the tensors, so their addresses stay fixed).
-  void zero_grad();
+  // set_to_none false: sets every gradient to zero in place (keeps the tensors, so their addresses
+  // stay fixed: data-parallel bucket views). true: drops the gradients, as PyTorch's default
+  // zero_grad(set_to_none=True): the next backward writes each gradient instead of adding it to
+  // zeros (no zeroing pass, no accumulate-add; under CUDA-graph capture the new gradients come from
+  // the graph's pool and each replay rewrites them). Call fill_missing_grads() after that backward.
+  void zero_grad(bool set_to_none = false);
+  // Gives every parameter without a gradient (one backward did not reach, after zero_grad(true)) a
+  // zero gradient in its own layout, so the fused kernels and the norm see a full list. Host check
+  // only; allocates only for such parameters.
+  void fill_missing_grads();
   // Global L2 norm of all gradients as a float32 device scalar (no host read). A parameter
   // without a gradient counts as zero.
   torch::Tensor grad_norm() const;
@@ -85,5 +94,8 @@ class Optimizer : public CheckpointedState {
 
 // 1.0 (float32 device scalar) when `loss` or `grad_norm` is NaN or +-Inf, else 0.0; no host read.
 torch::Tensor nonfinite_flag(const torch::Tensor& loss, const torch::Tensor& grad_norm);
+// 1.0 (float32 device scalar) when `loss` is NaN or +-Inf, else 0.0; no host read. The step's flag
+// when no clipping needs the gradient norm (train_step.h).
+torch::Tensor nonfinite_flag(const torch::Tensor& loss);
 
 }  // namespace u3d

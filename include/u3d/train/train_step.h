@@ -4,13 +4,17 @@
 //   optimizer.set_lr(schedule.at(i));                                 // device LR, outside any graph
 //   torch::Tensor loss = step.run(batch);                             // () float32 on the device
 //
-// What run() does (eager): restore point for buffers; zero_grad; forward under autocast
+// What run() does (eager): restore point for buffers; gradients set to none (zeroed in place in
+// data-parallel runs, whose gradients are all-reduce bucket views); forward under autocast
 // (training.precision: bf16/fp16 convolutions, AutocastGuard); the loss in float32 (the output is
-// cast back before the loss); backward (of loss x scale with fp16); fp16: unscale the gradients and
-// flag Inf/NaN (GradScaler); the global gradient norm; found_inf = non-finite loss, norm or
-// gradient; clipping (training.grad_clip_norm); the fused optimizer step, skipped on the device
-// when found_inf; fp16: scale update; buffers (batch-norm statistics) put back when skipped; the
-// StepMonitor's device sums. Nothing is read back to the host.
+// cast back before the loss); backward (of loss x scale with fp16), which writes the gradients;
+// fp16: unscale the gradients and flag Inf/NaN (GradScaler); found_inf = non-finite loss or (fp16)
+// gradient; with clipping (training.grad_clip_norm) the global gradient norm, which also joins
+// found_inf, and the clip; without clipping no norm is computed (a finite loss with a non-finite
+// gradient then goes unflagged in fp32/bf16, as in PyTorch without a scaler; test fault injection
+// keeps the norm); the fused optimizer step, skipped on the device when found_inf; fp16: scale
+// update; buffers (batch-norm statistics) put back when skipped; the StepMonitor's device sums.
+// Nothing is read back to the host.
 //
 // training.cuda_graph: after training.graph_warmup_steps eager steps on a side stream, the whole
 // step above is captured once in a CUDA graph (CudaGraphStep, cuda_graph.h) and replayed for every
@@ -26,7 +30,8 @@
 // GPU measurements say otherwise (channels_last_reason() says why).
 //
 // training.accumulate_steps = N (gradient accumulation): one optimizer step runs N micro-batches
-// (zero_grad once; per micro-batch forward, loss / N, backward, the gradients summing in place),
+// (gradients set to none once; per micro-batch forward, loss / N, backward: the first writes the
+// gradients, the later ones add to them in place),
 // then the rest of the step above once, on the summed gradients: one unscale, one Inf/NaN decision
 // (over every micro-batch's loss and the gradients), one clip, one update. run(micro) asks for the
 // micro-batches in order, each once, only as the step reaches it, so the loader can keep making the

@@ -93,11 +93,12 @@ def suite_seconds(tests):
     return H100["test_process"] + sum(test_seconds(t) for t in tests)
 
 
-def trainer_bench(net, steps, warmup, graph):
-    """trainer --benchmark of `net` (openkbp | nnunet | mlperf) on the GPU."""
+def trainer_bench(net, steps, warmup, graph, batch_factor=1.0):
+    """trainer --benchmark of `net` (openkbp | nnunet | mlperf) on the GPU; `batch_factor`: the batch
+    over the constants' batch 2 (step time taken as proportional to it; not measured)."""
     k = H100
     return (k["trainer_start"] + k["autotune_" + net] + (k["capture"] if graph else 0)
-            + (steps + warmup) * k["step_" + net])
+            + (steps + warmup) * k["step_" + net] * batch_factor)
 
 
 def torch_step(net, steps, warmup, factor=1.0):

@@ -16,12 +16,12 @@ from .report import Section
 from .runner import Check, DeadlineHit
 from .sections_more import DataBench, Profile, Variants
 from .sections_resume import KillResume
-from .sections_step import Compile, Mlperf, StepTime
+from .sections_step import Compile, Mlperf, MlperfBatch, StepTime
 from .sections_tests import CoreSuites, Facts, OtherSuites, TrainerBroken, split_tests
 from .sections_workflows import WORKFLOWS
 
 SPECS = [Facts(), CoreSuites(), StepTime(), KillResume(), Mlperf(), OtherSuites(), Variants(), DataBench(),
-         Profile(), Compile()] + [w() for w in WORKFLOWS]
+         Profile(), Compile()] + [w() for w in WORKFLOWS] + [MlperfBatch()]
 
 
 def parse_only(text):

@@ -226,13 +226,16 @@ TEST(GpuPathFixes, SlidingWindowPredictionUnderBf16AutocastStaysFloat32AndClose)
   EXPECT_FALSE(torch::equal(bf16, fp32));  // the forward really ran in bf16
   const double rel = ((bf16 - fp32).norm() / fp32.norm()).item<double>();
   EXPECT_LT(rel, 3e-2) << rel;
-  TrainingConfig t;
-  t.precision = Precision::kFp16;
+  Config t;
+  t.training.precision = Precision::kFp16;
   EXPECT_FALSE(inference_autocast(t, torch::kCPU).has_value());  // fp16-trained, predicted on CPU: fp32
   EXPECT_EQ(*inference_autocast(t, kCudaDevice), at::kHalf);
-  t.precision = Precision::kAuto;
+  t.training.precision = Precision::kAuto;
+  t.model.norm = Norm::kInstance;
   EXPECT_FALSE(inference_autocast(t, torch::kCPU).has_value());
   EXPECT_EQ(*inference_autocast(t, kCudaDevice), at::kBFloat16);
+  t.model.norm = Norm::kBatch;  // as training: auto is fp16 for batch norm on CUDA
+  EXPECT_EQ(*inference_autocast(t, kCudaDevice), at::kHalf);
 }
 
 }  // namespace

@@ -3,10 +3,14 @@
 #include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "batches.h"
 #include "fixtures.h"
 #include "test_support.h"
 #include "u3d/core/errors.h"
+#include "u3d/model/layout.h"
 #include "u3d/model/unet.h"
 #include "u3d/train/amp.h"
 #include "u3d/train/train_step.h"
@@ -92,15 +96,37 @@ TEST(GradScaler, UnscalesFlagsInfAndBacksOffOrGrows) {
 
 TEST(Precision, ResolvesPerDeviceAndRefusesFp16OnCpu) {
   TrainingConfig t;
-  EXPECT_EQ(resolve_precision(t, torch::kCPU), Precision::kFp32);
-  EXPECT_EQ(resolve_precision(t, torch::Device(torch::kCUDA, 0)), Precision::kBf16);
+  const torch::Device cuda(torch::kCUDA, 0);
+  EXPECT_EQ(resolve_precision(t, Norm::kInstance, torch::kCPU), Precision::kFp32);
+  EXPECT_EQ(resolve_precision(t, Norm::kInstance, cuda), Precision::kBf16);
   t.precision = Precision::kBf16;
-  EXPECT_EQ(resolve_precision(t, torch::kCPU), Precision::kBf16);
+  EXPECT_EQ(resolve_precision(t, Norm::kInstance, torch::kCPU), Precision::kBf16);
+  EXPECT_EQ(resolve_precision(t, Norm::kBatch, cuda), Precision::kBf16);  // set: kept, whatever the norm
   t.precision = Precision::kFp16;
-  EXPECT_THROW(resolve_precision(t, torch::kCPU), ConfigError);
-  EXPECT_EQ(resolve_precision(t, torch::Device(torch::kCUDA, 0)), Precision::kFp16);
+  EXPECT_THROW(resolve_precision(t, Norm::kInstance, torch::kCPU), ConfigError);
+  EXPECT_EQ(resolve_precision(t, Norm::kInstance, cuda), Precision::kFp16);
   EXPECT_FALSE(autocast_dtype(Precision::kFp32).has_value());
   EXPECT_EQ(*autocast_dtype(Precision::kBf16), at::kBFloat16);
+}
+
+// training.precision: auto on CUDA follows the norm: fp16 (loss scaling) for batch norm, which
+// cuDNN cannot run in bf16; bf16 for the others. The CPU stays fp32 whatever the norm.
+TEST(Precision, AutoPicksFp16ForBatchNormAndBf16OtherwiseOnCuda) {
+  const TrainingConfig t;  // auto
+  const torch::Device cuda(torch::kCUDA, 0);
+  EXPECT_EQ(resolve_precision(t, Norm::kBatch, cuda), Precision::kFp16);
+  EXPECT_EQ(resolve_precision(t, Norm::kInstance, cuda), Precision::kBf16);
+  EXPECT_EQ(resolve_precision(t, Norm::kGroup, cuda), Precision::kBf16);
+  EXPECT_EQ(resolve_precision(t, Norm::kNone, cuda), Precision::kBf16);
+  for (const Norm n : {Norm::kBatch, Norm::kInstance, Norm::kGroup, Norm::kNone}) {
+    EXPECT_EQ(resolve_precision(t, n, torch::kCPU), Precision::kFp32);
+  }
+  EXPECT_EQ(precision_reason(t, Norm::kBatch, cuda),
+            "auto: fp16 with loss scaling (batch norm: cuDNN has no bf16 batch norm)");
+  EXPECT_EQ(precision_reason(t, Norm::kGroup, cuda), "auto: bf16 (group norm: no loss scaler needed)");
+  ModelConfig kbp;  // the OpenKBP baseline is a batch-norm network whatever model.norm says
+  kbp.architecture = Architecture::kOpenKbpBaseline;
+  EXPECT_EQ(resolve_precision(t, network_norm(kbp), cuda), Precision::kFp16);
 }
 
 // A tiny model and a fixed sequence of batches, trained for `steps` steps on CPU.
@@ -172,6 +198,54 @@ TEST(TrainStep, AnInfGradientSkipsExactlyThatStep) {
   EXPECT_EQ(faulty.losses[0], clean.losses[0]);
   EXPECT_EQ(faulty.losses[1], clean.losses[1]);  // same weights before the skipped step
   EXPECT_NE(faulty.losses[2], clean.losses[2]);  // one update fewer
+}
+
+// Without clipping and without a scaler the step takes its Inf/NaN flag from the loss alone (no
+// gradient norm): a NaN input still skips the step and leaves the weights as they were.
+TEST(TrainStep, ANanLossSkipsTheStepWithoutClipping) {
+  Config cfg = test::step_config(Precision::kFp32, Toggle::kOff);
+  cfg.training.grad_clip_norm = 0.0;
+  torch::manual_seed(5);
+  Network net = build_network(cfg.model, 2, 1);
+  const Loss loss(LossKind::kMaskedL1);
+  Optimizer opt(cfg.training, net->parameters());
+  opt.set_lr(cfg.training.lr);
+  TrainStep step(cfg, torch::kCPU, *net, loss, opt, nullptr);
+  step.run(tiny_batch(0));
+  EXPECT_EQ(step.found_inf().item<float>(), 0.0f);
+  const torch::Tensor before = net->parameters()[0].detach().clone();
+  Batch bad = tiny_batch(1);
+  plant_value(bad.image, std::numeric_limits<float>::quiet_NaN());
+  EXPECT_TRUE(std::isnan(step.run(bad).item<float>()));
+  EXPECT_EQ(step.found_inf().item<float>(), 1.0f);
+  EXPECT_TRUE(torch::equal(net->parameters()[0].detach(), before));
+  EXPECT_EQ(opt.steps_applied(), 1);
+  step.run(tiny_batch(2));  // the next step applies again
+  EXPECT_EQ(step.found_inf().item<float>(), 0.0f);
+  EXPECT_EQ(opt.steps_applied(), 2);
+}
+
+// Gradients set to none: a parameter the backward does not reach still gets a zero gradient (the
+// fused kernels need every one), and set_to_none false keeps the tensors (data-parallel views).
+TEST(Optimizer, ZeroGradToNoneAndMissingGradientsFilled) {
+  auto used = torch::ones({3}, torch::requires_grad());
+  auto unused = torch::ones({2}, torch::requires_grad());
+  TrainingConfig t;
+  t.weight_decay = 0.0;
+  Optimizer opt(t, {used, unused});
+  const void* kept = used.grad().data_ptr();
+  opt.zero_grad(/*set_to_none=*/false);
+  EXPECT_EQ(used.grad().data_ptr(), kept);
+  opt.zero_grad(/*set_to_none=*/true);
+  EXPECT_FALSE(used.grad().defined());
+  (used * 2).sum().backward();
+  EXPECT_FALSE(unused.grad().defined());
+  opt.fill_missing_grads();
+  EXPECT_TRUE(torch::equal(used.grad(), torch::full({3}, 2.0f)));
+  EXPECT_TRUE(torch::equal(unused.grad(), torch::zeros({2})));
+  opt.step(torch::zeros({}));
+  EXPECT_TRUE(torch::equal(unused.detach(), torch::ones({2})));  // a zero gradient, no decay: unchanged
+  EXPECT_FALSE(torch::equal(used.detach(), torch::ones({3})));
 }
 
 TEST(TrainStep, RefusesFp16AndCudaGraphsOnCpu) {
