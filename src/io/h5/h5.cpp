@@ -347,15 +347,30 @@ void write_tensor(hid_t loc, const std::string& path, const torch::Tensor& tenso
   torch::Tensor t = tensor.to(torch::kCPU).contiguous();
   if (t.scalar_type() == torch::kBool) t = t.to(torch::kUInt8);
   if (t.scalar_type() == torch::kHalf || t.scalar_type() == torch::kBFloat16) t = t.to(torch::kFloat);
-  std::vector<hsize_t> dims(t.sizes().begin(), t.sizes().end());
+  const std::vector<hsize_t> dims(t.sizes().begin(), t.sizes().end());
+  const std::vector<hsize_t> c = !chunk.empty() && t.numel() > 0 ? clamped_chunk(dims, chunk) : std::vector<hsize_t>{};
+  const Handle d = create_dataset(loc, path, t.scalar_type(), dims, c, compression_level, context);
+  if (t.numel() > 0) {
+    if (H5Dwrite(d.get(), native_type(t.scalar_type()), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()) < 0) {
+      throw IoError(fmt::format("{}: cannot write dataset '{}'{}", context, path, write_failure_note(loc)));
+    }
+  }
+}
+
+std::vector<hsize_t> clamped_chunk(const std::vector<hsize_t>& dims, const std::vector<int64_t>& chunk) {
+  std::vector<hsize_t> c(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) {
+    c[i] = static_cast<hsize_t>(std::max<int64_t>(1, std::min<int64_t>(chunk[i], static_cast<int64_t>(dims[i]))));
+  }
+  return c;
+}
+
+Handle create_dataset(hid_t loc, const std::string& path, torch::ScalarType dtype, const std::vector<hsize_t>& dims,
+                      const std::vector<hsize_t>& chunk, int compression_level, const std::string& context) {
   Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
   Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-  if (!chunk.empty() && t.numel() > 0) {
-    std::vector<hsize_t> c(dims.size());
-    for (size_t i = 0; i < dims.size(); ++i) {
-      c[i] = static_cast<hsize_t>(std::max<int64_t>(1, std::min<int64_t>(chunk[i], static_cast<int64_t>(dims[i]))));
-    }
-    U3D_CHECK_H5(H5Pset_chunk(dcpl.get(), static_cast<int>(c.size()), c.data()), context);
+  if (!chunk.empty()) {
+    U3D_CHECK_H5(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()), context);
     if (compression_level > 0) {
       U3D_CHECK_H5(H5Pset_shuffle(dcpl.get()), context);
       U3D_CHECK_H5(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(compression_level)), context);
@@ -363,15 +378,11 @@ void write_tensor(hid_t loc, const std::string& path, const torch::Tensor& tenso
   }
   Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
   H5Pset_create_intermediate_group(lcpl.get(), 1);
-  Handle d(H5Dcreate2(loc, path.c_str(), file_type(t.scalar_type()), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
-           H5Dclose);
-  if (!d.valid())
+  Handle d(H5Dcreate2(loc, path.c_str(), file_type(dtype), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT), H5Dclose);
+  if (!d.valid()) {
     throw IoError(fmt::format("{}: cannot create dataset '{}'{}", context, path, write_failure_note(loc)));
-  if (t.numel() > 0) {
-    if (H5Dwrite(d.get(), native_type(t.scalar_type()), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()) < 0) {
-      throw IoError(fmt::format("{}: cannot write dataset '{}'{}", context, path, write_failure_note(loc)));
-    }
   }
+  return d;
 }
 
 }  // namespace u3d::h5

@@ -301,23 +301,14 @@ CompressedTensor compress_tensor(const torch::Tensor& tensor, const std::vector<
 
 void write_compressed_tensor(hid_t loc, const std::string& path, const CompressedTensor& t,
                              const std::string& context) {
-  std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
-  Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
-  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  const std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
   int64_t numel = 1;
   for (auto d : t.shape) numel *= d;
-  if (numel > 0) {
-    std::vector<hsize_t> c(t.chunk.begin(), t.chunk.end());
-    U3D_CHECK_H5(H5Pset_chunk(dcpl.get(), static_cast<int>(c.size()), c.data()), context);
-    U3D_CHECK_H5(H5Pset_shuffle(dcpl.get()), context);
-    U3D_CHECK_H5(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(t.compression_level)), context);
-  }
-  Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
-  H5Pset_create_intermediate_group(lcpl.get(), 1);
-  Handle d(H5Dcreate2(loc, path.c_str(), file_type(t.dtype), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
-           H5Dclose);
-  if (!d.valid())
-    throw IoError(fmt::format("{}: cannot create dataset '{}'{}", context, path, write_failure_note(loc)));
+  // The chunks were compressed with shuffle + deflate: the dataset declares both filters even at level 0.
+  const Handle d =
+      create_dataset(loc, path, t.dtype, dims,
+                     numel > 0 ? std::vector<hsize_t>(t.chunk.begin(), t.chunk.end()) : std::vector<hsize_t>{},
+                     std::max(1, t.compression_level), context);
   for (const auto& c : t.chunks) {
     if (H5Dwrite_chunk(d.get(), H5P_DEFAULT, /*filters=*/0, c.offset.data(), c.bytes.size(), c.bytes.data()) < 0) {
       throw IoError(fmt::format("{}: cannot write dataset '{}'{}", context, path, write_failure_note(loc)));
@@ -328,26 +319,10 @@ void write_compressed_tensor(hid_t loc, const std::string& path, const Compresse
 SlabWriter::SlabWriter(hid_t loc, const std::string& path, torch::ScalarType dtype, std::vector<int64_t> shape,
                        int64_t axis, std::vector<int64_t> chunk, int compression_level, std::string context)
     : dtype_(dtype), shape_(std::move(shape)), axis_(axis), context_(std::move(context)) {
-  std::vector<hsize_t> dims(shape_.begin(), shape_.end());
-  Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
-  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-  std::vector<hsize_t> c(dims.size());
-  for (size_t i = 0; i < dims.size(); ++i) {
-    c[i] = static_cast<hsize_t>(std::max<int64_t>(1, std::min<int64_t>(chunk[i], shape_[i])));
-  }
+  const std::vector<hsize_t> dims(shape_.begin(), shape_.end());
+  const std::vector<hsize_t> c = clamped_chunk(dims, chunk);
   chunk_rows_ = static_cast<int64_t>(c[static_cast<size_t>(axis_)]);
-  U3D_CHECK_H5(H5Pset_chunk(dcpl.get(), static_cast<int>(c.size()), c.data()), context_);
-  if (compression_level > 0) {
-    U3D_CHECK_H5(H5Pset_shuffle(dcpl.get()), context_);
-    U3D_CHECK_H5(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(compression_level)), context_);
-  }
-  Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
-  H5Pset_create_intermediate_group(lcpl.get(), 1);
-  dataset_ = Handle(H5Dcreate2(loc, path.c_str(), file_type(dtype_), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
-                    H5Dclose);
-  if (!dataset_.valid()) {
-    throw IoError(fmt::format("{}: cannot create dataset '{}'{}", context_, path, write_failure_note(loc)));
-  }
+  dataset_ = create_dataset(loc, path, dtype_, dims, c, compression_level, context_);
 }
 
 void SlabWriter::write(const torch::Tensor& rows) {

@@ -157,4 +157,14 @@ class SlabWriter {
   int64_t pending_rows_ = 0, written_ = 0;
 };
 
+// The one way a dataset is created (write_tensor, SlabWriter, write_compressed_tensor).
+// The chunk of a dataset of shape `dims`: each edge of `chunk` clamped to [1, dims[i]].
+std::vector<hsize_t> clamped_chunk(const std::vector<hsize_t>& dims, const std::vector<int64_t>& chunk);
+
+// Dataset `path` under `loc` (missing groups made) of `dtype`'s file type and shape `dims`, stored in
+// chunks of `chunk` (empty: contiguous), shuffled and deflated at `compression_level` when it is > 0.
+// IoError naming `context`, `path` and the file's free space when it cannot be made.
+Handle create_dataset(hid_t loc, const std::string& path, torch::ScalarType dtype, const std::vector<hsize_t>& dims,
+                      const std::vector<hsize_t>& chunk, int compression_level, const std::string& context);
+
 }  // namespace u3d::h5
