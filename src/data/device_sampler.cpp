@@ -51,7 +51,7 @@ struct Streams {
 
 DeviceSampler::DeviceSampler(const PatchSampler& host, const BatchFinalizer* finish)
     : host_(host),
-      own_finish_(finish ? nullptr : std::make_unique<BatchFinalizer>(host.finalizer())),
+      own_finish_(finish ? nullptr : host.new_finalizer()),
       finish_(finish ? finish : own_finish_.get()),
       device_(host.cache().device()) {
   const StackedCache& cache = host.cache();

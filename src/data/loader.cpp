@@ -27,8 +27,7 @@ LoaderOptions checked(LoaderOptions o) {
 
 }  // namespace
 
-BatchLoader::BatchLoader(const PatchSampler& sampler, LoaderOptions options)
-    : finish_(std::make_unique<BatchFinalizer>(sampler.finalizer())) {
+BatchLoader::BatchLoader(const PatchSampler& sampler, LoaderOptions options) : finish_(sampler.new_finalizer()) {
   options = checked(std::move(options));
   source_ = sampler.cache().device().is_cuda() ? loader_detail::device_source(sampler, *finish_, options)
                                                : loader_detail::host_source(sampler, *finish_, options);

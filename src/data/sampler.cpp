@@ -355,6 +355,12 @@ BatchFinalizer PatchSampler::finalizer() const {
       options().channels_last_images ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::Contiguous);
 }
 
+std::unique_ptr<BatchFinalizer> PatchSampler::new_finalizer() const {
+  return std::make_unique<BatchFinalizer>(
+      cache(), options().augment, intensity_channels(), options().seed,
+      options().channels_last_images ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::Contiguous);
+}
+
 Batch PatchSampler::batch(int64_t epoch, int64_t step) const { return finalizer()(raw_batch(epoch, step)); }
 
 Sample PatchSampler::sample(int64_t epoch, int64_t index, int64_t* case_index) const {

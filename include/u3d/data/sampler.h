@@ -13,6 +13,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,7 @@ class PatchSampler {
   // The finalizer of this sampler's batches: its cache, augmentation, intensity channels, seed and
   // image layout (SamplerOptions::channels_last_images). Keeps a reference to the sampler's cache.
   BatchFinalizer finalizer() const;
+  std::unique_ptr<BatchFinalizer> new_finalizer() const;  // the same, for an owner (it holds a mutex)
   // One finished sample (sample index i of `epoch`).
   Sample sample(int64_t epoch, int64_t index, int64_t* case_index = nullptr) const;
 
