@@ -75,7 +75,7 @@ OPJ_CODEC_FORMAT codec_of(const std::vector<Uint8>& frame, const std::string& wh
       fmt::format("{}: neither a JPEG 2000 codestream (FF 4F FF 51) nor a JP2 file ({} bytes)", where, frame.size()));
 }
 
-// Frame `f` decoded into out[0, rows * columns), PixelRepresentation's signedness applied.
+// One frame's bytes decoded into out[0, rows * columns), PixelRepresentation's signedness applied.
 void decode_frame(const std::vector<Uint8>& frame, const FrameLayout& layout, const std::string& where, float* out) {
   std::unique_ptr<opj_codec_t, CodecFree> codec(opj_create_decompress(codec_of(frame, where)));
   std::string error;
@@ -101,6 +101,7 @@ void decode_frame(const std::vector<Uint8>& frame, const FrameLayout& layout, co
     throw DataError(
         fmt::format("{}: OpenJPEG cannot decode it ({})", where, error.empty() ? "no reason given" : error));
   }
+  if (image->numcomps < 1) throw DataError(fmt::format("{}: decodes to no component", where));
   const opj_image_comp_t& c = image->comps[0];
   if (image->numcomps != 1 || c.w != layout.columns || c.h != layout.rows || c.prec < 1 ||
       static_cast<int>(c.prec) > layout.bits_allocated || c.data == nullptr) {
