@@ -1,9 +1,9 @@
 // Issue 54, item 5: compressed DICOM pixel data. tests/python/write_dicom_syntaxes.py writes a small CT
 // series in each transfer syntax it can (uncompressed little and big endian, implicit VR, RLE, JPEG-LS,
-// JPEG baseline, JPEG 2000 lossless and lossy, HTJ2K's UID over a Part 1 codestream) and takes pydicom's own test files
-// that a CT/MR import can read; each is imported with the real `trainer import dicom` and compared voxel for voxel with
-// pydicom's decode in the venv (lossy ones too: the same codestream decoded by pydicom). docs/dicom.md, and
-// docs/reliability.md ("Round 3: DICOM").
+// JPEG baseline, JPEG 2000 lossless and lossy, a JP2 file as the frame, HTJ2K's UID over a Part 1 codestream) and takes
+// pydicom's own test files that a CT/MR import can read; each is imported with the real `trainer import dicom` and
+// compared voxel for voxel with pydicom's decode in the venv (lossy ones too: the same codestream decoded by pydicom).
+// docs/dicom.md, and docs/reliability.md ("Round 3: DICOM").
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -76,6 +76,7 @@ TEST_F(DicomSyntax, EveryTransferSyntaxImportsAsPydicomDecodesIt) {
     EXPECT_EQ(count(manifest.dump(), std::string("\"") + sample + "\""), 1u) << sample << " was not compared";
   }
   EXPECT_TRUE(lossy.count("j2k_lossy") && lossy.count("693_J2KI.dcm"));
+  EXPECT_EQ(count(manifest.dump(), "\"j2k_jp2_file\""), 2u);  // its name and its case
 }
 
 // A JPEG 2000 frame of 16 x 16 in a slice whose Rows x Columns say 32 x 24, and a codestream short of its

@@ -9,7 +9,7 @@ slices of ROWS x COLS): explicit and implicit VR little endian, explicit VR big 
 lossy (raw codestreams written by Pillow's OpenJPEG, encapsulated with pydicom.encaps.encapsulate;
 16-bit unsigned with RescaleIntercept -1024, as Pillow writes no signed 16-bit), and HTJ2K's UID
 (.4.203, which DCMTK 3.6.7 does not know) over a Part 1 lossless codestream: the path to OpenJPEG is
-covered, HT code-blocks are not (nothing here writes them). OUT_DIR/samples/<file>/
+covered, HT code-blocks are not (nothing here writes them); and a JPEG 2000 frame wrapped as a JP2 file. OUT_DIR/samples/<file>/
 holds each of pydicom's own test files (pydicom.data, the ones shipped in the wheel; nothing fetched)
 that a CT/MR series import can take: one sample per pixel, one frame, ImagePositionPatient,
 ImageOrientationPatient and PixelSpacing, and pixel data pydicom decodes. OUT_DIR/forged/ holds one CT
@@ -95,6 +95,7 @@ WRITTEN = {
     "j2k_lossless": (JPEG2000Lossless, 16, False, True, "JPEG2000"),
     "j2k_lossy": (JPEG2000, 16, False, False, "JPEG2000"),
     "htj2k_uid": (HTJ2K, 16, False, True, "JPEG2000"),
+    "j2k_jp2_file": (JPEG2000Lossless, 16, False, True, "JP2"),
 }
 
 
@@ -115,8 +116,8 @@ def write_series(folder, name):
         else:
             if how == "JPEG":
                 frame_bytes = pillow_frame(values, format="JPEG", quality=85)
-            elif syntax != JPEG2000:
-                frame_bytes = pillow_frame(values, format="JPEG2000", irreversible=False, no_jp2=True)
+            elif syntax != JPEG2000:  # a JP2 file instead of a raw codestream, as some writers wrap it
+                frame_bytes = pillow_frame(values, format="JPEG2000", irreversible=False, no_jp2=how != "JP2")
             else:
                 frame_bytes = pillow_frame(values, format="JPEG2000", irreversible=True, no_jp2=True,
                                            quality_mode="rates", quality_layers=[6])
