@@ -50,6 +50,10 @@ pkg_check_modules(U3D_PNG REQUIRED IMPORTED_TARGET libpng)
 find_package(DCMTK CONFIG REQUIRED)
 add_library(u3d_dcmtk INTERFACE)
 target_link_libraries(u3d_dcmtk INTERFACE DCMTK::dcmdata DCMTK::dcmjpeg DCMTK::dcmjpls DCMTK::oflog DCMTK::ofstd)
+# JPEG 2000 and HTJ2K pixel data (src/io/dicom_j2k.cpp), which DCMTK 3.6.7 cannot decode: OpenJPEG
+# (Debian libopenjp2-7-dev 2.5: its HT decoder reads HTJ2K too), found through libopenjp2.pc as Cairo is.
+pkg_check_modules(U3D_OPENJP2 REQUIRED IMPORTED_TARGET libopenjp2>=2.5)
+target_link_libraries(u3d_dcmtk INTERFACE PkgConfig::U3D_OPENJP2)
 # DCMTK reads its data dictionary from a file (DCM_DICT_DEFAULT 2): the bundle carries Debian's copy,
 # which src/io/dicom/dicom.cpp loads from <prefix>/share/unet3d-trainer/ when no system one is found.
 find_file(U3D_DCMTK_DICT dicom.dic PATHS /usr/share/libdcmtk17 /usr/share/dcmtk PATH_SUFFIXES dcmtk NO_DEFAULT_PATH)

@@ -25,7 +25,7 @@ PREFIX="${U3D_PREFIX:-$HOME/.cache/unet3d-trainer/prefix}"
 PACKAGES=(cmake ninja-build g++ ccache pkg-config python3 python3-venv
           libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev libhdf5-dev libssl-dev libnifti2-dev libtiff-dev libgloo-dev libgtest-dev libgmock-dev
           nlohmann-json3-dev
-          libdcmtk-dev
+          libdcmtk-dev libopenjp2-7-dev
           libcairo2-dev libpng-dev fonts-dejavu-core)
 
 log() { echo "[setup] $*" >&2; }

@@ -1,7 +1,7 @@
 // The DICOM tests' fixture (tests/integration/dicom_*_test.cpp): a temporary folder `dir`, the
 // trainer run in it, and write() / write_all(), which run tests/python/write_dicom.py (pydicom,
-// rt-utils and highdicom in the torch venv) into it; train_one_step() makes a tiny run of x.h5.
-// Skips the test without the venv's Python.
+// rt-utils and highdicom in the torch venv) into it (run_script(): another writer of tests/python/);
+// train_one_step() makes a tiny run of x.h5. Skips the test without the venv's Python.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -37,6 +37,12 @@ class DicomWriterCli : public ::testing::Test {
       cmd += (n ? " + " : " ") + (dir / jobs[n].out).string() + " --patient '" + jobs[n].patient + "' " + jobs[n].extra;
     }
     cmd += " > /dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  // tests/python/<script> ARGS in the venv's Python, its output discarded; fails the test when it fails.
+  void run_script(const std::string& script, const std::string& args) {
+    const std::string cmd =
+        python_->string() + " " + (source_dir() / "tests/python" / script).string() + " " + args + " > /dev/null 2>&1";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   }
   // A 2-filter model of x.h5 (dose or segmentation, as imported) trained one step as runs/<name>.

@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "dicom_detail.h"
+#include "dicom_j2k.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/input_limits.h"
 
@@ -121,11 +122,8 @@ void orientation(DcmItem& item, const std::string& what, Vec3& row, Vec3& col, V
 }
 
 // The frames' pixels as float32 (frames, rows, columns), stored values (no rescale).
-torch::Tensor pixels(DcmDataset& ds, const std::string& what) {
-  const std::string xfer = DcmXfer(ds.getOriginalXfer()).getXferName();
-  if (ds.chooseRepresentation(EXS_LittleEndianExplicit, nullptr).bad() || !ds.canWriteXfer(EXS_LittleEndianExplicit)) {
-    throw DataError(fmt::format("{}: cannot decode pixel data of transfer syntax '{}'", what, xfer));
-  }
+torch::Tensor pixels(DcmFileFormat& ff, const std::string& what) {
+  DcmDataset& ds = *ff.getDataset();
   Uint16 rows = 0, cols = 0, bits = 0, repr = 0, samples = 1;
   ds.findAndGetUint16(DCM_Rows, rows);
   ds.findAndGetUint16(DCM_Columns, cols);
@@ -138,6 +136,17 @@ torch::Tensor pixels(DcmDataset& ds, const std::string& what) {
   if (rows == 0 || cols == 0) throw DataError(fmt::format("{}: no Rows/Columns", what));
   if (bits != 8 && bits != 16 && bits != 32) throw DataError(fmt::format("{}: {} bits allocated", what, bits));
   check_declared_size(what, {frames, rows, cols}, bits / 8, bits == 8 ? "uint8" : bits == 16 ? "uint16" : "uint32");
+  const DcmXfer xfer(ds.getOriginalXfer());
+  // The file meta's UID as written: DCMTK 3.6.7 knows no HTJ2K UID (its DcmXfer would say what it guessed).
+  std::string uid = ff.getMetaInfo() ? text(*ff.getMetaInfo(), DCM_TransferSyntaxUID) : "";
+  if (uid.empty()) uid = xfer.getXferID();
+  if (dicom_j2k_detail::is_jpeg2000(uid)) {  // DCMTK 3.6.7 has no JPEG 2000 decoder
+    return dicom_j2k_detail::decode_jpeg2000(ds, {frames, rows, cols, bits, repr != 0}, what);
+  }
+  if (ds.chooseRepresentation(EXS_LittleEndianExplicit, nullptr).bad() || !ds.canWriteXfer(EXS_LittleEndianExplicit)) {
+    throw DataError(
+        fmt::format("{}: cannot decode pixel data of transfer syntax '{}' ({})", what, xfer.getXferName(), uid));
+  }
   const int64_t n = int64_t{frames} * rows * cols;
   const Uint8* raw = nullptr;
   unsigned long bytes = 0;
@@ -267,7 +276,7 @@ ImageSeries read_image_series(const std::vector<fs::path>& files, const std::str
       throw DataError(fmt::format("{}: PixelSpacing {}\\{} differs from the series' {}\\{}", where, ps[0], ps[1],
                                   spacing[0], spacing[1]));
     }
-    torch::Tensor v = pixels(ds, where);
+    torch::Tensor v = pixels(ff, where);
     if (v.size(0) != 1) throw DataError(fmt::format("{}: {} frames; expected single-frame slices", where, v.size(0)));
     if (!slices.empty() && v.sizes() != slices[0].values.unsqueeze(0).sizes()) {
       throw DataError(fmt::format("{}: slice of {}x{}, the series' first is {}x{} (mixed sizes)", where, v.size(1),
@@ -374,7 +383,7 @@ RtDose read_rtdose(const fs::path& file) {
   const auto scaling = numbers(ds, DCM_DoseGridScaling);
   if (scaling.size() != 1 || !(scaling[0] > 0)) throw DataError(fmt::format("{}: no positive DoseGridScaling", what));
   d.units = text(ds, DCM_DoseUnits);
-  d.gy = pixels(ds, what) * static_cast<float>(scaling[0]);
+  d.gy = pixels(ff, what) * static_cast<float>(scaling[0]);
   const int64_t frames = d.gy.size(0);
   d.frame_offsets = numbers(ds, DCM_GridFrameOffsetVector);
   if (frames == 1 && d.frame_offsets.empty()) d.frame_offsets = {0.0};

@@ -1,8 +1,10 @@
-// What the DICOM reader (dicom.cpp) and writer (dicom_write.cpp) share; private to src/io/.
+// What the DICOM reader (dicom.cpp, dicom_j2k.cpp) and writer (dicom_write.cpp) share; private to src/io/dicom/.
 #pragma once
 // clang-format off
 #include <dcmtk/config/osconfig.h>  // first, as DCMTK requires
 // clang-format on
+#include <dcmtk/dcmdata/dccodec.h>   // DcmCodec::determineStartFragment (dicom_j2k.cpp)
+#include <dcmtk/dcmdata/dcpxitem.h>  // DcmPixelItem: an encapsulated fragment (dicom_j2k.cpp)
 #include <dcmtk/dcmdata/dctk.h>
 
 #include <filesystem>

@@ -1,5 +1,6 @@
 // DICOM and DICOM-RT objects read with DCMTK (dcmdata; compressed pixel data through the dcmjpeg,
-// dcmjpls and RLE decoders), for `trainer import dicom` (io/dicom/dicom_import.h). docs/dicom.md.
+// dcmjpls and RLE decoders, JPEG 2000 through OpenJPEG), for `trainer import dicom`
+// (io/dicom/dicom_import.h). docs/dicom.md.
 //
 // Coordinates are DICOM patient coordinates (LPS, mm: x to the patient's left, y to the posterior,
 // z to the head). A grid's voxel (k, j, i) = (slice, row, column) sits at
@@ -52,7 +53,7 @@ struct DicomGrid {
 // A CT or MR series: slices ordered by ImagePositionPatient along the normal (never by file name
 // or InstanceNumber), RescaleSlope/Intercept applied. DataError (naming `what`, e.g. "patient P1,
 // series 1.2.3") for mixed sizes or orientations, gantry tilt, duplicate positions, uneven spacing
-// (a missing slice), colour or undecodable pixel data (e.g. JPEG 2000, which DCMTK 3.6.7 lacks). One
+// (a missing slice), colour or undecodable pixel data (docs/dicom.md lists the transfer syntaxes). One
 // slice: the slice step is SliceThickness (1 mm when absent).
 struct ImageSeries {
   DicomGrid grid;
