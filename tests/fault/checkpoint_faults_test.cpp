@@ -53,8 +53,7 @@ TEST_F(CheckpointFaults, SigkillDuringCheckpointWritesNeverLosesTheNewestCheckpo
                {"training.steps_per_epoch", "2"},
                {"training.epochs", "100000"},
                {"checkpoint.keep_last", "2"}});
-  test::ProcessOptions slow;
-  slow.env["U3D_TEST_FAULTS"] = "checkpoint_delay@25";
+  test::ProcessOptions slow = test::with_faults("checkpoint_delay@25");
   std::mt19937 random(20261122);
   std::uniform_int_distribution<int> delay_ms(0, 250), write_delay_ms(0, 40);
   const int trials = 24;
@@ -271,9 +270,8 @@ TEST_F(CheckpointFaults, ManifestVerifiesWithSha256sumAfterAKillInsideACommitAnd
   const fs::path manifest = ckpts("m") / "manifest.sha256";
   test::write_text(manifest, std::string(64, 'a') + "  best.pt\n" + test::read_text(manifest) + std::string(64, 'b') +
                                  "  epoch_0003.pt\n");
-  EXPECT_NE(sha256sum_check(ckpts("m")), 0);  // what a user sees right after such a kill
-  test::ProcessOptions no_best;
-  no_best.env["U3D_TEST_FAULTS"] = "nan_val@3";  // epoch 3 is no improvement: best.pt is not rewritten
+  EXPECT_NE(sha256sum_check(ckpts("m")), 0);                      // what a user sees right after such a kill
+  test::ProcessOptions no_best = test::with_faults("nan_val@3");  // epoch 3 is no improvement: best.pt is not rewritten
   TrainerProcess p(
       {"--config", "m.yaml", "--resume", "--set", "training.epochs=3", "--allow-config-change", "training.epochs"},
       dir.path(), no_best);

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "expectations.h"
 #include "test_support.h"
 #include "u3d/core/config.h"
 #include "u3d/model/checkpoint.h"
@@ -70,8 +71,21 @@ class PhantomRunTest : public ::testing::Test {
   TempDir dir;
 };
 
-inline bool contains(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
+// Options of a trainer process that runs with the fault injection `spec` (U3D_TEST_FAULTS).
+inline ProcessOptions with_faults(const std::string& spec) {
+  ProcessOptions o;
+  o.env["U3D_TEST_FAULTS"] = spec;
+  return o;
+}
+
+// Waits for `p` and expects `exit_code` and each of `needles` in its output (every check prints the
+// output when it fails); the output.
+inline std::string expect_exit(TrainerProcess& p, int exit_code, const std::vector<std::string>& needles) {
+  const int code = p.wait();
+  const std::string out = p.output();
+  EXPECT_EQ(code, exit_code) << out;
+  for (const auto& needle : needles) EXPECT_TRUE(contains(out, needle)) << out;
+  return out;
 }
 
 inline size_t count_lines(const fs::path& p) {

@@ -19,8 +19,6 @@ namespace {
 
 using test::TrainerProcess;
 
-class Misuse : public test::PhantomRunTest {};
-
 // Lines of output that report an error (spdlog's "[error]" or check-data's "error").
 size_t error_lines(const std::string& output) {
   size_t n = 0;
@@ -38,6 +36,29 @@ void expect_clean_failure(const test::CommandResult& r) {
   EXPECT_FALSE(test::contains(r.output, "Exception raised from")) << r.output;
   EXPECT_FALSE(test::contains(r.output, "terminate called")) << r.output;
 }
+
+// `r` exited 1 without a crash (expect_clean_failure) and its output holds each of `needles`.
+void expect_refused(const test::CommandResult& r, const std::vector<std::string>& needles) {
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  for (const auto& needle : needles) EXPECT_TRUE(test::contains(r.output, needle)) << r.output;
+  expect_clean_failure(r);
+}
+
+class Misuse : public test::PhantomRunTest {
+ protected:
+  // `trainer check-data <dataset>` and a run of the tiny config <name>.yaml on it (written here) are
+  // both refused (expect_refused), the check naming each of `check`, the run each of `train`; the
+  // run's output.
+  std::string expect_check_and_run_refused(const std::string& dataset, const std::string& name,
+                                           const std::vector<std::string>& check,
+                                           const std::vector<std::string>& train) {
+    expect_refused(trainer({"check-data", dataset}), check);
+    config(name, {}, dataset);
+    const auto r = trainer({"--config", name + ".yaml"});
+    expect_refused(r, train);
+    return r.output;
+  }
+};
 
 // Names in `folder` (empty when it does not exist).
 std::set<std::string> entries(const fs::path& folder) {
@@ -190,16 +211,9 @@ TEST_F(Misuse, CaseIdsAreCheckedWhenADatasetFileIsOpened) {
   for (const std::string& forged : {std::string("case 001!"), std::string("a,b\nc")}) {
     fs::copy_file(dir / "p.h5", dir / "forged.h5", fs::copy_options::overwrite_existing);
     rename_case(dir / "forged.h5", victim, forged);
-    const auto check = trainer({"check-data", "forged.h5"});
-    EXPECT_EQ(check.exit_code, 1) << check.output;
-    EXPECT_TRUE(test::contains(check.output, forged == "case 001!" ? "case 001!" : "a,b\\x0ac")) << check.output;
-    EXPECT_TRUE(test::contains(check.output, "letters, digits")) << check.output;
-    expect_clean_failure(check);
-    config("ids", {}, "forged.h5");
-    const auto train = trainer({"--config", "ids.yaml"});
-    EXPECT_EQ(train.exit_code, 1) << train.output;
-    EXPECT_TRUE(test::contains(train.output, "letters, digits")) << train.output;
-    expect_clean_failure(train);
+    expect_check_and_run_refused("forged.h5", "ids",
+                                 {forged == "case 001!" ? "case 001!" : "a,b\\x0ac", "letters, digits"},
+                                 {"letters, digits"});
     EXPECT_FALSE(fs::exists(run("ids") / "checkpoints" / "manifest.sha256"));
   }
 }
@@ -347,18 +361,9 @@ TEST_F(Misuse, EmptyVolumesAreDataErrorsAndAFailedPreflightWritesNothing) {
   fs::copy_file(dir / "p.h5", dir / "empty.h5");
   const std::string victim = DatasetReader(dir / "p.h5").split("val").front();
   make_case_empty(dir / "empty.h5", victim);
-  const auto check = trainer({"check-data", "empty.h5"});
-  EXPECT_EQ(check.exit_code, 1) << check.output;
-  EXPECT_TRUE(test::contains(check.output, victim)) << check.output;
-  EXPECT_TRUE(test::contains(check.output, "holds no voxels")) << check.output;
-  expect_clean_failure(check);
-  config("empty", {}, "empty.h5");
-  const auto train = trainer({"--config", "empty.yaml"});
-  EXPECT_EQ(train.exit_code, 1) << train.output;
-  EXPECT_TRUE(test::contains(train.output, victim)) << train.output;
-  expect_clean_failure(train);
-  EXPECT_FALSE(fs::exists(run("empty") / "checkpoints")) << train.output;
-  EXPECT_FALSE(fs::exists(run("empty") / "train.log")) << train.output;
+  const std::string train = expect_check_and_run_refused("empty.h5", "empty", {victim, "holds no voxels"}, {victim});
+  EXPECT_FALSE(fs::exists(run("empty") / "checkpoints")) << train;
+  EXPECT_FALSE(fs::exists(run("empty") / "train.log")) << train;
   EXPECT_FALSE(fs::exists(run("empty"))) << "the lock's folder is removed when the start fails";
   // A folder that holds an earlier run keeps it (and its lock file).
   config("kept", {{"training.epochs", "1"}});
@@ -378,22 +383,12 @@ TEST_F(Misuse, DeclaredSizesBeyondMemoryAreRefusedBeforeReading) {
     fs::copy_file(dir / "p.h5", dir / "huge.h5", fs::copy_options::overwrite_existing);
     declare_huge_case(dir / "huge.h5", victim, depth);
     const std::string declared = fmt::format("{}, {}, {}]", depth, depth, depth);
-    const auto check = trainer({"check-data", "huge.h5"});
-    EXPECT_EQ(check.exit_code, 1) << check.output;
-    EXPECT_TRUE(test::contains(check.output, victim)) << check.output;
-    EXPECT_TRUE(test::contains(check.output, declared)) << check.output;
-    EXPECT_TRUE(test::contains(check.output, "memory available")) << check.output;
-    expect_clean_failure(check);
-    config("huge", {}, "huge.h5");
-    const auto train = trainer({"--config", "huge.yaml"});
-    EXPECT_EQ(train.exit_code, 1) << train.output;
-    EXPECT_TRUE(test::contains(train.output, victim)) << train.output;
-    EXPECT_TRUE(test::contains(train.output, "memory available")) << train.output;
+    const std::string train = expect_check_and_run_refused("huge.h5", "huge", {victim, declared, "memory available"},
+                                                           {victim, "memory available"});
     // The preflight's list: one line per field of the case (image, target, mask), its count and
     // its verdict.
-    EXPECT_LE(error_lines(train.output), 5u) << train.output;
-    expect_clean_failure(train);
-    EXPECT_FALSE(fs::exists(run("huge"))) << train.output;
+    EXPECT_LE(error_lines(train), 5u) << train;
+    EXPECT_FALSE(fs::exists(run("huge"))) << train;
     // Without the preflight, the reader itself refuses the case: one line.
     const auto unchecked =
         trainer({"--config", "huge.yaml", "--set", "data.preflight=false", "--set", "experiment.name=unchecked"});

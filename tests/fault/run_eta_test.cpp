@@ -14,9 +14,7 @@ TEST_F(RunEta, CountsTheMeasuredValidationOfEachEpochLeft) {
                  {"training.steps_per_epoch", "20"},
                  {"logging.progress", "lines"},
                  {"logging.progress_seconds", "0.001"}});
-  test::ProcessOptions slow;
-  slow.env["U3D_TEST_FAULTS"] = "slow_val@3000";
-  test::TrainerProcess p({"--config", "eta.yaml"}, dir.path(), slow);
+  test::TrainerProcess p({"--config", "eta.yaml"}, dir.path(), test::with_faults("slow_val@3000"));
   ASSERT_EQ(p.wait(), 0) << p.output();
   const std::string out = p.output();
   const std::regex line(

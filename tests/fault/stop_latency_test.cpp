@@ -24,8 +24,7 @@ class StopLatency : public test::PhantomRunTest {};
 // the epoch's last step within 0.5 s; the status line showed N/N, then the validating phase.
 TEST_F(StopLatency, SigintDuringValidationEndsTheRunWithinHalfASecond) {
   config("v", {{"training.epochs", "2"}, {"training.steps_per_epoch", "20"}, {"logging.progress", "bar"}});
-  test::ProcessOptions slow;
-  slow.env["U3D_TEST_FAULTS"] = "slow_val@30000";
+  test::ProcessOptions slow = test::with_faults("slow_val@30000");
   TrainerProcess p({"--config", "v.yaml"}, dir.path(), slow);
   ASSERT_TRUE(p.wait_until([&] { return test::contains(p.output(), "validating epoch 1/2"); })) << p.output();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // inside the first case
@@ -44,8 +43,7 @@ TEST_F(StopLatency, SigintDuringValidationEndsTheRunWithinHalfASecond) {
 // checkpoint is written and the run exits 130, seconds later.
 TEST_F(StopLatency, SigintInsideALongTrainingStepIsAnsweredAtOnce) {
   config("s", {{"training.epochs", "1"}, {"training.steps_per_epoch", "3"}});
-  test::ProcessOptions slow;
-  slow.env["U3D_TEST_FAULTS"] = "slow_step@3000";
+  test::ProcessOptions slow = test::with_faults("slow_step@3000");
   TrainerProcess p({"--config", "s.yaml"}, dir.path(), slow);
   ASSERT_TRUE(p.wait_until([&] { return test::contains(p.output(), "training step: "); })) << p.output();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // inside the first step's 3 s

@@ -140,8 +140,7 @@ TEST_F(TrainingFaults, StopSignalsWriteACheckpointAndTheRunContinuesAtTheNextSte
   }
 
   // A second signal while the checkpoint is being written (slowed down): the save completes.
-  test::ProcessOptions slow;
-  slow.env["U3D_TEST_FAULTS"] = "checkpoint_delay@150";
+  test::ProcessOptions slow = test::with_faults("checkpoint_delay@150");
   {
     TrainerProcess p({"--config", "s.yaml", "--resume"}, dir.path(), slow);
     ASSERT_TRUE(p.wait_until([&] { return static_cast<int64_t>(steps_logged("s")) >= stopped_at + 3; }));
@@ -189,8 +188,7 @@ TEST_F(TrainingFaults, StopSignalsWriteACheckpointAndTheRunContinuesAtTheNextSte
 // to show epoch_seconds 0.000: the resumed process ran no step of it).
 TEST_F(TrainingFaults, StopDuringValidationKeepsTheEpochTimeInItsRow) {
   config("v", {{"training.epochs", "2"}, {"training.steps_per_epoch", "20"}, {"logging.step_log", "true"}});
-  test::ProcessOptions slow;
-  slow.env["U3D_TEST_FAULTS"] = "slow_val@1000";
+  test::ProcessOptions slow = test::with_faults("slow_val@1000");
   {
     TrainerProcess p({"--config", "v.yaml"}, dir.path(), slow);
     ASSERT_TRUE(p.wait_until([&] { return steps_logged("v") >= 20; })) << p.output();
@@ -218,8 +216,7 @@ TEST_F(TrainingFaults, StopDuringValidationKeepsTheEpochTimeInItsRow) {
 // stop the run with the last good checkpoint intact; a non-finite validation result is never best.
 TEST_F(TrainingFaults, NonFiniteStepsAreSkippedCountedAndStopTheRunWhenTheyPersist) {
   config("nf", {{"training.epochs", "2"}, {"training.steps_per_epoch", "4"}, {"logging.step_log", "true"}});
-  test::ProcessOptions faults;
-  faults.env["U3D_TEST_FAULTS"] = "nan_batch@2,inf_grad@3";
+  test::ProcessOptions faults = test::with_faults("nan_batch@2,inf_grad@3");
   TrainerProcess p({"--config", "nf.yaml"}, dir.path(), faults);
   ASSERT_EQ(p.wait(), 0) << p.output();
   const auto rows = test::read_csv(run("nf") / "metrics.csv");
@@ -240,14 +237,9 @@ TEST_F(TrainingFaults, NonFiniteStepsAreSkippedCountedAndStopTheRunWhenTheyPersi
   config("k", {{"training.epochs", "10"}, {"training.steps_per_epoch", "4"}, {"training.max_nonfinite_steps", "3"}});
   faults.env["U3D_TEST_FAULTS"] = "nan_batch@6-40";
   TrainerProcess k({"--config", "k.yaml"}, dir.path(), faults);
-  EXPECT_EQ(k.wait(), 1);
-  const std::string out = k.output();
-  EXPECT_TRUE(test::contains(out,
-                             "training stopped at global step 8: 3 steps in a row had a non-finite loss or "
-                             "gradient norm"))
-      << out;
-  EXPECT_TRUE(test::contains(out, "training.max_nonfinite_steps = 3")) << out;
-  EXPECT_TRUE(test::contains(out, "epoch_0001.pt is intact")) << out;
+  test::expect_exit(k, 1,
+                    {"training stopped at global step 8: 3 steps in a row had a non-finite loss or gradient norm",
+                     "training.max_nonfinite_steps = 3", "epoch_0001.pt is intact"});
   EXPECT_TRUE(CheckpointStore(ckpts("k"), 2).verify(ckpts("k") / "epoch_0001.pt").verified());
   EXPECT_FALSE(fs::exists(ckpts("k") / "epoch_0002.pt"));
 
@@ -309,13 +301,10 @@ TEST_F(TrainingFaults, OutOfMemoryNamesBatchPatchPrecisionAndPeak) {
   test::ProcessOptions limited;
   limited.address_space_limit = uint64_t{3} << 30;
   TrainerProcess p({"--config", "oom.yaml"}, dir.path(), limited);
-  EXPECT_EQ(p.wait(), 1);
-  const std::string out = p.output();
-  EXPECT_TRUE(test::contains(out,
-                             "out of host memory during the training step on cpu: data.batch_size = 1024, "
-                             "data.patch_size = [16, 16, 16], precision fp32, peak "))
-      << out;
-  EXPECT_TRUE(test::contains(out, "lower data.batch_size or data.patch_size")) << out;
+  const std::string out = test::expect_exit(p, 1,
+                                            {"out of host memory during the training step on cpu: data.batch_size = "
+                                             "1024, data.patch_size = [16, 16, 16], precision fp32, peak ",
+                                             "lower data.batch_size or data.patch_size"});
   EXPECT_FALSE(test::contains(out, "terminate called")) << out;
 }
 

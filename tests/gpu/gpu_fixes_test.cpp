@@ -140,13 +140,7 @@ TEST_F(GpuFixes, OpenKbpBaselineStepWithBatchNormAndDropoutCaptures) {
 TEST_F(GpuFixes, ChannelsLastParametersGoThroughEveryFusedOptimizer) {
   const test::NoTf32 no_tf32;
   for (const OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kAdam, OptimizerKind::kSgd}) {
-    Config cfg;
-    cfg.model.levels = 3;
-    cfg.model.base_filters = 4;
-    cfg.model.norm = Norm::kBatch;
-    cfg.model.channels_last = Toggle::kOn;
-    cfg.training.device = Device::kCuda;
-    cfg.training.precision = Precision::kFp32;
+    Config cfg = test::cuda_batch_norm_config(3, 4, Precision::kFp32);
     cfg.training.optimizer = kind;
     cfg.training.grad_clip_norm = 1.0;
     torch::manual_seed(6);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
+#include "batches.h"
 #include "test_support.h"
 #include "u3d/core/run.h"
 #include "u3d/model/layout.h"
@@ -19,16 +20,10 @@ namespace {
 const torch::Device kCuda(torch::kCUDA, 0);
 
 Config slice_cfg(Toggle graph) {
-  Config cfg;
+  Config cfg = test::cuda_batch_norm_config(4, 16, Precision::kBf16);
   cfg.data.path = "unused.h5";
   cfg.model.dims = 2;
-  cfg.model.levels = 4;
-  cfg.model.base_filters = 16;
-  cfg.model.norm = Norm::kBatch;
   cfg.model.activation = Activation::kRelu;
-  cfg.model.channels_last = Toggle::kOn;
-  cfg.training.device = Device::kCuda;
-  cfg.training.precision = Precision::kBf16;
   cfg.training.cuda_graph = graph;
   cfg.training.graph_warmup_steps = 2;
   cfg.training.lr = 1e-3;

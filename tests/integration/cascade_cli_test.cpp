@@ -10,7 +10,8 @@
 
 #include <regex>
 
-#include "nnunet_golden.h"
+#include "expectations.h"
+#include "python_input.h"
 #include "test_support.h"
 #include "u3d/data/folds.h"
 #include "u3d/io/h5/dataset.h"
@@ -20,15 +21,12 @@
 namespace u3d {
 namespace {
 
-bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
-
-class CascadeCli : public ::testing::Test {
+class CascadeCli : public test::PythonInputTest {
  protected:
+  CascadeCli() : PythonInputTest("nnunet_phantoms.py", "raw", "--which tiny --quiet") {}
   void SetUp() override {
-    const auto python = test::torch_python();
-    if (!python) GTEST_SKIP() << "no torch venv (U3D_TORCH_PYTHON); scripts/setup.sh makes it";
-    const std::string cmd = test::nnunet_phantoms_command(*python, dir / "raw", "tiny");
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    PythonInputTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     const fs::path raw = dir / "raw/Dataset905_Tiny";
     fs::create_directories(raw / "imagesTs");
     fs::rename(raw / "imagesTr/tiny_005_0000.nii.gz", raw / "imagesTs/tiny_005_0000.nii.gz");
@@ -70,10 +68,9 @@ class CascadeCli : public ::testing::Test {
   }
   void expect_usage_error(const test::CommandResult& r, const std::string& needle) {
     EXPECT_EQ(r.exit_code, 2) << r.output;
-    EXPECT_TRUE(contains(r.output, needle)) << r.output;
+    EXPECT_TRUE(test::contains(r.output, needle)) << r.output;
     EXPECT_FALSE(fs::exists(dir / "tiny_cascade.h5"));
   }
-  test::TempDir dir;
 };
 
 TEST_F(CascadeCli, SecondStageTrainsOnTheFirstStagesOutOfFoldSegmentations) {
@@ -81,7 +78,7 @@ TEST_F(CascadeCli, SecondStageTrainsOnTheFirstStagesOutOfFoldSegmentations) {
   auto r = trainer({"cascade", "--previous", "runs/tiny_lowres", "--data", "tiny.h5", "--out", "tiny_cascade.h5"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(
-      contains(r.output, "6 cases, 5 with the first stage's out-of-fold segmentation and 1 with its predictions"))
+      test::contains(r.output, "6 cases, 5 with the first stage's out-of-fold segmentation and 1 with its predictions"))
       << r.output;
 
   // Each pooled case carries the segmentation of the fold that held it out; the test case the ensemble's.

@@ -6,6 +6,7 @@
 
 #include <set>
 
+#include "expectations.h"
 #include "test_support.h"
 #include "u3d/data/folds.h"
 #include "u3d/io/h5/dataset.h"
@@ -14,8 +15,6 @@ namespace u3d {
 namespace {
 
 using test::read_csv;
-
-bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
 
 class CrossValidation : public ::testing::Test {
  protected:
@@ -64,7 +63,7 @@ TEST_F(CrossValidation, FoldAllTrainsEachFoldResumesAndSummarises) {
   ASSERT_EQ(summary.size(), 4u);
   EXPECT_EQ(summary[2].at("fold"), "pooled");
   EXPECT_EQ(summary[2].at("cases"), std::to_string(all.size()));
-  EXPECT_TRUE(contains(r.output, "pooled")) << r.output;
+  EXPECT_TRUE(test::contains(r.output, "pooled")) << r.output;
 
   // Each fold resumes from its own checkpoint: nothing left to train in either.
   r = train({"--fold", "all", "--resume"});
@@ -82,10 +81,10 @@ TEST_F(CrossValidation, FoldAllTrainsEachFoldResumesAndSummarises) {
   // The ensemble of both folds predicts the file's val split into <name>/ensemble/predictions.
   r = train({"--fold", "all", "--predict-only", "--set", "predict.split=val"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, "ensemble of 2 models")) << r.output;
+  EXPECT_TRUE(test::contains(r.output, "ensemble of 2 models")) << r.output;
   ASSERT_TRUE(fs::exists(exp() / "ensemble" / "predictions" / "val.h5"));
   const auto manifest = test::read_text(exp() / "ensemble" / "predictions" / "val_outputs.txt");
-  EXPECT_TRUE(contains(manifest, "fold_0") && contains(manifest, "fold_1")) << manifest;
+  EXPECT_TRUE(test::contains(manifest, "fold_0") && test::contains(manifest, "fold_1")) << manifest;
   EXPECT_EQ(read_csv(exp() / "ensemble" / "predictions" / "val_metrics.csv").size(), reader.split("val").size() + 1);
 }
 
@@ -102,7 +101,7 @@ TEST_F(CrossValidation, FoldsNeverLeakAndAreNeverRemadeUnderTheirRuns) {
   test::write_text(exp() / "folds.json", folds_json(folds));
   auto r = train({"--fold", "0"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_TRUE(contains(r.output, "folds.json: fold 0 trains on case '" + leaked + "' that it validates on"))
+  EXPECT_TRUE(test::contains(r.output, "folds.json: fold 0 trains on case '" + leaked + "' that it validates on"))
       << r.output;
   EXPECT_FALSE(fs::exists(exp() / "fold_0"));
 
@@ -113,17 +112,18 @@ TEST_F(CrossValidation, FoldsNeverLeakAndAreNeverRemadeUnderTheirRuns) {
   fs::remove(exp() / "folds.json");
   r = train({"--fold", "1", "--set", "experiment.seed=99"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(contains(r.output, "folds.json: missing, but fold_0 of this cross-validation already ran")) << r.output;
+  EXPECT_TRUE(test::contains(r.output, "folds.json: missing, but fold_0 of this cross-validation already ran"))
+      << r.output;
   EXPECT_FALSE(fs::exists(exp() / "folds.json"));
   EXPECT_FALSE(fs::exists(exp() / "fold_1"));
   r = train({"--fold", "0", "--predict-only"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   r = train({"--fold", "all", "--predict-only"});  // the ensemble's members come from folds.json too
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(contains(r.output, "folds.json: missing, but fold_0")) << r.output;
+  EXPECT_TRUE(test::contains(r.output, "folds.json: missing, but fold_0")) << r.output;
   r = trainer({"evaluate", "cv", "runs/cv"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_TRUE(contains(r.output, "folds.json: not found")) << r.output;
+  EXPECT_TRUE(test::contains(r.output, "folds.json: not found")) << r.output;
   // Restored, the experiment goes on.
   test::write_text(exp() / "folds.json", saved);
   r = trainer({"evaluate", "cv", "runs/cv"});
@@ -131,29 +131,17 @@ TEST_F(CrossValidation, FoldsNeverLeakAndAreNeverRemadeUnderTheirRuns) {
   // An ensemble of more folds than the file holds would pool runs that never existed.
   r = train({"--fold", "all", "--predict-only", "--set", "data.folds=3"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(contains(r.output, "folds.json: holds 2 folds")) << r.output;
+  EXPECT_TRUE(test::contains(r.output, "folds.json: holds 2 folds")) << r.output;
   EXPECT_FALSE(fs::exists(exp() / "ensemble" / "predictions"));
 }
 
 TEST_F(CrossValidation, MisuseGetsOneLineAndExitTwo) {
-  auto r = train({});
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(contains(r.output, "data.folds: 2 needs experiment.fold: 0..1 or all")) << r.output;
-  r = train({"--ensemble", "fold_0"});
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(contains(r.output, "--ensemble goes with --predict-only")) << r.output;
-  r = train({"--fold", "2"});
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(contains(r.output, "experiment.fold: 2 is not a fold of data.folds = 2")) << r.output;
-  r = trainer({"--config", "cv.yaml", "--fold", "0"});
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(contains(r.output, "needs data.folds >= 2")) << r.output;
-  r = train({"--predict-only", "--ensemble", "nowhere"});
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(contains(r.output, "nowhere: not a run folder")) << r.output;
-  r = trainer({"evaluate", "cv", "runs/none"});
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_TRUE(contains(r.output, "runs/none: not a folder")) << r.output;
+  test::expect_exit(train({}), 2, "data.folds: 2 needs experiment.fold: 0..1 or all");
+  test::expect_exit(train({"--ensemble", "fold_0"}), 2, "--ensemble goes with --predict-only");
+  test::expect_exit(train({"--fold", "2"}), 2, "experiment.fold: 2 is not a fold of data.folds = 2");
+  test::expect_exit(trainer({"--config", "cv.yaml", "--fold", "0"}), 2, "needs data.folds >= 2");
+  test::expect_exit(train({"--predict-only", "--ensemble", "nowhere"}), 2, "nowhere: not a run folder");
+  test::expect_exit(trainer({"evaluate", "cv", "runs/none"}), 1, "runs/none: not a folder");
 }
 
 }  // namespace

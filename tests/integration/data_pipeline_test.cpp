@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 
+#include "expectations.h"
 #include "fixtures.h"
 #include "test_support.h"
 
@@ -92,15 +93,10 @@ TEST_F(DataPipeline, DataBenchmarkPrintsATableAndJson) {
 
 TEST_F(DataPipeline, BenchmarkArgumentsAreChecked) {
   config("b");
-  auto r = trainer({"--config", "b.yaml", "--benchmark", "model"});
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("expected data, step"), std::string::npos) << r.output;
-  r = trainer({"--config", "b.yaml", "--benchmark", "model"});
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  r = trainer({"--config", "b.yaml", "--benchmark", "data", "--workers", "0,x"});
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  r = trainer({"--config", "b.yaml", "--workers", "2"});
-  EXPECT_EQ(r.exit_code, 2) << r.output;
+  test::expect_exit(trainer({"--config", "b.yaml", "--benchmark", "model"}), 2, "expected data, step");
+  test::expect_exit(trainer({"--config", "b.yaml", "--benchmark", "model"}), 2);
+  test::expect_exit(trainer({"--config", "b.yaml", "--benchmark", "data", "--workers", "0,x"}), 2);
+  test::expect_exit(trainer({"--config", "b.yaml", "--workers", "2"}), 2);
 }
 
 TEST_F(DataPipeline, AWorkerFailureStopsTrainingWithTheCase) {
@@ -113,9 +109,7 @@ TEST_F(DataPipeline, AWorkerFailureStopsTrainingWithTheCase) {
 }
 
 TEST_F(DataPipeline, GpuCacheOnACpuRunIsAConfigError) {
-  const auto r = train("g", {"--set", "data.cache=gpu"});
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("data.cache: gpu needs"), std::string::npos) << r.output;
+  test::expect_exit(train("g", {"--set", "data.cache=gpu"}), 2, "data.cache: gpu needs");
 }
 
 }  // namespace

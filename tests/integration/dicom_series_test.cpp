@@ -106,6 +106,16 @@ class DicomSeries : public test::DicomWriterCli {
     args.insert(args.end(), extra.begin(), extra.end());
     return trainer(args);
   }
+  // Writes each {patient, write_dicom.py options} into export/ and imports the folder as x.h5, which
+  // must succeed; `imported` holds the import's result.
+  void import_patients(const std::vector<std::pair<std::string, std::string>>& patients) {
+    std::vector<Job> jobs;
+    for (const auto& [patient, extra] : patients) jobs.push_back({"export", patient, extra});
+    ASSERT_NO_FATAL_FAILURE(write_all(jobs));
+    imported = import("export", "x.h5");
+    ASSERT_EQ(imported.exit_code, 0) << imported.output;
+  }
+  test::CommandResult imported;
 };
 
 // One folder, one patient per geometry: the usable ones imported on the right grid, each other one a
@@ -178,12 +188,10 @@ TEST_F(DicomSeries, SliceGeometryIsReadOrRefusedInOneLine) {
 // Stored values the reader must turn into the same HU: rescale slope 0.5 and intercept -1000.5,
 // 8-bit pixels, signed 16-bit values, and signed values in 12 of 16 bits (upper bits not extended).
 TEST_F(DicomSeries, PixelEncodingsAndRescaleGiveTheHuACarefulReaderGets) {
-  ASSERT_NO_FATAL_FAILURE(write_all({{"export", "RESCALE", "--ct rescale --no-rt"},
-                                     {"export", "U8", "--ct u8 --no-rt"},
-                                     {"export", "S16", "--ct s16 --no-rt"},
-                                     {"export", "S12", "--ct s12 --no-rt"}}));
-  const auto r = import("export", "x.h5");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_NO_FATAL_FAILURE(import_patients({{"RESCALE", "--ct rescale --no-rt"},
+                                           {"U8", "--ct u8 --no-rt"},
+                                           {"S16", "--ct s16 --no-rt"},
+                                           {"S12", "--ct s12 --no-rt"}}));
   DatasetReader x((dir / "x.h5").string());
   const torch::Tensor v = stored_values();
   struct Row {
@@ -270,12 +278,11 @@ TEST_F(DicomSeries, DicomdirIsIgnoredAndEmptyRoisAreWarnings) {
 // An RT Dose on a larger and coarser grid, a smaller one, one shifted to cover part of the CT: the
 // analytic dose at the CT's voxel centres, 0 Gy outside (counted in one line); 1000 mm away: refused.
 TEST_F(DicomSeries, RtDoseOnOtherGridsIsResampledOrRefused) {
-  ASSERT_NO_FATAL_FAILURE(write_all({{"export", "LARGER", "--dose-grid larger"},
-                                     {"export", "SMALLER", "--dose-grid smaller"},
-                                     {"export", "SHIFTED", "--dose-grid shifted"},
-                                     {"export", "AWAY", "--dose-grid disjoint"}}));
-  const auto r = import("export", "x.h5");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_NO_FATAL_FAILURE(import_patients({{"LARGER", "--dose-grid larger"},
+                                           {"SMALLER", "--dose-grid smaller"},
+                                           {"SHIFTED", "--dose-grid shifted"},
+                                           {"AWAY", "--dose-grid disjoint"}}));
+  const test::CommandResult& r = imported;
   DatasetReader x((dir / "x.h5").string());
   struct Row {
     const char* patient;

@@ -6,28 +6,21 @@
 
 #include <cstdlib>
 
+#include "python_input.h"
 #include "test_support.h"
 #include "u3d/io/h5/dataset.h"
 
 namespace u3d {
 namespace {
 
-class ImagesHostile : public ::testing::Test {
+class ImagesHostile : public test::PythonInputTest {
  protected:
-  void SetUp() override {
-    const auto python = test::torch_python();
-    if (!python) GTEST_SKIP() << "no torch venv (U3D_TORCH_PYTHON); scripts/setup.sh makes it";
-    const std::string cmd = python->string() + " " +
-                            (test::source_dir() / "tests/python/write_hostile_slices.py").string() + " " +
-                            dir.path().string() + " 2>&1";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  }
+  ImagesHostile() : PythonInputTest("write_hostile_slices.py", "") {}
   test::CommandResult import(const std::string& folder, const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args{"import", "images", "--images", folder, "--out", "x.h5"};
     args.insert(args.end(), extra.begin(), extra.end());
     return test::run_trainer(args, dir.path());
   }
-  test::TempDir dir;
 };
 
 TEST_F(ImagesHostile, BrokenOrForgedFilesAreRefusedInOneLineNamingThem) {

@@ -7,25 +7,17 @@
 
 #include <cstdlib>
 
+#include "expectations.h"
+#include "python_input.h"
 #include "test_support.h"
 
 namespace u3d {
 namespace {
 
-bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
-
-class PlanHostile : public ::testing::Test {
+class PlanHostile : public test::PythonInputTest {
  protected:
-  void SetUp() override {
-    const auto python = test::torch_python();
-    if (!python) GTEST_SKIP() << "no torch venv (U3D_TORCH_PYTHON); scripts/setup.sh makes it";
-    const std::string cmd = python->string() + " " +
-                            (test::source_dir() / "tests/python/write_hostile_nnunet.py").string() + " " +
-                            (dir / "raw").string() + " 2>&1";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  }
+  PlanHostile() : PythonInputTest("write_hostile_nnunet.py", "raw") {}
   test::CommandResult trainer(const std::vector<std::string>& args) { return test::run_trainer(args, dir.path()); }
-  test::TempDir dir;
 };
 
 TEST_F(PlanHostile, OddDatasetsArePlannedAndSayWhatCannotBeLearnt) {
@@ -58,8 +50,8 @@ TEST_F(PlanHostile, OddDatasetsArePlannedAndSayWhatCannotBeLearnt) {
     r = trainer({"plan", row.name + ".h5", "--gpu-memory", "8", "--out", row.name + ".yaml"});
     ASSERT_EQ(r.exit_code, 0) << row.name << "\n" << r.output;
     const std::string text = r.output + test::read_text(dir / (row.name + ".yaml"));
-    for (const auto& e : row.expected) EXPECT_TRUE(contains(text, e)) << row.name << ": " << e << "\n" << text;
-    if (!row.absent.empty()) EXPECT_FALSE(contains(text, row.absent)) << row.name << "\n" << text;
+    for (const auto& e : row.expected) EXPECT_TRUE(test::contains(text, e)) << row.name << ": " << e << "\n" << text;
+    if (!row.absent.empty()) EXPECT_FALSE(test::contains(text, row.absent)) << row.name << "\n" << text;
   }
   // The one-case plan trains as written (no validation split: one case cannot be split).
   const auto r =
@@ -78,9 +70,9 @@ TEST_F(PlanHostile, DoseDatasetsAndMissingFirstStagesMakeNoCascade) {
   ASSERT_EQ(plan.exit_code, 0) << plan.output;
   EXPECT_FALSE(fs::exists(dir / "dose_cascade.yaml"));
   const std::string lowres = test::read_text(dir / "dose_lowres.yaml");
-  EXPECT_TRUE(contains(lowres, "A dose run trains it on its own: nnU-Net's cascade")) << lowres;
-  EXPECT_FALSE(contains(lowres, "cascade's first stage")) << lowres;
-  EXPECT_FALSE(contains(lowres, "import nnunet")) << lowres;
+  EXPECT_TRUE(test::contains(lowres, "A dose run trains it on its own: nnU-Net's cascade")) << lowres;
+  EXPECT_FALSE(test::contains(lowres, "cascade's first stage")) << lowres;
+  EXPECT_FALSE(test::contains(lowres, "import nnunet")) << lowres;
   fs::create_directories(dir / "runs/empty_lowres");
   struct Row {
     std::vector<std::string> args;
@@ -97,7 +89,7 @@ TEST_F(PlanHostile, DoseDatasetsAndMissingFirstStagesMakeNoCascade) {
     args.insert(args.end(), {"--out", "c.h5"});
     const auto r = trainer(args);
     EXPECT_EQ(r.exit_code, 2) << r.output;
-    EXPECT_TRUE(contains(r.output, row.needle)) << r.output;
+    EXPECT_TRUE(test::contains(r.output, row.needle)) << r.output;
     EXPECT_EQ(r.output.find("[error]"), r.output.rfind("[error]")) << "one error line: " << r.output;
     EXPECT_FALSE(fs::exists(dir / "c.h5"));
   }

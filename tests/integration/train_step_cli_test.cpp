@@ -4,6 +4,7 @@
 
 #include <regex>
 
+#include "expectations.h"
 #include "fixtures.h"
 #include "test_support.h"
 #include "u3d/core/json.h"
@@ -117,13 +118,9 @@ TEST_F(TrainStepCli, StepBenchmarkProfileBreaksTheStepIntoCategories) {
 
 TEST_F(TrainStepCli, StepBenchmarkArgumentsAreChecked) {
   config("b");
-  auto r = trainer({"--config", "b.yaml", "--benchmark", "--steps", "0"});
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  r = trainer({"--config", "b.yaml", "--steps", "3"});
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("--steps and --warmup go with --benchmark"), std::string::npos) << r.output;
-  r = trainer({"--config", "b.yaml", "--benchmark", "data", "--warmup", "2"});
-  EXPECT_EQ(r.exit_code, 2) << r.output;
+  test::expect_exit(trainer({"--config", "b.yaml", "--benchmark", "--steps", "0"}), 2);
+  test::expect_exit(trainer({"--config", "b.yaml", "--steps", "3"}), 2, "--steps and --warmup go with --benchmark");
+  test::expect_exit(trainer({"--config", "b.yaml", "--benchmark", "data", "--warmup", "2"}), 2);
 }
 
 TEST_F(TrainStepCli, Bf16TrainingOnCpuWritesMetrics) {
@@ -142,16 +139,14 @@ TEST_F(TrainStepCli, Bf16TrainingOnCpuWritesMetrics) {
 TEST_F(TrainStepCli, CudaGraphOnWithoutCudaIsAOneLineConfigError) {
   config("g");
   // training.device: cpu in the file: refused by the config check.
-  auto r = trainer({"--config", "g.yaml", "--set", "training.cuda_graph=on"});
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("training.cuda_graph: on needs a CUDA device"), std::string::npos) << r.output;
-  r = trainer({"--config", "g.yaml", "--set", "training.precision=fp16"});
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("training.precision: fp16 needs a CUDA device"), std::string::npos) << r.output;
+  test::expect_exit(trainer({"--config", "g.yaml", "--set", "training.cuda_graph=on"}), 2,
+                    "training.cuda_graph: on needs a CUDA device");
+  test::expect_exit(trainer({"--config", "g.yaml", "--set", "training.precision=fp16"}), 2,
+                    "training.precision: fp16 needs a CUDA device");
   if (!torch::cuda::is_available()) {  // device auto resolves to the CPU: refused when the step is built
-    r = trainer({"--config", "g.yaml", "--set", "training.device=auto", "--set", "training.cuda_graph=on"});
-    EXPECT_EQ(r.exit_code, 2) << r.output;
-    EXPECT_NE(r.output.find("training.cuda_graph: on needs a CUDA device"), std::string::npos) << r.output;
+    test::expect_exit(
+        trainer({"--config", "g.yaml", "--set", "training.device=auto", "--set", "training.cuda_graph=on"}), 2,
+        "training.cuda_graph: on needs a CUDA device");
     EXPECT_FALSE(std::filesystem::exists(dir / "runs" / "g" / "metrics.csv"));
   }
 }

@@ -1,4 +1,5 @@
-// Configs and batches for the training-step tests (unit/train/, gpu/train_step_cuda_test.cpp, gpu/gpu_fixes_test.cpp).
+// Configs and batches for the training-step tests (unit/train/, gpu/train_step_cuda_test.cpp, gpu/gpu_fixes_test.cpp,
+// gpu/slices_gpu_test.cpp).
 #pragma once
 #include <torch/torch.h>
 
@@ -17,6 +18,19 @@ inline Config step_config(Precision precision, Toggle channels_last) {
   cfg.training.device = Device::kCpu;
   cfg.training.precision = precision;
   cfg.training.lr = 1e-2;
+  return cfg;
+}
+
+// A U-Net of `levels` levels and `base_filters` filters with batch norm, channels-last, trained on
+// CUDA in `precision`; every other key at its default.
+inline Config cuda_batch_norm_config(int64_t levels, int64_t base_filters, Precision precision) {
+  Config cfg;
+  cfg.model.levels = levels;
+  cfg.model.base_filters = base_filters;
+  cfg.model.norm = Norm::kBatch;
+  cfg.model.channels_last = Toggle::kOn;
+  cfg.training.device = Device::kCuda;
+  cfg.training.precision = precision;
   return cfg;
 }
 

@@ -1,39 +1,29 @@
 // The profile's categories (app/step_profile.h): operator and kernel names to categories.
 #include <gtest/gtest.h>
 
+#include "expectations.h"
 #include "u3d/app/step_profile.h"
 
 namespace u3d {
 namespace {
 
 TEST(StepProfile, OperatorsAndKernelsFallIntoTheirCategories) {
-  EXPECT_EQ(op_category("aten::cudnn_convolution"), "convolution");
-  EXPECT_EQ(op_category("aten::convolution_backward"), "convolution");
-  EXPECT_EQ(op_category("aten::addmm"), "convolution");
-  EXPECT_EQ(op_category("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32"), "convolution");
-  EXPECT_EQ(op_category("aten::native_batch_norm"), "normalisation");
-  EXPECT_EQ(op_category("NativeBatchNormBackward0"), "normalisation");
-  EXPECT_EQ(op_category("aten::native_group_norm"), "normalisation");
-  EXPECT_EQ(op_category("aten::leaky_relu"), "activation");
-  EXPECT_EQ(op_category("aten::threshold_backward"), "activation");
-  EXPECT_EQ(op_category("aten::copy_"), "copy/cast");
-  EXPECT_EQ(op_category("aten::to"), "copy/cast");
-  EXPECT_EQ(op_category("aten::_to_copy"), "copy/cast");
-  EXPECT_EQ(op_category("Memcpy DtoD (Device -> Device)"), "copy/cast");
-  EXPECT_EQ(op_category("aten::sum"), "reduction");
-  EXPECT_EQ(op_category("aten::linalg_vector_norm"), "reduction");  // not a normalisation
-  EXPECT_EQ(op_category("aten::max"), "reduction");
-  EXPECT_EQ(op_category("aten::_fused_adamw_"), "optimizer");
-  EXPECT_EQ(op_category("aten::_foreach_norm"), "optimizer");  // the gradient norm, with clipping
-  EXPECT_EQ(op_category("aten::_amp_foreach_non_finite_check_and_unscale_"), "optimizer");
-  EXPECT_EQ(op_category("aten::add_"), "elementwise");
-  EXPECT_EQ(op_category("aten::mul"), "elementwise");
-  EXPECT_EQ(op_category("aten::where"), "elementwise");
-  EXPECT_EQ(op_category("aten::eq"), "elementwise");
-  EXPECT_EQ(op_category("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>"),
-            "elementwise");
-  EXPECT_EQ(op_category("aten::max_pool3d"), "other");
-  EXPECT_EQ(op_category("aten::empty_strided"), "other");
+  test::expect_classes(
+      op_category,
+      {{"convolution",
+        {"aten::cudnn_convolution", "aten::convolution_backward", "aten::addmm",
+         "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32"}},
+       {"normalisation", {"aten::native_batch_norm", "NativeBatchNormBackward0", "aten::native_group_norm"}},
+       {"activation", {"aten::leaky_relu", "aten::threshold_backward"}},
+       {"copy/cast", {"aten::copy_", "aten::to", "aten::_to_copy", "Memcpy DtoD (Device -> Device)"}},
+       {"reduction", {"aten::sum", "aten::linalg_vector_norm" /* not a normalisation */, "aten::max"}},
+       {"optimizer",
+        {"aten::_fused_adamw_", "aten::_foreach_norm" /* the gradient norm, with clipping */,
+         "aten::_amp_foreach_non_finite_check_and_unscale_"}},
+       {"elementwise",
+        {"aten::add_", "aten::mul", "aten::where", "aten::eq",
+         "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>"}},
+       {"other", {"aten::max_pool3d", "aten::empty_strided"}}});
   EXPECT_EQ(profile_categories().size(), 8u);
   EXPECT_EQ(profile_categories().back(), "other");
 }

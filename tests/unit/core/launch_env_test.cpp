@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "test_support.h"
 #include "u3d/core/errors.h"
@@ -38,6 +39,13 @@ class Env {
   std::map<std::string, std::string> saved_;
 };
 
+// What a launcher tells the process: launched, launcher, rank, local rank, world size, local world
+// size, store host, store port, agent store (compared as one tuple, printed field by field).
+auto launch_fields(const LaunchEnv& e) {
+  return std::make_tuple(e.launched, e.launcher, e.rank, e.local_rank, e.world_size, e.local_world_size, e.store_host,
+                         e.store_port, e.agent_store);
+}
+
 TEST(LaunchEnv, NoLauncherIsOnePlainProcess) {
   const Env env({});
   const LaunchEnv e = read_launch_env();
@@ -59,15 +67,10 @@ TEST(LaunchEnv, ReadsTorchrunsVariables) {
                  {"TORCHELASTIC_RESTART_COUNT", "2"},
                  {"TORCHELASTIC_ERROR_FILE", "/tmp/err.json"}});
   const LaunchEnv e = read_launch_env();
-  EXPECT_TRUE(e.launched);
-  EXPECT_EQ(e.launcher, "torchrun");
-  EXPECT_EQ(e.rank, 5);
-  EXPECT_EQ(e.local_rank, 1);
-  EXPECT_EQ(e.world_size, 8);
-  EXPECT_EQ(e.local_world_size, 4);
-  EXPECT_EQ(e.store_host, "node07");
-  EXPECT_EQ(e.store_port, 29511);
-  EXPECT_TRUE(e.agent_store);
+  EXPECT_EQ(launch_fields(e),
+            std::make_tuple(/*launched=*/true, "torchrun", /*rank=*/5, /*local_rank=*/1, /*world_size=*/8,
+                            /*local_world_size=*/4, "node07", /*store_port=*/29511,
+                            /*agent_store=*/true));
   EXPECT_EQ(e.restart_count, 2);
   EXPECT_EQ(e.error_file, "/tmp/err.json");
   EXPECT_FALSE(e.is_main());
@@ -89,15 +92,12 @@ TEST(LaunchEnv, ReadsSlurmInsideAJobStepOnly) {
   step["SLURM_STEP_ID"] = "0";
   const Env env(step);
   const LaunchEnv e = read_launch_env();
-  EXPECT_TRUE(e.launched);
-  EXPECT_EQ(e.launcher, "slurm");
-  EXPECT_EQ(e.rank, 3);
-  EXPECT_EQ(e.world_size, 4);
-  EXPECT_EQ(e.local_rank, 1);
-  EXPECT_EQ(e.local_world_size, 2);
-  EXPECT_EQ(e.store_host, "gpu07");  // the job's first node hosts the store
-  EXPECT_EQ(e.store_port, 20000 + 123456 % 20000);
-  EXPECT_FALSE(e.agent_store);  // rank 0 hosts it
+  EXPECT_EQ(launch_fields(e),
+            std::make_tuple(/*launched=*/true, "slurm", /*rank=*/3, /*local_rank=*/1, /*world_size=*/4,
+                            /*local_world_size=*/2,
+                            "gpu07",  // the job's first node hosts the store
+                            /*store_port=*/20000 + 123456 % 20000,
+                            /*agent_store=*/false));  // rank 0 hosts it
 }
 
 TEST(LaunchEnv, FirstSlurmHost) {

@@ -14,6 +14,18 @@ namespace {
 
 using test::dose_data;
 
+// A dose phantom p.h5 of 4 cases of 16^3 in a temporary folder, its reader and dose_data()'s
+// preprocessor.
+fs::path dose_phantom(const test::TempDir& dir) {
+  test::make_phantom(dir / "p.h5", Task::kDose, 4, 16);
+  return dir / "p.h5";
+}
+struct DosePhantom {
+  test::TempDir dir;
+  DatasetReader reader{dose_phantom(dir)};
+  Preprocessor pre{dose_data(), reader.info()};
+};
+
 SamplerOptions whole_volume(int64_t size) {
   SamplerOptions o;
   o.patch = {size, size, size};
@@ -214,10 +226,8 @@ TEST(StackedCache, PlacementsWithoutCuda) {
   EXPECT_EQ(resolve_placement(CachePlacement::kAuto, 0.5, torch::kCPU, 1 << 20), CachePlacement::kMemory);
   EXPECT_EQ(resolve_placement(CachePlacement::kMemory, 0.5, torch::kCPU, 1 << 20), CachePlacement::kMemory);
   EXPECT_THROW(resolve_placement(CachePlacement::kGpu, 0.5, torch::kCPU, 1 << 20), ConfigError);
-  test::TempDir dir;
-  test::make_phantom(dir / "p.h5", Task::kDose, 4, 16);
-  const DatasetReader reader(dir / "p.h5");
-  const Preprocessor pre(dose_data(), reader.info());
+  const DosePhantom phantom;
+  const auto& [dir, reader, pre] = phantom;
   CacheOptions pinned;
   pinned.placement = CachePlacement::kPinned;
   const StackedCache cache = StackedCache::load(reader, reader.split("train"), pre, pinned);
@@ -226,10 +236,8 @@ TEST(StackedCache, PlacementsWithoutCuda) {
 }
 
 TEST(StackedCache, TooLargeForTheMemoryIsAClearError) {
-  test::TempDir dir;
-  test::make_phantom(dir / "p.h5", Task::kDose, 4, 16);
-  const DatasetReader reader(dir / "p.h5");
-  const Preprocessor pre(dose_data(), reader.info());
+  const DosePhantom phantom;
+  const auto& [dir, reader, pre] = phantom;
   CacheOptions o;
   o.limit_bytes = 999;
   try {
@@ -246,10 +254,8 @@ TEST(StackedCache, TooLargeForTheMemoryIsAClearError) {
 // alloc_cpu.cpp] ... DefaultCPUAllocator") is a DataError naming the load and the settings, never
 // the allocator's text (it used to reach the user as "LibTorch: [enforce fail ...]").
 TEST(TensorCache, AnAllocationFailureWhileLoadingIsOneLineOfOurs) {
-  test::TempDir dir;
-  test::make_phantom(dir / "p.h5", Task::kDose, 4, 16);
-  const DatasetReader reader(dir / "p.h5");
-  const Preprocessor pre(dose_data(), reader.info());
+  const DosePhantom phantom;
+  const auto& [dir, reader, pre] = phantom;
   const CaseSource exhausted = [](const std::string&) -> CaseData {
     (void)torch::empty({int64_t{1} << 50}, torch::kUInt8);  // 1 PB: the allocator refuses
     return {};

@@ -6,6 +6,7 @@
 
 #include <nifti2_io.h>
 
+#include "expectations.h"
 #include "nifti_support.h"
 #include "test_support.h"
 #include "u3d/core/errors.h"
@@ -421,11 +422,9 @@ TEST(ImportSynth, NnunetPhantomRawFolderImportsBack) {
 }
 
 TEST(Import, NormalisationFromChannelNamesAsNnunet) {
-  EXPECT_EQ(normalization_for_channel_name("CT"), "ct");
-  EXPECT_EQ(normalization_for_channel_name("ct"), "ct");
-  EXPECT_EQ(normalization_for_channel_name("noNorm"), "none");
-  EXPECT_EQ(normalization_for_channel_name("rescale_to_0_1"), "minmax");
-  EXPECT_EQ(normalization_for_channel_name("T2"), "zscore");
+  test::expect_classes(
+      normalization_for_channel_name,
+      {{"ct", {"CT", "ct"}}, {"none", {"noNorm"}}, {"minmax", {"rescale_to_0_1"}}, {"zscore", {"T2"}}});
   EXPECT_DOUBLE_EQ(percentile({4, 1, 3, 2}, 50), 2.5);
   EXPECT_DOUBLE_EQ(percentile({1, 2, 3, 4, 5}, 0), 1);
   EXPECT_DOUBLE_EQ(percentile({1, 2, 3, 4, 5}, 90), 4.6);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "expectations.h"
 #include "fixtures.h"
 #include "test_support.h"
 #include "u3d/core/config.h"
@@ -107,12 +108,12 @@ TEST(ModelExport, TracedTorchScriptEqualsTheNetworkOnOtherShapes) {
 }
 
 TEST(ModelExport, YamlValuesBecomeJson) {
-  EXPECT_EQ(yaml_value_json("[64, 64, 32]"), "[64, 64, 32]");
-  EXPECT_EQ(yaml_value_json("instance"), "\"instance\"");
-  EXPECT_EQ(yaml_value_json("0.01"), "0.01");
-  EXPECT_EQ(yaml_value_json("true"), "true");
-  EXPECT_EQ(yaml_value_json("[]"), "[]");
-  EXPECT_EQ(yaml_value_json("[ct, \"a b\"]"), "[\"ct\", \"a b\"]");
+  test::expect_outputs(yaml_value_json, {{"[64, 64, 32]", "[64, 64, 32]"},
+                                         {"instance", "\"instance\""},
+                                         {"0.01", "0.01"},
+                                         {"true", "true"},
+                                         {"[]", "[]"},
+                                         {"[ct, \"a b\"]", "[\"ct\", \"a b\"]"}});
   EXPECT_EQ(json_string("tab\there \\ \x01"), "\"tab\\there \\\\ \\u0001\"");
 }
 

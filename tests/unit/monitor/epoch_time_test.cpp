@@ -9,11 +9,7 @@ namespace u3d {
 namespace {
 
 TEST(EpochTime, BusyShareIsGpuTimeOverTrainingValidationAndCheckpointWrites) {
-  EpochTime t;
-  t.gpu = 6;
-  t.training = 8;
-  t.data_wait = 1;
-  t.checkpoint = 0.5;
+  EpochTime t{/*gpu=*/6, /*training=*/8, /*data_wait=*/1, /*checkpoint=*/0.5};
   EXPECT_DOUBLE_EQ(epoch_wall_seconds(t, /*val_seconds=*/1.5), 10.0);
   EXPECT_DOUBLE_EQ(gpu_busy_share(t, 1.5), 0.6);
   EXPECT_DOUBLE_EQ(gpu_busy_share(t, 0.0), 6.0 / 8.5);
@@ -29,11 +25,7 @@ TEST(EpochTime, OnTheCpuTheShareIsUnknownNotZero) {
 }
 
 TEST(EpochTime, ALowShareSaysWhatTheRestOfTheEpochWas) {
-  EpochTime t;
-  t.gpu = 4;
-  t.training = 8;
-  t.data_wait = 3;
-  t.checkpoint = 0.5;
+  EpochTime t{/*gpu=*/4, /*training=*/8, /*data_wait=*/3, /*checkpoint=*/0.5};
   // wall 10 s: GPU 40%, data 30%, validation 15%, checkpoints 5%, host work 8 - 4 - 3 = 1 s (10%).
   EXPECT_EQ(gpu_idle_note(t, 1.5),
             "GPU idle 60% of 10.0 s: data wait 30%, validation 15%, checkpoint writes 5%, host work between steps 10%");

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "batches.h"
+#include "cpu_step.h"
 #include "fixtures.h"
 #include "test_support.h"
 #include "u3d/core/config.h"
@@ -237,16 +238,12 @@ TEST(ActivationCheckpointing, KeepsOnlyEachBlocksInputForBackward) {
 // Trains a 2-level U-Net for `steps` optimizer steps on the halves of fixed batches of 2, fed as
 // `micro` micro-batches of 2 / micro samples each; returns the parameters after.
 std::map<std::string, torch::Tensor> train_accumulated(int64_t micro, int64_t steps, std::vector<float>* losses) {
-  Config cfg = test::step_config(Precision::kFp32, Toggle::kOff);
-  cfg.training.accumulate_steps = micro;
-  cfg.training.grad_clip_norm = 1.0;
-  torch::manual_seed(5);
-  Network net = build_network(cfg.model, 2, 1);
-  const Loss loss(LossKind::kL1);  // a mean over voxels: the micro-batches' means average to it exactly
-  Optimizer opt(cfg.training, net->parameters());
-  opt.set_lr(cfg.training.lr);
-  StepMonitor monitor(torch::kCPU);
-  TrainStep step(cfg, torch::kCPU, *net, loss, opt, &monitor);
+  Config config = test::step_config(Precision::kFp32, Toggle::kOff);
+  config.training.accumulate_steps = micro;
+  config.training.grad_clip_norm = 1.0;
+  // L1: a mean over voxels, so the micro-batches' means average to it exactly.
+  test::CpuStep cpu_step(config, LossKind::kL1, /*monitored=*/true);
+  auto& [cfg, net, loss, opt, monitor, step] = cpu_step;
   for (int64_t i = 0; i < steps; ++i) {
     const Batch whole = test::random_batch(100 + static_cast<uint64_t>(i));
     const int64_t n = 2 / micro;
@@ -288,15 +285,10 @@ TEST(GradientAccumulation, TwoMicroBatchesOfOneEqualOneBatchOfTwo) {
 }
 
 TEST(GradientAccumulation, ANonFiniteMicroBatchSkipsTheWholeStep) {
-  Config cfg = test::step_config(Precision::kFp32, Toggle::kOff);
-  cfg.training.accumulate_steps = 3;
-  torch::manual_seed(5);
-  Network net = build_network(cfg.model, 2, 1);
-  const Loss loss(LossKind::kL1);
-  Optimizer opt(cfg.training, net->parameters());
-  opt.set_lr(cfg.training.lr);
-  StepMonitor monitor(torch::kCPU);
-  TrainStep step(cfg, torch::kCPU, *net, loss, opt, &monitor);
+  Config config = test::step_config(Precision::kFp32, Toggle::kOff);
+  config.training.accumulate_steps = 3;
+  test::CpuStep cpu_step(config, LossKind::kL1, /*monitored=*/true);
+  auto& [cfg, net, loss, opt, monitor, step] = cpu_step;
   std::vector<torch::Tensor> before;
   for (const auto& p : net->parameters()) before.push_back(p.detach().clone());
   step.run([](int64_t m) {

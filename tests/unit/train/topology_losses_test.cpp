@@ -123,7 +123,7 @@ TEST(TopologyLosses, OneHotLabelsScatterIntoTheComputeDtypeAndLayout) {
 }
 
 // The reference soft skeleton (clDice's soft_skeleton.py) with max_pool3d, as a test oracle.
-torch::Tensor max_pool_skeleton(torch::Tensor x, int64_t iterations) {
+torch::Tensor max_pool_skeleton(const torch::Tensor& x, int64_t iterations) {
   namespace F = torch::nn::functional;
   auto erode = [](const torch::Tensor& t) {
     const auto p1 = -F::max_pool3d(-t, F::MaxPool3dFuncOptions({3, 1, 1}).stride(1).padding({1, 0, 0}));
@@ -134,10 +134,15 @@ torch::Tensor max_pool_skeleton(torch::Tensor x, int64_t iterations) {
   auto open = [&](const torch::Tensor& t) {
     return F::max_pool3d(erode(t), F::MaxPool3dFuncOptions(3).stride(1).padding(1));
   };
-  torch::Tensor skel = torch::relu(x - open(x));
-  for (int64_t i = 0; i < iterations; ++i) {
-    x = erode(x);
-    const torch::Tensor delta = torch::relu(x - open(x));
+  // As soft_skel() writes it: img1 = soft_open(img); skel = relu(img - img1); then per iteration
+  // img = soft_erode(img); img1 = soft_open(img); delta = relu(img - img1); skel += relu(delta - skel * delta).
+  torch::Tensor img = x;
+  torch::Tensor img1 = open(img);
+  torch::Tensor skel = torch::relu(img - img1);
+  for (int64_t j = 0; j < iterations; ++j) {
+    img = erode(img);
+    img1 = open(img);
+    const torch::Tensor delta = torch::relu(img - img1);
     skel = skel + torch::relu(delta - skel * delta);
   }
   return skel;

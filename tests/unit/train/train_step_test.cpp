@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "batches.h"
+#include "cpu_step.h"
 #include "fixtures.h"
 #include "test_support.h"
 #include "u3d/core/errors.h"
@@ -144,15 +145,11 @@ Config tiny_cfg(Precision precision, Toggle channels_last) {
 
 Batch tiny_batch(int64_t i) { return test::random_batch(100 + static_cast<uint64_t>(i)); }
 
-TinyRun train_tiny(const Config& cfg, int64_t steps, int64_t inf_at = -1) {
-  torch::manual_seed(5);
-  Network net = build_network(cfg.model, 2, 1);
-  if (resolve_channels_last(cfg.model, torch::kCPU)) to_channels_last(*net);
-  const Loss loss(LossKind::kMaskedL1);
-  Optimizer opt(cfg.training, net->parameters());
-  opt.set_lr(cfg.training.lr);
-  StepMonitor monitor(torch::kCPU);
-  TrainStep step(cfg, torch::kCPU, *net, loss, opt, &monitor);
+TinyRun train_tiny(const Config& config, int64_t steps, int64_t inf_at = -1) {
+  test::CpuStep cpu_step(config, LossKind::kMaskedL1, /*monitored=*/true, [&](Network& n) {
+    if (resolve_channels_last(config.model, torch::kCPU)) to_channels_last(*n);
+  });
+  auto& [cfg, net, loss, opt, monitor, step] = cpu_step;
   int64_t i = 0;
   if (inf_at >= 0) {
     step.set_after_backward([&](const std::vector<torch::Tensor>& params) {
@@ -203,14 +200,10 @@ TEST(TrainStep, AnInfGradientSkipsExactlyThatStep) {
 // Without clipping and without a scaler the step takes its Inf/NaN flag from the loss alone (no
 // gradient norm): a NaN input still skips the step and leaves the weights as they were.
 TEST(TrainStep, ANanLossSkipsTheStepWithoutClipping) {
-  Config cfg = test::step_config(Precision::kFp32, Toggle::kOff);
-  cfg.training.grad_clip_norm = 0.0;
-  torch::manual_seed(5);
-  Network net = build_network(cfg.model, 2, 1);
-  const Loss loss(LossKind::kMaskedL1);
-  Optimizer opt(cfg.training, net->parameters());
-  opt.set_lr(cfg.training.lr);
-  TrainStep step(cfg, torch::kCPU, *net, loss, opt, nullptr);
+  Config config = test::step_config(Precision::kFp32, Toggle::kOff);
+  config.training.grad_clip_norm = 0.0;
+  test::CpuStep cpu_step(config, LossKind::kMaskedL1, /*monitored=*/false);
+  auto& [cfg, net, loss, opt, monitor, step] = cpu_step;
   step.run(tiny_batch(0));
   EXPECT_EQ(step.found_inf().item<float>(), 0.0f);
   const torch::Tensor before = net->parameters()[0].detach().clone();
