@@ -383,8 +383,10 @@ const std::vector<Option>& option_table() {
               "the run stops",
               at_least<int64_t>(1)),
       U3D_KEY(training, precision,
-              "Autocast precision of forward and loss: auto (bf16 on CUDA, fp32 on CPU), fp32, bf16, or fp16 "
-              "(CUDA only; dynamic loss scaling kept on the device). Weights and optimizer stay float32"),
+              "Autocast precision of forward and loss: auto (fp32 on CPU; on CUDA fp16 with loss scaling for a "
+              "batch-norm network, whose batch norm cuDNN cannot run in bf16, bf16 otherwise; the log names the "
+              "choice and why), fp32, bf16, or fp16 (CUDA only; dynamic loss scaling kept on the device). Weights "
+              "and optimizer stay float32"),
       U3D_KEY(training, cuda_graph,
               "Capture the whole training step in a CUDA graph and replay it; auto: when the device is CUDA "
               "and batch shapes are fixed (else eager, logging why), and eager under data-parallel training; "
