@@ -8,8 +8,6 @@
 #include "u3d/model/channels_last_norm.h"
 #include "u3d/model/checkpointing.h"
 #include "u3d/model/mean_pool.h"
-#include "u3d/model/mlperf_unet3d.h"
-#include "u3d/model/openkbp_baseline.h"
 
 namespace u3d {
 namespace {
@@ -225,16 +223,6 @@ torch::Tensor UNet3dImpl::run(const torch::Tensor& x, std::vector<torch::Tensor>
     case OutputActivation::kNone: break;
   }
   return y;
-}
-
-Network build_network(const ModelConfig& cfg, int64_t in_channels, int64_t out_channels) {
-  switch (cfg.architecture) {
-    case Architecture::kUNet:
-    case Architecture::kResEncUNet: return std::make_shared<UNet3dImpl>(cfg, in_channels, out_channels);
-    case Architecture::kOpenKbpBaseline: return std::make_shared<OpenKbpBaselineImpl>(cfg, in_channels, out_channels);
-    case Architecture::kMlperfUNet3d: return std::make_shared<MlperfUNet3dImpl>(cfg, in_channels, out_channels);
-  }
-  throw ConfigError("model.architecture: unknown architecture");
 }
 
 int64_t count_parameters(const torch::nn::Module& module, bool trainable_only) {

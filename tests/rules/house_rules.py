@@ -181,7 +181,6 @@ KNOWN_LOOPS = [
     {"data/cache", "data/compact_case"},
     {"io/import", "io/import_layout"},
     {"model/checkpoint", "model/checkpoint_store"},
-    {"model/mlperf_unet3d", "model/openkbp_baseline", "model/unet"},
 ]
 
 
