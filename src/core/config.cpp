@@ -334,6 +334,12 @@ void validate(const Config& cfg) {
                     "bf16 or fp32 on CPU",
                     key_origin(cfg, "training.precision")));
   }
+  if (cfg.training.device == Device::kCpu && m.fused_kernels == Toggle::kOn) {
+    throw ConfigError(
+        fmt::format("{}: model.fused_kernels: on needs a CUDA device (training.device is cpu); use "
+                    "auto or off",
+                    key_origin(cfg, "model.fused_kernels")));
+  }
   if (cfg.training.device == Device::kCpu && cfg.training.cuda_graph == Toggle::kOn) {
     throw ConfigError(
         fmt::format("{}: training.cuda_graph: on needs a CUDA device (training.device is cpu); use "

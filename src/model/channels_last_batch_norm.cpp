@@ -18,6 +18,33 @@ torch::Tensor channels_last_batch_norm(torch::nn::BatchNorm3dImpl& bn, const tor
   return y.reshape(sizes);  // a view when y kept x's layout (every ATen path does)
 }
 
+bool batch_norm_act_fuses(const torch::nn::BatchNorm3dImpl& bn, const torch::Tensor& x) {
+  return kernels::enabled() && bn.is_training() && bn.options.affine() && kernels::applies(x, bn.weight, bn.bias);
+}
+
+torch::Tensor batch_norm_act(torch::nn::BatchNorm3dImpl& bn, const torch::Tensor& x, NormActivation activation,
+                             double negative_slope) {
+  const auto& options = bn.options;
+  if (batch_norm_act_fuses(bn, x)) {
+    double factor = options.momentum().value_or(0.0);
+    if (options.track_running_stats() && bn.num_batches_tracked.defined()) {
+      bn.num_batches_tracked += 1;
+      if (!options.momentum()) factor = 1.0 / bn.num_batches_tracked.item<double>();  // cumulative average
+    }
+    const bool track = options.track_running_stats() && bn.running_mean.defined();
+    return kernels::batch_norm_act(x, bn.weight, bn.bias, track ? bn.running_mean : torch::Tensor(),
+                                   track ? bn.running_var : torch::Tensor(), factor, options.eps(),
+                                   fused_activation(activation, negative_slope));
+  }
+  const torch::Tensor y = channels_last_batch_norm(bn, x);
+  switch (activation) {
+    case NormActivation::kRelu: return torch::relu(y);
+    case NormActivation::kLeakyRelu: return torch::leaky_relu(y, negative_slope);
+    case NormActivation::kNone: break;
+  }
+  return y;
+}
+
 torch::Tensor apply_norm(torch::nn::AnyModule& norm, const torch::Tensor& x) {
   if (auto* bn = norm.ptr()->as<torch::nn::BatchNorm3dImpl>()) return channels_last_batch_norm(*bn, x);
   return norm.forward(x);

@@ -123,6 +123,10 @@ torch::Tensor channels_last_norm_kernel(const torch::Tensor& x, const torch::Ten
 torch::Tensor channels_last_norm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                                  int64_t groups, double eps, NormActivation activation, double negative_slope) {
   if (x.dim() == 5 && !x.is_contiguous() && x.is_contiguous(at::MemoryFormat::ChannelsLast3d)) {
+    if (kernels::enabled() && kernels::applies(x, weight, bias)) {
+      return kernels::group_norm_act(x, weight, bias, groups <= 0 ? x.size(1) : groups, eps,
+                                     fused_activation(activation, negative_slope));
+    }
     return channels_last_norm_kernel(x, weight, bias, groups, eps, activation, negative_slope);
   }
   const bool cudnn = at::globalContext().userEnabledCuDNN();
@@ -150,6 +154,15 @@ torch::Tensor strictly_channels_last(const torch::Tensor& t) {
                                                     : std::vector<int64_t>{c * h * w, 1, c * w, c};
   if (t.strides() == c10::IntArrayRef(strides)) return t;
   return at::empty_strided(t.sizes(), strides, t.options()).copy_(t);
+}
+
+kernels::FusedActivation fused_activation(NormActivation activation, double negative_slope) {
+  switch (activation) {
+    case NormActivation::kRelu: return kernels::FusedActivation::relu();
+    case NormActivation::kLeakyRelu: return kernels::FusedActivation::leaky_relu(negative_slope);
+    case NormActivation::kNone: break;
+  }
+  return kernels::FusedActivation::none();
 }
 
 std::optional<NormActivation> fusable_activation(Activation activation) {

@@ -39,6 +39,9 @@ torch::Tensor MlperfConvImpl::forward(const torch::Tensor& x) {
   if (auto* norm = norm_.is_empty() ? nullptr : norm_.ptr()->as<ChannelsLastNormImpl>()) {
     if (const auto fused = fusable_activation(activation_)) return norm->forward_act(y, *fused, negative_slope_);
   }
+  if (auto* bn = norm_.is_empty() ? nullptr : norm_.ptr()->as<torch::nn::BatchNorm3dImpl>()) {
+    if (const auto fused = fusable_activation(activation_)) return batch_norm_act(*bn, y, *fused, negative_slope_);
+  }
   if (!norm_.is_empty()) y = apply_norm(norm_, y);
   switch (activation_) {
     case Activation::kRelu: return torch::relu(y);

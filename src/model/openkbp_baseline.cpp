@@ -60,17 +60,22 @@ torch::Tensor OpenKbpBaselineImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = x;
   for (size_t i = 0; i < down_.size(); ++i) {
     y = down_[i](y);
-    if (i < down_norm_.size()) y = channels_last_batch_norm(*down_norm_[i], y);
-    y = torch::leaky_relu(y, /*negative_slope=*/0.2);
+    y = i < down_norm_.size() ? batch_norm_act(*down_norm_[i], y, NormActivation::kLeakyRelu, /*negative_slope=*/0.2)
+                              : torch::leaky_relu(y, /*negative_slope=*/0.2);
     skips.push_back(y);
   }
   // Decoder: block i (0-based) up-samples to the resolution of x_{5-i}; blocks 1..4 first
   // concatenate the previous output with x_{6-i}; dropout after blocks 2 and 4 (1-based).
   for (size_t i = 0; i < up_.size(); ++i) {
     if (i > 0) y = torch::cat({y, skips[skips.size() - 1 - i]}, /*dim=*/1);
-    y = channels_last_batch_norm(*up_norm_[i], up_[i](y));
-    if (i == 1 || i == 3) y = dropout_(y);
-    y = torch::relu(y);
+    const torch::Tensor z = up_[i](y);
+    const bool drop = i == 1 || i == 3;
+    if (drop && !batch_norm_act_fuses(*up_norm_[i], z)) {  // norm, dropout, relu: the ATen path as always
+      y = torch::relu(dropout_(channels_last_batch_norm(*up_norm_[i], z)));
+    } else {  // channel dropout (a factor >= 0 per channel) commutes with relu: after the fused pass
+      y = batch_norm_act(*up_norm_[i], z, NormActivation::kRelu, /*negative_slope=*/0.0);
+      if (drop) y = dropout_(y);
+    }
   }
   y = torch::cat({y, skips[0]}, /*dim=*/1);  // (N, 2f, S/2, ...)
   y = head_(y);                              // (N, out, S, ...)

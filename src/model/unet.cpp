@@ -87,6 +87,10 @@ torch::Tensor ConvBlockImpl::forward(const torch::Tensor& x) {
     const auto fused = activate_ ? fusable_activation(activation_) : std::optional(NormActivation::kNone);
     if (fused) return norm->forward_act(y, *fused, negative_slope_);
   }
+  if (auto* bn = norm_.is_empty() ? nullptr : norm_.ptr()->as<torch::nn::BatchNorm3dImpl>()) {
+    const auto fused = activate_ ? fusable_activation(activation_) : std::optional(NormActivation::kNone);
+    if (fused) return batch_norm_act(*bn, y, *fused, negative_slope_);  // one pass with the fused kernels
+  }
   if (!norm_.is_empty()) y = apply_norm(norm_, y);
   return activate_ ? activate(y, activation_, negative_slope_) : y;
 }

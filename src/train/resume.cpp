@@ -73,6 +73,7 @@ const std::vector<std::string>& runtime_config_keys() {
                                                 "training.dist_backend",
                                                 "training.dist_timeout_s",
                                                 "model.channels_last",
+                                                "model.fused_kernels",
                                                 "checkpoint.every_epochs",
                                                 "checkpoint.keep_last",
                                                 "checkpoint.every_minutes",

@@ -19,6 +19,7 @@ std::string StepFeatures::describe() const {
   if (activation_checkpointing != Checkpointing::kOff) {
     parts.push_back(fmt::format("activation checkpointing ({})", to_string(activation_checkpointing)));
   }
+  if (fused_kernels) parts.push_back("fused norm kernels");
   if (fused_optimizer) parts.push_back("fused optimizer");
   if (cudnn_benchmark) parts.push_back("cuDNN autotune");
   if (tf32) parts.push_back("TF32");
@@ -42,6 +43,10 @@ TrainStep::TrainStep(const Config& cfg, const torch::Device& device, NetworkImpl
   features_.activation_checkpointing = cfg.model.activation_checkpointing;
   features_.channels_last = resolve_channels_last(cfg.model, device);
   features_.channels_last_note = channels_last_reason(cfg.model, device);
+  const FusedKernelsChoice fused = resolve_fused_kernels(cfg.model, device);
+  features_.fused_kernels = fused.on;
+  features_.fused_kernels_note = fused.reason;
+  fused_scope_.emplace(fused.on);
   auto& ctx = at::globalContext();
   features_.cudnn_benchmark = device.is_cuda() && ctx.benchmarkCuDNN();
   features_.tf32 = device.is_cuda() && ctx.allowTF32CuDNN();
@@ -80,7 +85,8 @@ TrainStep::TrainStep(const Config& cfg, const torch::Device& device, NetworkImpl
         cfg.training.graph_warmup_steps, accumulate_,
         /*required=*/graph == Toggle::kOn);
   }
-  spdlog::info("training step: {} (layout {}{})", features_.describe(), features_.channels_last_note,
+  spdlog::info("training step: {} (layout {}; fused norm kernels {}{})", features_.describe(),
+               features_.channels_last_note, features_.fused_kernels_note,
                features_.cuda_graph_note.empty() ? "" : fmt::format("; CUDA graph {}", features_.cuda_graph_note));
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ctest configure.without_system_cuda (label integration): a fresh CMake configure of this source tree
 # with every system CUDA toolkit hidden succeeds, without warnings, on the CUDA 13.0 compiler and
-# headers that scripts/setup.sh installs from PyPI into the torch venv (cmake/U3dTorch.cmake). Hidden
+# headers that scripts/setup.sh installs from PyPI into the torch venv (cmake/U3dTorch.cmake), and the
+# project's CUDA kernels (src/kernels/*.cu, cmake/U3dKernels.cmake) compile with that compiler. Hidden
 # in a private mount namespace: /usr/local/cuda* and /usr/lib/nvidia-cuda-toolkit covered by empty
 # folders, each nvcc on PATH (and /usr/local/bin, /usr/bin) by /dev/null, CUDA_HOME, CUDA_PATH,
 # CUDACXX and CUDAToolkit_ROOT unset. Skipped (77) where no mount namespace can be made (not root).
@@ -40,4 +41,9 @@ if grep -n -A8 "CMake Warning" "$T/log"; then
 fi
 grep -q "using the CUDA compiler and headers from PyPI" "$T/log" || { cat "$T/log"; echo "FAIL: PyPI's CUDA not used"; exit 1; }
 grep "^CMAKE_CUDA_COMPILER:" "$T/build/CMakeCache.txt"
-echo "PASS: configured without a system CUDA toolkit, on the venv's PyPI CUDA compiler"
+# The project's own kernels (kernels/) compile with that nvcc too, for every target architecture.
+grep -q "u3d: CUDA kernels (kernels/) for sm_80 sm_90 sm_100" "$T/log" || { cat "$T/log"; echo "FAIL: no CUDA kernels configured"; exit 1; }
+rc=0
+unshare -m --propagation private bash "$T/hidden.sh" cmake --build "$T/build" --target u3d_kernels > "$T/build.log" 2>&1 || rc=$?
+[ "$rc" = 0 ] || { tail -30 "$T/build.log"; echo "FAIL: the CUDA kernels do not compile with PyPI's nvcc: exit $rc"; exit 1; }
+echo "PASS: configured without a system CUDA toolkit, on the venv's PyPI CUDA compiler, and compiled kernels/ with it"

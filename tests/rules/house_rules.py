@@ -42,14 +42,15 @@ ROOMS = {
     "core": {"core"},
     "io": {"core", "io"},
     "data": {"core", "io", "data"},
-    "model": {"core", "io", "data", "model"},
+    "kernels": {"core", "kernels"},
+    "model": {"core", "io", "data", "kernels", "model"},
     "monitor": {"core", "io", "monitor"},
     "evaluate": {"core", "io", "data", "model", "evaluate"},
     "predict": {"core", "io", "data", "model", "monitor", "evaluate", "predict"},
     "plan": {"core", "io", "data", "model", "evaluate", "plan"},
     "train": {"core", "io", "data", "model", "monitor", "evaluate", "predict", "train"},
 }
-ROOM_ORDER = ["core", "io", "data", "model", "monitor", "evaluate", "predict", "plan", "train", "app"]
+ROOM_ORDER = ["core", "io", "data", "kernels", "model", "monitor", "evaluate", "predict", "plan", "train", "app"]
 # io/ is split by format (CONTRIBUTING.md): a format's folder includes only these folders of io/
 # ("" is io/ itself: the importers' shared options and steps, the phantoms); io/ itself includes any.
 IO_ROOMS = {

@@ -136,6 +136,9 @@ struct ModelConfig {
   // segmentation: softmax (K channels, one per class) | sigmoid (K - 1 channels, channel k - 1 = label k)
   Head head = Head::kSoftmax;
   Toggle channels_last = Toggle::kAuto;  // weights and activations in ChannelsLast3d; auto: on with CUDA
+  // The norm + activation layers through the project's CUDA kernels (model/fused_kernels.h); auto: on
+  // for CUDA GPUs whose architecture passed their equality tests (none yet), off on CPU
+  Toggle fused_kernels = Toggle::kAuto;
   // Keep each block's input only and recompute the block in the backward pass (model/checkpointing.h)
   Checkpointing activation_checkpointing = Checkpointing::kOff;
 };

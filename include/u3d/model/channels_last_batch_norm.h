@@ -20,10 +20,22 @@
 #pragma once
 #include <torch/torch.h>
 
+#include "u3d/model/channels_last_norm.h"
+
 namespace u3d {
 
 // bn(x) with x viewed as 4-D ChannelsLast when x is ChannelsLast3d (and not also contiguous).
 torch::Tensor channels_last_batch_norm(torch::nn::BatchNorm3dImpl& bn, const torch::Tensor& x);
+
+// bn(x) then the activation, in one pass each way through kernels/fused_norm_act.h when the fused
+// kernels are enabled (model.fused_kernels), bn is training with affine parameters and x is a tensor
+// they take; else channels_last_batch_norm then the activation's ATen op, as before. Running
+// statistics, momentum and num_batches_tracked follow channels_last_batch_norm either way.
+// Whether batch_norm_act takes the fused kernels for bn and x.
+bool batch_norm_act_fuses(const torch::nn::BatchNorm3dImpl& bn, const torch::Tensor& x);
+
+torch::Tensor batch_norm_act(torch::nn::BatchNorm3dImpl& bn, const torch::Tensor& x, NormActivation activation,
+                             double negative_slope);
 
 // A block's norm module applied to x: channels_last_batch_norm for a BatchNorm3d, the module's own
 // forward for any other (instance and group norm keep their layout themselves, model/channels_last_norm.h).

@@ -19,6 +19,9 @@
 // x * k1 + k0; dweight, dbias summed over the batch. It saves x and y, as at::instance_norm + relu
 // do. No host reads and no shape-dependent branches on values: it can be captured in a CUDA graph.
 //
+// With the fused kernels enabled (model.fused_kernels, model/fused_kernels.h), channels-last CUDA
+// inputs they take run in kernels/fused_norm_act.h's one-pass kernels instead of this composition.
+//
 // Inputs that are not channels-last 5D tensors (the CPU default, prediction in NCDHW, TorchScript
 // export) take at::instance_norm / at::group_norm and the activation op, bit for bit the plain
 // modules' computation. Parameters: weight (C) = 1, bias (C) = 0, float32, the names and shapes of
@@ -27,6 +30,7 @@
 #include <torch/torch.h>
 
 #include "u3d/core/config.h"
+#include "u3d/kernels/fused_norm_act.h"
 
 namespace u3d {
 
@@ -69,6 +73,9 @@ TORCH_MODULE(ChannelsLastNorm);
 // layer after it would convert back. A 4-D tensor (a 2D U-Net's weight, model/stage_conv.h) gets
 // ChannelsLast's (C*H*W, 1, C*W, C) the same way; tensors of another rank are returned unchanged.
 torch::Tensor strictly_channels_last(const torch::Tensor& t);
+
+// The activation as the fused kernels take it (kernels/fused_norm_act.h).
+kernels::FusedActivation fused_activation(NormActivation activation, double negative_slope);
 
 // The NormActivation for a model.activation, or nullopt when it cannot be fused (gelu, elu).
 std::optional<NormActivation> fusable_activation(Activation activation);

@@ -64,6 +64,7 @@
 
 #include "u3d/core/config.h"
 #include "u3d/data/batch.h"
+#include "u3d/model/fused_kernels.h"
 #include "u3d/model/layout.h"
 #include "u3d/model/unet.h"
 #include "u3d/train/amp.h"
@@ -88,6 +89,8 @@ struct StepFeatures {
   std::string cuda_graph_note;     // why not, when not
   bool sampling_in_graph = false;  // the GPU sampler is captured with the step (set_batch_source)
   std::string channels_last_note;  // channels_last_reason()
+  bool fused_kernels = false;      // model.fused_kernels resolved (model/fused_kernels.h)
+  std::string fused_kernels_note;  // why
   bool fused_optimizer = true;     // ATen fused AdamW/Adam/SGD kernels (always, optimizer.h)
   bool cudnn_benchmark = false;    // cuDNN autotuning (training.deterministic off, CUDA)
   bool tf32 = false;               // TF32 matmuls/convolutions allowed for fp32 (CUDA)
@@ -151,6 +154,7 @@ class TrainStep {
   StepFeatures features_;
   std::optional<at::ScalarType> autocast_;
   std::unique_ptr<GradScaler> scaler_;
+  std::optional<FusedKernelsScope> fused_scope_;        // model.fused_kernels for this step's life
   std::vector<torch::Tensor> buffers_, saved_buffers_;  // restored when a step is skipped
   std::vector<double> deep_weights_;                    // deep-supervision loss weights, finest output first
   int64_t accumulate_ = 1;                              // training.accumulate_steps

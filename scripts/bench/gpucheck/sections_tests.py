@@ -12,7 +12,7 @@ from . import estimates as E
 from .runner import ROOT
 
 # The core GPU tests (section 2): a captured bf16 step equals eager, the optimizers, channels-last,
-# the OpenKBP and segmentation captures. Patterns over "Suite.Test" names.
+# the OpenKBP and segmentation captures, the fused norm kernels. Patterns over "Suite.Test" names.
 CORE_TESTS = (
     "GpuTrainStep.GraphReplayFollowsEagerInBf16",
     "GpuTrainStep.GraphReplayGivesTheEagerLossesBitwiseInDeterministicFp32",
@@ -20,6 +20,7 @@ CORE_TESTS = (
     "GpuFixes.ChannelsLastParametersGoThroughEveryFusedOptimizer",
     "GpuFixes.OpenKbpBaselineStepWithBatchNormAndDropoutCaptures",
     "GpuFixes.SegmentationStepWithDeepSupervisionCapturesAndEqualsEager",
+    "FusedNormAct.*",  # our CUDA kernels against ATen (kernels/; model.fused_kernels auto waits on them)
 )
 
 

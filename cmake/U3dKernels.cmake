@@ -1,0 +1,32 @@
+# The project's own CUDA kernels (src/kernels/*.cu): compiled whenever a CUDA compiler and a CUDA
+# build of LibTorch are found (U3dTorch.cmake finds nvcc: the system's, or PyPI's in the torch venv),
+# GPU or not, so the CPU-only CI machine builds and ships them in the bundle and the wheel.
+# Architectures: sm_80 (A100), sm_90 (H100, H200), sm_100 (B200) as machine code, plus compute_100
+# PTX for what comes after. -DU3D_CUDA_KERNELS=OFF builds without them (the CPU path is unchanged).
+option(U3D_CUDA_KERNELS "Compile the project's CUDA kernels (kernels/) when nvcc and a CUDA LibTorch are found" ON)
+set(U3D_BUILD_CUDA_KERNELS OFF)
+set(U3D_CUDA_KERNEL_ARCHITECTURES "")
+if(U3D_CUDA_KERNELS AND TARGET torch_cuda AND CMAKE_CUDA_COMPILER)
+  get_property(_u3d_languages GLOBAL PROPERTY ENABLED_LANGUAGES)
+  if(NOT "CUDA" IN_LIST _u3d_languages)
+    enable_language(CUDA)
+  endif()
+  set(U3D_BUILD_CUDA_KERNELS ON)
+  if(U3D_CCACHE_PROGRAM)
+    set(CMAKE_CUDA_COMPILER_LAUNCHER ${U3D_CCACHE_PROGRAM})
+  endif()
+  set(U3D_CUDA_KERNEL_ARCHS "80-real;90-real;100")  # 100: sm_100 machine code and compute_100 PTX
+  # Caffe2's cuda.cmake appends -gencode flags for its own architecture list to CMAKE_CUDA_FLAGS
+  # (compute_50 among them, which CUDA 13 refuses); our kernels take CUDA_ARCHITECTURES only.
+  string(REGEX REPLACE "-gencode[ =]arch=[^ ]+" "" CMAKE_CUDA_FLAGS "${CMAKE_CUDA_FLAGS}")
+  set(U3D_CUDA_KERNEL_ARCHITECTURES "sm_80 sm_90 sm_100 + compute_100 PTX")
+  message(STATUS "u3d: CUDA kernels (kernels/) for ${U3D_CUDA_KERNEL_ARCHITECTURES} with ${CMAKE_CUDA_COMPILER}")
+else()
+  set(_u3d_why "U3D_CUDA_KERNELS is OFF")
+  if(U3D_CUDA_KERNELS AND NOT TARGET torch_cuda)
+    set(_u3d_why "LibTorch is a CPU build")
+  elseif(U3D_CUDA_KERNELS)
+    set(_u3d_why "no CUDA compiler")
+  endif()
+  message(STATUS "u3d: no CUDA kernels (kernels/): ${_u3d_why}")
+endif()

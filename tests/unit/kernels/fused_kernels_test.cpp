@@ -1,0 +1,115 @@
+// The kernels/ room on a machine without a GPU: the CUDA kernels are compiled into the library when
+// the build found nvcc (U3D_TEST_EXPECT_CUDA_KERNELS, from CMake), for sm_80, sm_90 and sm_100 plus
+// PTX; model.fused_kernels resolves to off on the CPU (auto) or refuses (on); and with the kernels
+// enabled the CPU path is ATen's, bit for bit, for every norm and network.
+#include <gtest/gtest.h>
+
+#include "fixtures.h"
+#include "u3d/core/errors.h"
+#include "u3d/kernels/fused_norm_act.h"
+#include "u3d/model/fused_kernels.h"
+#include "u3d/model/layout.h"
+#include "u3d/model/unet.h"
+
+namespace u3d {
+namespace {
+
+TEST(FusedKernelsBuild, TheCudaKernelsAreInTheLibraryForEveryTargetArchitecture) {
+#if U3D_TEST_EXPECT_CUDA_KERNELS
+  ASSERT_TRUE(kernels::built()) << "CMake compiled src/kernels/*.cu, but the library says it has no kernels";
+  const std::string archs = kernels::architectures();
+  for (const char* arch : {"sm_80", "sm_90", "sm_100", "PTX"}) {
+    EXPECT_NE(archs.find(arch), std::string::npos) << arch << " missing from '" << archs << "'";
+  }
+#else
+  EXPECT_FALSE(kernels::built()) << "this build configured no CUDA kernels";
+  EXPECT_EQ(kernels::architectures(), "");
+#endif
+}
+
+TEST(FusedKernelsBuild, AutoIsOffOnTheCpuAndOnIsRefused) {
+  ModelConfig cfg;
+  const torch::Device cpu(torch::kCPU);
+  cfg.fused_kernels = Toggle::kAuto;
+  FusedKernelsChoice choice = resolve_fused_kernels(cfg, cpu);
+  EXPECT_FALSE(choice.on);
+  EXPECT_EQ(choice.reason, "auto: off on CPU");
+  cfg.fused_kernels = Toggle::kOff;
+  EXPECT_FALSE(resolve_fused_kernels(cfg, cpu).on);
+  cfg.fused_kernels = Toggle::kOn;
+  try {
+    resolve_fused_kernels(cfg, cpu);
+    FAIL() << "model.fused_kernels: on was taken on the CPU";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.fused_kernels: on needs a CUDA device"), std::string::npos) << e.what();
+  }
+}
+
+TEST(FusedKernelsBuild, KernelsTakeNoCpuTensorAndRefuseOneInOneLine) {
+  const torch::Tensor x = torch::randn({2, 8, 4, 4, 4}).contiguous(at::MemoryFormat::ChannelsLast3d);
+  const torch::Tensor w = torch::ones({8}), b = torch::zeros({8});
+  EXPECT_FALSE(kernels::applies(x, w, b));
+  FusedKernelsScope on(/*on=*/true);
+  EXPECT_TRUE(kernels::enabled());
+  try {
+    kernels::group_norm_act(x, w, b, /*groups=*/8, 1e-5, kernels::FusedActivation::relu());
+    FAIL() << "the CUDA kernels took a CPU tensor";
+  } catch (const TrainingError& e) {
+    EXPECT_NE(std::string(e.what()).find("2x8x4x4x4"), std::string::npos) << e.what();
+  }
+}
+
+TEST(FusedKernelsBuild, ScopeRestoresThePreviousSwitch) {
+  EXPECT_FALSE(kernels::enabled());
+  {
+    FusedKernelsScope on(/*on=*/true);
+    EXPECT_TRUE(kernels::enabled());
+    {
+      FusedKernelsScope off(/*on=*/false);
+      EXPECT_FALSE(kernels::enabled());
+    }
+    EXPECT_TRUE(kernels::enabled());
+  }
+  EXPECT_FALSE(kernels::enabled());
+}
+
+// Forward and gradients of a channels-last network, on the CPU, with the kernels switched `on`.
+std::vector<torch::Tensor> run_network(const ModelConfig& cfg, int64_t size, bool on) {
+  FusedKernelsScope scope(on);
+  torch::manual_seed(11);
+  Network net = build_network(cfg, 2, 3);
+  to_channels_last(*net);
+  net->train();
+  const torch::Tensor x = torch::randn({2, 2, size, size, size}).contiguous(at::MemoryFormat::ChannelsLast3d);
+  const torch::Tensor y = net->forward(x);
+  y.square().mean().backward();
+  std::vector<torch::Tensor> out{y.detach()};
+  for (const auto& p : net->parameters()) out.push_back(p.grad().clone());
+  for (const auto& b : net->buffers()) out.push_back(b.clone());
+  return out;
+}
+
+TEST(FusedKernelsBuild, EnabledKernelsLeaveTheCpuPathBitForBit) {
+  std::vector<std::pair<ModelConfig, int64_t>> configs;  // network, input size
+  for (Norm norm : {Norm::kBatch, Norm::kInstance, Norm::kGroup}) {
+    ModelConfig m = test::unet_config(/*levels=*/2);
+    m.norm = norm;
+    m.norm_groups = 2;
+    configs.emplace_back(m, 8);
+  }
+  ModelConfig kbp = test::unet_config(/*levels=*/2);
+  kbp.architecture = Architecture::kOpenKbpBaseline;  // six stride-2 convolutions: 64 voxels a side
+  kbp.base_filters = 1;
+  configs.emplace_back(kbp, 64);
+  for (const auto& [cfg, size] : configs) {
+    const auto off = run_network(cfg, size, /*on=*/false), on = run_network(cfg, size, /*on=*/true);
+    ASSERT_EQ(off.size(), on.size());
+    for (size_t i = 0; i < off.size(); ++i) {
+      EXPECT_TRUE(torch::equal(off[i], on[i])) << to_string(cfg.architecture) << " " << to_string(cfg.norm)
+                                               << ": tensor " << i << " differs with the kernels enabled on CPU";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace u3d
