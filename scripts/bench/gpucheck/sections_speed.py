@@ -380,8 +380,10 @@ class SpeedReport:
                  f"{time.strftime('%Y-%m-%d')}, GPU {check.gpu_name or 'none (no CUDA: nothing measured)'}, driver "
                  f"{f.get('driver') or '-'}, torch {f.get('torch') or '-'}, commit {check.commit}:", "",
                  f"    {self.command()}", "",
-                 "| network | batch | step | samples/s | ms median | p10 | p90 | TFLOP/s | peak GiB | conv floor ms (share) | "
-                 f"vs NVIDIA MLPerf ({nvidia or 'no figure for this GPU'}) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                 "| network | batch | step | samples/s (2D: slices/s) | ms median | p10 | p90 | TFLOP/s | peak GiB | "
+                 "conv floor ms (share of the step) | MLPerf rows: x NVIDIA's "
+                 f"{str(nvidia) + ' samples/s' if nvidia else '(no figure for this GPU)'} |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|"]
         goals, profiles = [], []
         for s in check.sections[1:]:
             figs = s.figures if s.figures.get("rows") or not s.rehearsal_figures.get("rows") else s.rehearsal_figures
