@@ -53,10 +53,13 @@ def main():
                    help="Python with torch for the PyTorch side (default U3D_PYTHON or python3)")
     p.add_argument("--suite", choices=["gpu-check", "speed"], default="gpu-check",
                    help="speed: scripts/bench/speed.sh's sections (gpucheck/sections_speed.py) instead of gpu-check's")
-    p.add_argument("--part", choices=sorted(sections_speed.PARTS), default="all",
+    p.add_argument("--part", choices=sorted(sections_speed.PARTS), default=None,
                    help="--suite speed: part 1 (OpenKBP, MLPerf), 2 (nnU-Net-like, 2D slices) or all")
     a = p.parse_args()
     speed = a.suite == "speed"
+    if a.part and not speed:
+        p.error(f"--part {a.part}: only with --suite speed (scripts/bench/speed.sh)")
+    a.part = a.part or "all"
     if speed:
         p.prog = "speed.sh"
         if not a.plan and not a.report:
