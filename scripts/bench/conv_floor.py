@@ -160,10 +160,16 @@ def floor(args):
             "steps": args.steps, "warmup": args.warmup, "top": rows[:args.top]}
 
 
-def main():
+def make_floor_parser():
+    """pytorch_step.py's options, fewer repetitions, and --top (torch_side.py parses its requests with it)."""
     p = make_parser()
     p.set_defaults(steps=20, warmup=5)
     p.add_argument("--top", type=int, default=10)
+    return p
+
+
+def main():
+    p = make_floor_parser()
     args = parse_args(parser=p)
     try:
         result = floor(args)

@@ -30,7 +30,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_args import Parser  # noqa: E402
-from gpucheck import plan  # noqa: E402
+from gpucheck import plan, sections_speed  # noqa: E402
 from gpucheck.runner import filesystem_of  # noqa: E402
 from gpucheck.report import REPORT_FILES  # noqa: E402
 
@@ -51,7 +51,23 @@ def main():
     p.add_argument("--trainer", default=None, help="trainer to check (default: the bundle's or build/release's)")
     p.add_argument("--python", default=os.environ.get("U3D_PYTHON") or shutil.which("python3") or sys.executable,
                    help="Python with torch for the PyTorch side (default U3D_PYTHON or python3)")
+    p.add_argument("--suite", choices=["gpu-check", "speed"], default="gpu-check",
+                   help="speed: scripts/bench/speed.sh's sections (gpucheck/sections_speed.py) instead of gpu-check's")
+    p.add_argument("--part", choices=sorted(sections_speed.PARTS), default=None,
+                   help="--suite speed: part 1 (OpenKBP, MLPerf), 2 (nnU-Net-like, 2D slices) or all")
     a = p.parse_args()
+    speed = a.suite == "speed"
+    if a.part and not speed:
+        p.error(f"--part {a.part}: only with --suite speed (scripts/bench/speed.sh)")
+    a.part = a.part or "all"
+    if speed:
+        p.prog = "speed.sh"
+        if not a.plan and not a.report:
+            p.error("--report: expected the report folder (--report DIR)")
+        if a.deadline is None:
+            p.error("--deadline: expected the seconds the run may take (--deadline SECONDS)")
+    specs = sections_speed.specs(a.part) if speed else plan.SPECS
+    suite = sections_speed.SpeedReport(a) if speed else None
     if a.quick and a.deadline is None:
         a.deadline = 300.0
     if a.deadline is not None and not (math.isfinite(a.deadline) and a.deadline > 0):
@@ -63,7 +79,7 @@ def main():
             p.error(f"--openkbp {a.openkbp}: no such file or folder; expected provided-data/ or openkbp-sample.tar.xz")
         a.openkbp = os.path.abspath(a.openkbp)
     if a.plan:
-        return plan.print_plan(a)
+        return plan.print_plan(a, specs, p.prog)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     a.report = a.report or "gpu-check-" + stamp
     if not a.work:  # under /tmp, unless /tmp is memory (tmpfs): the workflows write gigabytes
@@ -71,7 +87,7 @@ def main():
         base = os.getcwd() if filesystem_of(tmp)[1] == "tmpfs" else tmp
         a.work = os.path.join(base, f"gpu-check-work-{stamp}-{os.getpid()}")
     check_paths(p, a)
-    return plan.run_check(a)
+    return plan.run_check(a, specs, suite)
 
 
 def check_paths(p, a):

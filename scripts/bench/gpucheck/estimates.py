@@ -42,6 +42,13 @@ H100 = {
     "wf_synth_import": 15.0,   # ... trainer synth and import of a small phantom set
     "wf_predict_eval": 20.0,   # ... predict (-i) and evaluate on a few cases
     "wf_plan_cuda": 30.0,      # ... trainer plan --device cuda: the fingerprint and measured candidates
+    # The speed script (scripts/bench/speed.sh, gpucheck/sections_speed.py): the 2D slice recipe
+    # (configs/slices_2d.yaml, fp16) at batch 16 and 128 (9.2 and 57.9 ms on the H100 of 2026-11-26),
+    "autotune_slices": 4.0,    # cuDNN autotune of the 2D U-Net's convolutions at 256^2 (not measured)
+    "step_slices16": 0.012,
+    "step_slices128": 0.075,
+    "compile_2d": 60.0,        # torch.compile of the 2D step, per batch (not measured)
+    "conv_floor_extra": 3.0,   # conv_floor.py beyond the network's autotune: every shape alone (not measured)
 }
 
 CPU = {

@@ -24,19 +24,20 @@ SPECS = [Facts(), CoreSuites(), StepTime(), KillResume(), Mlperf(), OtherSuites(
          Profile(), Compile()] + [w() for w in WORKFLOWS] + [MlperfBatch()]
 
 
-def parse_only(text):
+def parse_only(text, specs=SPECS):
     """--only "1,3,kill-resume" -> {1, 3, 4}; SystemExit(2) naming an unknown section."""
     if not text:
         return None
-    by_name = {sp.sid: sp.num for sp in SPECS}
+    by_name = {sp.sid: sp.num for sp in specs}
+    nums = {sp.num for sp in specs}
     out = set()
     for part in (p.strip() for p in text.split(",") if p.strip()):
-        if part.isdigit() and 1 <= int(part) <= len(SPECS):
+        if part.isdigit() and int(part) in nums:
             out.add(int(part))
         elif part in by_name:
             out.add(by_name[part])
         else:
-            print(f"gpu-check: --only {part}: expected section numbers 1-{len(SPECS)} or names "
+            print(f"gpu-check: --only {part}: expected section numbers {min(nums)}-{max(nums)} or names "
                   f"{', '.join(by_name)}", file=sys.stderr)
             sys.exit(2)
     return out
@@ -133,13 +134,17 @@ def install_signals(check):
         signal.signal(sig, on_signal)
 
 
-def run_check(args):
-    only = parse_only(args.only)
+def run_check(args, specs=SPECS, suite=None):
+    """Runs `specs` (gpu-check's sections, or another suite's: scripts/bench/speed.sh) against the
+    deadline; `suite`, when given, adds its title, header and closing lines to the report
+    (Check.suite: title, header(check), tail(check))."""
+    only = parse_only(args.only, specs)
     check = Check(args)
-    check.sections = [Section(sp.num, sp.sid, sp.title) for sp in SPECS]
+    check.suite = suite
+    check.sections = [Section(sp.num, sp.sid, sp.title) for sp in specs]
     install_signals(check)
     check.write_report()
-    for sp, s in zip(SPECS, check.sections):
+    for sp, s in zip(specs, check.sections):
         try:
             run_one(check, sp, s, only)
         except TrainerBroken:
@@ -156,14 +161,17 @@ def run_check(args):
     return 1 if verdict == "FAIL" else 0
 
 
-def print_plan(args):
+def print_plan(args, specs=SPECS, name="gpu-check"):
     """--plan: every section's estimate on one H100 and whether it would start under --deadline,
-    assuming each takes its estimate. Runs nothing but the GPU test executable's listing."""
+    assuming each takes its estimate. Runs nothing but the GPU test executable's listing (and that
+    only when a section of `specs` runs tests)."""
     with tempfile.TemporaryDirectory() as tmp:
         args.report, args.work = os.path.join(tmp, "report"), os.path.join(tmp, "work")
         check = Check(args)
         check.cuda, check.gpus = True, 1
         try:
+            if not any(isinstance(sp, CoreSuites) for sp in specs):
+                raise OSError("no section of tests")
             out = subprocess.run(check.prefix + [check.test_exe(), "--gtest_list_tests"], capture_output=True,
                                  text=True, timeout=120).stdout
             tests, suite = [], ""
@@ -177,11 +185,11 @@ def print_plan(args):
             check.shared.update(tests=tests, core=core, others=others, unmatched=unmatched)
         except (OSError, subprocess.TimeoutExpired):
             pass
-        only = parse_only(args.only)
+        only = parse_only(args.only, specs)
         rows, t = [], 0.0
         check.shared["plan_torch_started"] = False
         limit = (args.deadline - REPORT_RESERVE_S) if args.deadline else float("inf")
-        for sp in SPECS:
+        for sp in specs:
             if (only and sp.num not in only and sp.num != 1) or sp.unavailable(check):
                 rows.append({"num": sp.num, "id": sp.sid, "title": sp.title, "estimate_s": None, "starts": False})
                 continue
@@ -191,13 +199,22 @@ def print_plan(args):
             t += runs
             check.shared["plan_torch_started"] |= starts and sp.num in (3, 8, 9)
             rows.append({"num": sp.num, "id": sp.sid, "title": sp.title, "estimate_s": round(est, 1),
-                         "basis": basis, "starts": starts, "planned_s": round(runs, 1),
+                         "first_s": round(sp.first_estimate(check), 1), "basis": basis, "starts": starts, "planned_s": round(runs, 1),
                          "cumulative_s": round(t, 1) if starts else None})
     for r in rows:
         est = "-" if r["estimate_s"] is None else f"{r['estimate_s']:.0f} s"
         part = "" if not r["starts"] or r["planned_s"] == r["estimate_s"] else f" ({r['planned_s']:.0f} s of it)"
         print(f"{r['num']:>2} {r['title'][:66]:<66} {est:>7}  {'starts' + part if r['starts'] else 'SKIPPED'}",
               file=sys.stderr)
-    print(json.dumps({"plan": "gpu-check", "gpu": "H100 (constants in scripts/bench/gpucheck/estimates.py)",
-                      "deadline_s": args.deadline, "sections": rows}))
+    nothing = not any(r["starts"] for r in rows if r["num"] != 1)
+    if nothing and args.deadline:
+        cheapest = min((r["first_s"] for r in rows if r["num"] != 1 and r["estimate_s"]), default=0)
+        print(f"{name}: --deadline {args.deadline:g} s is too short to start anything: the cheapest start of a "
+              f"section needs {cheapest:.0f} s after section 1, and {REPORT_RESERVE_S:.0f} s are kept for the report",
+              file=sys.stderr)
+    print(f"{name}: planned {t:.0f} s of {args.deadline:g} s (H100 estimates)" if args.deadline else
+          f"{name}: planned {t:.0f} s (H100 estimates, no deadline)", file=sys.stderr)
+    print(json.dumps({"plan": name, "gpu": "H100 (constants in scripts/bench/gpucheck/estimates.py)",
+                      "deadline_s": args.deadline, "total_s": round(t, 1), "starts_nothing": nothing,
+                      "sections": rows}))
     return 0

@@ -128,7 +128,7 @@ def _value(v):
 
 def markdown(rep, sections):
     m = rep["machine"]
-    lines = ["# gpu-check report", "",
+    lines = [f"# {rep.get('title') or 'gpu-check report'}", ""] + list(rep.get("header") or []) + [
              f"- date: {rep['date']}; {rep['seconds']} s of "
              f"{'no deadline' if rep['deadline_s'] is None else str(rep['deadline_s']) + ' s (--deadline)'}",
              f"- commit: {rep['commit']}",
@@ -161,6 +161,7 @@ def markdown(rep, sections):
         lines += [f"Note: {n}  " for n in s.notes]
         if s.commands:
             lines += ["", "Commands:", "", "```"] + s.commands + ["```"]
+    lines += list(rep.get("tail") or [])
     return "\n".join(lines) + "\n"
 
 

@@ -127,6 +127,7 @@ class Check:
         self.sections, self.current, self.proc = [], None, None
         self.last_peak_rss, self.last_work_bytes = None, 0  # of the last command run()
         self.torch = None
+        self.suite = None  # another suite's report parts (plan.run_check): title, header(check), tail(check)
         self.shared = {}  # what one section hands a later one (trainer step JSON, test list, ...)
         self.commit = self.source_commit()
         self.started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -302,6 +303,8 @@ class Check:
                   "deadline_s": self.deadline, "commit": self.commit, "machine": self.machine_facts(),
                   "cuda": self.cuda, "gpu": self.gpu_name, "work": self.work,
                   "argv": sys.argv[1:]}
+        if self.suite is not None:
+            fields.update(title=self.suite.title, header=self.suite.header(self), tail=self.suite.tail(self))
         for s in self.sections:
             if s.status == "RUNNING" and s.started is not None:
                 s.measured_s = round(time.time() - s.started, 1)

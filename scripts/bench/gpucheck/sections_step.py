@@ -27,15 +27,20 @@ FIGS = ("step_ms_median", "step_ms_p10", "step_ms_p90", "samples_per_s", "tflops
         "cuda_graph", "cuda_graph_note", "skipped_steps", "warmup_skipped_steps")
 
 
-def bench(check, s, cfg, sets, steps, warmup, log_name, env=None, launcher=None):
-    """trainer --benchmark's JSON line (the last one); RuntimeError when it fails or prints none."""
+def bench(check, s, cfg, sets, steps, warmup, log_name, env=None, launcher=None, profile=False):
+    """trainer --benchmark's JSON line (the last one); RuntimeError when it fails or prints none.
+    profile: with --profile, the step profile's JSON line as the result's "profile" member."""
     cmd = (launcher or check.trainer) + ["--config", cfg, "--benchmark", "--steps", str(steps), "--warmup", str(warmup)]
+    cmd += ["--profile"] if profile else []
     for k in sets:
         cmd += ["--set", k]
     rc, out = check.run(s, cmd, timeout=600, env=env, log_name=log_name)
     r = check.json_lines(out, "step")
     if rc != 0 or not r:
         raise RuntimeError(f"trainer --benchmark ({log_name}) exit {rc}: {check.last_line(out)}")
+    if profile:
+        p = check.json_lines(out, "step_profile")
+        r[-1]["profile"] = p[-1] if p else None
     return r[-1]
 
 
@@ -46,15 +51,20 @@ def figures(check, r):
     return f
 
 
-def pytorch(check, s, ours, cfg, sets, steps, warmup, variants="eager"):
-    """The step `ours` timed, in the torch process: its JSON (the first variant's)."""
+def mirror_argv(ours, cfg, sets, steps, warmup, variants="eager"):
+    """pytorch_step.py's options (also conv_floor.py's) for the step `ours` timed."""
     keys = compare.config_sections(cfg, sets)
     keys.update(ours.get("resolved", {}))
     filters = int(keys.get("model.base_filters", 64))
     try:
-        argv = compare.pytorch_argv(ours, keys, filters, steps, warmup, variants)
+        return compare.pytorch_argv(ours, keys, filters, steps, warmup, variants)
     except SystemExit as ex:
         raise RuntimeError(f"no PyTorch mirror for this step: {ex}")
+
+
+def pytorch(check, s, ours, cfg, sets, steps, warmup, variants="eager"):
+    """The step `ours` timed, in the torch process: its JSON (the first variant's)."""
+    argv = mirror_argv(ours, cfg, sets, steps, warmup, variants)
     res = check.torch_side(s).request(s, "step", timeout=900, argv=argv)
     return res[0]
 
