@@ -1,6 +1,7 @@
 #include "u3d/model/openkbp_baseline.h"
 
 #include "u3d/model/channels_last_batch_norm.h"
+#include "u3d/model/split_concat_conv.h"
 
 namespace u3d {
 namespace {
@@ -67,13 +68,19 @@ torch::Tensor OpenKbpBaselineImpl::forward(const torch::Tensor& x) {
   // Decoder: block i (0-based) up-samples to the resolution of x_{5-i}; blocks 1..4 first
   // concatenate the previous output with x_{6-i}; dropout after blocks 2 and 4 (1-based).
   for (size_t i = 0; i < up_.size(); ++i) {
-    if (i > 0) y = torch::cat({y, skips[skips.size() - 1 - i]}, /*dim=*/1);
-    y = channels_last_batch_norm(*up_norm_[i], up_[i](y));
+    if (i == 0) {
+      y = up_[i](y);
+    } else if (split_concat_) {  // the transposed convolution over (y, skip) without the concatenation
+      y = conv_over_concat(*up_[i], {y, skips[skips.size() - 1 - i]});
+    } else {
+      y = up_[i](torch::cat({y, skips[skips.size() - 1 - i]}, /*dim=*/1));
+    }
+    y = channels_last_batch_norm(*up_norm_[i], y);
     if (i == 1 || i == 3) y = dropout_(y);
     y = torch::relu(y);
   }
-  y = torch::cat({y, skips[0]}, /*dim=*/1);  // (N, 2f, S/2, ...)
-  y = head_(y);                              // (N, out, S, ...)
+  // (N, f, S/2, ...) and (N, f, S/2, ...) -> (N, out, S, ...)
+  y = split_concat_ ? conv_over_concat(*head_, {y, skips[0]}) : head_(torch::cat({y, skips[0]}, /*dim=*/1));
   y = same_mean3(y, /*by_convolution=*/y.is_cuda() && at::globalContext().deterministicAlgorithms());
   return torch::relu(y);
 }
