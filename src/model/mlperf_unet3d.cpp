@@ -2,6 +2,7 @@
 
 #include "u3d/model/channels_last_batch_norm.h"
 #include "u3d/model/channels_last_norm.h"
+#include "u3d/model/split_concat_conv.h"
 
 namespace u3d {
 
@@ -33,8 +34,15 @@ MlperfConvImpl::MlperfConvImpl(int64_t in, int64_t out, Shape shape, const Model
   if (!norm_.is_empty()) register_module("1", norm_.ptr());
 }
 
-torch::Tensor MlperfConvImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = conv_.forward(x);
+torch::Tensor MlperfConvImpl::forward(const torch::Tensor& x) { return after_conv(conv_.forward(x)); }
+
+torch::Tensor MlperfConvImpl::forward_parts(const std::vector<torch::Tensor>& parts) {
+  const auto* conv = conv_.ptr()->as<torch::nn::Conv3d>();
+  TORCH_CHECK(conv, "MlperfConv::forward_parts: a transposed convolution");
+  return after_conv(conv_over_concat(*conv, parts));
+}
+
+torch::Tensor MlperfConvImpl::after_conv(torch::Tensor y) {
   if (plain_) return y;
   if (auto* norm = norm_.is_empty() ? nullptr : norm_.ptr()->as<ChannelsLastNormImpl>()) {
     if (const auto fused = fusable_activation(activation_)) return norm->forward_act(y, *fused, negative_slope_);
@@ -70,7 +78,9 @@ MlperfUpBlockImpl::MlperfUpBlockImpl(int64_t in, int64_t out, const ModelConfig&
 }
 
 torch::Tensor MlperfUpBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& skip) {
-  return conv2_(conv1_(torch::cat({upsample_conv_(x), skip}, /*dim=*/1)));
+  const torch::Tensor up = upsample_conv_(x);
+  if (split_concat_applies(split_concat_, up)) return conv2_(conv1_->forward_parts({up, skip}));
+  return conv2_(conv1_(torch::cat({up, skip}, /*dim=*/1)));
 }
 
 MlperfUNet3dImpl::MlperfUNet3dImpl(const ModelConfig& cfg, int64_t in_channels, int64_t out_channels)
@@ -95,6 +105,10 @@ MlperfUNet3dImpl::MlperfUNet3dImpl(const ModelConfig& cfg, int64_t in_channels, 
                                                /*plain=*/true},
                          cfg));
   register_module("output", output);
+}
+
+void MlperfUNet3dImpl::set_split_concat(bool on) {
+  for (auto& block : upsample_) block->set_split_concat(on);
 }
 
 torch::Tensor MlperfUNet3dImpl::forward(const torch::Tensor& x) {

@@ -1,6 +1,7 @@
 #include "u3d/model/openkbp_baseline.h"
 
 #include "u3d/model/channels_last_batch_norm.h"
+#include "u3d/model/split_concat_conv.h"
 
 namespace u3d {
 namespace {
@@ -67,8 +68,15 @@ torch::Tensor OpenKbpBaselineImpl::forward(const torch::Tensor& x) {
   // Decoder: block i (0-based) up-samples to the resolution of x_{5-i}; blocks 1..4 first
   // concatenate the previous output with x_{6-i}; dropout after blocks 2 and 4 (1-based).
   for (size_t i = 0; i < up_.size(); ++i) {
-    if (i > 0) y = torch::cat({y, skips[skips.size() - 1 - i]}, /*dim=*/1);
-    const torch::Tensor z = up_[i](y);
+    const bool split = split_concat_applies(split_concat_, y);
+    torch::Tensor z;
+    if (i == 0) {
+      z = up_[i](y);
+    } else if (split) {  // the transposed convolution over (y, skip) without the concatenation
+      z = conv_over_concat(*up_[i], {y, skips[skips.size() - 1 - i]});
+    } else {
+      z = up_[i](torch::cat({y, skips[skips.size() - 1 - i]}, /*dim=*/1));
+    }
     const bool drop = i == 1 || i == 3;
     if (drop && !batch_norm_act_fuses(*up_norm_[i], z)) {  // norm, dropout, relu: the ATen path as always
       y = torch::relu(dropout_(channels_last_batch_norm(*up_norm_[i], z)));
@@ -77,8 +85,9 @@ torch::Tensor OpenKbpBaselineImpl::forward(const torch::Tensor& x) {
       if (drop) y = dropout_(y);
     }
   }
-  y = torch::cat({y, skips[0]}, /*dim=*/1);  // (N, 2f, S/2, ...)
-  y = head_(y);                              // (N, out, S, ...)
+  // (N, f, S/2, ...) and (N, f, S/2, ...) -> (N, out, S, ...)
+  y = split_concat_applies(split_concat_, y) ? conv_over_concat(*head_, {y, skips[0]})
+                                             : head_(torch::cat({y, skips[0]}, /*dim=*/1));
   y = same_mean3(y, /*by_convolution=*/y.is_cuda() && at::globalContext().deterministicAlgorithms());
   return torch::relu(y);
 }

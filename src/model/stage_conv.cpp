@@ -1,6 +1,7 @@
 #include "u3d/model/stage_conv.h"
 
 #include "u3d/core/stage_geometry.h"
+#include "u3d/model/split_concat_conv.h"
 
 namespace u3d {
 namespace {
@@ -42,6 +43,26 @@ StageConv::StageConv(const ModelConfig& cfg, const ConvSpec& spec) {
 torch::Tensor StageConv::operator()(const torch::Tensor& x) {
   if (squeeze_dim_ < 0) return conv_.forward(x);
   return conv_.forward(x.squeeze(squeeze_dim_)).unsqueeze(squeeze_dim_);
+}
+
+torch::Tensor StageConv::over_concat(const std::vector<torch::Tensor>& parts) {
+  const torch::nn::Module& m = *conv_.ptr();
+  std::vector<torch::Tensor> squeezed;
+  if (squeeze_dim_ >= 0) {
+    for (const torch::Tensor& p : parts) squeezed.push_back(p.squeeze(squeeze_dim_));
+  }
+  const std::vector<torch::Tensor>& in = squeeze_dim_ < 0 ? parts : squeezed;
+  torch::Tensor y;
+  if (const auto* c = m.as<torch::nn::Conv3d>()) {
+    y = conv_over_concat(*c, in);
+  } else if (const auto* c2 = m.as<torch::nn::Conv2d>()) {
+    y = conv_over_concat(*c2, in);
+  } else if (const auto* t = m.as<torch::nn::ConvTranspose3d>()) {
+    y = conv_over_concat(*t, in);
+  } else {
+    y = conv_over_concat(*m.as<torch::nn::ConvTranspose2d>(), in);
+  }
+  return squeeze_dim_ < 0 ? y : y.unsqueeze(squeeze_dim_);
 }
 
 }  // namespace u3d

@@ -95,6 +95,18 @@ torch::Tensor ConvBlockImpl::forward(const torch::Tensor& x) {
   return activate_ ? activate(y, activation_, negative_slope_) : y;
 }
 
+torch::Tensor ConvBlockImpl::forward_parts(const std::vector<torch::Tensor>& parts) {
+  // forward after its convolution, step for step (tests/unit/model/split_concat_conv_test.cpp compares them)
+  torch::Tensor y = conv_.over_concat(parts);
+  if (dropout_) y = dropout_(y);
+  if (auto* norm = norm_.is_empty() ? nullptr : norm_.ptr()->as<ChannelsLastNormImpl>()) {
+    const auto fused = activate_ ? fusable_activation(activation_) : std::optional(NormActivation::kNone);
+    if (fused) return norm->forward_act(y, *fused, negative_slope_);
+  }
+  if (!norm_.is_empty()) y = apply_norm(norm_, y);
+  return activate_ ? activate(y, activation_, negative_slope_) : y;
+}
+
 ResidualBlockImpl::ResidualBlockImpl(int64_t in, int64_t out, const Shape3& stride, const ModelConfig& cfg,
                                      const Shape3& kernel)
     : stride_(stride), activation_(cfg.activation), negative_slope_(cfg.negative_slope) {
@@ -214,8 +226,16 @@ torch::Tensor UNet3dImpl::run(const torch::Tensor& x, std::vector<torch::Tensor>
   for (size_t i = 0; i < up_.size(); ++i) {
     const int64_t l = levels_ - 2 - static_cast<int64_t>(i);
     y = up_[i](y);
-    y = torch::cat({y, skips[static_cast<size_t>(l)]}, /*dim=*/1);
-    y = run_stage(decoder_[i], y, checkpoint_decoder);
+    const torch::Tensor& skip = skips[static_cast<size_t>(l)];
+    if (split_concat_applies(split_concat_, y) &&
+        !(checkpoint_decoder && is_training() && torch::GradMode::is_enabled())) {
+      // The stage's first ConvBlock over (up, skip) without the concatenation, the rest as usual.
+      torch::nn::Sequential& stage = decoder_[i];
+      y = stage->ptr<ConvBlockImpl>(0)->forward_parts({y, skip});
+      for (size_t b = 1; b < stage->size(); ++b) y = (*stage)[b]->as<ConvBlockImpl>()->forward(y);
+    } else {
+      y = run_stage(decoder_[i], torch::cat({y, skip}, /*dim=*/1), checkpoint_decoder);
+    }
     if (deep && l >= 1 && static_cast<size_t>(l) <= deep_heads_.size()) {
       deep->push_back(deep_heads_[static_cast<size_t>(l - 1)](y));  // (N, K, D / s_D(l), ...)
     }

@@ -48,10 +48,13 @@ class MlperfConvImpl : public torch::nn::Module {
   };
   MlperfConvImpl(int64_t in, int64_t out, Shape shape, const ModelConfig& cfg);
   torch::Tensor forward(const torch::Tensor& x);
+  // forward(torch::cat(parts, 1)) without the concatenation (a Conv3d; model/split_concat_conv.h).
+  torch::Tensor forward_parts(const std::vector<torch::Tensor>& parts);
 
  private:
   torch::nn::AnyModule conv_, norm_;
   Activation activation_;
+  torch::Tensor after_conv(torch::Tensor y);  // [norm] -> activation, unless plain
   double negative_slope_;
   bool plain_;
 };
@@ -73,9 +76,11 @@ class MlperfUpBlockImpl : public torch::nn::Module {
  public:
   MlperfUpBlockImpl(int64_t in, int64_t out, const ModelConfig& cfg);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& skip);
+  void set_split_concat(bool on) { split_concat_ = on; }
 
  private:
   MlperfConv upsample_conv_{nullptr}, conv1_{nullptr}, conv2_{nullptr};
+  bool split_concat_ = false;  // conv1 over (up, skip) without the concatenation
 };
 TORCH_MODULE(MlperfUpBlock);
 
@@ -84,6 +89,9 @@ class MlperfUNet3dImpl : public NetworkImpl {
   MlperfUNet3dImpl(const ModelConfig& cfg, int64_t in_channels, int64_t out_channels);
   torch::Tensor forward(const torch::Tensor& x) override;
   int64_t size_divisor() const override { return int64_t{1} << (levels_ - 1); }
+  // Every upsample block's conv1 over (up, skip) without the concatenation copy
+  // (model/split_concat_conv.h: equal within rounding, the same parameters); off by default.
+  void set_split_concat(bool on);
 
  private:
   int64_t levels_;

@@ -37,8 +37,13 @@ class OpenKbpBaselineImpl : public NetworkImpl {
   OpenKbpBaselineImpl(const ModelConfig& cfg, int64_t in_channels, int64_t out_channels);
   torch::Tensor forward(const torch::Tensor& x) override;
   int64_t size_divisor() const override { return 64; }
+  // The transposed convolutions of up2..up5 and the head over (previous, skip) without the
+  // concatenation copy (model/split_concat_conv.h: equal within rounding, the same parameters);
+  // off by default.
+  void set_split_concat(bool on) { split_concat_ = on; }
 
  private:
+  bool split_concat_ = false;
   std::vector<torch::nn::Conv3d> down_;            // 6
   std::vector<torch::nn::BatchNorm3d> down_norm_;  // 5 (none on the last)
   std::vector<torch::nn::ConvTranspose3d> up_;     // 5

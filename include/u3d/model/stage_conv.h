@@ -13,6 +13,8 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <vector>
+
 #include "u3d/core/config.h"
 
 namespace u3d {
@@ -29,6 +31,9 @@ class StageConv {
   StageConv() = default;
   StageConv(const ModelConfig& cfg, const ConvSpec& spec);
   torch::Tensor operator()(const torch::Tensor& x);
+  // operator()(torch::cat(parts, 1)) without the concatenation (model/split_concat_conv.h): parts
+  // (N, c_i, D, H, W) with sum of c_i = in, each squeezed along the slice axis for a 2D convolution.
+  torch::Tensor over_concat(const std::vector<torch::Tensor>& parts);
   // The torch module to register (Conv3d, ConvTranspose3d, Conv2d or ConvTranspose2d).
   std::shared_ptr<torch::nn::Module> module() const { return conv_.ptr(); }
   bool defined() const { return !conv_.is_empty(); }

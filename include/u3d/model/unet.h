@@ -50,6 +50,9 @@ class ConvBlockImpl : public torch::nn::Module {
   ConvBlockImpl(int64_t in, int64_t out, int64_t stride, const ModelConfig& cfg, ConvBlockShape shape = {})
       : ConvBlockImpl(in, out, Shape3{stride, stride, stride}, cfg, shape) {}
   torch::Tensor forward(const torch::Tensor& x);
+  // forward(torch::cat(parts, 1)) with the convolution over the parts (StageConv::over_concat,
+  // model/split_concat_conv.h): parts (N, c_i, D, H, W), sum of c_i = in.
+  torch::Tensor forward_parts(const std::vector<torch::Tensor>& parts);
   // The norm's affine weight and bias (zeroed for nnU-Net's residual-block init), or null.
   torch::nn::Module* norm() { return norm_.is_empty() ? nullptr : norm_.ptr().get(); }
 
@@ -118,9 +121,16 @@ class UNet3dImpl : public NetworkImpl {
   int64_t size_divisor() const override { return std::max({divisors_[0], divisors_[1], divisors_[2]}); }
   Shape3 size_divisors() const override { return divisors_; }  // patch_divisor(cfg)
   const std::vector<int64_t>& filters() const { return filters_; }
+  // Decoder stages without the concatenation copy: the first ConvBlock of each stage convolves the
+  // up-sampled tensor and the skip separately and sums (ConvBlockImpl::forward_parts,
+  // model/split_concat_conv.h); equal within rounding, the same parameters. Off by default (the
+  // concatenation, bit for bit as before). A decoder checkpointed block by block
+  // (activation_checkpointing all, in training) keeps the concatenation.
+  void set_split_concat(bool on) { split_concat_ = on; }
 
  private:
   int64_t levels_;
+  bool split_concat_ = false;
   Shape3 divisors_;
   std::vector<int64_t> filters_;
   OutputActivation output_activation_;
