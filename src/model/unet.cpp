@@ -8,6 +8,7 @@
 #include "u3d/model/channels_last_norm.h"
 #include "u3d/model/checkpointing.h"
 #include "u3d/model/mean_pool.h"
+#include "u3d/model/split_concat_conv.h"
 
 namespace u3d {
 namespace {
@@ -81,27 +82,20 @@ ConvBlockImpl::ConvBlockImpl(int64_t in, int64_t out, const Shape3& stride, cons
 }
 
 torch::Tensor ConvBlockImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = conv_(x);  // (N, out, D', H', W'), a Conv2d's output unsqueezed with model.dims 2
-  if (dropout_) y = dropout_(y);
-  if (auto* norm = norm_.is_empty() ? nullptr : norm_.ptr()->as<ChannelsLastNormImpl>()) {  // norm + activation fused
-    const auto fused = activate_ ? fusable_activation(activation_) : std::optional(NormActivation::kNone);
-    if (fused) return norm->forward_act(y, *fused, negative_slope_);
-  }
-  if (auto* bn = norm_.is_empty() ? nullptr : norm_.ptr()->as<torch::nn::BatchNorm3dImpl>()) {
-    const auto fused = activate_ ? fusable_activation(activation_) : std::optional(NormActivation::kNone);
-    if (fused) return batch_norm_act(*bn, y, *fused, negative_slope_);  // one pass with the fused kernels
-  }
-  if (!norm_.is_empty()) y = apply_norm(norm_, y);
-  return activate_ ? activate(y, activation_, negative_slope_) : y;
+  return after_conv(conv_(x));  // (N, out, D', H', W'), a Conv2d's output unsqueezed with model.dims 2
 }
 
 torch::Tensor ConvBlockImpl::forward_parts(const std::vector<torch::Tensor>& parts) {
-  // forward after its convolution, step for step (tests/unit/model/split_concat_conv_test.cpp compares them)
-  torch::Tensor y = conv_.over_concat(parts);
+  return after_conv(conv_.over_concat(parts));
+}
+
+torch::Tensor ConvBlockImpl::after_conv(torch::Tensor y) {
   if (dropout_) y = dropout_(y);
-  if (auto* norm = norm_.is_empty() ? nullptr : norm_.ptr()->as<ChannelsLastNormImpl>()) {
-    const auto fused = activate_ ? fusable_activation(activation_) : std::optional(NormActivation::kNone);
-    if (fused) return norm->forward_act(y, *fused, negative_slope_);
+  const auto fused = activate_ ? fusable_activation(activation_) : std::optional(NormActivation::kNone);
+  if (fused && !norm_.is_empty()) {  // norm + activation in one op (one pass each way with the fused kernels)
+    if (auto* norm = norm_.ptr()->as<ChannelsLastNormImpl>()) return norm->forward_act(y, *fused, negative_slope_);
+    if (auto* bn = norm_.ptr()->as<torch::nn::BatchNorm3dImpl>())
+      return batch_norm_act(*bn, y, *fused, negative_slope_);
   }
   if (!norm_.is_empty()) y = apply_norm(norm_, y);
   return activate_ ? activate(y, activation_, negative_slope_) : y;

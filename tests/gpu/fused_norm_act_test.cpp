@@ -13,6 +13,7 @@
 #include <torch/cuda.h>
 
 #include "batches.h"
+#include "u3d/core/run.h"
 #include "u3d/kernels/fused_norm_act.h"
 #include "u3d/model/fused_kernels.h"
 #include "u3d/train/train_step.h"

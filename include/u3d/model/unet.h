@@ -57,6 +57,8 @@ class ConvBlockImpl : public torch::nn::Module {
   torch::nn::Module* norm() { return norm_.is_empty() ? nullptr : norm_.ptr().get(); }
 
  private:
+  torch::Tensor after_conv(torch::Tensor y);  // dropout, norm and activation: what follows the convolution
+
   StageConv conv_;  // Conv3d, or Conv2d with model.dims 2 (model/stage_conv.h)
   torch::nn::Dropout3d dropout_{nullptr};
   torch::nn::AnyModule norm_;
