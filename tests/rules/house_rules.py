@@ -179,7 +179,6 @@ KNOWN_LOOPS = [
     {"core/config", "core/config_codec", "core/config_options", "core/output_head", "core/stage_geometry"},
     {"core/files", "core/input_limits"},
     {"data/cache", "data/compact_case"},
-    {"model/checkpoint", "model/checkpoint_store"},
 ]
 
 
