@@ -178,7 +178,6 @@ def concept_of(path):
 KNOWN_LOOPS = [
     {"core/config", "core/config_codec", "core/config_options", "core/output_head", "core/stage_geometry"},
     {"core/files", "core/input_limits"},
-    {"data/cache", "data/compact_case"},
 ]
 
 
