@@ -1,6 +1,7 @@
 // Private to src/core: the YAML names of the config enums and the value codecs of the option
 // table (parse a YAML node with the key and position for messages; format a value as YAML flow
-// text). config_options.cpp builds the table from them; config.cpp formats values in messages.
+// text). config_options.cpp builds the table from them; config_text.cpp and config_validate.cpp
+// format values in messages.
 #pragma once
 #include <fmt/format.h>
 #include <fmt/ranges.h>

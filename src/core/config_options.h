@@ -1,5 +1,5 @@
 // Private to src/core: the option table, the one place a config key is parsed, printed, diffed and
-// documented (config.cpp walks it for load_config, to_yaml, describe, diff and the reference).
+// documented (config_text.cpp walks it for load_config, to_yaml, describe, diff and the reference).
 #pragma once
 #include <yaml-cpp/yaml.h>
 

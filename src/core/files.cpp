@@ -10,10 +10,8 @@
 #include <cstring>
 #include <fstream>
 #include <regex>
-#include <sstream>
 
 #include "u3d/core/errors.h"
-#include "u3d/core/input_limits.h"
 
 namespace u3d {
 namespace {
@@ -167,16 +165,6 @@ void ensure_writable_directory(const fs::path& dir) {
   }
   ::close(fd);
   ::unlink(probe.c_str());
-}
-
-std::string read_file(const fs::path& path) {
-  check_input_file(path, kMaxTextFileBytes, "a text file");  // no device, FIFO or folder; a sane size
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(fmt::format("{}: cannot open for reading", path.string()));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw IoError(fmt::format("{}: read failed", path.string()));
-  return ss.str();
 }
 
 int64_t host_available_bytes() {

@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "u3d/data/cache.h"
+#include "u3d/core/config.h"
+#include "u3d/data/case_source.h"
+#include "u3d/data/label_maps.h"
 #include "u3d/data/preprocess.h"
 #include "u3d/io/h5/dataset.h"
 

@@ -349,16 +349,24 @@ RawBatch PatchSampler::raw_batch(int64_t epoch, int64_t step) const {
   return r;
 }
 
+namespace {
+
+// `make` called with the arguments of sampler s's BatchFinalizer: a finalizer holds a mutex and
+// neither copies nor moves, so the value and the owned one are each made in place from them.
+template <class Make>
+auto with_finalizer_arguments(const PatchSampler& s, const Make& make) {
+  return make(s.cache(), s.options().augment, s.intensity_channels(), s.options().seed,
+              s.options().channels_last_images ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::Contiguous);
+}
+
+}  // namespace
+
 BatchFinalizer PatchSampler::finalizer() const {
-  return BatchFinalizer(
-      cache(), options().augment, intensity_channels(), options().seed,
-      options().channels_last_images ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::Contiguous);
+  return with_finalizer_arguments(*this, [](const auto&... a) { return BatchFinalizer(a...); });
 }
 
 std::unique_ptr<BatchFinalizer> PatchSampler::new_finalizer() const {
-  return std::make_unique<BatchFinalizer>(
-      cache(), options().augment, intensity_channels(), options().seed,
-      options().channels_last_images ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::Contiguous);
+  return with_finalizer_arguments(*this, [](const auto&... a) { return std::make_unique<BatchFinalizer>(a...); });
 }
 
 Batch PatchSampler::batch(int64_t epoch, int64_t step) const { return finalizer()(raw_batch(epoch, step)); }

@@ -1,14 +1,20 @@
-// The two NIfTI layouts an import reads: nnU-Net raw datasets and plain folders.
+// The two NIfTI layouts an import reads (nnU-Net raw datasets and plain folders), the label checks,
+// the val selection and the importers' one end (progress, splits).
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <chrono>
+#include <cmath>
+#include <set>
 
 #include "import_layout.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/core/json.h"
+#include "u3d/core/rng.h"
 #include "u3d/core/sha256.h"
 #include "u3d/core/text.h"
 #include "u3d/io/nifti/nifti.h"
@@ -273,6 +279,63 @@ std::string case_id_from(const std::string& name, const std::string& prefix) {
   if (id.empty() || id[0] == '.') id = prefix + id;
   if (id.size() > kMaxCaseIdChars) id = id.substr(0, kMaxCaseIdChars - 9) + "_" + sha256_hex(name).substr(0, 8);
   return id;
+}
+
+std::vector<int64_t> label_values(const torch::Tensor& labels, const fs::path& file) {
+  torch::Tensor x = labels;
+  if (x.is_floating_point()) {
+    const int64_t bad = (~torch::isfinite(x)).sum().item<int64_t>();
+    if (bad > 0) throw DataError(fmt::format("{}: {} NaN or Inf voxels in a label file", file.string(), bad));
+    const auto frac = x != torch::round(x);
+    if (frac.any().item<bool>()) {
+      throw DataError(fmt::format("{}: holds non-integer values such as {:g}; a label file holds class numbers",
+                                  file.string(), x.masked_select(frac)[0].item<double>()));
+    }
+  }
+  x = x.to(torch::kInt64).flatten();
+  const int64_t lo = x.min().item<int64_t>(), hi = x.max().item<int64_t>();
+  if (lo < 0) throw DataError(fmt::format("{}: holds the negative label value {}", file.string(), lo));
+  if (hi > 255)
+    throw DataError(fmt::format("{}: holds the label value {}; at most 255 is supported", file.string(), hi));
+  const torch::Tensor counts = torch::bincount(x, /*weights=*/{}, /*minlength=*/hi + 1);
+  std::vector<int64_t> present;
+  const auto c = counts.accessor<int64_t, 1>();
+  for (int64_t v = 0; v <= hi; ++v) {
+    if (c[v] > 0) present.push_back(v);
+  }
+  return present;
+}
+
+void split_cases(const std::vector<std::string>& ids, double val_fraction, uint64_t seed,
+                 std::vector<std::string>& train, std::vector<std::string>& val) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  int64_t n_val = val_fraction > 0 ? std::max<int64_t>(1, std::llround(static_cast<double>(n) * val_fraction)) : 0;
+  n_val = std::min(n_val, n - 1);
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  Rng rng(seed, /*a=*/0x5B117, /*b=*/0);
+  for (int64_t i = n - 1; i > 0; --i)
+    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(rng.uniform_int(i + 1))]);
+  std::set<int64_t> is_val(order.begin(), order.begin() + std::max<int64_t>(0, n_val));
+  for (int64_t i = 0; i < n; ++i) (is_val.count(i) ? val : train).push_back(ids[static_cast<size_t>(i)]);
+}
+
+ImportProgress::ImportProgress(int64_t cases) : cases_(cases), last_(std::chrono::steady_clock::now()) {}
+
+void ImportProgress::written(int64_t i) {
+  const auto now = std::chrono::steady_clock::now();
+  if (std::chrono::duration<double>(now - last_).count() > 10 || i + 1 == cases_) {
+    last_ = now;
+    spdlog::info("import: {}/{} cases", i + 1, cases_);
+  }
+}
+
+Splits labelled_splits(const std::vector<std::string>& labelled, std::vector<std::string> unlabelled,
+                       double val_fraction, uint64_t seed) {
+  Splits s;
+  if (!labelled.empty()) split_cases(labelled, val_fraction, seed, s.train, s.val);
+  s.test = std::move(unlabelled);
+  return s;
 }
 
 }  // namespace import_detail

@@ -1,5 +1,5 @@
 // Private to src/io: the case files an importer found, before anything is read. The two NIfTI
-// layouts (nnU-Net raw, plain folders) become one Layout, which run_import (import.cpp) reads,
+// layouts (nnU-Net raw, plain folders) become one Layout, which run_import (import_nifti.cpp) reads,
 // checks and writes as dataset format v1. Also the label checks, the val selection and the end
 // (progress, splits, commit) every importer shares.
 #pragma once
@@ -61,7 +61,7 @@ std::string case_id_from(const std::string& name, const std::string& prefix);
 void split_cases(const std::vector<std::string>& ids, double val_fraction, uint64_t seed,
                  std::vector<std::string>& train, std::vector<std::string>& val);
 
-// The one end of every importer (import.cpp, import_tiff.cpp, image2d_import.cpp, dicom_import.cpp):
+// The one end of every importer (import_nifti.cpp, import_tiff.cpp, image2d_import.cpp, dicom_import.cpp):
 // the cases are written in order with a progress line, the splits drawn, the normalisation recorded,
 // and the file committed.
 class ImportProgress {  // "import: i/n cases" at most every 10 s, and at the last case

@@ -1,5 +1,5 @@
 #include "u3d/model/checkpoint.h"
-#include "u3d/model/checkpoint_store.h"
+#include "u3d/model/checkpoint_manifest.h"
 
 #include <c10/cuda/CUDAFunctions.h>
 #include <spdlog/spdlog.h>
@@ -177,7 +177,7 @@ void save_checkpoint(const std::filesystem::path& path, const CheckpointInfo& in
              true);
   }
   const auto dir = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
-  CheckpointStore(dir, 2).commit(path, [&](const ByteSink& sink) {
+  commit_checkpoint_file(dir, path, [&](const ByteSink& sink) {
     // No exception may cross LibTorch's zip writer (its destructor would std::terminate): the first
     // write error is kept, the rest of the archive is discarded, and the error is raised after.
     std::exception_ptr failure;

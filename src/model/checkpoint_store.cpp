@@ -3,60 +3,18 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <chrono>
 #include <map>
 #include <regex>
 #include <set>
-#include <sstream>
-#include <thread>
 
 #include "u3d/core/errors.h"
-#include "u3d/core/faults.h"
 #include "u3d/core/files.h"
 #include "u3d/core/sha256.h"
 #include "u3d/model/checkpoint.h"
+#include "u3d/model/checkpoint_manifest.h"
 
 namespace u3d {
-namespace {
 
-// ---------------------------------------------------------------------------------------------
-// The manifest: "<sha256>  <name>" lines, as sha256sum writes them.
-struct ManifestEntry {
-  std::string hash, name;
-};
-
-std::optional<std::vector<ManifestEntry>> read_manifest(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return std::nullopt;
-  std::vector<ManifestEntry> entries;
-  std::istringstream in(read_file(path));
-  std::string line;
-  static const std::regex pattern(R"(([0-9a-f]{64}) [ *](.+))");
-  while (std::getline(in, line)) {
-    std::smatch m;
-    if (std::regex_match(line, m, pattern)) entries.push_back({m[1].str(), m[2].str()});
-  }
-  return entries;
-}
-
-void write_manifest(const std::filesystem::path& path, const std::vector<ManifestEntry>& entries) {
-  std::string text;
-  for (const auto& e : entries) text += e.hash + "  " + e.name + "\n";
-  write_file_atomic(path, text);
-}
-
-int64_t test_delay_ms() {
-  static const int64_t ms = TestFaults::from_env().checkpoint_delay_ms;  // checkpoint_delay@MS (faults.h)
-  return ms;
-}
-
-}  // namespace
-
-void checkpoint_test_delay() {
-  if (const int64_t ms = test_delay_ms(); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-}
-
-// -----------------------------------------------------------------------------------------------
 CheckpointStore::CheckpointStore(std::filesystem::path dir, int64_t keep_last)
     : dir_(std::move(dir)), keep_last_(std::max<int64_t>(2, keep_last)) {}
 
@@ -96,47 +54,7 @@ std::optional<std::filesystem::path> CheckpointStore::latest() const {
 
 void CheckpointStore::commit(const std::filesystem::path& path,
                              const std::function<void(const ByteSink&)>& write) const {
-  const std::string name = path.filename().string();
-  std::vector<ManifestEntry> entries = read_manifest(manifest_path()).value_or(std::vector<ManifestEntry>{});
-  Sha256 hash;
-  std::string digest;
-  size_t since_pause = 0;
-  write_file_atomic(
-      path,
-      [&](const ByteSink& sink) {
-        write([&](const void* data, size_t size) {
-          hash.update(data, size);
-          sink(data, size);
-          since_pause += size;
-          if (since_pause >= (size_t{64} << 10)) {  // test hook: a pause every 64 KiB
-            since_pause = 0;
-            checkpoint_test_delay();
-          }
-        });
-      },
-      /*before_rename=*/
-      [&] {
-        checkpoint_test_delay();
-        digest = hash.hex();
-        entries.push_back({digest, name});  // step 2: the old hash of `name` stays listed too
-        write_manifest(manifest_path(), entries);
-        checkpoint_test_delay();
-      });
-  checkpoint_test_delay();
-  // Step 4: only the new hash for `name`; entries of files that are gone dropped.
-  std::vector<ManifestEntry> kept;
-  for (const auto& e : entries) {
-    std::error_code ec;
-    const bool twice =
-        std::any_of(kept.begin(), kept.end(), [&](const auto& k) { return k.name == e.name && k.hash == e.hash; });
-    if (!twice && (e.name == name ? e.hash == digest : std::filesystem::exists(dir_ / e.name, ec))) kept.push_back(e);
-  }
-  try {
-    write_manifest(manifest_path(), kept);
-  } catch (const IoError& e) {
-    // Harmless: the manifest still lists the new hash (and a stale one).
-    spdlog::warn("could not tidy {}: {}", manifest_path().string(), e.what());
-  }
+  commit_checkpoint_file(dir_, path, write);
 }
 
 Verification CheckpointStore::verify(const std::filesystem::path& path) const {
@@ -149,7 +67,7 @@ Verification CheckpointStore::verify(const std::filesystem::path& path) const {
     v.detail = fmt::format("{}: checkpoint not found", path.string());
     return v;
   }
-  const auto entries = read_manifest(manifest);
+  const auto entries = read_checkpoint_manifest(manifest);
   if (!entries) {
     v.status = Verification::Status::kNoManifest;
     v.detail = fmt::format("{}: no {} beside it, so it cannot be verified", path.string(), kManifestName);
@@ -214,7 +132,7 @@ std::optional<std::filesystem::path> CheckpointStore::newest_valid() const {
 
 void CheckpointStore::prune() const {
   const auto all = periodic();
-  const auto entries = read_manifest(manifest_path());
+  const auto entries = read_checkpoint_manifest(manifest_path());
   std::set<std::string> listed;
   if (entries) {
     for (const auto& e : *entries) listed.insert(e.name);
@@ -244,7 +162,7 @@ void CheckpointStore::prune() const {
       if (std::filesystem::exists(dir_ / e.name, ec)) kept_entries.push_back(e);
     }
     try {
-      write_manifest(manifest_path(), kept_entries);
+      write_checkpoint_manifest(manifest_path(), kept_entries);
     } catch (const IoError& e) {
       spdlog::warn("could not tidy {}: {}", manifest_path().string(), e.what());
     }
@@ -252,7 +170,7 @@ void CheckpointStore::prune() const {
 }
 
 void CheckpointStore::tidy_manifest() const {
-  const auto entries = read_manifest(manifest_path());
+  const auto entries = read_checkpoint_manifest(manifest_path());
   if (!entries) return;
   std::map<std::string, std::vector<std::string>> hashes;  // name -> its listed hashes
   for (const auto& e : *entries) hashes[e.name].push_back(e.hash);
@@ -277,7 +195,7 @@ void CheckpointStore::tidy_manifest() const {
   }
   if (kept.size() == entries->size()) return;
   try {
-    write_manifest(manifest_path(), kept);
+    write_checkpoint_manifest(manifest_path(), kept);
     spdlog::info("{}: {} stale line(s) of an interrupted checkpoint write removed", manifest_path().string(),
                  entries->size() - kept.size());
   } catch (const IoError& e) {

@@ -33,10 +33,11 @@ import numpy as np
 import pydicom
 import pydicom.data
 from PIL import Image
-from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.encaps import encapsulate
 from pydicom.uid import (ExplicitVRBigEndian, ExplicitVRLittleEndian, ImplicitVRLittleEndian, JPEG2000,
                          JPEG2000Lossless, JPEGBaseline8Bit, JPEGLSLossless, RLELossless, generate_uid)
+
+from write_dicom import base  # beside this file
 
 HTJ2K = "1.2.840.10008.1.2.4.203"
 
@@ -55,16 +56,9 @@ def slice_values(k, bits, signed):
 
 
 def ct_slice(patient, study, series, frame, k, bits, signed):
-    meta = FileMetaDataset()
-    meta.MediaStorageSOPClassUID = CT_IMAGE_STORAGE
-    meta.MediaStorageSOPInstanceUID = generate_uid()
-    meta.TransferSyntaxUID = ExplicitVRLittleEndian
-    ds = Dataset()
-    ds.file_meta = meta
-    ds.SOPClassUID, ds.SOPInstanceUID = CT_IMAGE_STORAGE, meta.MediaStorageSOPInstanceUID
-    ds.PatientName, ds.PatientID = f"Syntax^{patient}", patient
-    ds.StudyInstanceUID, ds.SeriesInstanceUID, ds.FrameOfReferenceUID = study, series, frame
-    ds.Modality = "CT"
+    ds = base(patient, study, "CT", CT_IMAGE_STORAGE, series)  # file meta, patient, study and series
+    ds.PatientName = f"Syntax^{patient}"
+    ds.FrameOfReferenceUID = frame
     ds.InstanceNumber = k + 1
     ds.ImagePositionPatient = [-15.0, -20.0, 50.0 + 2.0 * k]
     ds.ImageOrientationPatient = [1, 0, 0, 0, 1, 0]

@@ -36,6 +36,8 @@
 #include <vector>
 
 #include "u3d/core/config.h"
+#include "u3d/data/case_source.h"
+#include "u3d/data/label_maps.h"
 #include "u3d/data/preprocess.h"
 #include "u3d/io/h5/dataset.h"
 
@@ -49,19 +51,6 @@ struct CachedCase {
   torch::Tensor raw_target;  // regression: (D, H, W) float32 in target units (metrics); else undefined
   std::array<double, 3> spacing = {1, 1, 1};
 };
-
-// Per-case fields derived from a case's labels, made once when a cache loads (the loss terms'
-// ground-truth maps; data/truth_maps.h makes them, the cache only stores and crops them).
-struct LabelMaps {
-  torch::Tensor skeleton;  // (D, H, W) uint8: class k on class k's skeleton, else 0; or undefined
-  torch::Tensor distance;  // (Cd, D, H, W) float32 signed distance per foreground class, voxels; or undefined
-};
-// labels: (D, H, W) uint8 as cached (the ignore label included), on the CPU.
-using LabelMapFn = std::function<LabelMaps(const torch::Tensor& labels)>;
-
-// How a cache reads a case (raw, in DatasetReader::read_case's form); empty: reader.read_case. The
-// trainer passes CheckedReader::read (preflight.h), so each case is read and checked once.
-using CaseSource = std::function<CaseData(const std::string& id)>;
 
 class StackedCache;
 

@@ -10,7 +10,8 @@
 //   manifest.sha256             "<sha256>  <file>" per checkpoint (sha256sum format:
 //                               `cd checkpoints && sha256sum -c manifest.sha256` checks them by hand)
 //
-// Commit protocol (CheckpointStore::commit), each step durable before the next:
+// Commit protocol (commit_checkpoint_file in model/checkpoint_manifest.h, through which
+// CheckpointStore::commit and save_checkpoint write), each step durable before the next:
 //   1. bytes -> temporary file ".<name>.tmp.<pid>.<n>" in the same folder, hashed on the way, fsync
 //   2. manifest rewritten atomically with the new hash added (the old one for that name kept)
 //   3. rename over <name>, fsync the folder
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "u3d/core/files.h"
+#include "u3d/model/checkpoint_manifest.h"
 
 namespace u3d {
 
@@ -39,7 +41,7 @@ struct Verification {
 // The checkpoints/ folder of a run.
 class CheckpointStore {
  public:
-  static constexpr const char* kManifestName = "manifest.sha256";
+  static constexpr const char* kManifestName = kCheckpointManifestName;
 
   CheckpointStore(std::filesystem::path dir, int64_t keep_last);
   std::filesystem::path periodic_path(int64_t epoch) const;            // epoch_NNNN.pt
@@ -83,10 +85,5 @@ class CheckpointStore {
   std::filesystem::path dir_;
   int64_t keep_last_;
 };
-
-// Test-only fault hook (faults.h): U3D_TEST_FAULTS=checkpoint_delay@N makes every checkpoint
-// commit pause N ms after each chunk written and between the protocol steps, so a
-// test can kill the process inside a checkpoint write. Unset: no delay.
-void checkpoint_test_delay();
 
 }  // namespace u3d

@@ -10,7 +10,6 @@
 #include <cmath>
 #include <map>
 #include <mutex>
-#include <set>
 
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
@@ -19,7 +18,6 @@
 #include "u3d/core/normalize_spec.h"
 #include "u3d/core/output_guard.h"
 #include "u3d/core/parallel.h"
-#include "u3d/core/rng.h"
 #include "u3d/io/nifti/nifti.h"
 
 namespace u3d {
@@ -29,7 +27,6 @@ namespace fs = std::filesystem;
 using import_detail::CaseFiles;
 using import_detail::label_values;
 using import_detail::Layout;
-using import_detail::split_cases;
 
 struct ImportedCase {
   CaseData data;
@@ -61,39 +58,6 @@ void check_same_grid(const SourceGeometry& g, const SourceGeometry& ref, const f
     }
   }
 }
-
-}  // namespace
-
-namespace import_detail {
-
-std::vector<int64_t> label_values(const torch::Tensor& labels, const fs::path& file) {
-  torch::Tensor x = labels;
-  if (x.is_floating_point()) {
-    const int64_t bad = (~torch::isfinite(x)).sum().item<int64_t>();
-    if (bad > 0) throw DataError(fmt::format("{}: {} NaN or Inf voxels in a label file", file.string(), bad));
-    const auto frac = x != torch::round(x);
-    if (frac.any().item<bool>()) {
-      throw DataError(fmt::format("{}: holds non-integer values such as {:g}; a label file holds class numbers",
-                                  file.string(), x.masked_select(frac)[0].item<double>()));
-    }
-  }
-  x = x.to(torch::kInt64).flatten();
-  const int64_t lo = x.min().item<int64_t>(), hi = x.max().item<int64_t>();
-  if (lo < 0) throw DataError(fmt::format("{}: holds the negative label value {}", file.string(), lo));
-  if (hi > 255)
-    throw DataError(fmt::format("{}: holds the label value {}; at most 255 is supported", file.string(), hi));
-  const torch::Tensor counts = torch::bincount(x, /*weights=*/{}, /*minlength=*/hi + 1);
-  std::vector<int64_t> present;
-  const auto c = counts.accessor<int64_t, 1>();
-  for (int64_t v = 0; v <= hi; ++v) {
-    if (c[v] > 0) present.push_back(v);
-  }
-  return present;
-}
-
-}  // namespace import_detail
-
-namespace {
 
 Shape3 resampled_shape(const Shape3& shape, const std::array<double, 3>& spacing, const std::array<double, 3>& target) {
   Shape3 out{};
@@ -247,46 +211,6 @@ void check_resampled_memory(const std::vector<CaseFiles>& cases, const std::arra
                     human_bytes(static_cast<double>(available)), at_once > 1 ? " or fewer --threads" : ""));
   }
 }
-
-}  // namespace
-
-namespace import_detail {
-
-void split_cases(const std::vector<std::string>& ids, double val_fraction, uint64_t seed,
-                 std::vector<std::string>& train, std::vector<std::string>& val) {
-  const int64_t n = static_cast<int64_t>(ids.size());
-  int64_t n_val = val_fraction > 0 ? std::max<int64_t>(1, std::llround(static_cast<double>(n) * val_fraction)) : 0;
-  n_val = std::min(n_val, n - 1);
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
-  Rng rng(seed, /*a=*/0x5B117, /*b=*/0);
-  for (int64_t i = n - 1; i > 0; --i)
-    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(rng.uniform_int(i + 1))]);
-  std::set<int64_t> is_val(order.begin(), order.begin() + std::max<int64_t>(0, n_val));
-  for (int64_t i = 0; i < n; ++i) (is_val.count(i) ? val : train).push_back(ids[static_cast<size_t>(i)]);
-}
-
-ImportProgress::ImportProgress(int64_t cases) : cases_(cases), last_(std::chrono::steady_clock::now()) {}
-
-void ImportProgress::written(int64_t i) {
-  const auto now = std::chrono::steady_clock::now();
-  if (std::chrono::duration<double>(now - last_).count() > 10 || i + 1 == cases_) {
-    last_ = now;
-    spdlog::info("import: {}/{} cases", i + 1, cases_);
-  }
-}
-
-Splits labelled_splits(const std::vector<std::string>& labelled, std::vector<std::string> unlabelled,
-                       double val_fraction, uint64_t seed) {
-  Splits s;
-  if (!labelled.empty()) split_cases(labelled, val_fraction, seed, s.train, s.val);
-  s.test = std::move(unlabelled);
-  return s;
-}
-
-}  // namespace import_detail
-
-namespace {
 
 ImportSummary run_import(Layout layout, const fs::path& out, const NiftiImportOptions& o, const std::string& what) {
   const auto t0 = std::chrono::steady_clock::now();
