@@ -107,6 +107,16 @@ __global__ void merge_chunks_kernel(const Acc* __restrict__ partial, int64_t n_c
   if (lane == 0) channel[warp] = acc;
 }
 
+// A group-norm unit (sample n, channels first .. first + count - 1) of thread `unit`, or count 0 past the end.
+struct GroupUnit {
+  int64_t n = 0, first = 0, count = 0;
+};
+__device__ GroupUnit group_unit(const NormActShape& shape, int64_t unit) {
+  if (unit >= shape.n * shape.groups) return {};
+  const int64_t cg = shape.c / shape.groups;
+  return {unit / shape.groups, (unit % shape.groups) * cg, cg};
+}
+
 // Per unit: the affine of its channels (and batch norm's running statistics).
 __global__ void affine_kernel(const Moments* __restrict__ channel, NormActShape shape, const float* __restrict__ weight,
                               const float* __restrict__ bias, float eps, float* running_mean, float* running_var,
@@ -124,13 +134,11 @@ __global__ void affine_kernel(const Moments* __restrict__ channel, NormActShape 
     }
     return;
   }
-  if (unit >= shape.n * shape.groups) return;
-  const int64_t n = unit / shape.groups, cg = c / shape.groups, first = (unit % shape.groups) * cg;
+  const GroupUnit g = group_unit(shape, unit);
   Moments m;
-  for (int64_t k = 0; k < cg; ++k) m = moments_merge(m, channel[n * c + first + k]);
-  for (int64_t k = 0; k < cg; ++k) {
-    const int64_t ch = first + k;
-    affine[n * c + ch] = channel_affine(m, eps, weight[ch], bias[ch]);
+  for (int64_t k = 0; k < g.count; ++k) m = moments_merge(m, channel[g.n * c + g.first + k]);
+  for (int64_t ch = g.first; ch < g.first + g.count; ++ch) {
+    affine[g.n * c + ch] = channel_affine(m, eps, weight[ch], bias[ch]);
   }
 }
 
@@ -152,19 +160,15 @@ __global__ void coefficients_kernel(const GradSums* __restrict__ channel, NormAc
     dbias[unit] = sums.g;
     return;
   }
-  if (unit >= shape.n * shape.groups) return;
-  const int64_t n = unit / shape.groups, cg = c / shape.groups, first = (unit % shape.groups) * cg;
+  const GroupUnit g = group_unit(shape, unit);
   float a = 0.f, b = 0.f;
-  for (int64_t k = 0; k < cg; ++k) {
-    const int64_t i = n * c + first + k;
-    const float w = weight[first + k];
-    a += w * channel[i].g;
-    b += w * affine[i].rstd * channel[i].gxc;
+  for (int64_t ch = g.first; ch < g.first + g.count; ++ch) {
+    a += weight[ch] * channel[g.n * c + ch].g;
+    b += weight[ch] * affine[g.n * c + ch].rstd * channel[g.n * c + ch].gxc;
   }
-  const float count = static_cast<float>(shape.s) * static_cast<float>(cg);
-  for (int64_t k = 0; k < cg; ++k) {
-    const int64_t i = n * c + first + k;
-    coef[i] = dx_coefficients(affine[i], weight[first + k], a / count, b / count);
+  const float count = static_cast<float>(shape.s) * static_cast<float>(g.count);
+  for (int64_t ch = g.first; ch < g.first + g.count; ++ch) {
+    coef[g.n * c + ch] = dx_coefficients(affine[g.n * c + ch], weight[ch], a / count, b / count);
   }
 }
 
