@@ -338,6 +338,11 @@ Splits labelled_splits(const std::vector<std::string>& labelled, std::vector<std
   return s;
 }
 
+void commit_splits(DatasetWriter& writer, const NamedSplits& splits) {
+  for (const auto& [name, ids] : splits) writer.set_split(name, ids);
+  writer.commit();
+}
+
 }  // namespace import_detail
 
 std::string normalization_for_channel_name(const std::string& name) {

@@ -61,7 +61,8 @@ std::string case_id_from(const std::string& name, const std::string& prefix);
 void split_cases(const std::vector<std::string>& ids, double val_fraction, uint64_t seed,
                  std::vector<std::string>& train, std::vector<std::string>& val);
 
-// The one end of every importer (import_nifti.cpp, import_tiff.cpp, image2d_import.cpp, dicom_import.cpp):
+// The one end of every importer (import_nifti.cpp, import_tiff.cpp, image2d_import.cpp, dicom_import.cpp;
+// openkbp.cpp, whose splits are its folders, ends in commit_splits alone):
 // the cases are written in order with a progress line, the splits drawn, the normalisation recorded,
 // and the file committed.
 class ImportProgress {  // "import: i/n cases" at most every 10 s, and at the last case
@@ -80,16 +81,24 @@ struct Splits {
 // 'train' and 'val' drawn from the labelled ids (split_cases), 'test' the unlabelled ones.
 Splits labelled_splits(const std::vector<std::string>& labelled, std::vector<std::string> unlabelled,
                        double val_fraction, uint64_t seed);
+// Split name -> case ids, in the order they are recorded.
+using NamedSplits = std::vector<std::pair<std::string, std::vector<std::string>>>;
+
+// The last step of every importer (the OpenKBP one included, whose splits are its folders): records
+// each split in order, then commits the file (DatasetWriter::commit: rename into place).
+void commit_splits(DatasetWriter& writer, const NamedSplits& splits);
+
 // Records the channel normalisation and every non-empty split ('train' even when empty if
-// `train_always`), then commits the file; the summary gets the split sizes.
+// `train_always`), then commits the file (commit_splits); the summary gets the split sizes.
 template <class Summary>
 void commit_import(DatasetWriter& writer, const Splits& splits, const std::vector<std::string>& normalization,
                    Summary& summary, bool train_always = false) {
   writer.set_channel_normalization(normalization);
-  if (!splits.train.empty() || train_always) writer.set_split("train", splits.train);
-  if (!splits.val.empty()) writer.set_split("val", splits.val);
-  if (!splits.test.empty()) writer.set_split("test", splits.test);
-  writer.commit();
+  NamedSplits named;
+  if (!splits.train.empty() || train_always) named.emplace_back("train", splits.train);
+  if (!splits.val.empty()) named.emplace_back("val", splits.val);
+  if (!splits.test.empty()) named.emplace_back("test", splits.test);
+  commit_splits(writer, named);
   summary.train = static_cast<int64_t>(splits.train.size());
   summary.val = static_cast<int64_t>(splits.val.size());
   summary.test = static_cast<int64_t>(splits.test.size());

@@ -16,6 +16,7 @@
 
 #include <unistd.h>
 
+#include "../import_layout.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/files.h"
 #include "u3d/core/parallel.h"
@@ -396,11 +397,8 @@ ImportReport import_dataset(const CsvImportOptions& options) {
     report.csv_bytes += bytes[i];
     if (!has_dose[i]) ++report.patients_without_dose;
   }
-  for (auto& [name, ids] : splits) {
-    report.patients_per_split[name] = static_cast<int64_t>(ids.size());
-    writer.set_split(name, std::move(ids));
-  }
-  writer.commit();
+  for (const auto& [name, ids] : splits) report.patients_per_split[name] = static_cast<int64_t>(ids.size());
+  import_detail::commit_splits(writer, import_detail::NamedSplits(splits.begin(), splits.end()));  // by name
   report.patients = static_cast<int64_t>(n);
   report.output_bytes = static_cast<int64_t>(fs::file_size(options.out, ec));
   report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
