@@ -117,6 +117,14 @@ __device__ GroupUnit group_unit(const NormActShape& shape, int64_t unit) {
   return {unit / shape.groups, (unit % shape.groups) * cg, cg};
 }
 
+// Batch norm's unit `ch`: the samples' per-channel accumulators merged in sample order.
+template <typename Acc>
+__device__ Acc merge_over_batch(const Acc* __restrict__ channel, const NormActShape& shape, int64_t ch) {
+  Acc acc;
+  for (int64_t n = 0; n < shape.n; ++n) acc = merge(acc, channel[n * shape.c + ch]);
+  return acc;
+}
+
 // Per unit: the affine of its channels (and batch norm's running statistics).
 __global__ void affine_kernel(const Moments* __restrict__ channel, NormActShape shape, const float* __restrict__ weight,
                               const float* __restrict__ bias, float eps, float* running_mean, float* running_var,
@@ -125,8 +133,7 @@ __global__ void affine_kernel(const Moments* __restrict__ channel, NormActShape 
   const int64_t c = shape.c;
   if (shape.batch) {
     if (unit >= c) return;
-    Moments m;
-    for (int64_t n = 0; n < shape.n; ++n) m = moments_merge(m, channel[n * c + unit]);
+    const Moments m = merge_over_batch(channel, shape, unit);
     affine[unit] = channel_affine(m, eps, weight[unit], bias[unit]);
     if (running_mean != nullptr) {
       running_mean[unit] = (1.f - momentum) * running_mean[unit] + momentum * m.mean;
@@ -150,8 +157,7 @@ __global__ void coefficients_kernel(const GradSums* __restrict__ channel, NormAc
   const int64_t c = shape.c;
   if (shape.batch) {
     if (unit >= c) return;
-    GradSums sums;
-    for (int64_t n = 0; n < shape.n; ++n) sums = grad_sums_merge(sums, channel[n * c + unit]);
+    const GradSums sums = merge_over_batch(channel, shape, unit);
     const ChannelAffine aff = affine[unit];
     const float count = static_cast<float>(shape.n) * static_cast<float>(shape.s);
     const float w = weight[unit], sum_gxhat = aff.rstd * sums.gxc;
