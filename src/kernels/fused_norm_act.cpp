@@ -17,6 +17,12 @@ namespace {
 
 std::atomic<bool> enabled_{false};
 
+// A per-channel float32 vector for x: (C), contiguous, on x's device (weight, bias, running statistics).
+bool is_channel_vector(const torch::Tensor& p, const torch::Tensor& x) {
+  return p.defined() && p.scalar_type() == torch::kFloat && p.dim() == 1 && p.numel() == x.size(1) &&
+         p.is_contiguous() && p.device() == x.device();
+}
+
 #ifdef U3D_CUDA_KERNELS
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -164,11 +170,7 @@ bool applies(const torch::Tensor& x, const torch::Tensor& weight, const torch::T
   if (t != torch::kFloat && t != torch::kHalf && t != torch::kBFloat16) return false;
   if (x.is_contiguous() || !x.is_contiguous(at::MemoryFormat::ChannelsLast3d)) return false;
   if (x.size(1) > 1024 || x.numel() == 0) return false;
-  const auto param_ok = [&](const torch::Tensor& p) {
-    return p.defined() && p.scalar_type() == torch::kFloat && p.dim() == 1 && p.numel() == x.size(1) &&
-           p.is_contiguous() && p.device() == x.device();
-  };
-  return param_ok(weight) && param_ok(bias);
+  return is_channel_vector(weight, x) && is_channel_vector(bias, x);
 }
 
 torch::Tensor group_norm_act(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
@@ -183,8 +185,7 @@ torch::Tensor batch_norm_act(const torch::Tensor& x, const torch::Tensor& weight
                              const torch::Tensor& running_mean, const torch::Tensor& running_var, double momentum,
                              double eps, FusedActivation act) {
   for (const torch::Tensor* t : {&running_mean, &running_var}) {
-    if (t->defined() && (t->scalar_type() != torch::kFloat || t->numel() != x.size(1) || !t->is_contiguous() ||
-                         t->device() != x.device())) {
+    if (t->defined() && x.dim() == 5 && !is_channel_vector(*t, x)) {
       throw TrainingError(
           fmt::format("fused batch norm: running statistics must be float32 ({}) on {}", x.size(1), x.device().str()));
     }

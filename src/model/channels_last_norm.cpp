@@ -98,6 +98,8 @@ class ChannelsLastNormFunction : public torch::autograd::Function<ChannelsLastNo
   }
 };
 
+}  // namespace
+
 torch::Tensor apply_activation(const torch::Tensor& y, NormActivation activation, double negative_slope) {
   switch (activation) {
     case NormActivation::kRelu: return torch::relu(y);
@@ -106,8 +108,6 @@ torch::Tensor apply_activation(const torch::Tensor& y, NormActivation activation
   }
   return y;
 }
-
-}  // namespace
 
 torch::Tensor channels_last_norm_kernel(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                                         int64_t groups, double eps, NormActivation activation, double negative_slope) {

@@ -74,6 +74,9 @@ TORCH_MODULE(ChannelsLastNorm);
 // ChannelsLast's (C*H*W, 1, C*W, C) the same way; tensors of another rank are returned unchanged.
 torch::Tensor strictly_channels_last(const torch::Tensor& t);
 
+// The activation's ATen op on y (relu, leaky_relu, or y itself for kNone).
+torch::Tensor apply_activation(const torch::Tensor& y, NormActivation activation, double negative_slope);
+
 // The activation as the fused kernels take it (kernels/fused_norm_act.h).
 kernels::FusedActivation fused_activation(NormActivation activation, double negative_slope);
 
