@@ -6,6 +6,7 @@
 
 #ifdef U3D_CUDA_KERNELS
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/record_function.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 
@@ -125,6 +126,9 @@ torch::Tensor run(const torch::Tensor& x, const torch::Tensor& weight, const tor
                                     built() ? "" : " (this build has no CUDA kernels)"));
   }
 #ifdef U3D_CUDA_KERNELS
+  // The profiler's name for the forward's kernels (app/step_profile.h files it under normalisation;
+  // the backward's run under the autograd node NormActFunction, a replayed graph's by kernel name).
+  RECORD_FUNCTION("u3d::fused_norm_act", std::vector<c10::IValue>({x}));
   return NormActFunction::apply(x, weight, bias, running_mean, running_var, groups, batch, momentum, eps, act.slope);
 #else
   (void)running_mean, (void)running_var, (void)groups, (void)batch, (void)momentum, (void)eps, (void)act;

@@ -77,16 +77,16 @@ __device__ void reduce_chunk(int64_t s, int64_t c, int64_t chunks, Acc* partial,
 }
 
 template <typename T>
-__global__ void moments_kernel(const T* __restrict__ x, int64_t s, int64_t c, int64_t chunks,
-                               Moments* __restrict__ partial) {
+__global__ void norm_act_moments_kernel(const T* __restrict__ x, int64_t s, int64_t c, int64_t chunks,
+                                        Moments* __restrict__ partial) {
   reduce_chunk<T, Moments>(s, c, chunks, partial,
                            [&](Moments& m, int64_t i, int64_t, int64_t) { moments_add(m, to_float(x[i])); });
 }
 
 template <typename T>
-__global__ void grad_sums_kernel(const T* __restrict__ dy, const T* __restrict__ x, int64_t s, int64_t c,
-                                 int64_t chunks, const ChannelAffine* __restrict__ affine, int64_t affine_stride,
-                                 float slope, GradSums* __restrict__ partial) {
+__global__ void norm_act_grad_sums_kernel(const T* __restrict__ dy, const T* __restrict__ x, int64_t s, int64_t c,
+                                          int64_t chunks, const ChannelAffine* __restrict__ affine,
+                                          int64_t affine_stride, float slope, GradSums* __restrict__ partial) {
   reduce_chunk<T, GradSums>(s, c, chunks, partial, [&](GradSums& acc, int64_t i, int64_t n, int64_t ch) {
     grad_sums_add(acc, to_float(dy[i]), to_float(x[i]), affine[n * affine_stride + ch], slope);
   });
@@ -95,8 +95,8 @@ __global__ void grad_sums_kernel(const T* __restrict__ dy, const T* __restrict__
 // Per (n, c): the chunks' partials merged, one warp each (lanes stride the chunks, then a fixed
 // shuffle tree).
 template <typename Acc>
-__global__ void merge_chunks_kernel(const Acc* __restrict__ partial, int64_t n_c, int64_t c, int64_t chunks,
-                                    Acc* __restrict__ channel) {
+__global__ void norm_act_merge_chunks_kernel(const Acc* __restrict__ partial, int64_t n_c, int64_t c, int64_t chunks,
+                                             Acc* __restrict__ channel) {
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (warp >= n_c) return;  // the whole warp leaves together
@@ -126,9 +126,10 @@ __device__ Acc merge_over_batch(const Acc* __restrict__ channel, const NormActSh
 }
 
 // Per unit: the affine of its channels (and batch norm's running statistics).
-__global__ void affine_kernel(const Moments* __restrict__ channel, NormActShape shape, const float* __restrict__ weight,
-                              const float* __restrict__ bias, float eps, float* running_mean, float* running_var,
-                              float momentum, ChannelAffine* __restrict__ affine) {
+__global__ void norm_act_affine_kernel(const Moments* __restrict__ channel, NormActShape shape,
+                                       const float* __restrict__ weight, const float* __restrict__ bias, float eps,
+                                       float* running_mean, float* running_var, float momentum,
+                                       ChannelAffine* __restrict__ affine) {
   const int64_t unit = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t c = shape.c;
   if (shape.batch) {
@@ -150,9 +151,9 @@ __global__ void affine_kernel(const Moments* __restrict__ channel, NormActShape 
 }
 
 // Per unit: the dx coefficients; batch norm also the parameter gradients.
-__global__ void coefficients_kernel(const GradSums* __restrict__ channel, NormActShape shape,
-                                    const float* __restrict__ weight, const ChannelAffine* __restrict__ affine,
-                                    DxCoefficients* __restrict__ coef, float* dweight, float* dbias) {
+__global__ void norm_act_coefficients_kernel(const GradSums* __restrict__ channel, NormActShape shape,
+                                             const float* __restrict__ weight, const ChannelAffine* __restrict__ affine,
+                                             DxCoefficients* __restrict__ coef, float* dweight, float* dbias) {
   const int64_t unit = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t c = shape.c;
   if (shape.batch) {
@@ -179,8 +180,9 @@ __global__ void coefficients_kernel(const GradSums* __restrict__ channel, NormAc
 }
 
 // Group norm's parameter gradients: per channel, the samples' sums in a fixed order.
-__global__ void group_param_grads_kernel(const GradSums* __restrict__ channel, NormActShape shape,
-                                         const ChannelAffine* __restrict__ affine, float* dweight, float* dbias) {
+__global__ void norm_act_group_param_grads_kernel(const GradSums* __restrict__ channel, NormActShape shape,
+                                                  const ChannelAffine* __restrict__ affine, float* dweight,
+                                                  float* dbias) {
   const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (ch >= shape.c) return;
   float dw = 0.f, db = 0.f;
@@ -202,8 +204,8 @@ struct alignas(sizeof(T) * V) Pack {
 // Element-wise over sample blockIdx.y with the sample's per-channel tables in shared memory:
 // y = act(x * scale + shift). V values per access (C % V == 0, so they share a row).
 template <typename T, int V>
-__global__ void apply_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t s, int64_t c,
-                             const ChannelAffine* __restrict__ affine, int64_t affine_stride, float slope) {
+__global__ void norm_act_apply_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t s, int64_t c,
+                                      const ChannelAffine* __restrict__ affine, int64_t affine_stride, float slope) {
   extern __shared__ unsigned char shared_raw[];
   ChannelAffine* table = reinterpret_cast<ChannelAffine*>(shared_raw);
   const int64_t n = blockIdx.y;
@@ -225,9 +227,9 @@ __global__ void apply_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t
 
 // dx = g * cg + x * cx + c0, g recomputed from x (shared tables of affine and coefficients).
 template <typename T, int V>
-__global__ void dx_kernel(const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx, int64_t s, int64_t c,
-                          const ChannelAffine* __restrict__ affine, const DxCoefficients* __restrict__ coef,
-                          int64_t affine_stride, float slope) {
+__global__ void norm_act_dx_kernel(const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx, int64_t s,
+                                   int64_t c, const ChannelAffine* __restrict__ affine,
+                                   const DxCoefficients* __restrict__ coef, int64_t affine_stride, float slope) {
   extern __shared__ unsigned char shared_raw[];
   ChannelAffine* table = reinterpret_cast<ChannelAffine*>(shared_raw);
   DxCoefficients* coefs = reinterpret_cast<DxCoefficients*>(table + c);
@@ -278,10 +280,18 @@ void apply(const T* x, T* y, const NormActShape& sh, const ChannelAffine* affine
   const int v = vector_width<T>(sh.c, x, y, nullptr);
   const dim3 grid = elementwise_grid(sh.n, sh.s * sh.c, v);
   switch (v) {
-    case 8: apply_kernel<T, 8><<<grid, kThreads, smem, stream>>>(x, y, sh.s, sh.c, affine, stride, slope); break;
-    case 4: apply_kernel<T, 4><<<grid, kThreads, smem, stream>>>(x, y, sh.s, sh.c, affine, stride, slope); break;
-    case 2: apply_kernel<T, 2><<<grid, kThreads, smem, stream>>>(x, y, sh.s, sh.c, affine, stride, slope); break;
-    default: apply_kernel<T, 1><<<grid, kThreads, smem, stream>>>(x, y, sh.s, sh.c, affine, stride, slope); break;
+    case 8:
+      norm_act_apply_kernel<T, 8><<<grid, kThreads, smem, stream>>>(x, y, sh.s, sh.c, affine, stride, slope);
+      break;
+    case 4:
+      norm_act_apply_kernel<T, 4><<<grid, kThreads, smem, stream>>>(x, y, sh.s, sh.c, affine, stride, slope);
+      break;
+    case 2:
+      norm_act_apply_kernel<T, 2><<<grid, kThreads, smem, stream>>>(x, y, sh.s, sh.c, affine, stride, slope);
+      break;
+    default:
+      norm_act_apply_kernel<T, 1><<<grid, kThreads, smem, stream>>>(x, y, sh.s, sh.c, affine, stride, slope);
+      break;
   }
 }
 
@@ -294,16 +304,16 @@ void dx_pass(const T* dy, const T* x, T* dx, const NormActShape& sh, const Chann
   const dim3 grid = elementwise_grid(sh.n, sh.s * sh.c, v);
   switch (v) {
     case 8:
-      dx_kernel<T, 8><<<grid, kThreads, smem, stream>>>(dy, x, dx, sh.s, sh.c, affine, coef, stride, slope);
+      norm_act_dx_kernel<T, 8><<<grid, kThreads, smem, stream>>>(dy, x, dx, sh.s, sh.c, affine, coef, stride, slope);
       break;
     case 4:
-      dx_kernel<T, 4><<<grid, kThreads, smem, stream>>>(dy, x, dx, sh.s, sh.c, affine, coef, stride, slope);
+      norm_act_dx_kernel<T, 4><<<grid, kThreads, smem, stream>>>(dy, x, dx, sh.s, sh.c, affine, coef, stride, slope);
       break;
     case 2:
-      dx_kernel<T, 2><<<grid, kThreads, smem, stream>>>(dy, x, dx, sh.s, sh.c, affine, coef, stride, slope);
+      norm_act_dx_kernel<T, 2><<<grid, kThreads, smem, stream>>>(dy, x, dx, sh.s, sh.c, affine, coef, stride, slope);
       break;
     default:
-      dx_kernel<T, 1><<<grid, kThreads, smem, stream>>>(dy, x, dx, sh.s, sh.c, affine, coef, stride, slope);
+      norm_act_dx_kernel<T, 1><<<grid, kThreads, smem, stream>>>(dy, x, dx, sh.s, sh.c, affine, coef, stride, slope);
       break;
   }
 }
@@ -323,13 +333,13 @@ void forward_typed(const void* xv, void* yv, const NormActShape& sh, int64_t chu
                    Moments* partial, Moments* channel, ChannelAffine* affine, cudaStream_t stream) {
   const T* x = static_cast<const T*>(xv);
   const dim3 block = reduction_block(sh.c);
-  moments_kernel<T><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(sh.n)), block,
-                      sizeof(Moments) * block.x * block.y, stream>>>(x, sh.s, sh.c, chunks, partial);
-  merge_chunks_kernel<Moments>
+  norm_act_moments_kernel<T><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(sh.n)), block,
+                               sizeof(Moments) * block.x * block.y, stream>>>(x, sh.s, sh.c, chunks, partial);
+  norm_act_merge_chunks_kernel<Moments>
       <<<blocks_for(sh.n * sh.c * 32, kThreads), kThreads, 0, stream>>>(partial, sh.n * sh.c, sh.c, chunks, channel);
   const int64_t units = sh.batch ? sh.c : sh.n * sh.groups;
-  affine_kernel<<<blocks_for(units, 128), 128, 0, stream>>>(channel, sh, weight, bias, eps, running_mean, running_var,
-                                                            momentum, affine);
+  norm_act_affine_kernel<<<blocks_for(units, 128), 128, 0, stream>>>(channel, sh, weight, bias, eps, running_mean,
+                                                                     running_var, momentum, affine);
   apply<T>(x, static_cast<T*>(yv), sh, affine, slope, stream);
 }
 
@@ -341,15 +351,16 @@ void backward_typed(const void* dyv, const void* xv, void* dxv, const NormActSha
   const T* x = static_cast<const T*>(xv);
   const dim3 block = reduction_block(sh.c);
   const int64_t stride = sh.batch ? 0 : sh.c;
-  grad_sums_kernel<T>
+  norm_act_grad_sums_kernel<T>
       <<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(sh.n)), block, sizeof(GradSums) * block.x * block.y,
          stream>>>(dy, x, sh.s, sh.c, chunks, affine, stride, slope, partial);
-  merge_chunks_kernel<GradSums>
+  norm_act_merge_chunks_kernel<GradSums>
       <<<blocks_for(sh.n * sh.c * 32, kThreads), kThreads, 0, stream>>>(partial, sh.n * sh.c, sh.c, chunks, channel);
   const int64_t units = sh.batch ? sh.c : sh.n * sh.groups;
-  coefficients_kernel<<<blocks_for(units, 128), 128, 0, stream>>>(channel, sh, weight, affine, coef, dweight, dbias);
+  norm_act_coefficients_kernel<<<blocks_for(units, 128), 128, 0, stream>>>(channel, sh, weight, affine, coef, dweight,
+                                                                           dbias);
   if (!sh.batch) {
-    group_param_grads_kernel<<<blocks_for(sh.c, 128), 128, 0, stream>>>(channel, sh, affine, dweight, dbias);
+    norm_act_group_param_grads_kernel<<<blocks_for(sh.c, 128), 128, 0, stream>>>(channel, sh, affine, dweight, dbias);
   }
   dx_pass<T>(dy, x, static_cast<T*>(dxv), sh, affine, coef, slope, stream);
 }

@@ -43,9 +43,11 @@ def trainer(argv):
              resolved={"model.dims": "2"} if two_d else {"model.activation": "relu"} if "mlperf" in cfg else {})
     print(json.dumps(r))
     if "--profile" in argv:
+        # the 2D recipe's fused norm at batch 16 made slower than the unfused one: the report must say so
+        norm = 0.5 if two_d and b == 16 and sets.get("model.fused_kernels") == "on" else 0.4
         print(json.dumps({"benchmark": "step_profile", "steps": 3, "source": "cuda device time", "total_ms_per_step": ms,
                           "categories": {"convolution": {"ms": ms * 0.6, "share": 0.6},
-                                         "normalisation": {"ms": ms * 0.4, "share": 0.4}}}))
+                                         "normalisation": {"ms": ms * norm, "share": norm}}}))
     return 0
 
 

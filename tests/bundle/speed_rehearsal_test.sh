@@ -11,7 +11,8 @@
 # 3. The GPU path on a made-up GPU box (tests/bundle/speed_fakes.py stands in for the trainer, the
 #    torch side and nvidia-smi; made-up figures): --part all PASSes with every network's rows, the
 #    MLPerf best batch (7) with its fused-off, eager and floor rows, the goals and NVIDIA's figure in
-#    the table; under --deadline 100 the 3D networks' torch.compile (about 125 s each by the
+#    the table, each category of the fused step's profile against the unfused one's (a slower fused
+#    category flagged); under --deadline 100 the 3D networks' torch.compile (about 125 s each by the
 #    estimates) is left out (PARTIAL, named) and their other rows are there.
 #   tests/bundle/speed_rehearsal_test.sh BUILD_DIR [VENV_PYTHON]
 set -euo pipefail
@@ -108,7 +109,10 @@ check({r["kind"] for r in by["mlperf"]["rows"] if r["batch"] == 7} == {"fused", 
       "MLPerf at its best batch: fused, fused off and eager expected")
 check(set(by["slices"]["conv_floor"]) == {"16", "128"} and set(by["slices"]["profiles"]) == {"16", "128"},
       "2D: a floor and a profile per batch expected")
-for want in ("| MLPerf 3D U-Net | 7 | trainer, graph, fused kernels on | 250.0 |", "3.46x |",
+check(set(by["openkbp"].get("unfused_profiles", {})) == {"2"}, "OpenKBP: the unfused step's profile expected")
+for want in ("| OpenKBP baseline | 2 | normalisation | 4.000 | 4.400 | 0.91 |",
+             "| 2D slices (unet2d) | 16 | normalisation | 40.000 | 35.200 | 1.14 (slower fused) |",
+             "| MLPerf 3D U-Net | 7 | trainer, graph, fused kernels on | 250.0 |", "3.46x |",
              "| MLPerf 3D U-Net >= 80 samples/s per H100 (best batch) | 250.0 samples/s at batch 7 (3.46x NVIDIA's 72.2) | yes |",
              "| OpenKBP baseline batch 2: >= 1.2x torch.compile | 1.10x | no |", "| 2D slices >= 3000 slices/s |"):
     check(want in md, f"gpu-report.md lacks {want!r}")

@@ -3,7 +3,8 @@ and report. Section 1 says what the machine is (GPU, H100 or H200, driver, torch
 commit). Then, per network, each row a step at one batch: the trainer with the CUDA graph and
 model.fused_kernels on (with `--benchmark --profile`: the step's breakdown by category), PyTorch's
 torch.compile and eager of the same network (pytorch_step.py in the one torch process), the trainer
-with model.fused_kernels off, and the convolution floor (conv_floor.py) with its share of the step.
+with model.fused_kernels off (profiled too: the report compares each category fused against unfused,
+so a kernel slower than ATen's path shows), and the convolution floor (conv_floor.py) with its share of the step.
 Part 1: the OpenKBP baseline (2) and the MLPerf 3D U-Net (3) at batch 2 and at its best batch of
 2, 4, 7, 8 (gpu-check section 15's sweep); part 2: the nnU-Net-like U-Net (4) and the 2D slice recipe
 (5) at batch 16 and 128. torch.compile costs about 100 s per network, hence two parts, each planned
@@ -31,6 +32,7 @@ OPENKBP_GOAL_MS = 9.0                         # the OpenKBP baseline's step at b
 STEPS, WARMUP = 20, 5                         # timed and untimed steps of every row
 FLOOR_STEPS, FLOOR_WARMUP = 10, 3             # conv_floor.py's repetitions per convolution
 PROFILE_STEPS = 3                             # --benchmark --profile's profiled steps, after the timed ones
+KERNEL_CATEGORIES = ("normalisation", "activation", "copy/cast")  # what the fused kernels replace
 PARTS = {"1": (1, 2, 3), "2": (1, 4, 5), "all": (1, 2, 3, 4, 5)}
 FUSED = {"on": "model.fused_kernels=on", "off": "model.fused_kernels=off"}
 TOOLS = {"fused": "trainer, graph, fused kernels on", "unfused": "trainer, graph, fused kernels off",
@@ -101,8 +103,8 @@ class NetSpeed(Spec):
         k, n = E.H100, STEPS + WARMUP
         tune, step = k["autotune_" + self.net], self.step_s(b)
         start = k["trainer_start"] + tune + k["capture"]
-        return {"fused": start + n * step + PROFILE_STEPS * step * k["profile_factor"] + 1.0,
-                "unfused": start + n * step, "eager": tune + n * step, "compile": self.compile_s() + tune + n * step,
+        profiled = PROFILE_STEPS * step * k["profile_factor"] + 1.0
+        return {"fused": start + n * step + profiled, "unfused": start + n * step + profiled, "eager": tune + n * step, "compile": self.compile_s() + tune + n * step,
                 "floor": tune + k["conv_floor_extra"],
                 "sweep": start + (SWEEP_STEPS + SWEEP_WARMUP) * step}[kind]
 
@@ -190,7 +192,8 @@ class NetSpeed(Spec):
                 return None
             want = "off" if kind == "unfused" else "on"
             try:
-                r = bench(check, s, self.cfg, sets + [FUSED[want]], steps, warmup, log, profile=kind == "fused")
+                r = bench(check, s, self.cfg, sets + [FUSED[want]], steps, warmup, log,
+                          profile=kind in ("fused", "unfused"))
             except RuntimeError as ex:
                 if "fused_kernels" not in str(ex):
                     raise
@@ -199,9 +202,9 @@ class NetSpeed(Spec):
                 got[("nofused", b)] = r
                 kind = "nofused"
             got[(kind, b)] = r
-            if r.get("profile"):
+            if r.get("profile"):  # the fused step's under "profiles", the unfused one's beside it to compare
                 p = r["profile"]
-                figs.setdefault("profiles", {})[str(b)] = {
+                figs.setdefault("unfused_profiles" if kind == "unfused" else "profiles", {})[str(b)] = {
                     "total_ms_per_step": p.get("total_ms_per_step"), "source": p.get("source"),
                     "categories": {k: v.get("ms") for k, v in (p.get("categories") or {}).items()}}
             return row_of("fused" if kind == "sweep" else kind, b, r)
@@ -337,6 +340,27 @@ class SlicesSpeed(NetSpeed):
         return out
 
 
+def fused_vs_unfused(name, figs):
+    """Table rows: per batch and category, the fused step's profiled ms against the unfused step's (the
+    kernels' own categories first); a fused category slower than ATen's says so (keep auto off for it)."""
+    rows = []
+    for b, f in figs.get("profiles", {}).items():
+        u = figs.get("unfused_profiles", {}).get(b)
+        if not u:
+            continue
+        fc, uc = f.get("categories") or {}, u.get("categories") or {}
+        for cat in sorted(set(fc) | set(uc), key=lambda c: (c not in KERNEL_CATEGORIES, c)):
+            a, z = fc.get(cat), uc.get(cat)
+            if not a and not z:
+                continue
+            ratio = f"{a / z:.2f}" if a is not None and z else "-"
+            slower = " (slower fused)" if a is not None and z and a > z * 1.02 and cat in KERNEL_CATEGORIES else ""
+            rows.append(f"| {name} | {b} | {cat} | {_cell(a, '{:.3f}')} | {_cell(z, '{:.3f}')} | {ratio}{slower} |")
+        rows.append(f"| {name} | {b} | all | {_cell(f.get('total_ms_per_step'), '{:.3f}')} | "
+                    f"{_cell(u.get('total_ms_per_step'), '{:.3f}')} | - |")
+    return rows
+
+
 def specs(part):
     every = [Machine(), OpenKbpSpeed(), MlperfSpeed(), NnunetSpeed(), SlicesSpeed()]
     return [sp for sp in every if sp.num in PARTS[part]]
@@ -384,7 +408,7 @@ class SpeedReport:
                  "conv floor ms (share of the step) | MLPerf rows: x NVIDIA's "
                  f"{str(nvidia) + ' samples/s' if nvidia else '(no figure for this GPU)'} |",
                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-        goals, profiles = [], []
+        goals, profiles, compare = [], [], []
         for s in check.sections[1:]:
             figs = s.figures if s.figures.get("rows") or not s.rehearsal_figures.get("rows") else s.rehearsal_figures
             name = figs.get("network") or s.title.split(" (")[0]
@@ -407,9 +431,13 @@ class SpeedReport:
                 cats = ", ".join(f"{k} {v:.1f} ms ({v / total:.0%})" for k, v in sorted(
                     p["categories"].items(), key=lambda kv: -(kv[1] or 0)) if v and total)
                 profiles.append(f"| {name}{where} | {b} | {total:.1f} | {cats} |")
+            compare += fused_vs_unfused(name + where, figs)
         if profiles:
             lines += ["", "| network | batch | profiled ms per step | by category (trainer --benchmark --profile, fused) |",
                       "|---|---|---|---|"] + profiles
+        if compare:
+            lines += ["", "| network | batch | category | fused ms | unfused (ATen) ms | fused / unfused |",
+                      "|---|---|---|---|---|---|"] + compare
         if goals:
             lines += ["", "| goal | figure | met |", "|---|---|---|"] + [
                 f"| {g['goal']} | {g['figure']} | {'not measured' if g['met'] is None else 'yes' if g['met'] else 'no'} |"

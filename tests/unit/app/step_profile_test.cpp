@@ -13,7 +13,13 @@ TEST(StepProfile, OperatorsAndKernelsFallIntoTheirCategories) {
       {{"convolution",
         {"aten::cudnn_convolution", "aten::convolution_backward", "aten::addmm",
          "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32"}},
-       {"normalisation", {"aten::native_batch_norm", "NativeBatchNormBackward0", "aten::native_group_norm"}},
+       {"normalisation",
+        {"aten::native_batch_norm", "NativeBatchNormBackward0", "aten::native_group_norm",
+         // the project's fused kernels (kernels/fused_norm_act.h): the forward's op, the backward's
+         // autograd node, and kernel names as a replayed CUDA graph shows them
+         "u3d::fused_norm_act", "torch::autograd::CppNode<u3d::kernels::(anonymous namespace)::NormActFunction>",
+         "void u3d::kernels::launch::(anonymous namespace)::norm_act_grad_sums_kernel<__nv_bfloat16>(...)",
+         "void u3d::kernels::launch::(anonymous namespace)::norm_act_dx_kernel<float, 8>(...)"}},
        {"activation", {"aten::leaky_relu", "aten::threshold_backward"}},
        {"copy/cast", {"aten::copy_", "aten::to", "aten::_to_copy", "Memcpy DtoD (Device -> Device)"}},
        {"reduction", {"aten::sum", "aten::linalg_vector_norm" /* not a normalisation */, "aten::max"}},
