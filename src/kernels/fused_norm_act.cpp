@@ -1,7 +1,5 @@
 #include "u3d/kernels/fused_norm_act.h"
 
-#include <atomic>
-
 #include "u3d/core/errors.h"
 
 #ifdef U3D_CUDA_KERNELS
@@ -15,8 +13,6 @@
 
 namespace u3d::kernels {
 namespace {
-
-std::atomic<bool> enabled_{false};
 
 // A per-channel float32 vector for x: (C), contiguous, on x's device (weight, bias, running statistics).
 bool is_channel_vector(const torch::Tensor& p, const torch::Tensor& x) {
@@ -164,9 +160,6 @@ std::string device_architecture(const torch::Device& device) {
   return "";
 #endif
 }
-
-void set_enabled(bool on) { enabled_.store(on); }
-bool enabled() { return enabled_.load(); }
 
 bool applies(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
   if (!built() || !x.defined() || !x.is_cuda() || x.dim() != 5) return false;

@@ -1,5 +1,7 @@
 #include "u3d/model/channels_last_batch_norm.h"
 
+#include "u3d/kernels/fused_families.h"
+
 namespace u3d {
 namespace {
 
@@ -30,7 +32,7 @@ torch::Tensor channels_last_batch_norm(torch::nn::BatchNorm3dImpl& bn, const tor
 }
 
 bool batch_norm_act_fuses(const torch::nn::BatchNorm3dImpl& bn, const torch::Tensor& x) {
-  return kernels::enabled() && bn.is_training() && bn.options.affine() && kernels::applies(x, bn.weight, bn.bias);
+  return kernels::enabled(kernels::Family::kBatchNorm) && bn.is_training() && bn.options.affine() && kernels::applies(x, bn.weight, bn.bias);
 }
 
 torch::Tensor batch_norm_act(torch::nn::BatchNorm3dImpl& bn, const torch::Tensor& x, NormActivation activation,

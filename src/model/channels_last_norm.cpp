@@ -1,6 +1,7 @@
 #include "u3d/model/channels_last_norm.h"
 
 #include "u3d/core/errors.h"
+#include "u3d/kernels/fused_families.h"
 
 namespace u3d {
 namespace {
@@ -123,7 +124,7 @@ torch::Tensor channels_last_norm_kernel(const torch::Tensor& x, const torch::Ten
 torch::Tensor channels_last_norm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                                  int64_t groups, double eps, NormActivation activation, double negative_slope) {
   if (x.dim() == 5 && !x.is_contiguous() && x.is_contiguous(at::MemoryFormat::ChannelsLast3d)) {
-    if (kernels::enabled() && kernels::applies(x, weight, bias)) {
+    if (kernels::enabled(kernels::Family::kGroupNorm) && kernels::applies(x, weight, bias)) {
       return kernels::group_norm_act(x, weight, bias, groups <= 0 ? x.size(1) : groups, eps,
                                      fused_activation(activation, negative_slope));
     }

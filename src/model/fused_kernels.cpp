@@ -9,14 +9,34 @@
 
 namespace u3d {
 
-const std::vector<std::string>& verified_architectures() {
-  // Add an architecture here only with the GPU run that passed FusedNormAct* on it (docs/performance.md).
-  static const std::vector<std::string> archs = {};
-  return archs;
+const std::vector<std::string>& verified_architectures(kernels::Family family) {
+  // Add an architecture to a family only with the GPU run that passed its tests there and measured its
+  // step no slower than ATen's (docs/performance.md); a family slower than ATen stays out.
+  // e.g. {kernels::Family::kBatchNorm, {"sm_90"}}.
+  static const std::vector<std::pair<kernels::Family, std::vector<std::string>>> table = {
+      {kernels::Family::kBatchNorm, {}},
+      {kernels::Family::kGroupNorm, {}},
+      {kernels::Family::kDecoderConcat, {}},
+      {kernels::Family::kLoss, {}},
+  };
+  static const std::vector<std::string> none;
+  for (const auto& [f, archs] : table) {
+    if (f == family) return archs;
+  }
+  return none;
+}
+
+kernels::Families verified_families(const std::string& architecture) {
+  kernels::Families out = kernels::kNoFamilies;
+  for (const kernels::Family f : kernels::all_families()) {
+    const auto& archs = verified_architectures(f);
+    if (std::find(archs.begin(), archs.end(), architecture) != archs.end()) out |= kernels::bit(f);
+  }
+  return out;
 }
 
 FusedKernelsChoice resolve_fused_kernels(const ModelConfig& cfg, const torch::Device& device) {
-  if (cfg.fused_kernels == Toggle::kOff) return {false, "off (model.fused_kernels)"};
+  if (cfg.fused_kernels == Toggle::kOff) return {kernels::kNoFamilies, false, "off (model.fused_kernels)"};
   if (cfg.fused_kernels == Toggle::kOn) {
     if (!device.is_cuda()) {
       throw ConfigError(
@@ -29,19 +49,26 @@ FusedKernelsChoice resolve_fused_kernels(const ModelConfig& cfg, const torch::De
           "model.fused_kernels: on, but this build has no CUDA kernels (built without nvcc or with "
           "-DU3D_CUDA_KERNELS=OFF); use auto or off");
     }
-    return {true, fmt::format("on (model.fused_kernels; {})", kernels::device_architecture(device))};
+    return {kernels::kAllFamilies, true,
+            fmt::format("on (model.fused_kernels; {})", kernels::device_architecture(device))};
   }
-  if (!device.is_cuda()) return {false, "auto: off on CPU"};
-  if (!kernels::built()) return {false, "auto: off (this build has no CUDA kernels)"};
+  if (!device.is_cuda()) return {kernels::kNoFamilies, false, "auto: off on CPU"};
+  if (!kernels::built()) return {kernels::kNoFamilies, false, "auto: off (this build has no CUDA kernels)"};
   const std::string arch = kernels::device_architecture(device);
-  const auto& verified = verified_architectures();
-  if (std::find(verified.begin(), verified.end(), arch) == verified.end()) {
-    return {false, fmt::format("auto: off ({} not yet verified by the kernels' GPU tests, docs/performance.md)", arch)};
+  const kernels::Families on = verified_families(arch);
+  if (on == kernels::kNoFamilies) {
+    return {on, false,
+            fmt::format("auto: off ({} not yet verified by the kernels' GPU tests, docs/performance.md)", arch)};
   }
-  return {true, fmt::format("auto: on ({} verified)", arch)};
+  if (on == kernels::kAllFamilies) return {on, true, fmt::format("auto: on ({} verified)", arch)};
+  return {on, true,
+          fmt::format("auto: on for {} ({} verified); off for {} (not yet verified there, docs/performance.md)",
+                      kernels::family_names(on), arch, kernels::family_names(kernels::kAllFamilies & ~on))};
 }
 
-FusedKernelsScope::FusedKernelsScope(bool on) : previous_(kernels::enabled()) { kernels::set_enabled(on); }
+FusedKernelsScope::FusedKernelsScope(kernels::Families families) : previous_(kernels::enabled_families()) {
+  kernels::set_enabled(families);
+}
 FusedKernelsScope::~FusedKernelsScope() { kernels::set_enabled(previous_); }
 
 }  // namespace u3d

@@ -1,6 +1,6 @@
 #include "u3d/model/split_concat_conv.h"
 
-#include "u3d/kernels/fused_norm_act.h"
+#include "u3d/kernels/fused_families.h"
 
 namespace u3d {
 namespace {
@@ -52,6 +52,6 @@ torch::Tensor conv_over_concat(const torch::nn::ConvTranspose2dImpl& conv, const
   return over_concat(conv, parts);
 }
 
-bool split_concat_applies(bool asked, const torch::Tensor& x) { return asked || (kernels::enabled() && x.is_cuda()); }
+bool split_concat_applies(bool asked, const torch::Tensor& x) { return asked || (kernels::enabled(kernels::Family::kDecoderConcat) && x.is_cuda()); }
 
 }  // namespace u3d

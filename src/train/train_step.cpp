@@ -19,7 +19,7 @@ std::string StepFeatures::describe() const {
   if (activation_checkpointing != Checkpointing::kOff) {
     parts.push_back(fmt::format("activation checkpointing ({})", to_string(activation_checkpointing)));
   }
-  if (fused_kernels) parts.push_back("fused norm kernels");
+  if (fused_kernels) parts.push_back("fused kernels");
   if (fused_optimizer) parts.push_back("fused optimizer");
   if (cudnn_benchmark) parts.push_back("cuDNN autotune");
   if (tf32) parts.push_back("TF32");
@@ -46,7 +46,7 @@ TrainStep::TrainStep(const Config& cfg, const torch::Device& device, NetworkImpl
   const FusedKernelsChoice fused = resolve_fused_kernels(cfg.model, device);
   features_.fused_kernels = fused.on;
   features_.fused_kernels_note = fused.reason;
-  fused_scope_.emplace(fused.on);
+  fused_scope_.emplace(fused.families);
   auto& ctx = at::globalContext();
   features_.cudnn_benchmark = device.is_cuda() && ctx.benchmarkCuDNN();
   features_.tf32 = device.is_cuda() && ctx.allowTF32CuDNN();
@@ -85,7 +85,7 @@ TrainStep::TrainStep(const Config& cfg, const torch::Device& device, NetworkImpl
         cfg.training.graph_warmup_steps, accumulate_,
         /*required=*/graph == Toggle::kOn);
   }
-  spdlog::info("training step: {} (layout {}; fused norm kernels {}{})", features_.describe(),
+  spdlog::info("training step: {} (layout {}; fused kernels {}{})", features_.describe(),
                features_.channels_last_note, features_.fused_kernels_note,
                features_.cuda_graph_note.empty() ? "" : fmt::format("; CUDA graph {}", features_.cuda_graph_note));
 }

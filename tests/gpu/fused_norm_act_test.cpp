@@ -196,7 +196,7 @@ std::vector<float> train_losses(Config cfg, Toggle toggle, int64_t size) {
     }
     losses.push_back(step.run(b.to(kCuda)).item<float>());
   }
-  EXPECT_FALSE(kernels::enabled() && toggle == Toggle::kOff);
+  EXPECT_FALSE(kernels::enabled_families() != kernels::kNoFamilies && toggle == Toggle::kOff);
   return losses;
 }
 

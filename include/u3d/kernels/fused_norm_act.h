@@ -36,11 +36,6 @@ std::string architectures();
 // The compute capability of a CUDA device as "sm_90"; "" for a CPU device or without kernels.
 std::string device_architecture(const torch::Device& device);
 
-// The process-wide switch the networks' norm layers read (set from model.fused_kernels by the
-// training run; off by default, so prediction, export and tests take ATen unless they ask).
-void set_enabled(bool on);
-bool enabled();
-
 // The activation fused after the norm, as norm_act_math.h's slope: relu 0, leaky_relu its slope, none 1.
 struct FusedActivation {
   double slope = 1.0;

@@ -1,14 +1,16 @@
-// model.fused_kernels: whether the networks' norm + activation layers run in the project's CUDA
-// kernels (kernels/fused_norm_act.h) instead of ATen, decided once per training step for its device.
+// model.fused_kernels: whether the project's CUDA kernels replace ATen in training, decided once per
+// training step for its device, family by family (kernels/fused_families.h: batch_norm, group_norm,
+// decoder_concat, loss).
 //
-//   off   ATen everywhere (model/channels_last_norm.h, model/channels_last_batch_norm.h)
-//   on    the kernels for every norm layer they take (training; batch norm in eval mode keeps ATen),
-//         and every decoder's first convolution over (up, skip) without the concatenation copy
-//         (model/split_concat_conv.h), on CUDA tensors;
-//         a ConfigError without a CUDA device or without kernels in the build
-//   auto  on for a CUDA GPU whose architecture is in verified_architectures(): those whose equality
-//         tests (GPU tests FusedNormAct*, gpu-check's core section) passed and are recorded in
-//         docs/performance.md; off otherwise, and always off on the CPU
+//   off   ATen everywhere (model/channels_last_norm.h, model/channels_last_batch_norm.h, train/losses.h)
+//   on    every family, for every layer and loss whose tensors the kernels take (training; batch norm
+//         in eval mode keeps ATen), on CUDA tensors; a ConfigError without a CUDA device or without
+//         kernels in the build
+//   auto  on CUDA, the families whose table in verified_architectures(family) holds the GPU's
+//         architecture: those whose equality tests (GPU tests FusedNormAct*, FusedLoss*, gpu-check's
+//         core section) passed on it and whose step measured no slower than ATen's there (the speed
+//         script's fused-against-unfused table), both recorded in docs/performance.md; the other
+//         families off; everything off on the CPU
 // Parameters, buffers and checkpoints are the same either way: a run may switch on --resume.
 #pragma once
 #include <torch/torch.h>
@@ -17,30 +19,36 @@
 #include <vector>
 
 #include "u3d/core/config.h"
+#include "u3d/kernels/fused_families.h"
 
 namespace u3d {
 
 struct FusedKernelsChoice {
-  bool on = false;
-  std::string reason;  // for the log: "auto: off (sm_90 not yet verified, docs/performance.md)"
+  kernels::Families families = kernels::kNoFamilies;
+  bool on = false;     // any family on
+  std::string reason;  // for the log: "auto: off (sm_90 not yet verified ..., docs/performance.md)"
 };
 
 // ConfigError for `on` without CUDA or without the kernels in the build.
 FusedKernelsChoice resolve_fused_kernels(const ModelConfig& cfg, const torch::Device& device);
 
-// GPU architectures ("sm_90") on which auto turns the kernels on. Empty until a GPU run records them.
-const std::vector<std::string>& verified_architectures();
+// GPU architectures ("sm_90") on which auto turns `family` on. Empty until a GPU run records them.
+const std::vector<std::string>& verified_architectures(kernels::Family family);
+// The families auto turns on for a GPU architecture ("sm_90").
+kernels::Families verified_families(const std::string& architecture);
 
-// kernels::set_enabled(on) for the life of the object, the previous value restored after.
+// kernels::set_enabled(families) for the life of the object, the previous set restored after;
+// `on` true: every family, false: none.
 class FusedKernelsScope {
  public:
-  explicit FusedKernelsScope(bool on);
+  explicit FusedKernelsScope(kernels::Families families);
+  explicit FusedKernelsScope(bool on) : FusedKernelsScope(on ? kernels::kAllFamilies : kernels::kNoFamilies) {}
   ~FusedKernelsScope();
   FusedKernelsScope(const FusedKernelsScope&) = delete;
   FusedKernelsScope& operator=(const FusedKernelsScope&) = delete;
 
  private:
-  bool previous_;
+  kernels::Families previous_;
 };
 
 }  // namespace u3d

@@ -4,6 +4,8 @@
 // enabled the CPU path is ATen's, bit for bit, for every norm and network.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "fixtures.h"
 #include "u3d/core/errors.h"
 #include "u3d/kernels/fused_norm_act.h"
@@ -33,6 +35,7 @@ TEST(FusedKernelsBuild, AutoIsOffOnTheCpuAndOnIsRefused) {
   cfg.fused_kernels = Toggle::kAuto;
   FusedKernelsChoice choice = resolve_fused_kernels(cfg, cpu);
   EXPECT_FALSE(choice.on);
+  EXPECT_EQ(choice.families, kernels::kNoFamilies);
   EXPECT_EQ(choice.reason, "auto: off on CPU");
   cfg.fused_kernels = Toggle::kOff;
   EXPECT_FALSE(resolve_fused_kernels(cfg, cpu).on);
@@ -50,7 +53,7 @@ TEST(FusedKernelsBuild, KernelsTakeNoCpuTensorAndRefuseOneInOneLine) {
   const torch::Tensor w = torch::ones({8}), b = torch::zeros({8});
   EXPECT_FALSE(kernels::applies(x, w, b));
   FusedKernelsScope on(/*on=*/true);
-  EXPECT_TRUE(kernels::enabled());
+  EXPECT_TRUE(kernels::enabled(kernels::Family::kGroupNorm));
   try {
     kernels::group_norm_act(x, w, b, /*groups=*/8, 1e-5, kernels::FusedActivation::relu());
     FAIL() << "the CUDA kernels took a CPU tensor";
@@ -60,17 +63,42 @@ TEST(FusedKernelsBuild, KernelsTakeNoCpuTensorAndRefuseOneInOneLine) {
 }
 
 TEST(FusedKernelsBuild, ScopeRestoresThePreviousSwitch) {
-  EXPECT_FALSE(kernels::enabled());
+  EXPECT_EQ(kernels::enabled_families(), kernels::kNoFamilies);
   {
     FusedKernelsScope on(/*on=*/true);
-    EXPECT_TRUE(kernels::enabled());
+    for (const kernels::Family f : kernels::all_families()) EXPECT_TRUE(kernels::enabled(f)) << kernels::family_name(f);
     {
       FusedKernelsScope off(/*on=*/false);
-      EXPECT_FALSE(kernels::enabled());
+      EXPECT_EQ(kernels::enabled_families(), kernels::kNoFamilies);
     }
-    EXPECT_TRUE(kernels::enabled());
+    EXPECT_EQ(kernels::enabled_families(), kernels::kAllFamilies);
   }
-  EXPECT_FALSE(kernels::enabled());
+  EXPECT_EQ(kernels::enabled_families(), kernels::kNoFamilies);
+}
+
+// auto turns on a family at a time (the ones verified on that architecture), and a layer reads only
+// its own family's switch.
+TEST(FusedKernelsBuild, FamiliesSwitchOneAtATime) {
+  EXPECT_EQ(kernels::all_families().size(), 4u);
+  EXPECT_EQ(kernels::family_names(kernels::kAllFamilies), "batch_norm, group_norm, decoder_concat, loss");
+  EXPECT_EQ(kernels::family_names(kernels::kNoFamilies), "none");
+  {
+    FusedKernelsScope some(kernels::bit(kernels::Family::kBatchNorm) | kernels::bit(kernels::Family::kLoss));
+    EXPECT_TRUE(kernels::enabled(kernels::Family::kBatchNorm));
+    EXPECT_FALSE(kernels::enabled(kernels::Family::kGroupNorm));
+    EXPECT_FALSE(kernels::enabled(kernels::Family::kDecoderConcat));
+    EXPECT_TRUE(kernels::enabled(kernels::Family::kLoss));
+    EXPECT_EQ(kernels::family_names(kernels::enabled_families()), "batch_norm, loss");
+  }
+  // The verified table: a family is on for an architecture exactly when its list names it.
+  for (const std::string arch : {"sm_80", "sm_90", "sm_100"}) {
+    const kernels::Families on = verified_families(arch);
+    for (const kernels::Family f : kernels::all_families()) {
+      const auto& archs = verified_architectures(f);
+      const bool listed = std::find(archs.begin(), archs.end(), arch) != archs.end();
+      EXPECT_EQ((on & kernels::bit(f)) != 0, listed) << arch << " " << kernels::family_name(f);
+    }
+  }
 }
 
 // Forward and gradients of a channels-last network, on the CPU, with the kernels switched `on`.
