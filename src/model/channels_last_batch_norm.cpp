@@ -32,7 +32,8 @@ torch::Tensor channels_last_batch_norm(torch::nn::BatchNorm3dImpl& bn, const tor
 }
 
 bool batch_norm_act_fuses(const torch::nn::BatchNorm3dImpl& bn, const torch::Tensor& x) {
-  return kernels::enabled(kernels::Family::kBatchNorm) && bn.is_training() && bn.options.affine() && kernels::applies(x, bn.weight, bn.bias);
+  return kernels::enabled(kernels::Family::kBatchNorm) && bn.is_training() && bn.options.affine() &&
+         kernels::applies(x, bn.weight, bn.bias);
 }
 
 torch::Tensor batch_norm_act(torch::nn::BatchNorm3dImpl& bn, const torch::Tensor& x, NormActivation activation,

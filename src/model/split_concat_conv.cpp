@@ -52,6 +52,8 @@ torch::Tensor conv_over_concat(const torch::nn::ConvTranspose2dImpl& conv, const
   return over_concat(conv, parts);
 }
 
-bool split_concat_applies(bool asked, const torch::Tensor& x) { return asked || (kernels::enabled(kernels::Family::kDecoderConcat) && x.is_cuda()); }
+bool split_concat_applies(bool asked, const torch::Tensor& x) {
+  return asked || (kernels::enabled(kernels::Family::kDecoderConcat) && x.is_cuda());
+}
 
 }  // namespace u3d

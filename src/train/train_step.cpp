@@ -85,8 +85,8 @@ TrainStep::TrainStep(const Config& cfg, const torch::Device& device, NetworkImpl
         cfg.training.graph_warmup_steps, accumulate_,
         /*required=*/graph == Toggle::kOn);
   }
-  spdlog::info("training step: {} (layout {}; fused kernels {}{})", features_.describe(),
-               features_.channels_last_note, features_.fused_kernels_note,
+  spdlog::info("training step: {} (layout {}; fused kernels {}{})", features_.describe(), features_.channels_last_note,
+               features_.fused_kernels_note,
                features_.cuda_graph_note.empty() ? "" : fmt::format("; CUDA graph {}", features_.cuda_graph_note));
 }
 
