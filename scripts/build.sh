@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Configures (once) and builds a CMake preset: release (default), debug or asan.
 #   scripts/build.sh [preset] [target...]     e.g. scripts/build.sh release trainer (no test executables)
+#   U3D_UNITY_BUILD=1 scripts/build.sh       a fresh build folder configured as a unity build (eight
+#                                             sources per compiler run: about a third of the compile
+#                                             time, but an edit recompiles its batch); CI sets it (.ci/run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PRESET="${1:-release}"
@@ -20,7 +23,9 @@ if [ ! -f "build/$PRESET/build.ninja" ]; then
   if [ -n "${U3D_TORCH_PYTHON:-}" ]; then   # an installed PyTorch instead of the venv (scripts/setup.sh)
     torch=(-DTorch_DIR="$("$U3D_TORCH_PYTHON" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')/Torch")
   fi
-  cmake --preset "$PRESET" -DU3D_TORCH_VENV="$VENV" "${torch[@]}" >/dev/null
+  unity=()
+  if [ "${U3D_UNITY_BUILD:-0}" = 1 ]; then unity=(-DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8); fi
+  cmake --preset "$PRESET" -DU3D_TORCH_VENV="$VENV" "${torch[@]}" "${unity[@]}" >/dev/null
 fi
 if [ $# -gt 0 ]; then
   cmake --build --preset "$PRESET" --target "$@"

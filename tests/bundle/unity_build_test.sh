@@ -4,9 +4,15 @@
 # that each define the same name in an anonymous namespace break it. Built in a temporary folder
 # (ccache as configured) without optimisation or debug information (-O0 -g0: a clash is a front-end
 # error, and the optimiser and debug information are most of a build's time).
-#   tests/bundle/unity_build_test.sh SOURCE_DIR TORCH_VENV
+# SELF_IS_UNITY 1: the build running this test is itself such a unity build (CI's, .ci/run), which
+# compiled every source this way already: skipped (exit 77), saying so.
+#   tests/bundle/unity_build_test.sh SOURCE_DIR TORCH_VENV [SELF_IS_UNITY]
 set -euo pipefail
 source "$(dirname "$0")/../support/shell_test.sh"
+if [ "${3:-0}" = 1 ]; then
+  echo "SKIP: this build is itself a unity build of eight sources per compiler run: every source compiled that way"
+  exit 77
+fi
 VENV="${2:-}"
 need_venv "$VENV"
 scratch_folder unity-build

@@ -7,13 +7,14 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
+#include "devices.h"
 #include "u3d/model/channels_last_batch_norm.h"
 #include "u3d/model/channels_last_norm.h"
 
 namespace u3d {
 namespace {
 
-constexpr auto kCl = at::MemoryFormat::ChannelsLast3d;
+using test::kCl;
 
 double rel(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kFloat) - b.to(torch::kFloat)).abs().max().item<double>() /

@@ -2,6 +2,7 @@
 // copies on a side stream. Every test skips itself where no CUDA device is present.
 #include <gtest/gtest.h>
 
+#include "devices.h"
 #include "fixtures.h"
 #include "test_support.h"
 #include "u3d/data/cache.h"
@@ -12,7 +13,7 @@
 namespace u3d {
 namespace {
 
-const torch::Device kCuda(torch::kCUDA, 0);
+using test::kCuda;
 
 using test::dose_data;
 

@@ -8,6 +8,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <gtest/gtest.h>
 
+#include "devices.h"
 #include "fixtures.h"
 #include "u3d/data/device_sampler.h"
 #include "u3d/data/sampler.h"
@@ -19,7 +20,7 @@ namespace {
 #define U3D_REQUIRE_CUDA() \
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
 
-const torch::Device kCuda(torch::kCUDA, 0);
+using test::kCuda;
 
 // Six cases of two sizes: an integer channel (uint8 field), a float channel, labels {0, 1, 2, 255}
 // or a float target, and a loss mask.
@@ -27,7 +28,7 @@ std::vector<CachedCase> cases(bool segmentation) {
   return test::random_cases("g", 6, {28, 30, 32}, 8, /*labels=*/segmentation ? 4 : 0, /*top_label_ignored=*/true);
 }
 
-SamplerOptions options() {
+SamplerOptions elastic_options() {
   SamplerOptions o = test::flip_rot_sampler({24, 24, 24}, 4, 17);
   o.augment.affine_prob = 0.4;
   test::set_elastic(o, 0.7, 4, 4);
@@ -50,7 +51,7 @@ TEST(GpuElastic, DeviceSamplerEqualsTheHostSampler) {
   for (const bool segmentation : {false, true}) {
     const std::vector<CachedCase> c = cases(segmentation);
     const StackedCache host_cache = StackedCache::from_cases(c), device_cache = gpu_cache(c);
-    const SamplerOptions o = options();
+    const SamplerOptions o = elastic_options();
     const PatchSampler host(host_cache, o), on_gpu(device_cache, o);
     DeviceSampler device(on_gpu);
     device.set_epoch(2, 5);
@@ -80,7 +81,7 @@ TEST(GpuElastic, TruthMapsOnTheGpuCacheEqualTheHosts) {
   const StackedCache host_cache = StackedCache::from_cases(c, host_options), device_cache = gpu_cache(c, maps);
   ASSERT_NE(device_cache.skeleton(), nullptr);
   ASSERT_TRUE(device_cache.distance()->arena.is_cuda());
-  const SamplerOptions o = options();
+  const SamplerOptions o = elastic_options();
   const PatchSampler host(host_cache, o), on_gpu(device_cache, o);
   DeviceSampler device(on_gpu);
   device.set_epoch(2, 5);
@@ -99,7 +100,7 @@ TEST(GpuElastic, TruthMapsOnTheGpuCacheEqualTheHosts) {
 TEST(GpuElastic, NextBatchWithElasticIsCapturedInACudaGraph) {
   U3D_REQUIRE_CUDA();
   const StackedCache cache = gpu_cache(cases(/*segmentation=*/true));
-  const PatchSampler sampler(cache, options());
+  const PatchSampler sampler(cache, elastic_options());
   DeviceSampler cursor(sampler), indexed(sampler);
   ASSERT_TRUE(cursor.capturable());
   cursor.seek(/*epoch=*/1, /*step=*/0, /*steps_per_epoch=*/6);

@@ -7,6 +7,7 @@
 #include <torch/cuda.h>
 
 #include "batches.h"
+#include "devices.h"
 #include "fixtures.h"
 #include "test_support.h"
 #include "u3d/core/errors.h"
@@ -20,7 +21,7 @@
 namespace u3d {
 namespace {
 
-const torch::Device kCuda(torch::kCUDA, 0);
+using test::kCuda;
 constexpr const char* kCaptured = "captured in a CUDA graph";
 constexpr const char* kSamplerCaptured = "GPU sampler is captured";
 

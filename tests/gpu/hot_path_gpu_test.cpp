@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
+#include "devices.h"
 #include "u3d/data/cache.h"
 #include "u3d/train/step_monitor.h"
 
@@ -15,7 +16,7 @@ namespace {
 #define U3D_REQUIRE_CUDA() \
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
 
-const torch::Device kCuda(torch::kCUDA, 0);
+using test::kCuda;
 
 TEST(HotPathGpu, StepMonitorSnapshotEqualsTheSynchronousReadOnceTheDeviceIsDone) {
   U3D_REQUIRE_CUDA();

@@ -6,6 +6,7 @@
 #include <torch/cuda.h>
 
 #include "batches.h"
+#include "devices.h"
 #include "test_support.h"
 #include "u3d/core/run.h"
 #include "u3d/model/layout.h"
@@ -17,7 +18,7 @@ namespace {
 #define U3D_REQUIRE_CUDA() \
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
 
-const torch::Device kCuda(torch::kCUDA, 0);
+using test::kCuda;
 
 Config slice_cfg(Toggle graph) {
   Config cfg = test::cuda_batch_norm_config(4, 16, Precision::kBf16);

@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "batches.h"
+#include "devices.h"
 #include "test_support.h"
 #include "u3d/core/errors.h"
 #include "u3d/core/run.h"
@@ -21,7 +22,7 @@ namespace {
 #define U3D_REQUIRE_CUDA() \
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
 
-const torch::Device kCuda(torch::kCUDA, 0);
+using test::kCuda;
 
 Config cuda_cfg(Precision precision, Toggle graph, bool deterministic) {
   Config cfg;

@@ -4,13 +4,14 @@
 // and channels named first, not a config key the checkpoint brought).
 #include <gtest/gtest.h>
 
+#include "expectations.h"
 #include "fixtures.h"
 #include "test_support.h"
 
 namespace u3d {
 namespace {
 
-bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+using test::contains;
 
 class MistakesCli : public test::PhantomCli {
  protected:

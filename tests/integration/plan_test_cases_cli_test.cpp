@@ -7,13 +7,14 @@
 
 #include <sstream>
 
+#include "expectations.h"
 #include "nifti_support.h"
 #include "test_support.h"
 
 namespace u3d {
 namespace {
 
-bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+using test::contains;
 
 // The YAML's settings (comment lines and comments dropped), without the lines that name the dataset
 // file, the run and the split to predict: what the plan decided.

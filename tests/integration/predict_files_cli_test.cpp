@@ -14,7 +14,7 @@
 namespace u3d {
 namespace {
 
-std::string seg_config(const std::string& name, const std::string& dataset, const std::string& extra = "") {
+std::string predict_seg_config(const std::string& name, const std::string& dataset, const std::string& extra = "") {
   std::ostringstream s;
   s << "experiment:\n  name: " << name << "\n  seed: 7\n"
     << "data:\n  path: " << dataset << "\n  batch_size: 2\n  patch_size: 16\n  normalize: [dataset]\n"
@@ -44,7 +44,7 @@ class PredictFiles : public ::testing::Test {
     args.insert(args.end(), import_args.begin(), import_args.end());
     auto r = trainer(args);
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    test::write_text(dir / (name + ".yaml"), seg_config(name, name + ".h5", extra));
+    test::write_text(dir / (name + ".yaml"), predict_seg_config(name, name + ".h5", extra));
     args = {"train", "-c", name + ".yaml"};
     args.insert(args.end(), train_args.begin(), train_args.end());
     r = trainer(args);

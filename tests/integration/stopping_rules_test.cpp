@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "expectations.h"
 #include "test_support.h"
 
 namespace u3d {
@@ -11,7 +12,7 @@ namespace {
 
 using test::read_csv;
 
-bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+using test::contains;
 
 class StoppingRules : public ::testing::Test {
  protected:

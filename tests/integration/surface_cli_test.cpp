@@ -3,6 +3,7 @@
 // reference case scored, bad files named in one line; TIFF-imported data predicted back as TIFF.
 #include <gtest/gtest.h>
 
+#include "expectations.h"
 #include "test_support.h"
 #include "u3d/io/h5/dataset.h"
 #include "u3d/io/nifti/nifti.h"
@@ -11,7 +12,7 @@
 namespace u3d {
 namespace {
 
-bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+using test::contains;
 
 // A 24^3 volume with a curved sheet 2 voxels thick (labels 1) and, with `ignored`, labels 2 where H >= 18.
 torch::Tensor sheet(int64_t shift, bool ignored) {

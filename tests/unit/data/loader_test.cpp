@@ -19,7 +19,7 @@ StackedCache mixed_cache(bool segmentation = false) {
   return StackedCache::from_cases(test::random_cases("case", 7, {12, 12, 13}, 4, /*labels=*/segmentation ? 3 : 0));
 }
 
-SamplerOptions options() {
+SamplerOptions loader_options() {
   SamplerOptions o = test::flip_rot_sampler({8, 8, 8}, 3, 5);
   o.augment.rot90_plane = {1, 2};
   o.foreground_fraction = 0.4;
@@ -29,7 +29,7 @@ SamplerOptions options() {
 
 TEST(Loader, BatchStreamIsTheSameForAnyNumberOfWorkers) {
   const StackedCache cache = mixed_cache();
-  const PatchSampler sampler(cache, options());
+  const PatchSampler sampler(cache, loader_options());
   const int64_t steps = 5;
   for (const int64_t workers : {1, 3, 8}) {
     BatchLoader loader(sampler, LoaderOptions{torch::kCPU, workers, /*prefetch=*/3, steps, /*epochs=*/4, true});
@@ -49,7 +49,7 @@ TEST(Loader, BatchStreamIsTheSameForAnyNumberOfWorkers) {
 
 TEST(Loader, StressManyWorkersManyBatchesThenCleanShutdown) {
   const StackedCache cache = mixed_cache(/*segmentation=*/true);
-  SamplerOptions o = options();
+  SamplerOptions o = loader_options();
   o.patch = {4, 4, 4};
   o.batch_size = 2;
   o.foreground = "auto";
@@ -68,7 +68,7 @@ TEST(Loader, StressManyWorkersManyBatchesThenCleanShutdown) {
 
 TEST(Loader, ResumesAndRestartsAtAnyPosition) {
   const StackedCache cache = mixed_cache();
-  const PatchSampler sampler(cache, options());
+  const PatchSampler sampler(cache, loader_options());
   BatchLoader loader(sampler, LoaderOptions{torch::kCPU, 2, 2, 6, -1, true});
   test::expect_same_batch(loader.next(2, 4), sampler.batch(2, 4), "resume mid-epoch");
   test::expect_same_batch(loader.next(2, 5), sampler.batch(2, 5), "next");
@@ -81,7 +81,7 @@ TEST(Loader, ResumesAndRestartsAtAnyPosition) {
 
 TEST(Loader, StopsAtTheLastEpoch) {
   const StackedCache cache = mixed_cache();
-  const PatchSampler sampler(cache, options());
+  const PatchSampler sampler(cache, loader_options());
   BatchLoader loader(sampler, LoaderOptions{torch::kCPU, 2, 4, 2, /*epochs=*/2, true});
   (void)loader.next(2, 0);
   (void)loader.next(2, 1);
@@ -90,7 +90,7 @@ TEST(Loader, StopsAtTheLastEpoch) {
 
 TEST(Loader, RawBatchesKeepCompactDtypes) {
   const StackedCache cache = mixed_cache();
-  const PatchSampler sampler(cache, options());
+  const PatchSampler sampler(cache, loader_options());
   BatchLoader loader(sampler, LoaderOptions{torch::kCPU, 2, 2, 4, -1, /*finalize=*/false});
   const RawBatch& raw = loader.next_raw(0, 1);
   ASSERT_EQ(raw.images.size(), 2u);
@@ -104,7 +104,7 @@ TEST(Loader, RawBatchesKeepCompactDtypes) {
 TEST(Loader, AWorkerFailureStopsWithTheCaseAndReason) {
   const StackedCache cache = mixed_cache();
   ::setenv("U3D_TEST_FAULTS", "sampler_case@case3", 1);
-  const PatchSampler sampler(cache, options());
+  const PatchSampler sampler(cache, loader_options());
   ::unsetenv("U3D_TEST_FAULTS");
   for (const int64_t workers : {1, 4}) {
     BatchLoader loader(sampler, LoaderOptions{torch::kCPU, workers, 3, 5, -1, true});
@@ -124,7 +124,7 @@ TEST(Loader, AWorkerFailureStopsWithTheCaseAndReason) {
 TEST(DeviceSampler, MatchesTheHostSamplerBitForBit) {
   for (const bool segmentation : {false, true}) {
     const StackedCache cache = mixed_cache(segmentation);
-    SamplerOptions o = options();
+    SamplerOptions o = loader_options();
     o.augment.flip_axes = {0, 2};
     o.augment.intensity_prob = 0.5;
     o.augment.gamma_prob = 0.5;
@@ -154,7 +154,7 @@ TEST(DeviceSampler, MatchesTheHostSamplerBitForBit) {
 
 TEST(DeviceSampler, AffineAgreesWithTheHostToRounding) {
   const StackedCache cache = mixed_cache();
-  SamplerOptions o = options();
+  SamplerOptions o = loader_options();
   o.augment.affine_prob = 0.7;
   o.augment.affine_rotation = {25, 25, 25};
   o.augment.affine_scale = {0.8, 1.25};
@@ -186,7 +186,7 @@ namespace {
 // buffer.
 TEST(DeviceSampler, CursorBatchesEqualTheIndexedBatchesAcrossEpochs) {
   const StackedCache cache = mixed_cache(/*segmentation=*/true);
-  SamplerOptions o = options();
+  SamplerOptions o = loader_options();
   o.augment.flip_axes = {0, 1, 2};
   o.augment.intensity_prob = 0.5;
   const PatchSampler host(cache, o);

@@ -25,7 +25,7 @@ TensorCache aligned_cache() {
   return TensorCache(std::move(cases));
 }
 
-SamplerOptions options(double flip = 0.5) {
+SamplerOptions sampler_options(double flip = 0.5) {
   SamplerOptions o;
   o.patch = {8, 8, 8};
   o.batch_size = 3;
@@ -36,7 +36,7 @@ SamplerOptions options(double flip = 0.5) {
 
 TEST(Sampler, BatchesAreAPureFunctionOfEpochAndStep) {
   const auto cache = aligned_cache();
-  PatchSampler a(cache, options()), b(cache, options());
+  PatchSampler a(cache, sampler_options()), b(cache, sampler_options());
   const Batch x = a.batch(2, 1);
   (void)b.batch(0, 0);  // call order must not matter
   const Batch y = b.batch(2, 1);
@@ -48,7 +48,7 @@ TEST(Sampler, BatchesAreAPureFunctionOfEpochAndStep) {
 
 TEST(Sampler, ShapesAndDtypes) {
   const auto cache = aligned_cache();
-  const Batch b = PatchSampler(cache, options()).batch(0, 0);
+  const Batch b = PatchSampler(cache, sampler_options()).batch(0, 0);
   EXPECT_EQ(b.image.sizes(), (torch::IntArrayRef{3, 2, 8, 8, 8}));
   EXPECT_EQ(b.target.sizes(), (torch::IntArrayRef{3, 1, 8, 8, 8}));
   EXPECT_EQ(b.mask.sizes(), (torch::IntArrayRef{3, 1, 8, 8, 8}));
@@ -59,7 +59,7 @@ TEST(Sampler, ShapesAndDtypes) {
 // with the same values; targets and masks keep their layout.
 TEST(Sampler, ChannelsLastImagesHoldTheSameValues) {
   const auto cache = aligned_cache();
-  SamplerOptions cl = options();
+  SamplerOptions cl = sampler_options();
   cl.augment.intensity_prob = 1.0;  // the in-place intensity transforms keep the layout
   cl.augment.gamma_prob = 1.0;
   SamplerOptions plain = cl;
@@ -75,7 +75,7 @@ TEST(Sampler, ChannelsLastImagesHoldTheSameValues) {
 
 TEST(Sampler, CropsAndFlipsKeepImageTargetAndCaseAligned) {
   const auto cache = aligned_cache();
-  const PatchSampler s(cache, options(/*flip=*/0.5));
+  const PatchSampler s(cache, sampler_options(/*flip=*/0.5));
   for (int64_t step = 0; step < 10; ++step) {
     const Batch b = s.batch(1, step);
     EXPECT_TRUE(torch::equal(b.image.select(1, 0).unsqueeze(1), b.target));
@@ -90,7 +90,7 @@ TEST(Sampler, CropsAndFlipsKeepImageTargetAndCaseAligned) {
 
 TEST(Sampler, AlwaysFlippingMirrorsEveryAxis) {
   const auto cache = aligned_cache();
-  SamplerOptions o = options(1.0);
+  SamplerOptions o = sampler_options(1.0);
   o.patch = {12, 10, 14};  // the whole volume: no crop
   o.batch_size = 1;
   const Batch b = PatchSampler(cache, o).batch(0, 0);
@@ -100,7 +100,7 @@ TEST(Sampler, AlwaysFlippingMirrorsEveryAxis) {
 
 TEST(Sampler, EveryCaseOncePerPass) {
   const auto cache = aligned_cache();
-  SamplerOptions o = options();
+  SamplerOptions o = sampler_options();
   o.batch_size = 5;
   const Batch b = PatchSampler(cache, o).batch(4, 0);
   EXPECT_EQ(std::set<int64_t>(b.cases.begin(), b.cases.end()).size(), 5u);
@@ -150,7 +150,7 @@ TEST(Sampler, ForegroundFractionCentresPatchesOnForeground) {
 
 TEST(Sampler, PatchLargerThanACaseIsAConfigError) {
   const auto cache = aligned_cache();
-  SamplerOptions o = options();
+  SamplerOptions o = sampler_options();
   o.patch = {16, 8, 8};
   try {
     PatchSampler s(cache, o);

@@ -2,6 +2,7 @@
 // val_metrics.csv a fold writes (NaN Dice for a case without foreground), only the folds that
 // folds.json lists, and each fold's cases checked against its held-out cases.
 #include "u3d/evaluate/cross_validation.h"
+#include "expectations.h"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +16,7 @@
 namespace u3d {
 namespace {
 
-bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+using test::contains;
 
 class CvSummaryFiles : public ::testing::Test {
  protected:

@@ -4,12 +4,13 @@
 // 2D-slice shape (N, C, 1, H, W), the layout kept, and the plain forward for contiguous input.
 #include <gtest/gtest.h>
 
+#include "devices.h"
 #include "u3d/model/channels_last_batch_norm.h"
 
 namespace u3d {
 namespace {
 
-constexpr auto kCl = at::MemoryFormat::ChannelsLast3d;
+using test::kCl;
 
 struct Pair {
   torch::nn::BatchNorm3d ours{nullptr}, plain{nullptr};

@@ -5,13 +5,14 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "devices.h"
 #include "u3d/model/autocast.h"
 #include "u3d/model/channels_last_norm.h"
 
 namespace u3d {
 namespace {
 
-constexpr auto kCl = at::MemoryFormat::ChannelsLast3d;
+using test::kCl;
 
 struct Result {
   torch::Tensor y, dx, dconv, dweight, dbias;

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "expectations.h"
 #include "fixtures.h"
 #include "u3d/core/config.h"
 #include "u3d/core/errors.h"
@@ -16,7 +17,7 @@ namespace {
 
 using Triples = std::vector<Shape3>;
 
-bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+using test::contains;
 
 Plan plan_for(const Shape3& shape, int64_t cases, const std::array<double, 3>& spacing, double gib = 8) {
   PlanOptions options;
