@@ -4,7 +4,8 @@
 //   off   ATen everywhere (model/channels_last_norm.h, model/channels_last_batch_norm.h)
 //   on    the kernels for every norm layer they take (training; batch norm in eval mode keeps ATen),
 //         and every decoder's first convolution over (up, skip) without the concatenation copy
-//         (model/split_concat_conv.h), on CUDA tensors;
+//         (model/split_concat_conv.h), and the Dice + CE or BCE + Dice loss (kernels/fused_loss.h,
+//         train/losses.h Loss), on CUDA tensors;
 //         a ConfigError without a CUDA device or without kernels in the build
 //   auto  on for a CUDA GPU whose architecture is in verified_architectures(): those whose equality
 //         tests (GPU tests FusedNormAct*, gpu-check's core section) passed and are recorded in
