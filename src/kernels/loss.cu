@@ -68,30 +68,21 @@ __global__ void __launch_bounds__(kLossThreads)
     const int64_t label = ln[v];
     float xs[Max];
     load_voxel<T, Max>(xn + v * sh.voxel_stride, sh, c, xs);
-    if constexpr (Sigmoid) {
+    // Sigmoid is a compile-time constant: each instantiation keeps one head's arithmetic.
+    const float lse = Sigmoid ? 0.f : voxel_lse<Max>(xs, c);
+    float x_label = 0.f;
 #pragma unroll
-      for (int k = 0; k < Max; ++k) {
-        if (k >= c) continue;
-        const float y = region_target(label, k, /*sigmoid=*/true), p = sigmoid_prob(xs[k]);
-        inter[k] += p * y;
-        psum[k] += p;
-        ysum[k] += y;
-        ce += sigmoid_bce(xs[k], y);
-      }
-    } else {
-      const float lse = voxel_lse<Max>(xs, c);
-      float x_label = 0.f;
-#pragma unroll
-      for (int k = 0; k < Max; ++k) {
-        if (k >= c) continue;
-        const float y = region_target(label, k, /*sigmoid=*/false), p = softmax_prob(xs[k], lse);
-        inter[k] += p * y;
-        psum[k] += p;
-        ysum[k] += y;
-        if (y != 0.f) x_label = xs[k];
-      }
-      ce += softmax_ce(lse, x_label, /*label_valid=*/label >= 0 && label < c);
+    for (int k = 0; k < Max; ++k) {
+      if (k >= c) continue;
+      const float y = region_target(label, k, Sigmoid);
+      const float p = Sigmoid ? sigmoid_prob(xs[k]) : softmax_prob(xs[k], lse);
+      inter[k] += p * y;
+      psum[k] += p;
+      ysum[k] += y;
+      if (Sigmoid) ce += sigmoid_bce(xs[k], y);
+      if (y != 0.f) x_label = xs[k];
     }
+    if (!Sigmoid) ce += softmax_ce(lse, x_label, /*label_valid=*/label >= 0 && label < c);
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
@@ -158,15 +149,16 @@ __global__ void __launch_bounds__(kLossThreads)
 #pragma unroll
       for (int k = 0; k < Max; ++k) {
         if (k >= c) continue;
-        const float y = region_target(label, k, /*sigmoid=*/false);
-        pa += softmax_grad_weight(y, g[cols.inter(k)], g[cols.psum(k)]) * softmax_prob(xs[k], lse);
+        xs[k] = softmax_prob(xs[k], lse);  // xs holds p from here on
+        pa +=
+            xs[k] * softmax_grad_weight(region_target(label, k, /*sigmoid=*/false), g[cols.inter(k)], g[cols.psum(k)]);
       }
 #pragma unroll
       for (int k = 0; k < Max; ++k) {
         if (k >= c) continue;
         const float y = region_target(label, k, /*sigmoid=*/false);
         const float a = softmax_grad_weight(y, g[cols.inter(k)], g[cols.psum(k)]);
-        dx[at + k * sh.channel_stride] = from_float<T>(softmax_dx(softmax_prob(xs[k], lse), y, a, pa, g_ce));
+        dx[at + k * sh.channel_stride] = from_float<T>(softmax_dx(xs[k], y, a, pa, g_ce));
       }
     }
   }
