@@ -6,15 +6,14 @@
 // logits' gradient; deep supervision; captured with the backward in a CUDA graph and replayed on new
 // values; bitwise equal run to run. A test that finds no CUDA device skips; one that finds a build
 // without the kernels, or a loss that did not take them, fails.
-#include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
 #include <functional>
 #include <set>
 
+#include "graph_capture.h"
+#include "tensor_compare.h"
 #include "u3d/kernels/fused_loss.h"
 #include "u3d/kernels/fused_norm_act.h"
 #include "u3d/model/fused_kernels.h"
@@ -28,11 +27,6 @@ const torch::Device kCuda(torch::kCUDA, 0);
 #define U3D_REQUIRE_LOSS_KERNELS()                                    \
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"; \
   ASSERT_TRUE(kernels::built()) << "this build has no CUDA kernels (kernels/)"
-
-double rel(const torch::Tensor& a, const torch::Tensor& b) {
-  const torch::Tensor bd = b.to(torch::kDouble);
-  return (a.to(torch::kDouble) - bd).abs().max().item<double>() / std::max(bd.abs().max().item<double>(), 1e-12);
-}
 
 // Whether the autograd graph of `t` holds the fused kernels' node (the loss took them).
 bool took_kernels(const torch::Tensor& t) {
@@ -123,12 +117,12 @@ TEST(FusedLoss, EqualsAtenForBothHeadsEveryDtypeAndShape) {
       }
       for (const Loss& loss : losses) {
         const LossRun off = run_loss(loss, x, labels, /*on=*/false), on = run_loss(loss, x, labels, /*on=*/true);
-        EXPECT_LT(rel(on.total, off.total), 1e-4);
-        EXPECT_LT(rel(on.dx, off.dx), tol);
+        EXPECT_LT(test::rel_diff(on.total, off.total), 1e-4);
+        EXPECT_LT(test::rel_diff(on.dx, off.dx), tol);
         EXPECT_EQ(on.dx.scalar_type(), dtype);
         EXPECT_EQ(on.dx.strides(), x.strides());
         ASSERT_EQ(on.terms.defined(), off.terms.defined());
-        if (off.terms.defined()) EXPECT_LT(rel(on.terms, off.terms), 1e-4);
+        if (off.terms.defined()) EXPECT_LT(test::rel_diff(on.terms, off.terms), 1e-4);
       }
     }
   }
@@ -184,9 +178,9 @@ TEST(FusedLoss, DeepSupervisionWithTheKernelsFollowsWithout) {
       totals.push_back(p.total.detach());
       for (size_t i = 0; i + 1 < leaves.size(); ++i) grads.push_back(leaves[i].grad());  // the last has weight 0
     }
-    EXPECT_LT(rel(totals[1], totals[0]), 1e-4) << (sigmoid ? "sigmoid" : "softmax");
+    EXPECT_LT(test::rel_diff(totals[1], totals[0]), 1e-4) << (sigmoid ? "sigmoid" : "softmax");
     for (size_t i = 0; i < grads.size() / 2; ++i) {
-      EXPECT_LT(rel(grads[grads.size() / 2 + i], grads[i]), 2e-2)
+      EXPECT_LT(test::rel_diff(grads[grads.size() / 2 + i], grads[i]), 2e-2)
           << (sigmoid ? "sigmoid" : "softmax") << " output " << i;
     }
   }
@@ -218,37 +212,17 @@ TEST(FusedLoss, CapturedWithItsBackwardReplaysOnNewValues) {
       p.total.backward();
       return p.total.detach();
     };
-    const auto side = c10::cuda::getStreamFromPool();
-    torch::cuda::synchronize();
-    torch::Tensor total_static;
     at::cuda::CUDAGraph graph;
+    const torch::Tensor total_static = test::capture_after_warm_up(graph, step, {&x});
     {
-      c10::cuda::CUDAStreamGuard guard(side);
-      for (int i = 0; i < 2; ++i) {
-        x.mutable_grad() = torch::Tensor();
-        (void)step();
-      }
-      x.mutable_grad() = torch::zeros_like(x);
-      graph.capture_begin();
-      total_static = step();
-      graph.capture_end();
-    }
-    torch::cuda::synchronize();
-    {
-      torch::NoGradGuard no_grad;
+      torch::NoGradGuard no_grad;  // new values in the captured inputs
       x.copy_(torch::randn(x.sizes(), opts) * 3);
       labels.copy_(torch::randint(/*high=*/sigmoid ? 6 : 5, labels.sizes(), opts.dtype(torch::kLong)));
-      x.grad().zero_();
     }
-    graph.replay();
-    torch::cuda::synchronize();
-    const torch::Tensor total_graph = total_static.clone(), dx_graph = x.grad().clone();
-    x.mutable_grad() = torch::Tensor();
-    const torch::Tensor total_eager = step();
-    EXPECT_TRUE(torch::equal(total_graph, total_eager));
-    EXPECT_TRUE(torch::equal(dx_graph, x.grad()));
-    x.mutable_grad() = torch::Tensor();
-    EXPECT_LT(rel(total_eager, run_loss(loss, x.detach(), labels, /*on=*/false).total), 1e-4);  // new values
+    const test::ReplayAndEager r = test::replay_then_eager(graph, total_static, step, x);
+    EXPECT_TRUE(torch::equal(r.replayed, r.eager));
+    EXPECT_TRUE(torch::equal(r.replayed_grad, r.eager_grad));
+    EXPECT_LT(test::rel_diff(r.eager, run_loss(loss, x.detach(), labels, /*on=*/false).total), 1e-4);  // new values
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include <vector>
 
+#include "tensor_compare.h"
 #include "u3d/kernels/loss_math.h"
 #include "u3d/train/losses.h"
 
@@ -98,10 +99,6 @@ Result emulate(const Case& k, const torch::Tensor& x, const torch::Tensor& label
   return r;
 }
 
-double rel(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a - b).abs().max().item<double>() / std::max(b.abs().max().item<double>(), 1e-12);
-}
-
 struct Compared {
   double loss, dx;  // relative differences to ATen
 };
@@ -120,7 +117,7 @@ Compared compare(const Case& k, bool drop = false) {
                 : u3d::cross_entropy_loss(xr, labels) * k.w_ce + u3d::soft_dice_loss(xr, labels) * k.w_dice;
   ref.backward();
   const Result r = emulate(k, x5.reshape({n, c, -1}), labels.reshape({n, -1}), drop);
-  return {rel(r.loss.detach(), ref.detach()), rel(r.dx, xr.grad().reshape({n, c, -1}))};
+  return {test::rel_diff(r.loss.detach(), ref.detach()), test::rel_diff(r.dx, xr.grad().reshape({n, c, -1}))};
 }
 
 void check(const Case& k) {
