@@ -300,6 +300,7 @@ torch::Tensor Loss::rank_mean_count(const torch::Tensor& mask) const {
 bool Loss::has(Term t) const {
   return std::any_of(terms_.begin(), terms_.end(), [&](const auto& term) { return term.first == t; });
 }
+
 std::vector<torch::Tensor> Loss::fused_terms(const torch::Tensor& output, const torch::Tensor& labels) const {
   // ce or bce and dice, once each: the fused kernels' sums hold both. Neither reads rank_sum here.
   const Term cross = options_.sigmoid ? Term::kBce : Term::kCe;
