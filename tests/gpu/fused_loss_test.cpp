@@ -4,8 +4,9 @@
 // and float16, 3-D and 2-D, channels-last and contiguous, odd sizes, batch 1, class counts that are
 // not a multiple of 8 (each register width of the kernels): the value, the per-term parts and the
 // logits' gradient; deep supervision; captured with the backward in a CUDA graph and replayed on new
-// values; bitwise equal run to run. A test that finds no CUDA device skips; one that finds a build
-// without the kernels, or a loss that did not take them, fails.
+// values; bitwise equal run to run; captured bf16 training steps of a deep-supervised U-Net on each
+// head with model.fused_kernels on against off. A test that finds no CUDA device skips; one that
+// finds a build without the kernels, or a loss that did not take them, fails.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
@@ -14,10 +15,13 @@
 
 #include "graph_capture.h"
 #include "tensor_compare.h"
+#include "u3d/core/run.h"
 #include "u3d/kernels/fused_loss.h"
 #include "u3d/kernels/fused_norm_act.h"
 #include "u3d/model/fused_kernels.h"
 #include "u3d/train/losses.h"
+#include "u3d/train/optimizer.h"
+#include "u3d/train/train_step.h"
 
 namespace u3d {
 namespace {
@@ -223,6 +227,60 @@ TEST(FusedLoss, CapturedWithItsBackwardReplaysOnNewValues) {
     EXPECT_TRUE(torch::equal(r.replayed, r.eager));
     EXPECT_TRUE(torch::equal(r.replayed_grad, r.eager_grad));
     EXPECT_LT(test::rel_diff(r.eager, run_loss(loss, x.detach(), labels, /*on=*/false).total), 1e-4);  // new values
+  }
+}
+
+// Losses of 8 training steps (from the third on replayed from a CUDA graph) of a deep-supervised
+// segmentation U-Net in bf16 with the head's auto loss (softmax: dice_ce; sigmoid: [bce, dice]) and
+// model.fused_kernels `toggle`.
+std::vector<float> segmentation_losses(Head head, Toggle toggle) {
+  Config cfg;
+  cfg.data.path = "unused.h5";
+  cfg.model.levels = 3;
+  cfg.model.base_filters = 8;
+  cfg.model.deep_supervision = true;
+  cfg.model.head = head;
+  cfg.model.fused_kernels = toggle;
+  cfg.training.device = Device::kCuda;
+  cfg.training.precision = Precision::kBf16;
+  cfg.training.lr = 1e-3;
+  cfg.training.cuda_graph = Toggle::kOn;
+  cfg.training.graph_warmup_steps = 2;
+  init_cuda_allocator();
+  torch::manual_seed(7);
+  const int64_t classes = 4;
+  Network net = build_network(cfg.model, 1, head == Head::kSigmoid ? classes - 1 : classes);
+  net->to(kCuda);
+  to_channels_last(*net);
+  LossOptions options;
+  options.sigmoid = head == Head::kSigmoid;
+  const Loss loss(resolve_loss(LossSpec(LossKind::kAuto), Task::kSegmentation, /*has_mask=*/false, head), options);
+  Optimizer opt(cfg.training, net->parameters());
+  opt.set_lr(cfg.training.lr);
+  TrainStep step(cfg, kCuda, *net, loss, opt, nullptr);
+  EXPECT_EQ(step.features().fused_kernels, toggle == Toggle::kOn);
+  std::vector<float> losses;
+  for (int64_t i = 0; i < 8; ++i) {
+    torch::manual_seed(60 + static_cast<uint64_t>(i));
+    Batch b;
+    b.image = torch::randn({2, 1, 32, 32, 32}).to(kCuda);
+    b.target = torch::randint(0, classes, {2, 32, 32, 32}, torch::kLong).to(kCuda);
+    losses.push_back(step.run(b).item<float>());
+  }
+  EXPECT_TRUE(step.replayed());
+  return losses;
+}
+
+TEST(FusedLoss, CapturedSegmentationStepsFollowTheUnfusedOnes) {
+  U3D_REQUIRE_LOSS_KERNELS();
+  for (Head head : {Head::kSoftmax, Head::kSigmoid}) {
+    const std::vector<float> off = segmentation_losses(head, Toggle::kOff);
+    const std::vector<float> on = segmentation_losses(head, Toggle::kOn);
+    ASSERT_EQ(on.size(), off.size());
+    for (size_t i = 0; i < off.size(); ++i) {
+      EXPECT_NEAR(on[i], off[i], 3e-2 * std::abs(off[i]) + 1e-4)
+          << (head == Head::kSigmoid ? "sigmoid" : "softmax") << " step " << i;
+    }
   }
 }
 
