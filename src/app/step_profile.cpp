@@ -88,8 +88,9 @@ std::map<std::string, OpTotal> cuda_device_times(const std::vector<prof::KinetoE
 }  // namespace
 
 const std::vector<std::string>& profile_categories() {
-  static const std::vector<std::string> kCategories = {"convolution", "normalisation", "activation", "elementwise",
-                                                       "copy/cast",   "reduction",     "optimizer",  "other"};
+  static const std::vector<std::string> kCategories = {"convolution", "normalisation", "activation",
+                                                       "elementwise", "copy/cast",     "reduction",
+                                                       "loss",        "optimizer",     "other"};
   return kCategories;
 }
 
@@ -104,6 +105,7 @@ std::string op_category(const std::string& name) {
       is_any(base, {"mm", "addmm", "bmm", "matmul", "linear", "baddbmm"}) || has_any(n, {"mmbackward"})) {
     return "convolution";
   }
+  if (has_any(n, {"loss", "nll", "cross_entropy"})) return "loss";
   const bool vector_norm = has_any(n, {"vector_norm", "linalg", "frobenius"}) || base == "norm";
   if (!vector_norm && has_any(n, {"norm", "bn_fw", "bn_bw", "welford"})) return "normalisation";
   if (has_any(n, {"relu", "gelu", "elu", "sigmoid", "tanh", "softmax", "threshold", "silu", "hardswish"})) {

@@ -321,9 +321,9 @@ const std::vector<Option>& option_table() {
               "Weights and activations in channels-last 3D layout (NDHWC) for cuDNN; auto: on with CUDA for "
               "every network (instance and group norm keep the layout, model/channels_last_norm.h), off on CPU"),
       U3D_KEY(model, fused_kernels,
-              "Norm + activation and the decoder's concatenations in the project's CUDA kernels, in training "
-              "(model/fused_kernels.h); auto: on for a GPU architecture verified in docs/performance.md (none yet), "
-              "off on CPU; on: needs CUDA and a build with the kernels. Checkpoints are the same either way"),
+              "Norm + activation, decoder concatenations and the Dice + CE/BCE losses in the project's CUDA "
+              "kernels, in training (model/fused_kernels.h); auto: each family on a GPU architecture verified for it "
+              "in docs/performance.md (none yet), off on CPU; on: all, needs CUDA and the kernels. Same checkpoints"),
       U3D_KEY(training, device, "auto: CUDA when available, else CPU"),
       U3D_KEY(training, threads, "Intra-op threads; 0: with data.workers cores - 1, 1 each at least; max 4/core",
               at_least<int64_t>(0)),

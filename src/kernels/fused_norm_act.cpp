@@ -9,6 +9,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "norm_act_launch.h"
+#include "tensor_dtype.h"
 #endif
 
 namespace u3d::kernels {
@@ -23,14 +24,6 @@ bool is_channel_vector(const torch::Tensor& p, const torch::Tensor& x) {
 #ifdef U3D_CUDA_KERNELS
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-launch::DType dtype_of(const torch::Tensor& t) {
-  switch (t.scalar_type()) {
-    case torch::kHalf: return launch::DType::kHalf;
-    case torch::kBFloat16: return launch::DType::kBFloat16;
-    default: return launch::DType::kFloat;
-  }
-}
 
 // Float32 scratch of `count` structs of `Struct` (whose members are floats), on x's device.
 template <typename Struct>
@@ -79,10 +72,10 @@ class NormActFunction : public torch::autograd::Function<NormActFunction> {
     const torch::Tensor affine = scratch<ChannelAffine>(x, shape.affine_rows() * shape.c);
     torch::Tensor y = at::empty_like(x, x.options(), at::MemoryFormat::ChannelsLast3d);
     C10_CUDA_CHECK(launch::norm_act_forward(
-        x.data_ptr(), y.data_ptr(), dtype_of(x), shape, chunks, weight.data_ptr<float>(), bias.data_ptr<float>(),
-        static_cast<float>(eps), optional_ptr(running_mean), optional_ptr(running_var), static_cast<float>(momentum),
-        static_cast<float>(slope), as<Moments>(partial), as<Moments>(channel), as<ChannelAffine>(affine),
-        at::cuda::getCurrentCUDAStream()));
+        x.data_ptr(), y.data_ptr(), launch::dtype_of(x), shape, chunks, weight.data_ptr<float>(),
+        bias.data_ptr<float>(), static_cast<float>(eps), optional_ptr(running_mean), optional_ptr(running_var),
+        static_cast<float>(momentum), static_cast<float>(slope), as<Moments>(partial), as<Moments>(channel),
+        as<ChannelAffine>(affine), at::cuda::getCurrentCUDAStream()));
     ctx->save_for_backward({x, weight, affine});
     ctx->saved_data["groups"] = groups;
     ctx->saved_data["batch"] = batch;
@@ -104,7 +97,7 @@ class NormActFunction : public torch::autograd::Function<NormActFunction> {
     torch::Tensor dweight = torch::empty_like(weight), dbias = torch::empty_like(weight);
     torch::Tensor dx = at::empty_like(x, x.options(), at::MemoryFormat::ChannelsLast3d);
     C10_CUDA_CHECK(launch::norm_act_backward(
-        dy.data_ptr(), x.data_ptr(), dx.data_ptr(), dtype_of(x), shape, chunks, weight.data_ptr<float>(),
+        dy.data_ptr(), x.data_ptr(), dx.data_ptr(), launch::dtype_of(x), shape, chunks, weight.data_ptr<float>(),
         as<ChannelAffine>(affine), static_cast<float>(ctx->saved_data["slope"].toDouble()), as<GradSums>(partial),
         as<GradSums>(channel), as<DxCoefficients>(coef), dweight.data_ptr<float>(), dbias.data_ptr<float>(),
         at::cuda::getCurrentCUDAStream()));

@@ -2,9 +2,6 @@
 // two-stage with a fixed order (per-chunk partials, then a fixed tree per channel and a fixed loop
 // per unit), so results are deterministic; nothing allocates and nothing reads back to the host, so
 // the launches can be captured in a CUDA graph.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include "norm_act_launch.h"
 
 namespace u3d::kernels::launch {
@@ -12,24 +9,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr unsigned kFullMask = 0xffffffffu;
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 __device__ __forceinline__ Moments merge(const Moments& a, const Moments& b) { return moments_merge(a, b); }
 __device__ __forceinline__ GradSums merge(const GradSums& a, const GradSums& b) { return grad_sums_merge(a, b); }

@@ -16,11 +16,10 @@
 
 #include <cstdint>
 
+#include "kernel_dtype.h"
 #include "u3d/kernels/norm_act_math.h"
 
 namespace u3d::kernels::launch {
-
-enum class DType { kFloat, kHalf, kBFloat16 };
 
 struct NormActShape {
   int64_t n = 0;       // samples

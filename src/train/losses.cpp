@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "u3d/core/errors.h"
+#include "u3d/kernels/fused_families.h"
+#include "u3d/kernels/fused_loss.h"
 #include "u3d/train/topology_losses.h"
 
 namespace u3d {
@@ -34,8 +36,13 @@ torch::Tensor soft_dice_loss(const torch::Tensor& logits, const torch::Tensor& l
   for (int64_t d = 2; d < logits.dim(); ++d) spatial.push_back(d);
   const auto inter = (probs * onehot).sum(spatial);             // (N, K)
   const auto denom = probs.sum(spatial) + onehot.sum(spatial);  // (N, K)
+  return dice_loss_from_sums(inter, denom, smooth, /*first=*/1);
+}
+
+torch::Tensor dice_loss_from_sums(const torch::Tensor& inter, const torch::Tensor& denom, double smooth,
+                                  int64_t first) {
   const auto dice = (2.0 * inter + smooth) / (denom + smooth);
-  return 1.0 - dice.slice(/*dim=*/1, /*start=*/1).mean();
+  return 1.0 - (first == 0 ? dice : dice.slice(/*dim=*/1, first)).mean();
 }
 
 torch::Tensor cross_entropy_loss(const torch::Tensor& logits, const torch::Tensor& labels) {
@@ -90,7 +97,7 @@ torch::Tensor sigmoid_dice_loss(const torch::Tensor& logits, const torch::Tensor
   for (int64_t d = 2; d < logits.dim(); ++d) spatial.push_back(d);
   const torch::Tensor inter = (p * y).sum(spatial);             // (N, C)
   const torch::Tensor denom = p.sum(spatial) + y.sum(spatial);  // (N, C)
-  return 1.0 - ((2.0 * inter + smooth) / (denom + smooth)).mean();
+  return dice_loss_from_sums(inter, denom, smooth, /*first=*/0);
 }
 
 LossKind resolve_loss(LossKind kind, Task task, bool has_mask) {
@@ -293,6 +300,24 @@ torch::Tensor Loss::rank_mean_count(const torch::Tensor& mask) const {
 bool Loss::has(Term t) const {
   return std::any_of(terms_.begin(), terms_.end(), [&](const auto& term) { return term.first == t; });
 }
+
+std::vector<torch::Tensor> Loss::fused_terms(const torch::Tensor& output, const torch::Tensor& labels) const {
+  // ce or bce and dice, once each: the fused kernels' sums hold both. Neither reads rank_sum here.
+  const Term cross = options_.sigmoid ? Term::kBce : Term::kCe;
+  if (!kernels::enabled(kernels::Family::kLoss) || terms_.size() != 2 || !has(cross) || !has(Term::kDice)) return {};
+  const Head head = options_.sigmoid ? Head::kSigmoid : Head::kSoftmax;
+  if (!options_.class_weights.empty() || !kernels::loss_applies(output, labels, head)) return {};
+  const kernels::RegionSums s =
+      options_.sigmoid ? kernels::sigmoid_bce_dice_sums(output, labels) : kernels::softmax_ce_dice_sums(output, labels);
+  // cross_entropy_loss: the mean over the voxels; sigmoid_bce_loss: over the channels and voxels.
+  const int64_t count = options_.sigmoid ? output.numel() : output.numel() / output.size(1);
+  const torch::Tensor ce = s.ce / static_cast<double>(count);
+  const torch::Tensor dice = dice_loss_from_sums(s.inter, s.psum + s.ysum, kDiceSmooth, options_.sigmoid ? 0 : 1);
+  std::vector<torch::Tensor> out;
+  for (const auto& [t, w] : terms_) out.push_back(t == Term::kDice ? dice : ce);
+  return out;
+}
+
 bool Loss::uses_skeleton() const { return has(Term::kSkeletonRecall); }
 bool Loss::uses_distance() const { return has(Term::kBoundary); }
 
@@ -305,8 +330,10 @@ LossParts Loss::parts(const torch::Tensor& output, const torch::Tensor& target, 
   }
   LossParts p;
   std::vector<torch::Tensor> values;
-  for (const auto& [t, w] : terms_) {
-    torch::Tensor v = term(t, output, labels, mask, valid, maps);
+  const std::vector<torch::Tensor> fused = valid.defined() ? std::vector<torch::Tensor>{} : fused_terms(output, labels);
+  for (size_t i = 0; i < terms_.size(); ++i) {
+    const auto& [t, w] = terms_[i];
+    torch::Tensor v = fused.empty() ? term(t, output, labels, mask, valid, maps) : fused[i];
     if (!logged_.empty()) values.push_back(v.detach());
     const torch::Tensor weighted = w == 1.0 ? v : v * w;
     p.total = p.total.defined() ? p.total + weighted : weighted;

@@ -13,6 +13,8 @@
 #include <torch/cuda.h>
 
 #include "batches.h"
+#include "devices.h"
+#include "tensor_compare.h"
 #include "u3d/core/run.h"
 #include "u3d/kernels/fused_norm_act.h"
 #include "u3d/model/fused_kernels.h"
@@ -21,17 +23,12 @@
 namespace u3d {
 namespace {
 
-constexpr auto kCl = at::MemoryFormat::ChannelsLast3d;
-const torch::Device kCuda(torch::kCUDA, 0);
+using test::kCl;
+using test::kCuda;
 
 #define U3D_REQUIRE_KERNELS()                                         \
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"; \
   ASSERT_TRUE(kernels::built()) << "this build has no CUDA kernels (kernels/)"
-
-double rel(const torch::Tensor& a, const torch::Tensor& b) {
-  const torch::Tensor bd = b.to(torch::kDouble);
-  return (a.to(torch::kDouble) - bd).abs().max().item<double>() / std::max(bd.abs().max().item<double>(), 1e-12);
-}
 
 struct NormCase {
   std::vector<int64_t> shape;  // (N, C, D, H, W)
@@ -96,13 +93,13 @@ TEST(FusedNormAct, EqualsAtenForEveryNormDtypeActivationAndShape) {
       const torch::Tensor w = torch::rand({k.shape[1]}, opts) + 0.5, b = torch::randn({k.shape[1]}, opts);
       const Outputs ref = run_case(k, x, proj, w, b, /*fused=*/false);
       const Outputs got = run_case(k, x, proj, w, b, /*fused=*/true);
-      EXPECT_LT(rel(got.y, ref.y), tol);
-      EXPECT_LT(rel(got.dx, ref.dx), tol);
-      EXPECT_LT(rel(got.dweight, ref.dweight), tol);
-      EXPECT_LT(rel(got.dbias, ref.dbias), tol);
+      EXPECT_LT(test::rel_diff(got.y, ref.y), tol);
+      EXPECT_LT(test::rel_diff(got.dx, ref.dx), tol);
+      EXPECT_LT(test::rel_diff(got.dweight, ref.dweight), tol);
+      EXPECT_LT(test::rel_diff(got.dbias, ref.dbias), tol);
       if (k.groups == 0) {
-        EXPECT_LT(rel(got.running_mean, ref.running_mean), tol);
-        EXPECT_LT(rel(got.running_var, ref.running_var), tol);
+        EXPECT_LT(test::rel_diff(got.running_mean, ref.running_mean), tol);
+        EXPECT_LT(test::rel_diff(got.running_var, ref.running_var), tol);
       }
     }
   }

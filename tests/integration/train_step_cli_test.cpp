@@ -100,8 +100,8 @@ TEST_F(TrainStepCli, StepBenchmarkProfileBreaksTheStepIntoCategories) {
   EXPECT_EQ(j.at("source"), "cpu self time");
   EXPECT_EQ(j.at("steps"), 3);
   double share = 0;
-  for (const char* c :
-       {"convolution", "normalisation", "activation", "elementwise", "copy/cast", "reduction", "optimizer", "other"}) {
+  for (const char* c : {"convolution", "normalisation", "activation", "elementwise", "copy/cast", "reduction", "loss",
+                        "optimizer", "other"}) {
     ASSERT_TRUE(j.at("categories").contains(c)) << c;
     share += j.at("categories").at(c).at("share").get<double>();
     EXPECT_NE(r.output.find(std::string("  ") + c), std::string::npos) << c;  // a table row

@@ -48,7 +48,7 @@ ROOMS = {
     "evaluate": {"core", "io", "data", "model", "evaluate"},
     "predict": {"core", "io", "data", "model", "monitor", "evaluate", "predict"},
     "plan": {"core", "io", "data", "model", "evaluate", "plan"},
-    "train": {"core", "io", "data", "model", "monitor", "evaluate", "predict", "train"},
+    "train": {"core", "io", "data", "kernels", "model", "monitor", "evaluate", "predict", "train"},
 }
 ROOM_ORDER = ["core", "io", "data", "kernels", "model", "monitor", "evaluate", "predict", "plan", "train", "app"]
 # io/ is split by format (CONTRIBUTING.md): a format's folder includes only these folders of io/

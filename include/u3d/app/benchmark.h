@@ -27,7 +27,7 @@
 //   trainer --config exp.yaml --benchmark [step] --profile
 //
 // --profile then runs 3 more steps under LibTorch's profiler and prints the step's time by category
-// (convolution, normalisation, activation, elementwise, copy/cast, reduction, optimizer, other: ms
+// (convolution, normalisation, activation, elementwise, copy/cast, reduction, loss, optimizer, other: ms
 // per step and share) and the top 10 ops, and a second JSON line ({"benchmark": "step_profile",
 // ...}, step_profile.h). The benchmark writes no files: both JSON lines go to stdout.
 #pragma once

@@ -17,9 +17,11 @@
 //
 // Categories, by the operator's (or kernel's) name, first rule that matches (op_category()):
 // optimizer (_fused_*, _foreach_*, _amp_*: the update, gradient norm and clipping, loss scaling),
-// convolution (conv, mm/addmm/bmm/matmul/linear, gemm), normalisation (batch/instance/group/layer
-// norm), activation (relu, gelu, elu, sigmoid, tanh, softmax, threshold), copy/cast (copy_, to,
-// _to_copy, clone, contiguous, cat, stack, memcpy, memset), reduction (sum, mean, max, min, norm,
+// convolution (conv, mm/addmm/bmm/matmul/linear, gemm), loss (the loss ops: nll_loss,
+// binary_cross_entropy, l1/mse_loss, the fused loss kernels u3d::fused_loss), normalisation
+// (batch/instance/group/layer norm, the fused norm kernels u3d::fused_norm_act), activation (relu, gelu, elu, sigmoid,
+// tanh, softmax, threshold), copy/cast (copy_, to, _to_copy, clone, contiguous, cat, stack, memcpy, memset), reduction
+// (sum, mean, max, min, norm,
 // ...), elementwise (add, mul, div, where, clamp, fill_, zero_, ...), other (the rest, including the
 // autograd engine's own bookkeeping).
 #pragma once

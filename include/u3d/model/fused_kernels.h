@@ -4,7 +4,8 @@
 //
 //   off   ATen everywhere (model/channels_last_norm.h, model/channels_last_batch_norm.h, train/losses.h)
 //   on    every family, for every layer and loss whose tensors the kernels take (training; batch norm
-//         in eval mode keeps ATen), on CUDA tensors; a ConfigError without a CUDA device or without
+//         in eval mode keeps ATen; the Dice + CE or BCE + Dice loss: kernels/fused_loss.h, train/losses.h
+//         Loss), on CUDA tensors; a ConfigError without a CUDA device or without
 //         kernels in the build
 //   auto  on CUDA, the families whose table in verified_architectures(family) holds the GPU's
 //         architecture: those whose equality tests (GPU tests FusedNormAct*, FusedLoss*, gpu-check's

@@ -26,9 +26,14 @@ torch::Tensor masked_l1_loss(const torch::Tensor& pred, const torch::Tensor& tar
 torch::Tensor mse_loss(const torch::Tensor& pred, const torch::Tensor& target);
 torch::Tensor masked_mse_loss(const torch::Tensor& pred, const torch::Tensor& target, const torch::Tensor& mask,
                               const torch::Tensor& count = {});
+// The smoothing term of the soft Dice losses (soft_dice_loss, sigmoid_dice_loss, the fused path).
+constexpr double kDiceSmooth = 1e-5;
 // 1 - mean soft Dice of the foreground classes (1..K-1), per sample then averaged:
 // dice_k = (2 sum(p_k y_k) + smooth) / (sum(p_k) + sum(y_k) + smooth), p = softmax(logits).
-torch::Tensor soft_dice_loss(const torch::Tensor& logits, const torch::Tensor& labels, double smooth = 1e-5);
+torch::Tensor soft_dice_loss(const torch::Tensor& logits, const torch::Tensor& labels, double smooth = kDiceSmooth);
+// 1 - mean over (N, C) of (2 inter + smooth) / (denom + smooth), classes from `first` on: the Dice
+// losses' last step, from (N, C) float32 sums of p y (inter) and of p plus y (denom).
+torch::Tensor dice_loss_from_sums(const torch::Tensor& inter, const torch::Tensor& denom, double smooth, int64_t first);
 // Mean cross-entropy of logits (N, K, ...) against int64 labels (N, ...), in float32. On CUDA with
 // deterministic algorithms on (training.deterministic), cross_entropy_loss_deterministic(): ATen's
 // nll_loss2d, which F.cross_entropy uses for 5-D input, has no deterministic CUDA kernel.
@@ -48,7 +53,7 @@ torch::Tensor sigmoid_bce_loss(const torch::Tensor& logits, const torch::Tensor&
 // 1 - mean soft Dice of the K - 1 channels, per sample then averaged, p = sigmoid(logits):
 // dice_k = (2 sum(p_k y_k) + smooth) / (sum(p_k) + sum(y_k) + smooth), sums over the valid voxels.
 torch::Tensor sigmoid_dice_loss(const torch::Tensor& logits, const torch::Tensor& labels,
-                                const torch::Tensor& valid = {}, double smooth = 1e-5);
+                                const torch::Tensor& valid = {}, double smooth = kDiceSmooth);
 
 // auto -> a concrete kind for the task; ConfigError for a kind that does not fit the task or data.
 LossKind resolve_loss(LossKind kind, Task task, bool has_mask);
@@ -106,7 +111,11 @@ LossParts deep_supervision_parts(const Loss& loss, const std::vector<torch::Tens
                                  const TruthMaps& maps = {});
 
 // The training loss: a resolved named loss (l1, ..., dice_ce: unchanged values) or the weighted sum
-// of a list's terms (train/topology_losses.h for cldice, skeleton_recall, boundary). With an ignore
+// of a list's terms (train/topology_losses.h for cldice, skeleton_recall, boundary). With the fused
+// kernels enabled (kernels::enabled(), model.fused_kernels) a loss of exactly ce and dice (dice_ce, or
+// a list of the two with any weights) on a softmax head, or bce and dice on a sigmoid head, without
+// an ignore label or class weights, takes both terms from one fused pass when kernels::loss_applies()
+// (kernels/fused_loss.h): the same values within float32 rounding. Otherwise ATen. With an ignore
 // label, segmentation terms leave those voxels out (valid = labels != ignore_label). With ground-truth
 // maps (Batch::maps, made once per case in the cache), skeleton_recall reads the cached skeleton and
 // boundary the cached Euclidean distance (/ boundary_distance, clamped to [-1, 1]); without them both
@@ -133,6 +142,8 @@ class Loss {
   torch::Tensor term(Term t, const torch::Tensor& output, const torch::Tensor& target, const torch::Tensor& mask,
                      const torch::Tensor& valid, const TruthMaps& maps) const;
   bool has(Term t) const;
+  // The terms' values from the fused kernels, in terms_' order; empty when they do not apply.
+  std::vector<torch::Tensor> fused_terms(const torch::Tensor& output, const torch::Tensor& labels) const;
   // Data-parallel: the ranks' mean mask count (LossOptions::rank_mean); undefined for one process.
   torch::Tensor rank_mean_count(const torch::Tensor& mask) const;
   LossKind kind_ = LossKind::kAuto;

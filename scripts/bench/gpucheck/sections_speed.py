@@ -32,7 +32,7 @@ OPENKBP_GOAL_MS = 9.0                         # the OpenKBP baseline's step at b
 STEPS, WARMUP = 20, 5                         # timed and untimed steps of every row
 FLOOR_STEPS, FLOOR_WARMUP = 10, 3             # conv_floor.py's repetitions per convolution
 PROFILE_STEPS = 3                             # --benchmark --profile's profiled steps, after the timed ones
-KERNEL_CATEGORIES = ("normalisation", "activation", "copy/cast")  # what the fused kernels replace
+KERNEL_CATEGORIES = ("normalisation", "loss", "activation", "copy/cast")  # what the fused kernels replace
 PARTS = {"1": (1, 2, 3), "2": (1, 4, 5), "all": (1, 2, 3, 4, 5)}
 FUSED = {"on": "model.fused_kernels=on", "off": "model.fused_kernels=off"}
 TOOLS = {"fused": "trainer, graph, fused kernels on", "unfused": "trainer, graph, fused kernels off",

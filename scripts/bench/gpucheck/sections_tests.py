@@ -21,6 +21,7 @@ CORE_TESTS = (
     "GpuFixes.OpenKbpBaselineStepWithBatchNormAndDropoutCaptures",
     "GpuFixes.SegmentationStepWithDeepSupervisionCapturesAndEqualsEager",
     "FusedNormAct.*",  # our CUDA kernels against ATen (kernels/; model.fused_kernels auto waits on them)
+    "FusedLoss.*",  # the fused Dice + CE and BCE + Dice kernels against the ATen losses
 )
 
 

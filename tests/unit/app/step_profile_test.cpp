@@ -20,7 +20,12 @@ TEST(StepProfile, OperatorsAndKernelsFallIntoTheirCategories) {
          "u3d::fused_norm_act", "torch::autograd::CppNode<u3d::kernels::(anonymous namespace)::NormActFunction>",
          "void u3d::kernels::launch::(anonymous namespace)::norm_act_grad_sums_kernel<__nv_bfloat16>(...)",
          "void u3d::kernels::launch::(anonymous namespace)::norm_act_dx_kernel<float, 8>(...)"}},
-       {"activation", {"aten::leaky_relu", "aten::threshold_backward"}},
+       {"activation", {"aten::leaky_relu", "aten::threshold_backward", "aten::_log_softmax"}},
+       {"loss",
+        {"aten::nll_loss2d_forward", "aten::binary_cross_entropy_with_logits", "NllLoss2DBackward0", "u3d::fused_loss",
+         "torch::autograd::CppNode<u3d::kernels::(anonymous namespace)::FusedLossFunction>",
+         "void u3d::kernels::launch::(anonymous namespace)::loss_sums_kernel<float, 4, false>(...)",
+         "void u3d::kernels::launch::(anonymous namespace)::loss_dx_kernel<__nv_bfloat16, 16, true>(...)"}},
        {"copy/cast", {"aten::copy_", "aten::to", "aten::_to_copy", "Memcpy DtoD (Device -> Device)"}},
        {"reduction", {"aten::sum", "aten::linalg_vector_norm" /* not a normalisation */, "aten::max"}},
        {"optimizer",
@@ -30,7 +35,7 @@ TEST(StepProfile, OperatorsAndKernelsFallIntoTheirCategories) {
         {"aten::add_", "aten::mul", "aten::where", "aten::eq",
          "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>"}},
        {"other", {"aten::max_pool3d", "aten::empty_strided"}}});
-  EXPECT_EQ(profile_categories().size(), 8u);
+  EXPECT_EQ(profile_categories().size(), 9u);
   EXPECT_EQ(profile_categories().back(), "other");
 }
 

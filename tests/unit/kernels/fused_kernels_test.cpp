@@ -1,17 +1,20 @@
 // The kernels/ room on a machine without a GPU: the CUDA kernels are compiled into the library when
 // the build found nvcc (U3D_TEST_EXPECT_CUDA_KERNELS, from CMake), for sm_80, sm_90 and sm_100 plus
 // PTX; model.fused_kernels resolves to off on the CPU (auto) or refuses (on); and with the kernels
-// enabled the CPU path is ATen's, bit for bit, for every norm and network.
+// enabled the CPU path is ATen's, bit for bit, for every norm and network and for the losses the
+// fused loss kernels take on CUDA (kernels/fused_loss.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "fixtures.h"
 #include "u3d/core/errors.h"
+#include "u3d/kernels/fused_loss.h"
 #include "u3d/kernels/fused_norm_act.h"
 #include "u3d/model/fused_kernels.h"
 #include "u3d/model/layout.h"
 #include "u3d/model/unet.h"
+#include "u3d/train/losses.h"
 
 namespace u3d {
 namespace {
@@ -136,6 +139,44 @@ TEST(FusedKernelsBuild, EnabledKernelsLeaveTheCpuPathBitForBit) {
       EXPECT_TRUE(torch::equal(off[i], on[i])) << to_string(cfg.architecture) << " " << to_string(cfg.norm)
                                                << ": tensor " << i << " differs with the kernels enabled on CPU";
     }
+  }
+}
+
+TEST(FusedKernelsBuild, LossKernelsTakeNoCpuTensorAndTheCpuLossIsAtensBitForBit) {
+  torch::manual_seed(12);
+  const torch::Tensor x = torch::randn({2, 3, 5, 6, 7}).contiguous(at::MemoryFormat::ChannelsLast3d);
+  const torch::Tensor labels = torch::randint(/*high=*/3, {2, 5, 6, 7}, torch::kLong);
+  EXPECT_FALSE(kernels::loss_applies(x, labels, Head::kSoftmax));
+  EXPECT_FALSE(kernels::loss_applies(x, labels, Head::kSigmoid));
+  LossSpec weighted;
+  weighted.terms = {LossTerm{"dice", 0.5}, LossTerm{"ce", 2.0}};
+  LossSpec region;
+  region.terms = {LossTerm{"bce", 1.0}, LossTerm{"dice", 1.0}};
+  LossOptions sigmoid;
+  sigmoid.sigmoid = true;
+  const std::vector<Loss> losses = {Loss(LossKind::kDiceCe), Loss(weighted), Loss(region, sigmoid)};
+  for (const Loss& loss : losses) {
+    std::vector<torch::Tensor> got;
+    for (bool on : {false, true}) {
+      FusedKernelsScope scope(on);
+      const torch::Tensor xx = x.clone().requires_grad_();
+      const LossParts p = loss.parts(xx, labels, torch::Tensor());
+      p.total.backward();
+      got.push_back(p.total.detach());
+      got.push_back(xx.grad());
+      if (p.terms.defined()) got.push_back(p.terms);
+    }
+    ASSERT_EQ(got.size() % 2, 0u);
+    for (size_t i = 0; i < got.size() / 2; ++i) {
+      EXPECT_TRUE(torch::equal(got[i], got[got.size() / 2 + i])) << "tensor " << i << " differs with the kernels on";
+    }
+  }
+  FusedKernelsScope on(/*on=*/true);
+  try {
+    kernels::softmax_ce_dice_sums(x, labels);
+    FAIL() << "the CUDA loss kernels took a CPU tensor";
+  } catch (const TrainingError& e) {
+    EXPECT_NE(std::string(e.what()).find("2x3x5x6x7"), std::string::npos) << e.what();
   }
 }
 

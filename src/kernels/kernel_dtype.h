@@ -1,0 +1,37 @@
+// The element types the kernels read and write (float32, float16, bfloat16), one enum for both sides
+// of the launch boundary (the launch headers, the .cu files, the room's .cpp); under nvcc also the
+// conversions to and from the kernels' float32 arithmetic.
+#pragma once
+
+namespace u3d::kernels::launch {
+
+enum class DType { kFloat, kHalf, kBFloat16 };
+
+}  // namespace u3d::kernels::launch
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace u3d::kernels::launch {
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+}  // namespace u3d::kernels::launch
+#endif
