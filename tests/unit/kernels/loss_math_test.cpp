@@ -16,19 +16,19 @@
 namespace u3d::kernels {
 namespace {
 
-struct Case {
+struct LossCase {
   std::vector<int64_t> shape;  // logits (N, C, D, H, W)
   bool sigmoid;                // C = K - 1 channels; else C = K classes
   double w_ce, w_dice;         // the terms' weights
 };
 
-struct Result {
+struct LossResult {
   torch::Tensor loss, dx;  // dx (N, C, S)
 };
 
 // What the kernels compute, on (N, C, S) float32 logits and (N, S) labels. `drop` leaves out the
 // Dice part of dx (the test's own check that it sees a wrong backward).
-Result emulate(const Case& k, const torch::Tensor& x, const torch::Tensor& labels, bool drop = false) {
+LossResult emulate_loss(const LossCase& k, const torch::Tensor& x, const torch::Tensor& labels, bool drop = false) {
   const int64_t n = x.size(0), c = x.size(1), s = x.size(2);
   const RegionColumns cols{c};
   const auto X = x.accessor<float, 3>();
@@ -65,7 +65,7 @@ Result emulate(const Case& k, const torch::Tensor& x, const torch::Tensor& label
   const torch::Tensor denom = table.narrow(/*dim=*/1, cols.psum(0), c) + table.narrow(1, cols.ysum(0), c).detach();
   const torch::Tensor dice =
       dice_loss_from_sums(table.narrow(/*dim=*/1, cols.inter(0), c), denom, kDiceSmooth, k.sigmoid ? 0 : 1);
-  Result r;
+  LossResult r;
   r.loss = ce * k.w_ce + dice * k.w_dice;
   r.loss.backward();
   const torch::Tensor grad = drop ? table.grad() * (torch::arange(cols.width()) == cols.ce()) : table.grad();
@@ -99,11 +99,11 @@ Result emulate(const Case& k, const torch::Tensor& x, const torch::Tensor& label
   return r;
 }
 
-struct Compared {
+struct LossCompared {
   double loss, dx;  // relative differences to ATen
 };
 
-Compared compare(const Case& k, bool drop = false) {
+LossCompared compare_loss(const LossCase& k, bool drop = false) {
   torch::manual_seed(17);
   const int64_t n = k.shape[0], c = k.shape[1];
   const torch::Tensor x5 = torch::randn(k.shape) * 2;
@@ -116,37 +116,37 @@ Compared compare(const Case& k, bool drop = false) {
       k.sigmoid ? u3d::sigmoid_bce_loss(xr, labels) * k.w_ce + u3d::sigmoid_dice_loss(xr, labels) * k.w_dice
                 : u3d::cross_entropy_loss(xr, labels) * k.w_ce + u3d::soft_dice_loss(xr, labels) * k.w_dice;
   ref.backward();
-  const Result r = emulate(k, x5.reshape({n, c, -1}), labels.reshape({n, -1}), drop);
+  const LossResult r = emulate_loss(k, x5.reshape({n, c, -1}), labels.reshape({n, -1}), drop);
   return {test::rel_diff(r.loss.detach(), ref.detach()), test::rel_diff(r.dx, xr.grad().reshape({n, c, -1}))};
 }
 
-void check(const Case& k) {
+void check_loss(const LossCase& k) {
   SCOPED_TRACE(::testing::Message() << (k.sigmoid ? "sigmoid" : "softmax") << " " << k.shape[0] << "x" << k.shape[1]
                                     << "x" << k.shape[2] << "x" << k.shape[3] << "x" << k.shape[4] << " weights "
                                     << k.w_ce << ", " << k.w_dice);
-  const Compared d = compare(k);
+  const LossCompared d = compare_loss(k);
   EXPECT_LT(d.loss, 1e-5);
   EXPECT_LT(d.dx, 1e-4);
 }
 
 TEST(LossMath, SoftmaxCrossEntropyPlusDiceEqualsAten) {
-  check({{2, 3, 5, 7, 3}, /*sigmoid=*/false, 1.0, 1.0});
-  check({{1, 2, 9, 4, 5}, /*sigmoid=*/false, 0.7, 1.6});  // batch 1, two classes, weighted terms
-  check({{2, 5, 3, 3, 11}, /*sigmoid=*/false, 2.0, 0.5});
-  check({{1, 5, 1, 13, 7}, /*sigmoid=*/false, 1.0, 1.0});  // a 2-D slice
+  check_loss({{2, 3, 5, 7, 3}, /*sigmoid=*/false, 1.0, 1.0});
+  check_loss({{1, 2, 9, 4, 5}, /*sigmoid=*/false, 0.7, 1.6});  // batch 1, two classes, weighted terms
+  check_loss({{2, 5, 3, 3, 11}, /*sigmoid=*/false, 2.0, 0.5});
+  check_loss({{1, 5, 1, 13, 7}, /*sigmoid=*/false, 1.0, 1.0});  // a 2-D slice
 }
 
 TEST(LossMath, SigmoidBcePlusDiceEqualsAten) {
-  check({{2, 1, 5, 7, 3}, /*sigmoid=*/true, 1.0, 1.0});
-  check({{1, 3, 9, 4, 5}, /*sigmoid=*/true, 0.3, 1.7});
-  check({{2, 3, 1, 11, 6}, /*sigmoid=*/true, 1.0, 1.0});
+  check_loss({{2, 1, 5, 7, 3}, /*sigmoid=*/true, 1.0, 1.0});
+  check_loss({{1, 3, 9, 4, 5}, /*sigmoid=*/true, 0.3, 1.7});
+  check_loss({{2, 3, 1, 11, 6}, /*sigmoid=*/true, 1.0, 1.0});
 }
 
 TEST(LossMath, ABackwardWithoutItsDicePartIsCaught) {
   for (bool sigmoid : {false, true}) {
-    const Case k{{2, 3, 5, 7, 3}, sigmoid, 1.0, 1.0};
-    EXPECT_LT(compare(k).dx, 1e-4);
-    EXPECT_GT(compare(k, /*drop=*/true).dx, 1e-2) << (sigmoid ? "sigmoid" : "softmax");
+    const LossCase k{{2, 3, 5, 7, 3}, sigmoid, 1.0, 1.0};
+    EXPECT_LT(compare_loss(k).dx, 1e-4);
+    EXPECT_GT(compare_loss(k, /*drop=*/true).dx, 1e-2) << (sigmoid ? "sigmoid" : "softmax");
   }
 }
 

@@ -23,7 +23,7 @@ Config config_of(const std::string& model_and_training) {
 }
 
 // The ConfigError's message, "" when the config loads.
-std::string error_of(const std::string& model_and_training) {
+std::string head_error_of(const std::string& model_and_training) {
   std::string message;
   try {
     config_of(model_and_training);
@@ -55,20 +55,21 @@ TEST(SigmoidHead, ConfigTakesTheHeadAndBareLossNames) {
 
 TEST(SigmoidHead, LossesThatDoNotFitTheHeadAreOneLineConfigErrors) {
   for (const std::string loss : {"dice_ce", "ce", "[ce, dice]", "[bce, cldice]", "[{name: boundary}]"}) {
-    const std::string e = error_of("model:\n  head: sigmoid\ntraining:\n  loss: " + loss + "\n");
+    const std::string e = head_error_of("model:\n  head: sigmoid\ntraining:\n  loss: " + loss + "\n");
     EXPECT_NE(e.find("exp.yaml:"), std::string::npos) << loss << ": " << e;
     EXPECT_NE(e.find("training.loss: "), std::string::npos) << loss << ": " << e;
     EXPECT_NE(e.find("needs model.head softmax"), std::string::npos) << loss << ": " << e;
     EXPECT_EQ(e.find('\n'), std::string::npos) << e;
   }
   for (const std::string loss : {"bce", "[bce, dice]"}) {
-    const std::string e = error_of("training:\n  loss: " + loss + "\n");
+    const std::string e = head_error_of("training:\n  loss: " + loss + "\n");
     EXPECT_NE(e.find("needs model.head sigmoid"), std::string::npos) << loss << ": " << e;
   }
-  EXPECT_NE(error_of("model:\n  head: sigmoid\ntraining:\n  class_weights: [1, 2]\n").find("training.class_weights"),
-            std::string::npos);
-  EXPECT_NE(error_of("model:\n  head: tanh\n").find("model.head"), std::string::npos);
-  EXPECT_EQ(error_of("model:\n  head: sigmoid\ntraining:\n  loss: [dice]\n"), "");  // dice fits either head
+  EXPECT_NE(
+      head_error_of("model:\n  head: sigmoid\ntraining:\n  class_weights: [1, 2]\n").find("training.class_weights"),
+      std::string::npos);
+  EXPECT_NE(head_error_of("model:\n  head: tanh\n").find("model.head"), std::string::npos);
+  EXPECT_EQ(head_error_of("model:\n  head: sigmoid\ntraining:\n  loss: [dice]\n"), "");  // dice fits either head
 }
 
 TEST(SigmoidHead, AutoIsBceAndDiceAndARegressionDatasetIsRefused) {
