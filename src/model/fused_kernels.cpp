@@ -36,7 +36,7 @@ kernels::Families verified_families(const std::string& architecture) {
 }
 
 FusedKernelsChoice resolve_fused_kernels(const ModelConfig& cfg, const torch::Device& device) {
-  if (cfg.fused_kernels == Toggle::kOff) return {kernels::kNoFamilies, false, "off (model.fused_kernels)"};
+  if (cfg.fused_kernels == Toggle::kOff) return {kernels::kNoFamilies, "off (model.fused_kernels)"};
   if (cfg.fused_kernels == Toggle::kOn) {
     if (!device.is_cuda()) {
       throw ConfigError(
@@ -49,21 +49,18 @@ FusedKernelsChoice resolve_fused_kernels(const ModelConfig& cfg, const torch::De
           "model.fused_kernels: on, but this build has no CUDA kernels (built without nvcc or with "
           "-DU3D_CUDA_KERNELS=OFF); use auto or off");
     }
-    return {kernels::kAllFamilies, true,
-            fmt::format("on (model.fused_kernels; {})", kernels::device_architecture(device))};
+    return {kernels::kAllFamilies, fmt::format("on (model.fused_kernels; {})", kernels::device_architecture(device))};
   }
-  if (!device.is_cuda()) return {kernels::kNoFamilies, false, "auto: off on CPU"};
-  if (!kernels::built()) return {kernels::kNoFamilies, false, "auto: off (this build has no CUDA kernels)"};
+  if (!device.is_cuda()) return {kernels::kNoFamilies, "auto: off on CPU"};
+  if (!kernels::built()) return {kernels::kNoFamilies, "auto: off (this build has no CUDA kernels)"};
   const std::string arch = kernels::device_architecture(device);
   const kernels::Families on = verified_families(arch);
   if (on == kernels::kNoFamilies) {
-    return {on, false,
-            fmt::format("auto: off ({} not yet verified by the kernels' GPU tests, docs/performance.md)", arch)};
+    return {on, fmt::format("auto: off ({} not yet verified by the kernels' GPU tests, docs/performance.md)", arch)};
   }
-  if (on == kernels::kAllFamilies) return {on, true, fmt::format("auto: on ({} verified)", arch)};
-  return {on, true,
-          fmt::format("auto: on for {} ({} verified); off for {} (not yet verified there, docs/performance.md)",
-                      kernels::family_names(on), arch, kernels::family_names(kernels::kAllFamilies & ~on))};
+  if (on == kernels::kAllFamilies) return {on, fmt::format("auto: on ({} verified)", arch)};
+  return {on, fmt::format("auto: on for {} ({} verified); off for {} (not yet verified there, docs/performance.md)",
+                          kernels::family_names(on), arch, kernels::family_names(kernels::kAllFamilies & ~on))};
 }
 
 FusedKernelsScope::FusedKernelsScope(kernels::Families families) : previous_(kernels::enabled_families()) {

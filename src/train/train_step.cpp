@@ -44,7 +44,7 @@ TrainStep::TrainStep(const Config& cfg, const torch::Device& device, NetworkImpl
   features_.channels_last = resolve_channels_last(cfg.model, device);
   features_.channels_last_note = channels_last_reason(cfg.model, device);
   const FusedKernelsChoice fused = resolve_fused_kernels(cfg.model, device);
-  features_.fused_kernels = fused.on;
+  features_.fused_kernels = fused.on();
   features_.fused_kernels_note = fused.reason;
   fused_scope_.emplace(fused.families);
   auto& ctx = at::globalContext();

@@ -26,8 +26,8 @@ namespace u3d {
 
 struct FusedKernelsChoice {
   kernels::Families families = kernels::kNoFamilies;
-  bool on = false;     // any family on
   std::string reason;  // for the log: "auto: off (sm_90 not yet verified ..., docs/performance.md)"
+  bool on() const { return families != kernels::kNoFamilies; }  // any family on
 };
 
 // ConfigError for `on` without CUDA or without the kernels in the build.

@@ -37,11 +37,11 @@ TEST(FusedKernelsBuild, AutoIsOffOnTheCpuAndOnIsRefused) {
   const torch::Device cpu(torch::kCPU);
   cfg.fused_kernels = Toggle::kAuto;
   FusedKernelsChoice choice = resolve_fused_kernels(cfg, cpu);
-  EXPECT_FALSE(choice.on);
+  EXPECT_FALSE(choice.on());
   EXPECT_EQ(choice.families, kernels::kNoFamilies);
   EXPECT_EQ(choice.reason, "auto: off on CPU");
   cfg.fused_kernels = Toggle::kOff;
-  EXPECT_FALSE(resolve_fused_kernels(cfg, cpu).on);
+  EXPECT_FALSE(resolve_fused_kernels(cfg, cpu).on());
   cfg.fused_kernels = Toggle::kOn;
   try {
     resolve_fused_kernels(cfg, cpu);
