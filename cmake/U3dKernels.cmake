@@ -30,3 +30,22 @@ else()
   endif()
   message(STATUS "u3d: no CUDA kernels (kernels/): ${_u3d_why}")
 endif()
+
+# cuDNN's graph API (kernels/cudnn_norm_act.h, timed by `trainer bench-norm` beside our kernels):
+# NVIDIA's header-only cudnn-frontend (scripts/setup.sh installs its PyPI wheel's include/ into the
+# torch venv's site-packages) over the cudnn.h of torch's nvidia-cudnn wheel. Compiled with the
+# frontend's dynamic loading: cuDNN's symbols are looked up at run time in the libcudnn.so.9 torch has
+# already loaded, so nothing links against cuDNN. Without the headers that column says "not built".
+set(U3D_BUILD_CUDNN_GRAPHS OFF)
+if(U3D_BUILD_CUDA_KERNELS)
+  get_filename_component(_u3d_site_packages "${Torch_DIR}/../../../.." ABSOLUTE)
+  find_path(U3D_CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h
+            HINTS "${_u3d_site_packages}/include" "${U3D_TORCH_VENV}/include" NO_DEFAULT_PATH)
+  find_path(U3D_CUDNN_INCLUDE_DIR cudnn.h HINTS "${_u3d_site_packages}/nvidia/cudnn/include")
+  if(U3D_CUDNN_FRONTEND_INCLUDE_DIR AND U3D_CUDNN_INCLUDE_DIR)
+    set(U3D_BUILD_CUDNN_GRAPHS ON)
+    message(STATUS "u3d: cuDNN graphs (cudnn-frontend ${U3D_CUDNN_FRONTEND_INCLUDE_DIR}, cudnn.h ${U3D_CUDNN_INCLUDE_DIR})")
+  else()
+    message(STATUS "u3d: no cuDNN graphs (bench-norm's cuDNN column): cudnn_frontend.h or cudnn.h not found")
+  endif()
+endif()

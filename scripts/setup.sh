@@ -52,7 +52,7 @@ if [ "$MODE" = download ]; then
   . /etc/os-release
   echo "$PRETTY_NAME $(dpkg --print-architecture)" > "$DIR/debs/RELEASE"
   log "done: copy $DIR to the offline machine (same release: $PRETTY_NAME) and run scripts/setup.sh --offline DIR"
-  log "LibTorch there: U3D_TORCH_PYTHON=python3 (an installed torch $TORCH_VERSION), or wheels: pip download torch==$TORCH_VERSION tensorboard==2.21.0 safetensors==0.8.0 onnx==1.23.2 onnxscript==0.7.2 pydicom==3.0.2 rt-utils==1.2.7 highdicom==0.28.2 pillow==11.3.0 tifffile==2025.6.11 nibabel==5.4.2 wheel==0.45.1 nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-cccl==13.0.85 -d $DIR/wheels"
+  log "LibTorch there: U3D_TORCH_PYTHON=python3 (an installed torch $TORCH_VERSION), or wheels: pip download torch==$TORCH_VERSION tensorboard==2.21.0 safetensors==0.8.0 onnx==1.23.2 onnxscript==0.7.2 pydicom==3.0.2 rt-utils==1.2.7 highdicom==0.28.2 pillow==11.3.0 tifffile==2025.6.11 nibabel==5.4.2 wheel==0.45.1 nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-cccl==13.0.85 nvidia-cudnn-frontend==1.32.0 -d $DIR/wheels"
   exit 0
 fi
 
@@ -153,4 +153,18 @@ for f in "$CU13"/lib/lib*.so.*; do
   b="${f%%.so.*}.so"
   [ -e "$b" ] || ln -s "$(basename "$f")" "$b"
 done
+# cuDNN's graph API through NVIDIA's header-only cudnn-frontend, for `trainer bench-norm`'s cuDNN
+# column (cuDNN's fused norm + ReLU beside the project's kernels, kernels/cudnn_norm_act.h): the wheel's
+# include/ lands in the venv's site-packages; only its headers are used (compiled in, cuDNN itself is
+# torch's, loaded at run time). cmake/U3dKernels.cmake builds without that column when they are missing.
+CUDNN_FRONTEND_WHEEL=nvidia-cudnn-frontend==1.32.0
+cudnn_frontend_h() { "$VENV/bin/python" -c 'import sysconfig, os; p = os.path.join(sysconfig.get_paths()["purelib"], "include", "cudnn_frontend.h"); print(p if os.path.exists(p) else "")' 2>/dev/null; }
+if [ -z "$(cudnn_frontend_h || true)" ]; then
+  pip_src=()
+  if [ "$MODE" = offline ]; then pip_src=(--no-index --find-links "$DIR/wheels"); fi
+  log "installing cudnn-frontend's headers ($CUDNN_FRONTEND_WHEEL) into $VENV"
+  "$VENV/bin/python" -m pip install -q --no-cache-dir --no-deps "${pip_src[@]}" "$CUDNN_FRONTEND_WHEEL" ||
+    die "pip install $CUDNN_FRONTEND_WHEEL into $VENV failed"
+  [ -n "$(cudnn_frontend_h || true)" ] || die "no include/cudnn_frontend.h in $VENV after installing $CUDNN_FRONTEND_WHEEL"
+fi
 "$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null

@@ -48,6 +48,7 @@ void add_cascade_command(CLI::App& app, Commands& commands);           // cli_da
 void add_evaluate_commands(CLI::App& app, Commands& commands);         // cli_evaluate.cpp
 void add_export_command(CLI::App& app, Commands& commands);            // cli_tools.cpp
 void add_plot_command(CLI::App& app, Commands& commands);              // cli_tools.cpp
+void add_bench_norm_command(CLI::App& app, Commands& commands);        // cli_tools.cpp
 void add_config_reference_command(CLI::App& app, Commands& commands);  // cli_tools.cpp
 
 }  // namespace u3d_cli

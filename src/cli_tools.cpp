@@ -1,7 +1,9 @@
-// The commands around a run: export (a checkpoint for PyTorch), plot (progress.png), config-reference.
+// The commands around a run: export (a checkpoint for PyTorch), plot (progress.png), bench-norm (norm
+// layers timed three ways, app/norm_benchmark.h), config-reference.
 #include "cli_commands.h"
 #include "cli_options.h"
 #include "u3d/app/commands.h"
+#include "u3d/app/norm_benchmark.h"
 
 namespace u3d_cli {
 
@@ -24,6 +26,17 @@ void add_plot_command(CLI::App& app, Commands& commands) {
                                                u3d::plot_command);
   a->add_option("run_dir", c.run_dir, "Run folder")->required();
   a->add_option("--out", c.out, "PNG file (default <run>/progress.png; the .svg beside it)");
+}
+
+void add_bench_norm_command(CLI::App& app, Commands& commands) {
+  auto [a, c] = commands.add<u3d::NormBenchCommand>(
+      app, "bench-norm",
+      "Time a network's norm + activation layers three ways: ATen, the project's fused kernels and cuDNN's graphs",
+      u3d::norm_benchmark_command);
+  a->add_option("sites", c.sites, "SITES.json (scripts/bench/norm_bench.py writes it from a network)")->required();
+  a->add_option("--steps", c.steps, "Timed runs per layer and way")->capture_default_str();
+  a->add_option("--warmup", c.warmup, "Untimed runs before them")->capture_default_str();
+  a->add_option("--device", c.device, "auto, cuda or cpu")->capture_default_str();
 }
 
 void add_config_reference_command(CLI::App& app, Commands& commands) {

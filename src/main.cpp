@@ -96,6 +96,7 @@ int main(int argc, char** argv) {
   add_evaluate_commands(app, commands);
   add_export_command(app, commands);
   add_benchmark_command(app, rc);
+  add_bench_norm_command(app, commands);
   add_plot_command(app, commands);
   add_config_reference_command(app, commands);
   Verbosity verbosity;

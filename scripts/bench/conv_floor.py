@@ -36,13 +36,13 @@ from pytorch_step import build, in_channels, make_parser, parse_args  # noqa: E4
 CONVS = (nn.Conv3d, nn.ConvTranspose3d, nn.Conv2d, nn.ConvTranspose2d)
 
 
-def collect(model, x, deep):
-    """[(module, input shape)] of every convolution in the order the step's forward pass reaches them
-    (forward_deep with deep supervision, as pytorch_step.py's step)."""
+def collect(model, x, deep, types=CONVS):
+    """[(module, input shape)] of every convolution (every module of `types`) in the order the step's
+    forward pass reaches them (forward_deep with deep supervision, as pytorch_step.py's step)."""
     found = []
     fwd = (lambda m, t: m.forward_deep(t)) if deep and hasattr(model, "forward_deep") else (lambda m, t: m(t))
     hooks = [m.register_forward_hook(lambda mod, inp, out: found.append((mod, tuple(inp[0].shape))))
-             for m in model.modules() if isinstance(m, CONVS)]
+             for m in model.modules() if isinstance(m, types)]
     # Training mode: the deep-supervision heads run as in a step (on a throwaway copy of the
     # network: its batch-norm statistics may move). Eval mode where PyTorch refuses a 1-voxel
     # instance norm in training (tiny test sizes only).

@@ -7,7 +7,8 @@ process prints goes to stderr (gpu-check streams it into a log).
     {"id": 2, "op": "step", "argv": ["--filters", "64", ...]}                 -> pytorch_step.py's JSON lines
     {"id": 3, "op": "profile", "argv": ["--steps", "3", ...]}                 -> profile_step.py's JSON
     {"id": 4, "op": "conv_floor", "argv": [...pytorch_step.py's options]}     -> conv_floor.py's JSON
-    {"id": 5, "op": "quit"}
+    {"id": 5, "op": "norm_bench", "argv": [... and --trainer PATH]}           -> norm_bench.py's JSON
+    {"id": 6, "op": "quit"}
 Answers: {"id": N, "ok": true, "result": ...} or {"id": N, "ok": false, "error": "one line"}. The
 first line, unasked: {"id": 0, "ok": true, "result": {"torch": ..., "cuda_available": ...,
 "import_s": ...}}. After each request the CUDA cache is emptied, so the trainer's runs between two
@@ -52,6 +53,9 @@ def handle(req):
     if op == "conv_floor":
         import conv_floor
         return conv_floor.floor(conv_floor.parse_args(req["argv"], parser=conv_floor.make_floor_parser()))
+    if op == "norm_bench":
+        import norm_bench
+        return norm_bench.run(norm_bench.parse_args(req["argv"], parser=norm_bench.make_norm_parser()))
     if op == "profile":
         import profile_step
         return profile_step.profile_steps(profile_step.parse_args(req["argv"], parser=profile_step.make_profile_parser()))

@@ -31,7 +31,7 @@ TEST_F(Subcommands, HelpListsTheCommandsInWorkflowOrder) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   size_t last = 0;
   for (const std::string name : {"synth", "import", "check-data", "plan", "train", "resume", "predict", "evaluate",
-                                 "export", "benchmark", "plot", "config-reference"}) {
+                                 "export", "benchmark", "bench-norm", "plot", "config-reference"}) {
     const size_t at = r.output.find("\n  " + name + " ");
     ASSERT_NE(at, std::string::npos) << name << " missing:\n" << r.output;
     EXPECT_GT(at, last) << name << " out of workflow order:\n" << r.output;

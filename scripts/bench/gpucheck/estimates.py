@@ -49,6 +49,7 @@ H100 = {
     "step_slices128": 0.075,
     "compile_2d": 60.0,        # torch.compile of the 2D step, per batch (not measured)
     "conv_floor_extra": 3.0,   # conv_floor.py beyond the network's autotune: every shape alone (not measured)
+    "norm_bench": 20.0,        # norm_bench.py: trainer bench-norm, cuDNN's graphs built per layer shape (not measured)
 }
 
 CPU = {

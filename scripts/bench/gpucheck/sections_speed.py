@@ -4,7 +4,8 @@ commit). Then, per network, each row a step at one batch: the trainer with the C
 model.fused_kernels on (with `--benchmark --profile`: the step's breakdown by category), PyTorch's
 torch.compile and eager of the same network (pytorch_step.py in the one torch process), the trainer
 with model.fused_kernels off (profiled too: the report compares each category fused against unfused,
-so a kernel slower than ATen's path shows), and the convolution floor (conv_floor.py) with its share of the step.
+so a kernel slower than ATen's path shows), and the convolution floor (conv_floor.py) with its share of the step;
+last, the network's norm layers timed alone three ways (norm_bench.py: ATen, our kernels, cuDNN's graphs).
 Part 1: the OpenKBP baseline (2) and the MLPerf 3D U-Net (3) at batch 2 and at its best batch of
 2, 4, 7, 8 (gpu-check section 15's sweep); part 2: the nnU-Net-like U-Net (4) and the 2D slice recipe
 (5) at batch 16 and 128. torch.compile costs about 100 s per network, hence two parts, each planned
@@ -31,6 +32,7 @@ SLICES_GOAL = 3000.0                          # slices/s, the 2D recipe at its b
 OPENKBP_GOAL_MS = 9.0                         # the OpenKBP baseline's step at batch 2 on an H100
 STEPS, WARMUP = 20, 5                         # timed and untimed steps of every row
 FLOOR_STEPS, FLOOR_WARMUP = 10, 3             # conv_floor.py's repetitions per convolution
+NORM_STEPS, NORM_WARMUP = 20, 5               # norm_bench.py's (trainer bench-norm) runs per layer and way
 PROFILE_STEPS = 3                             # --benchmark --profile's profiled steps, after the timed ones
 KERNEL_CATEGORIES = ("normalisation", "loss", "activation", "copy/cast")  # what the fused kernels replace
 PARTS = {"1": (1, 2, 3), "2": (1, 4, 5), "all": (1, 2, 3, 4, 5)}
@@ -105,11 +107,15 @@ class NetSpeed(Spec):
         start = k["trainer_start"] + tune + k["capture"]
         profiled = PROFILE_STEPS * step * k["profile_factor"] + 1.0
         return {"fused": start + n * step + profiled, "unfused": start + n * step + profiled, "eager": tune + n * step, "compile": self.compile_s() + tune + n * step,
-                "floor": tune + k["conv_floor_extra"],
+                "floor": tune + k["conv_floor_extra"], "norms": k["norm_bench"],
                 "sweep": start + (SWEEP_STEPS + SWEEP_WARMUP) * step}[kind]
 
     def items(self):
-        """[(kind, batch)] in the order they run."""
+        """[(kind, batch)] in the order they run: the step rows, then the norm layers three ways (ATen, ours,
+        cuDNN: norm_bench.py) at the last batch."""
+        return self.step_items() + [("norms", self.batches[-1])]
+
+    def step_items(self):
         out = []
         for b in self.batches:
             out += [("fused", b), ("compile", b), ("unfused", b), ("eager", b), ("floor", b)]
@@ -148,7 +154,8 @@ class NetSpeed(Spec):
             kinds = {r["kind"] for r in figs.get("rows", [])}
             s.rehearsal_verdict([f"no {k} row" for k, ok in (
                 ("trainer", kinds & {"fused", "nofused"}), ("PyTorch eager", "eager" in kinds),
-                ("profile", figs.get("profiles")), ("convolution floor", figs.get("conv_floor"))) if not ok])
+                ("profile", figs.get("profiles")), ("convolution floor", figs.get("conv_floor")),
+                ("norm layers", figs.get("norms"))) if not ok])
 
     def go(self, check, s, figs, gpu):
         figs["network"] = self.name
@@ -220,6 +227,13 @@ class NetSpeed(Spec):
                 "share_of_trainer_step": round(f["floor_ms"] / step, 3) if step and f.get("floor_ms") else None}
             got[("floor", b)] = f
             return None
+        if kind == "norms":
+            argv = mirror_argv(ours, self.cfg, sets, *((NORM_STEPS, NORM_WARMUP) if gpu else (1, 0)))
+            timeout = max(10.0, min(300.0, check.left() - 10.0))
+            n = check.torch_side(s).request(s, "norm_bench", timeout=timeout + 30.0,
+                                            argv=argv + ["--trainer", check.trainer[0], "--timeout", f"{timeout:.0f}"])
+            figs.setdefault("norms", {})[str(b)] = norm_figures(n)
+            return None
         r = pytorch(check, s, ours, self.cfg, sets, *((STEPS, WARMUP) if gpu else (1, 0)), variants=kind)
         if r.get("parameters") != ours.get("parameters"):
             s.notes.append(f"batch {b}: PyTorch's network has {r.get('parameters')} parameters, the trainer's "
@@ -277,8 +291,8 @@ class MlperfSpeed(NetSpeed):
         kits = check.synth(s, "kits128.h5", 128, 4, task="kits")
         return [f"data.path={kits}", "training.precision=bf16"]
 
-    def items(self):
-        return super().items() + [("sweep", b) for b in SWEEP_BATCHES if b != 2] + [
+    def step_items(self):
+        return super().step_items() + [("sweep", b) for b in SWEEP_BATCHES if b != 2] + [
             ("unfused", "best"), ("eager", "best"), ("floor", "best")]
 
     def best(self, got):
@@ -361,6 +375,37 @@ def fused_vs_unfused(name, figs):
     return rows
 
 
+def norm_figures(n):
+    """What the report keeps of norm_bench.py's JSON: per way the summed ms and the sites it covers, the
+    worst difference from ATen, and why a way did not run."""
+    sites = n.get("sites") or []
+    out = {"layers": n.get("layers"), "sites": len(sites), "cudnn_version": n.get("cudnn"), "sum_ms": n.get("sum_ms"),
+           "sum_sites": n.get("sum_sites"), "worst_diff": {}, "not_run": {}}
+    for way in ("ours", "cudnn"):
+        diffs = [max(v for k, v in site[way].items() if k.endswith("_diff") and v is not None)
+                 for site in sites if site.get(way, {}).get("status") == "ok" and "y_diff" in site[way]]
+        out["worst_diff"][way] = max(diffs) if diffs else None
+        why = sorted({site[way]["status"] for site in sites if site.get(way, {}).get("status") != "ok"})
+        if why:
+            out["not_run"][way] = why
+    return out
+
+
+def norms_rows(name, figs):
+    """Table rows: per batch, the network's norm layers (fwd + bwd, summed over the layers) three ways."""
+    rows = []
+    for b, n in figs.get("norms", {}).items():
+        ms, cov = n.get("sum_ms") or {}, n.get("sum_sites") or {}
+        cells = [f"{_cell(ms.get(w), '{:.3f}')} ({cov.get(w, 0)}/{n.get('sites')})" for w in ("aten", "ours", "cudnn")]
+        timed = {w: ms[w] for w in ("aten", "ours", "cudnn") if ms.get(w) is not None and cov.get(w) == n.get("sites")}
+        best = min(timed, key=timed.get) if timed else "-"
+        notes = "; ".join(f"{w}: {', '.join(v)[:160]}" for w, v in (n.get("not_run") or {}).items())
+        diffs = ", ".join(f"{w} {v:.1e}" for w, v in (n.get("worst_diff") or {}).items() if v is not None)
+        rows.append(f"| {name} | {b} | {n.get('layers')} | {' | '.join(cells)} | {best} | {diffs or '-'} | "
+                    f"{notes.replace('|', '/') or '-'} |")
+    return rows
+
+
 def specs(part):
     every = [Machine(), OpenKbpSpeed(), MlperfSpeed(), NnunetSpeed(), SlicesSpeed()]
     return [sp for sp in every if sp.num in PARTS[part]]
@@ -408,7 +453,7 @@ class SpeedReport:
                  "conv floor ms (share of the step) | MLPerf rows: x NVIDIA's "
                  f"{str(nvidia) + ' samples/s' if nvidia else '(no figure for this GPU)'} |",
                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-        goals, profiles, compare = [], [], []
+        goals, profiles, compare, norms = [], [], [], []
         for s in check.sections[1:]:
             figs = s.figures if s.figures.get("rows") or not s.rehearsal_figures.get("rows") else s.rehearsal_figures
             name = figs.get("network") or s.title.split(" (")[0]
@@ -432,12 +477,16 @@ class SpeedReport:
                     p["categories"].items(), key=lambda kv: -(kv[1] or 0)) if v and total)
                 profiles.append(f"| {name}{where} | {b} | {total:.1f} | {cats} |")
             compare += fused_vs_unfused(name + where, figs)
+            norms += norms_rows(name + where, figs)
         if profiles:
             lines += ["", "| network | batch | profiled ms per step | by category (trainer --benchmark --profile, fused) |",
                       "|---|---|---|---|"] + profiles
         if compare:
             lines += ["", "| network | batch | category | fused ms | unfused (ATen) ms | fused / unfused |",
                       "|---|---|---|---|---|---|"] + compare
+        if norms:
+            lines += ["", "| network | batch | norm layers | ATen ms (sites) | ours ms | cuDNN ms | fastest (all sites) | "
+                      "worst diff from ATen | not run |", "|---|---|---|---|---|---|---|---|---|"] + norms
         if goals:
             lines += ["", "| goal | figure | met |", "|---|---|---|"] + [
                 f"| {g['goal']} | {g['figure']} | {'not measured' if g['met'] is None else 'yes' if g['met'] else 'no'} |"

@@ -22,6 +22,8 @@ CORE_TESTS = (
     "GpuFixes.SegmentationStepWithDeepSupervisionCapturesAndEqualsEager",
     "FusedNormAct.*",  # our CUDA kernels against ATen (kernels/; model.fused_kernels auto waits on them)
     "FusedLoss.*",  # the fused Dice + CE and BCE + Dice kernels against the ATen losses
+    "CudnnNormAct.*",  # cuDNN's fused norm + activation graphs against ATen (or refused in cuDNN's words)
+    "NormBench.*",  # trainer bench-norm: ATen, ours and cuDNN's graphs timed on one GPU
 )
 
 
