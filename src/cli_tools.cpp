@@ -34,9 +34,13 @@ void add_bench_norm_command(CLI::App& app, Commands& commands) {
       "Time a network's norm + activation layers three ways: ATen, the project's fused kernels and cuDNN's graphs",
       u3d::norm_benchmark_command);
   a->add_option("sites", c.sites, "SITES.json (scripts/bench/norm_bench.py writes it from a network)")->required();
-  a->add_option("--steps", c.steps, "Timed runs per layer and way")->capture_default_str();
-  a->add_option("--warmup", c.warmup, "Untimed runs before them")->capture_default_str();
-  a->add_option("--device", c.device, "auto, cuda or cpu")->capture_default_str();
+  a->add_option("--steps", c.steps, "Timed runs per layer and way")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  a->add_option("--warmup", c.warmup, "Untimed runs before them")->check(CLI::Range(0, 1000000))->capture_default_str();
+  a->add_option("--device", c.device, "Where to time: auto (CUDA when there is a GPU), cuda or cpu")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->capture_default_str();
 }
 
 void add_config_reference_command(CLI::App& app, Commands& commands) {

@@ -14,14 +14,18 @@ Prints a table of the most expensive shapes (stderr) and one JSON line:
 
     {"benchmark": "conv_floor", "architecture": "...", "batch": 2, "precision": "bf16",
      "channels_last": true, "device": "cuda", "gpu": "...", "convolutions": 36, "shapes": 20,
-     "floor_ms": 38.2, "forward_ms": ..., "dgrad_ms": ..., "wgrad_ms": ..., "top": [...]}
+     "floor_ms": 38.2, "forward_ms": ..., "dgrad_ms": ..., "wgrad_ms": ..., "top": [...],
+     "space_to_depth": null | {"convolutions": 6, "strided_ms": ..., "s2d_ms": ..., "max_rel_diff": ...}}
+
+"space_to_depth" times the stride-2 4x4x4 convolutions (the OpenKBP baseline's) a second time as
+space-to-depth + stride-1 convolutions (space_to_depth.py): whether that rewrite pays, measured before
+the trainer has it.
 
     python3 scripts/bench/conv_floor.py --arch mlperf_unet3d --size 128 --batch 2 --precision bf16
     python3 scripts/bench/conv_floor.py --filters 64 --batch 2 --size 128            # OpenKBP baseline
     python3 scripts/bench/conv_floor.py --device cpu --arch unet --levels 2 --base-filters 4 --size 16 \\
         --batch 1 --precision fp32 --steps 1 --warmup 0                            # CPU smoke test
 """
-import json
 import os
 import statistics
 import sys
@@ -31,7 +35,8 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_step import build, in_channels, make_parser, parse_args  # noqa: E402
+from pytorch_step import build, in_channels, make_parser, parse_args, run_script  # noqa: E402
+from space_to_depth import S2dConv3d, candidate  # noqa: E402
 
 CONVS = (nn.Conv3d, nn.ConvTranspose3d, nn.Conv2d, nn.ConvTranspose2d)
 
@@ -83,8 +88,10 @@ def timer(dev):
     return run
 
 
-def time_conv(mod, shape, args, dev, first):
-    """(forward, data-gradient, weight-gradient) milliseconds of convolution `mod` alone on input `shape`."""
+def time_conv(mod, shape, args, dev, first, s2d=False):
+    """(forward, data-gradient, weight-gradient) milliseconds of convolution `mod` alone on input `shape`;
+    with `s2d`, of its space-to-depth form instead (space_to_depth.py: the fold's copies included), and a
+    fourth value: that form's largest difference from the convolution, relative to its largest output."""
     conv = type(mod)(mod.in_channels, mod.out_channels, mod.kernel_size, stride=mod.stride, padding=mod.padding,
                      dilation=mod.dilation, groups=mod.groups, bias=mod.bias is not None,
                      **({"output_padding": mod.output_padding} if mod.transposed else {})).to(dev)
@@ -97,21 +104,28 @@ def time_conv(mod, shape, args, dev, first):
     x.requires_grad_(True)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
     ctx = (lambda: torch.autocast(dev.type, dtype=dtype)) if dtype else (lambda: torch.autocast(dev.type, enabled=False))
+    net, weight, diff = conv, conv.weight, None
+    if s2d:
+        net = S2dConv3d(conv)
+        weight = net.conv.weight
+        with torch.no_grad(), ctx():
+            ref, got = conv(x).float(), net(x).float()
+        diff = ((got - ref).abs().max() / ref.abs().max().clamp_min(1e-12)).item()
     with ctx():
-        y = conv(x)
+        y = net(x)
     gy = torch.randn_like(y)
     run = timer(dev)
     n_warm, n = args.warmup, max(1, args.steps)
 
     def forward():
         with ctx():
-            conv(x)
+            net(x)
 
     def dgrad():
         torch.autograd.grad(y, x, gy, retain_graph=True)
 
     def wgrad():
-        torch.autograd.grad(y, conv.weight, gy, retain_graph=True)
+        torch.autograd.grad(y, weight, gy, retain_graph=True)
 
     out = []
     for fn, needed in ((forward, True), (dgrad, not first), (wgrad, True)):
@@ -121,7 +135,7 @@ def time_conv(mod, shape, args, dev, first):
         if n_warm:
             run(fn, n_warm)
         out.append(run(fn, n))
-    return tuple(out)
+    return tuple(out) + ((diff,) if s2d else ())
 
 
 def floor(args):
@@ -145,6 +159,7 @@ def floor(args):
         rows.append({"op": k[0], "input": list(s["shape"]), "out_channels": k[3], "kernel": list(k[4]),
                      "stride": list(k[5]), "count": s["count"], "forward_ms": f, "dgrad_ms": d, "wgrad_ms": w,
                      "total_ms": s["count"] * (f + d + w)})
+    s2d = space_to_depth_rows(shapes, args, dev)
     rows.sort(key=lambda r: r["total_ms"], reverse=True)
     total = {part: sum(r["count"] * r[part + "_ms"] for r in rows) for part in ("forward", "dgrad", "wgrad")}
     for r in rows[:args.top]:
@@ -157,7 +172,28 @@ def floor(args):
             "torch": torch.__version__, "convolutions": len(found), "shapes": len(rows),
             "floor_ms": round(sum(total.values()), 4), "forward_ms": round(total["forward"], 4),
             "dgrad_ms": round(total["dgrad"], 4), "wgrad_ms": round(total["wgrad"], 4),
-            "steps": args.steps, "warmup": args.warmup, "top": rows[:args.top]}
+            "steps": args.steps, "warmup": args.warmup, "top": rows[:args.top], "space_to_depth": s2d}
+
+
+def space_to_depth_rows(shapes, args, dev):
+    """The stride-2 4x4x4 convolutions (the OpenKBP baseline's down-sampling) timed again as
+    space-to-depth + stride-1 2x2x2 convolutions: per step, both sums (forward + data gradient + weight
+    gradient, the first convolution without its data gradient) and the largest difference; None when the
+    network has no such convolution."""
+    rows = [s for s in shapes.values() if candidate(s["module"])]
+    if not rows:
+        return None
+    strided = rewritten = worst = 0.0
+    for s in rows:
+        f, d, w = time_conv(s["module"], s["shape"], args, dev, s["first"])
+        f2, d2, w2, diff = time_conv(s["module"], s["shape"], args, dev, s["first"], s2d=True)
+        strided += s["count"] * (f + d + w)
+        rewritten += s["count"] * (f2 + d2 + w2)
+        worst = max(worst, diff)
+        print(f"  space-to-depth {s['shape']}: fwd {f:.3f} -> {f2:.3f}, dgrad {d:.3f} -> {d2:.3f}, "
+              f"wgrad {w:.3f} -> {w2:.3f} ms (difference {diff:.1e})", file=sys.stderr)
+    return {"convolutions": sum(s["count"] for s in rows), "strided_ms": round(strided, 4),
+            "s2d_ms": round(rewritten, 4), "max_rel_diff": worst}
 
 
 def make_floor_parser():
@@ -169,14 +205,7 @@ def make_floor_parser():
 
 
 def main():
-    p = make_floor_parser()
-    args = parse_args(parser=p)
-    try:
-        result = floor(args)
-    except RuntimeError as ex:  # a patch too small for the network's down-samplings, the device's memory
-        p.exit(1, f"conv_floor.py: --arch {args.arch} --size {args.size} --batch {args.batch}: "
-                  f"{str(ex).strip().splitlines()[0]}\n")
-    print(json.dumps(result))
+    run_script("conv_floor.py", make_floor_parser(), floor)
 
 
 if __name__ == "__main__":

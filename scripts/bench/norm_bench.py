@@ -30,7 +30,7 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from conv_floor import collect  # noqa: E402
-from pytorch_step import build, in_channels, make_parser, parse_args  # noqa: E402
+from pytorch_step import build, in_channels, make_parser, parse_args, run_script  # noqa: E402
 
 BATCH = (nn.BatchNorm2d, nn.BatchNorm3d)
 INSTANCE = (nn.InstanceNorm2d, nn.InstanceNorm3d)
@@ -123,14 +123,7 @@ def make_norm_parser():
 
 
 def main():
-    p = make_norm_parser()
-    args = parse_args(parser=p)
-    try:
-        result = run(args)
-    except (RuntimeError, subprocess.TimeoutExpired) as ex:
-        p.exit(1, f"norm_bench.py: --arch {args.arch} --size {args.size} --batch {args.batch}: "
-                  f"{str(ex).strip().splitlines()[0]}\n")
-    print(json.dumps(result))
+    run_script("norm_bench.py", make_norm_parser(), run, errors=(RuntimeError, subprocess.TimeoutExpired))
 
 
 if __name__ == "__main__":

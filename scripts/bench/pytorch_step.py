@@ -375,6 +375,19 @@ def parse_args(argv=None, parser=None):
     return args
 
 
+def run_script(script, parser, fn, errors=(RuntimeError,)):
+    """A measuring script's main (conv_floor.py, norm_bench.py): parse with `parser`, print fn(args) as
+    one JSON line; one of `errors` (a patch too small for the network's down-samplings, the device's
+    memory, a tool that failed) is one line naming the network, exit 1."""
+    args = parse_args(parser=parser)
+    try:
+        result = fn(args)
+    except errors as ex:
+        parser.exit(1, f"{script}: --arch {args.arch} --size {args.size} --batch {args.batch}: "
+                       f"{str(ex).strip().splitlines()[0]}\n")
+    print(json.dumps(result))
+
+
 def main():
     args = parse_args()
     if args.params_only:

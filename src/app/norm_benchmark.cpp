@@ -257,7 +257,8 @@ std::string norm_cell(const NormWay& w) {
 }  // namespace
 
 int norm_benchmark_command(const NormBenchCommand& cmd) {
-  if (cmd.steps < 1 || cmd.warmup < 0) throw UsageError("bench-norm: --steps must be at least 1, --warmup at least 0");
+  if (cmd.steps < 1 || cmd.warmup < 0)
+    throw UsageError("bench-norm: --steps must be at least 1 and --warmup at least 0");
   const Json spec = parse_json(read_file(cmd.sites), cmd.sites);
   if (!spec.is_object() || !spec.contains("sites") || !spec["sites"].is_array() || spec["sites"].empty())
     throw ConfigError(fmt::format("{}: expected an object with a non-empty \"sites\" list", cmd.sites));

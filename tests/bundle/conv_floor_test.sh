@@ -4,7 +4,8 @@
 # the MLPerf 3D U-Net: one JSON line per network that counts every convolution module the network
 # has (each reached once by a forward pass), times each shape's forward, data gradient (none for the
 # first convolution: a step never needs its input's gradient) and weight gradient, and sums them
-# (floor_ms = forward + dgrad + wgrad). Exit 77 (skipped) without a Python that has torch.
+# (floor_ms = forward + dgrad + wgrad); the OpenKBP baseline's stride-2 4^3 convolutions are timed again as
+# space-to-depth + stride-1 convolutions, equal to them in float32. Exit 77 (skipped) without a Python that has torch.
 #   tests/bundle/conv_floor_test.sh BUILD_DIR [VENV_PYTHON]
 set -euo pipefail
 source "$(dirname "$0")/../support/torch_test.sh"
@@ -31,6 +32,13 @@ if abs(d["floor_ms"] - (d["forward_ms"] + d["dgrad_ms"] + d["wgrad_ms"])) > 1e-3
 if not all(r["forward_ms"] > 0 and r["wgrad_ms"] > 0 for r in d["top"]): errors.append("a shape without a time")
 if sum(r["dgrad_ms"] == 0 for r in d["top"]) != 1:
     errors.append("not exactly one shape (the first convolution's) without a data gradient")
+from space_to_depth import candidate
+strided = sum(candidate(m) for m in build(a).modules())
+s2d = d.get("space_to_depth")
+if not strided and s2d is not None: errors.append(f"space_to_depth {s2d} for a network without stride-2 4^3 convolutions")
+if strided and (s2d is None or s2d["convolutions"] != strided): errors.append(f"space_to_depth {s2d}: expected {strided} convolutions")
+if strided and s2d and not (s2d["max_rel_diff"] < 1e-5 and s2d["strided_ms"] > 0 and s2d["s2d_ms"] > 0):
+    errors.append(f"space_to_depth {s2d}: not the same convolution in float32, or not timed")
 print(f"{sys.argv[2]}: {d['convolutions']} convolutions in {d['shapes']} shapes, floor {d['floor_ms']:.1f} ms (CPU)")
 for e in errors: print(f"FAIL: {sys.argv[2]}: {e}")
 sys.exit(1 if errors else 0)

@@ -38,7 +38,7 @@ if not 0 < plan["total_s"] <= 540:
     problems.append(f"total {plan['total_s']} s, expected at most 540")
 for r in plan["sections"]:
     if not r["starts"] or r["planned_s"] != r["estimate_s"]:
-        problems.append(f"section {r['id']} does not run whole: planned {r.get('planned_s')} of {r['estimate_s']} s")
+        problems.append("section {} does not run whole: planned {} of {} s".format(r["id"], r.get("planned_s"), r["estimate_s"]))
 if plan["starts_nothing"]:
     problems.append("starts_nothing at 540 s")
 for p in problems:

@@ -20,9 +20,6 @@
 namespace u3d {
 namespace {
 
-using test::kCl;
-using test::kCuda;
-
 #define U3D_REQUIRE_CUDNN_GRAPHS()                                    \
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"; \
   ASSERT_TRUE(kernels::cudnn_graphs_built()) << "this build has no cuDNN graphs (kernels/cudnn_norm_act.h)"
@@ -55,10 +52,11 @@ bool check_cudnn_case(const CudnnCase& k, std::string* refusal) {
   }
   const bool batch = k.norm == kernels::CudnnNorm::kBatch;
   const int64_t c = k.shape[1];
-  const auto f32 = torch::TensorOptions().device(kCuda).dtype(torch::kFloat);
-  const auto x =
-      (torch::randn({k.shape[0], c, k.shape[2], k.shape[3], k.shape[4]}, f32) * 2 + 0.5).to(k.dtype).contiguous(kCl);
-  const auto dy = torch::randn_like(x).contiguous(kCl);
+  const auto f32 = torch::TensorOptions().device(test::kCuda).dtype(torch::kFloat);
+  const auto x = (torch::randn({k.shape[0], c, k.shape[2], k.shape[3], k.shape[4]}, f32) * 2 + 0.5)
+                     .to(k.dtype)
+                     .contiguous(test::kCl);
+  const auto dy = torch::randn_like(x).contiguous(test::kCl);
   const auto w = 1 + 0.1 * torch::randn({c}, f32), b = 0.1 * torch::randn({c}, f32);
 
   std::array<torch::Tensor, 2> in{torch::zeros({c}, f32), torch::ones({c}, f32)};
@@ -66,7 +64,7 @@ bool check_cudnn_case(const CudnnCase& k, std::string* refusal) {
   kernels::CudnnNormStats stats;
   const auto y = graphs->forward(x, w, b, stats, in, out);
   const auto g = graphs->backward(dy, x, y, w, stats);
-  EXPECT_TRUE(y.is_contiguous(kCl) && g.dx.is_contiguous(kCl));
+  EXPECT_TRUE(y.is_contiguous(test::kCl) && g.dx.is_contiguous(test::kCl));
 
   const auto xd = x.to(torch::kDouble).requires_grad_();
   const auto wd = w.to(torch::kDouble).requires_grad_(), bd = b.to(torch::kDouble).requires_grad_();

@@ -49,7 +49,9 @@ H100 = {
     "step_slices128": 0.075,
     "compile_2d": 60.0,        # torch.compile of the 2D step, per batch (not measured)
     "conv_floor_extra": 3.0,   # conv_floor.py beyond the network's autotune: every shape alone (not measured)
-    "norm_bench": 20.0,        # norm_bench.py: trainer bench-norm, cuDNN's graphs built per layer shape (not measured)
+    "s2d_extra": 6.0,          # conv_floor.py's OpenKBP stride-2 convolutions again as space-to-depth: 18 more autotunes (not measured)
+    "norm_bench": 15.0,        # norm_bench.py: trainer start, then per layer shape (6 to 10) two cuDNN graphs built
+                               # (about 1 s each) and 3 ways x 50 runs of at most a few ms (not measured)
 }
 
 CPU = {

@@ -23,6 +23,7 @@ from .runner import ROOT
 from .sections_step import KBP_CFG, MLPERF_CFG, NNUNET_CFG, SWEEP_BATCHES, SWEEP_STEPS, SWEEP_WARMUP, bench, \
     mirror_argv, pytorch
 from .sections_tests import Facts, Spec
+from .speed_tables import cell, fused_vs_unfused, norm_figures, norms_rows, space_to_depth_rows
 
 SLICES_CFG = os.path.join(ROOT, "configs", "slices_2d.yaml")
 NVIDIA_MLPERF = {"H100": 72.2, "H200": 76.0}  # samples/s per GPU, MLPerf Training v4.0 3D U-Net (docs/performance.md)
@@ -34,7 +35,6 @@ STEPS, WARMUP = 20, 5                         # timed and untimed steps of every
 FLOOR_STEPS, FLOOR_WARMUP = 10, 3             # conv_floor.py's repetitions per convolution
 NORM_STEPS, NORM_WARMUP = 20, 5               # norm_bench.py's (trainer bench-norm) runs per layer and way
 PROFILE_STEPS = 3                             # --benchmark --profile's profiled steps, after the timed ones
-KERNEL_CATEGORIES = ("normalisation", "loss", "activation", "copy/cast")  # what the fused kernels replace
 PARTS = {"1": (1, 2, 3), "2": (1, 4, 5), "all": (1, 2, 3, 4, 5)}
 FUSED = {"on": "model.fused_kernels=on", "off": "model.fused_kernels=off"}
 TOOLS = {"fused": "trainer, graph, fused kernels on", "unfused": "trainer, graph, fused kernels off",
@@ -224,7 +224,8 @@ class NetSpeed(Spec):
             step = ours.get("step_ms_median")
             figs.setdefault("conv_floor", {})[str(b)] = {
                 "floor_ms": f.get("floor_ms"), "convolutions": f.get("convolutions"),
-                "share_of_trainer_step": round(f["floor_ms"] / step, 3) if step and f.get("floor_ms") else None}
+                "share_of_trainer_step": round(f["floor_ms"] / step, 3) if step and f.get("floor_ms") else None,
+                "space_to_depth": f.get("space_to_depth")}
             got[("floor", b)] = f
             return None
         if kind == "norms":
@@ -260,12 +261,15 @@ class NetSpeed(Spec):
 
 
 class OpenKbpSpeed(NetSpeed):
-    num, sid, title = 2, "openkbp", "OpenKBP baseline (128^3, batch 2, bf16): fused, torch.compile, unfused, eager, floor"
+    num, sid, title = 2, "openkbp", "OpenKBP baseline (128^3, batch 2, bf16): fused, torch.compile, unfused, eager, floor, norms"
     net, name, cfg = "openkbp", "OpenKBP baseline", KBP_CFG
     tiny = ["training.loss=l1", "training.device=cpu", "model.base_filters=2", "data.patch_size=64"]
 
     def data_s(self):
         return 0.0
+
+    def item_s(self, kind, b):  # its floor times the stride-2 convolutions again as space-to-depth
+        return super().item_s(kind, b) + (E.H100["s2d_extra"] if kind == "floor" else 0.0)
 
     def sets(self, check, s):
         return ["training.loss=l1", "training.precision=bf16"]
@@ -322,7 +326,7 @@ class MlperfSpeed(NetSpeed):
 
 
 class NnunetSpeed(NetSpeed):
-    num, sid, title = 4, "nnunet", "nnU-Net-like U-Net (128^3, batch 2, bf16): fused, torch.compile, unfused, eager, floor"
+    num, sid, title = 4, "nnunet", "nnU-Net-like U-Net (128^3, batch 2, bf16): fused, torch.compile, unfused, eager, floor, norms"
     net, name, cfg = "nnunet", "nnU-Net-like U-Net", NNUNET_CFG
 
     def sets(self, check, s):  # the step benchmark reads the dataset's header (channels, classes)
@@ -354,65 +358,9 @@ class SlicesSpeed(NetSpeed):
         return out
 
 
-def fused_vs_unfused(name, figs):
-    """Table rows: per batch and category, the fused step's profiled ms against the unfused step's (the
-    kernels' own categories first); a fused category slower than ATen's says so (keep auto off for it)."""
-    rows = []
-    for b, f in figs.get("profiles", {}).items():
-        u = figs.get("unfused_profiles", {}).get(b)
-        if not u:
-            continue
-        fc, uc = f.get("categories") or {}, u.get("categories") or {}
-        for cat in sorted(set(fc) | set(uc), key=lambda c: (c not in KERNEL_CATEGORIES, c)):
-            a, z = fc.get(cat), uc.get(cat)
-            if not a and not z:
-                continue
-            ratio = f"{a / z:.2f}" if a is not None and z else "-"
-            slower = " (slower fused)" if a is not None and z and a > z * 1.02 and cat in KERNEL_CATEGORIES else ""
-            rows.append(f"| {name} | {b} | {cat} | {_cell(a, '{:.3f}')} | {_cell(z, '{:.3f}')} | {ratio}{slower} |")
-        rows.append(f"| {name} | {b} | all | {_cell(f.get('total_ms_per_step'), '{:.3f}')} | "
-                    f"{_cell(u.get('total_ms_per_step'), '{:.3f}')} | - |")
-    return rows
-
-
-def norm_figures(n):
-    """What the report keeps of norm_bench.py's JSON: per way the summed ms and the sites it covers, the
-    worst difference from ATen, and why a way did not run."""
-    sites = n.get("sites") or []
-    out = {"layers": n.get("layers"), "sites": len(sites), "cudnn_version": n.get("cudnn"), "sum_ms": n.get("sum_ms"),
-           "sum_sites": n.get("sum_sites"), "worst_diff": {}, "not_run": {}}
-    for way in ("ours", "cudnn"):
-        diffs = [max(v for k, v in site[way].items() if k.endswith("_diff") and v is not None)
-                 for site in sites if site.get(way, {}).get("status") == "ok" and "y_diff" in site[way]]
-        out["worst_diff"][way] = max(diffs) if diffs else None
-        why = sorted({site[way]["status"] for site in sites if site.get(way, {}).get("status") != "ok"})
-        if why:
-            out["not_run"][way] = why
-    return out
-
-
-def norms_rows(name, figs):
-    """Table rows: per batch, the network's norm layers (fwd + bwd, summed over the layers) three ways."""
-    rows = []
-    for b, n in figs.get("norms", {}).items():
-        ms, cov = n.get("sum_ms") or {}, n.get("sum_sites") or {}
-        cells = [f"{_cell(ms.get(w), '{:.3f}')} ({cov.get(w, 0)}/{n.get('sites')})" for w in ("aten", "ours", "cudnn")]
-        timed = {w: ms[w] for w in ("aten", "ours", "cudnn") if ms.get(w) is not None and cov.get(w) == n.get("sites")}
-        best = min(timed, key=timed.get) if timed else "-"
-        notes = "; ".join(f"{w}: {', '.join(v)[:160]}" for w, v in (n.get("not_run") or {}).items())
-        diffs = ", ".join(f"{w} {v:.1e}" for w, v in (n.get("worst_diff") or {}).items() if v is not None)
-        rows.append(f"| {name} | {b} | {n.get('layers')} | {' | '.join(cells)} | {best} | {diffs or '-'} | "
-                    f"{notes.replace('|', '/') or '-'} |")
-    return rows
-
-
 def specs(part):
     every = [Machine(), OpenKbpSpeed(), MlperfSpeed(), NnunetSpeed(), SlicesSpeed()]
     return [sp for sp in every if sp.num in PARTS[part]]
-
-
-def _cell(v, fmt="{:.2f}"):
-    return "not measured" if v is None else fmt.format(v)
 
 
 class SpeedReport:
@@ -453,7 +401,7 @@ class SpeedReport:
                  "conv floor ms (share of the step) | MLPerf rows: x NVIDIA's "
                  f"{str(nvidia) + ' samples/s' if nvidia else '(no figure for this GPU)'} |",
                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-        goals, profiles, compare, norms = [], [], [], []
+        goals, profiles, compare, norms, s2d = [], [], [], [], []
         for s in check.sections[1:]:
             figs = s.figures if s.figures.get("rows") or not s.rehearsal_figures.get("rows") else s.rehearsal_figures
             name = figs.get("network") or s.title.split(" (")[0]
@@ -464,9 +412,9 @@ class SpeedReport:
                 share = f"{fl:.1f} ({fl / r['ms_median']:.0%})" if fl and r.get("ms_median") else "-"
                 vs = (f"{r['samples_per_s'] / nvidia:.2f}x" if nvidia and r.get("samples_per_s") and
                       s.sid == "mlperf" else "-")
-                lines.append(f"| {name}{where} | {r['batch']} | {r['tool']} | {_cell(r['samples_per_s'], '{:.1f}')} | "
-                             f"{_cell(r['ms_median'])} | {_cell(r['ms_p10'])} | {_cell(r['ms_p90'])} | "
-                             f"{_cell(r['tflops'], '{:.1f}')} | {_cell(r['peak_gib'])} | {share} | {vs} |")
+                lines.append(f"| {name}{where} | {r['batch']} | {r['tool']} | {cell(r['samples_per_s'], '{:.1f}')} | "
+                             f"{cell(r['ms_median'])} | {cell(r['ms_p10'])} | {cell(r['ms_p90'])} | "
+                             f"{cell(r['tflops'], '{:.1f}')} | {cell(r['peak_gib'])} | {share} | {vs} |")
             if not figs.get("rows"):
                 why = (s.reason or "not reached").replace("|", "/")
                 lines.append(f"| {name} | - | not measured ({s.status}: {why}) | | | | | | | | |")
@@ -478,6 +426,7 @@ class SpeedReport:
                 profiles.append(f"| {name}{where} | {b} | {total:.1f} | {cats} |")
             compare += fused_vs_unfused(name + where, figs)
             norms += norms_rows(name + where, figs)
+            s2d += space_to_depth_rows(name + where, figs)
         if profiles:
             lines += ["", "| network | batch | profiled ms per step | by category (trainer --benchmark --profile, fused) |",
                       "|---|---|---|---|"] + profiles
@@ -487,6 +436,9 @@ class SpeedReport:
         if norms:
             lines += ["", "| network | batch | norm layers | ATen ms (sites) | ours ms | cuDNN ms | fastest (all sites) | "
                       "worst diff from ATen | not run |", "|---|---|---|---|---|---|---|---|---|"] + norms
+        if s2d:
+            lines += ["", "| network | batch | stride-2 4³ convolutions | their floor ms | as space-to-depth ms | "
+                      "ratio | largest difference |", "|---|---|---|---|---|---|---|"] + s2d
         if goals:
             lines += ["", "| goal | figure | met |", "|---|---|---|"] + [
                 f"| {g['goal']} | {g['figure']} | {'not measured' if g['met'] is None else 'yes' if g['met'] else 'no'} |"
