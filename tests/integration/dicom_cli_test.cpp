@@ -22,11 +22,8 @@
 namespace u3d {
 namespace {
 
-// write_dicom.py's constants.
-constexpr int64_t kRows = 48, kCols = 40, kSlices = 24;
-constexpr double kRowStep = 1.25, kColStep = 1.25, kSliceStep = 2.5;  // rt-utils needs them equal
-constexpr double kOrigin[3] = {-30.0, -40.0, 100.0}, kCentre[3] = {-6.0, -6.0, 128.0}, kRadius = 12.0;
-constexpr double kDoseA = 10.0, kDoseB[3] = {0.1, 0.05, 0.2};
+using test::kCentre, test::kColStep, test::kCols, test::kDoseA, test::kDoseB, test::kOrigin, test::kRadius, test::kRows,
+    test::kRowStep, test::kSlices, test::kSliceStep;  // write_dicom.py's phantom (dicom_writer.h)
 
 double world(int axis, int64_t k, int64_t j, int64_t i) {
   return kOrigin[axis] + (axis == 0 ? i * kColStep : axis == 1 ? j * kRowStep : k * kSliceStep);

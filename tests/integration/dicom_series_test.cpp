@@ -18,11 +18,9 @@
 namespace u3d {
 namespace {
 
-// write_dicom.py's constants.
-constexpr int64_t kRows = 48, kCols = 40, kSlices = 24;
-constexpr double kStep = 1.25, kSliceStep = 2.5;
-constexpr double kOrigin[3] = {-30.0, -40.0, 100.0}, kCentre[3] = {-6.0, -6.0, 128.0}, kRadius = 12.0;
-constexpr double kDoseA = 10.0, kDoseB[3] = {0.1, 0.05, 0.2};
+using test::kCentre, test::kCols, test::kDoseA, test::kDoseB, test::kOrigin, test::kRadius, test::kRows, test::kSlices,
+    test::kSliceStep;                     // write_dicom.py's phantom (dicom_writer.h)
+constexpr double kStep = test::kRowStep;  // = kColStep
 constexpr double kObliqueDegrees = 20.0;
 
 // An RT Dose grid's extent in x, y, z (mm, both ends in), as write_dicom.py's DOSE_GRIDS write it.

@@ -14,6 +14,14 @@
 
 namespace u3d::test {
 
+// write_dicom.py's phantom: a CT of kSlices x kRows x kCols voxels from kOrigin (mm, LPS), a sphere of
+// kRadius mm around kCentre, and a dose of kDoseA + kDoseB . (x, y, z) Gy. Defined once: the DICOM
+// test files compile together in a unity build (.ci/run).
+inline constexpr int64_t kRows = 48, kCols = 40, kSlices = 24;
+inline constexpr double kRowStep = 1.25, kColStep = 1.25, kSliceStep = 2.5;  // rt-utils needs them equal
+inline constexpr double kOrigin[3] = {-30.0, -40.0, 100.0}, kCentre[3] = {-6.0, -6.0, 128.0}, kRadius = 12.0;
+inline constexpr double kDoseA = 10.0, kDoseB[3] = {0.1, 0.05, 0.2};
+
 class DicomWriterCli : public ::testing::Test {
  protected:
   void SetUp() override {
