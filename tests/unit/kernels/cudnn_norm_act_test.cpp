@@ -3,6 +3,7 @@
 // they find LibTorch's cuDNN at run time without linking it, and without a GPU they refuse in one line.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <regex>
 
 #include "u3d/core/errors.h"
@@ -24,6 +25,7 @@ TEST(CudnnGraphsBuild, FindLibTorchsCudnnAtRunTime) {
   if (!kernels::cudnn_graphs_built()) GTEST_SKIP() << "no cuDNN graphs in this build";
   // cudnnGetVersion through the frontend's dynamic loading: the library LibTorch loaded, no GPU needed.
   const std::string version = kernels::cudnn_graphs_runtime();
+  std::printf("cuDNN at run time: %s\n", version.c_str());
   EXPECT_TRUE(std::regex_match(version, std::regex(R"(9\.\d+\.\d+)"))) << version;
 }
 
