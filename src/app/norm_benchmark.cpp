@@ -200,9 +200,7 @@ NormWay run_cudnn_norm(const NormSite& site, const NormInputs& in, const NormOut
   spec.norm = site.batch ? kernels::CudnnNorm::kBatch : kernels::CudnnNorm::kInstance;
   spec.shape = site.shape;
   spec.dtype = in.x.scalar_type();
-  spec.act = site.act == NormActivation::kNone   ? kernels::FusedActivation::none()
-             : site.act == NormActivation::kRelu ? kernels::FusedActivation::relu()
-                                                 : kernels::FusedActivation::leaky_relu(site.slope);
+  spec.act = fused_activation(site.act, site.slope);
   spec.eps = site.eps;
   spec.momentum = site.momentum;
   try {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 
 #include "u3d/core/errors.h"
 #include "u3d/kernels/fused_norm_act.h"
@@ -13,17 +14,13 @@ const std::vector<std::string>& verified_architectures(kernels::Family family) {
   // Add an architecture to a family only with the GPU run that passed its tests there and measured its
   // step no slower than ATen's (docs/performance.md); a family slower than ATen stays out.
   // e.g. {kernels::Family::kBatchNorm, {"sm_90"}}.
-  static const std::vector<std::pair<kernels::Family, std::vector<std::string>>> table = {
+  static const std::map<kernels::Family, std::vector<std::string>> table = {
       {kernels::Family::kBatchNorm, {}},
       {kernels::Family::kGroupNorm, {}},
       {kernels::Family::kDecoderConcat, {}},
       {kernels::Family::kLoss, {}},
   };
-  static const std::vector<std::string> none;
-  for (const auto& [f, archs] : table) {
-    if (f == family) return archs;
-  }
-  return none;
+  return table.at(family);
 }
 
 kernels::Families verified_families(const std::string& architecture) {
