@@ -8,6 +8,7 @@
 #ifdef U3D_CUDNN_GRAPHS
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cudnn/Handle.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <torch/cuda.h>
@@ -54,8 +55,23 @@ const std::string& load_cudnn() {
   return error;
 }
 
+// cuDNN's words on one line: the frontend joins its reasons with newlines ("No valid engine configs
+// for ...\n...", "Plan at index i: ..."), and a refusal is reported as one line.
+std::string one_line(const std::string& message) {
+  std::string out;
+  for (const char ch : message) {
+    if (ch == '\n' || ch == '\r') {
+      if (!out.empty() && out.back() != ' ') out += "; ";
+    } else {
+      out += ch;
+    }
+  }
+  while (!out.empty() && (out.back() == ' ' || out.back() == ';')) out.pop_back();
+  return out;
+}
+
 void check(fe::error_t status, const char* what) {
-  if (!status.is_good()) throw TrainingError(fmt::format("cuDNN graph ({}): {}", what, status.get_message()));
+  if (!status.is_good()) throw TrainingError(fmt::format("cuDNN graph ({}): {}", what, one_line(status.get_message())));
 }
 
 fe::DataType_t fe_type(torch::ScalarType t) {
@@ -98,30 +114,52 @@ void set_types(fe::graph::Graph& g, fe::DataType_t io) {
   g.set_io_data_type(io).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
 }
 
+// The frontend's own exceptions (a cuDNN or CUDA runtime symbol it cannot load) as ours, on one line.
+template <typename F>
+void frontend_call(const char* what, F&& call) {
+  try {
+    call();
+  } catch (const TrainingError&) {
+    throw;
+  } catch (const std::exception& ex) {
+    throw TrainingError(fmt::format("cuDNN graph ({}): {}", what, one_line(ex.what())));
+  }
+}
+
 void build(fe::graph::Graph& g, cudnnHandle_t handle, int64_t& workspace) {
-  check(g.validate(), "validate");
-  check(g.build_operation_graph(handle), "build_operation_graph");
-  check(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "create_execution_plans");
-  check(g.check_support(handle), "check_support");
-  check(g.build_plans(), "build_plans");
-  check(g.get_workspace_size(workspace), "get_workspace_size");
+  frontend_call("build", [&] {
+    check(g.validate(), "validate");
+    check(g.build_operation_graph(handle), "build_operation_graph");
+    check(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "create_execution_plans");
+    check(g.check_support(handle), "check_support");
+    check(g.build_plans(), "build_plans");
+    check(g.get_workspace_size(workspace), "get_workspace_size");
+  });
 }
 
 void* ptr(const torch::Tensor& t) { return t.data_ptr(); }
 
-// A tensor the graphs were built for: CUDA, the spec's shape and dtype, NDHWC; or a float32 (C) vector.
-void require_activation(const torch::Tensor& t, const CudnnNormActSpec& spec, const char* name) {
-  const bool ok = t.defined() && t.is_cuda() && t.scalar_type() == spec.dtype && t.dim() == 5 &&
-                  t.sizes() == c10::IntArrayRef(spec.shape.data(), spec.shape.size()) &&
+// A tensor the graphs were built for: on their device, the spec's shape and dtype, NDHWC; or a float32
+// vector of c values (a (C) parameter or an (N, C) statistics table).
+void require_activation(const torch::Tensor& t, const CudnnNormActSpec& spec, int device, const char* name) {
+  const bool ok = t.defined() && t.is_cuda() && t.get_device() == device && t.scalar_type() == spec.dtype &&
+                  t.dim() == 5 && t.sizes() == c10::IntArrayRef(spec.shape.data(), spec.shape.size()) &&
                   t.is_contiguous(at::MemoryFormat::ChannelsLast3d);
   if (!ok)
-    throw TrainingError(fmt::format("cuDNN graph: {} must be a CUDA {} tensor of shape {} in ChannelsLast3d", name,
-                                    c10::toString(spec.dtype), fmt::join(spec.shape, "x")));
+    throw TrainingError(fmt::format("cuDNN graph: {} must be a {} tensor on cuda:{} of shape {} in ChannelsLast3d",
+                                    name, c10::toString(spec.dtype), device, fmt::join(spec.shape, "x")));
 }
 
-void require_channels(const torch::Tensor& t, int64_t c, const char* name) {
-  if (!t.defined() || !t.is_cuda() || t.scalar_type() != torch::kFloat || t.numel() != c || !t.is_contiguous())
-    throw TrainingError(fmt::format("cuDNN graph: {} must be a contiguous CUDA float32 tensor of {} values", name, c));
+// The values of each saved statistic: batch norm C, instance norm N x C.
+int64_t stat_rows(const CudnnNormActSpec& spec) {
+  return (spec.norm == CudnnNorm::kBatch ? 1 : spec.shape[0]) * spec.shape[1];
+}
+
+void require_channels(const torch::Tensor& t, int64_t c, int device, const char* name) {
+  if (!t.defined() || !t.is_cuda() || t.get_device() != device || t.scalar_type() != torch::kFloat || t.numel() != c ||
+      !t.is_contiguous())
+    throw TrainingError(
+        fmt::format("cuDNN graph: {} must be a contiguous float32 tensor on cuda:{} of {} values", name, device, c));
 }
 
 }  // namespace
@@ -129,6 +167,7 @@ void require_channels(const torch::Tensor& t, int64_t c, const char* name) {
 struct CudnnNormAct::Graphs {
   fe::graph::Graph fwd, bwd;
   int64_t fwd_workspace = 0, bwd_workspace = 0;
+  int device = 0;  // the CUDA device the graphs were built on; they run there
   // forward
   TensorAttr x, scale, bias, y, mean, inv_variance, prev_mean, prev_var, next_mean, next_var;
   // backward
@@ -137,7 +176,7 @@ struct CudnnNormAct::Graphs {
   void execute(const fe::graph::Graph& g, std::unordered_map<TensorAttr, void*>& pack, int64_t workspace,
                const torch::Tensor& like, const char* what) {
     const auto scratch = torch::empty({std::max<int64_t>(workspace, 1)}, like.options().dtype(torch::kByte));
-    check(g.execute(at::native::getCudnnHandle(), pack, scratch.data_ptr()), what);
+    frontend_call(what, [&] { check(g.execute(at::native::getCudnnHandle(), pack, scratch.data_ptr()), what); });
   }
 };
 
@@ -151,6 +190,7 @@ CudnnNormAct::CudnnNormAct(const CudnnNormActSpec& spec) : spec_(spec), graphs_(
   const double slope = spec.act.slope;
   const bool activate = slope != 1.0;
   auto& G = *graphs_;
+  G.device = c10::cuda::current_device();
   const cudnnHandle_t handle = at::native::getCudnnHandle();
 
   set_types(G.fwd, io);
@@ -223,14 +263,17 @@ torch::Tensor CudnnNormAct::forward(const torch::Tensor& x, const torch::Tensor&
                                     const std::array<torch::Tensor, 2>& running_out) {
   auto& G = *graphs_;
   const bool batch = spec_.norm == CudnnNorm::kBatch;
-  require_activation(x, spec_, "x");
-  require_channels(weight, spec_.shape[1], "weight");
-  require_channels(bias, spec_.shape[1], "bias");
+  require_activation(x, spec_, G.device, "x");
+  const c10::cuda::CUDAGuard guard(x.device());
+  require_channels(weight, spec_.shape[1], G.device, "weight");
+  require_channels(bias, spec_.shape[1], G.device, "bias");
   const auto f32 = x.options().dtype(torch::kFloat);
   const std::vector<int64_t> stat_shape =
       batch ? std::vector<int64_t>{x.size(1)} : std::vector<int64_t>{x.size(0), x.size(1)};
   if (!stats.mean.defined()) stats.mean = torch::empty(stat_shape, f32);
   if (!stats.inv_variance.defined()) stats.inv_variance = torch::empty(stat_shape, f32);
+  require_channels(stats.mean, stat_rows(spec_), G.device, "the saved mean");
+  require_channels(stats.inv_variance, stat_rows(spec_), G.device, "the saved inv_variance");
   auto y = torch::empty_like(x, x.options(), at::MemoryFormat::ChannelsLast3d);
   std::unordered_map<TensorAttr, void*> pack = {
       {G.x, ptr(x)}, {G.scale, ptr(weight)},    {G.bias, ptr(bias)},
@@ -239,7 +282,7 @@ torch::Tensor CudnnNormAct::forward(const torch::Tensor& x, const torch::Tensor&
     if (!running_in[0].defined() || !running_out[0].defined())
       throw TrainingError("cuDNN graph: batch norm needs its running averages, in and out");
     for (const auto* t : {&running_in[0], &running_in[1], &running_out[0], &running_out[1]})
-      require_channels(*t, spec_.shape[1], "a running average");
+      require_channels(*t, spec_.shape[1], G.device, "a running average");
     pack[G.prev_mean] = ptr(running_in[0]);
     pack[G.prev_var] = ptr(running_in[1]);
     pack[G.next_mean] = ptr(running_out[0]);
@@ -252,10 +295,13 @@ torch::Tensor CudnnNormAct::forward(const torch::Tensor& x, const torch::Tensor&
 CudnnNormGrads CudnnNormAct::backward(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& y,
                                       const torch::Tensor& weight, const CudnnNormStats& stats) {
   auto& G = *graphs_;
-  require_activation(dy, spec_, "dy");
-  require_activation(x, spec_, "x");
-  if (G.b_y) require_activation(y, spec_, "y");
-  require_channels(weight, spec_.shape[1], "weight");
+  require_activation(dy, spec_, G.device, "dy");
+  require_activation(x, spec_, G.device, "x");
+  if (G.b_y) require_activation(y, spec_, G.device, "y");
+  const c10::cuda::CUDAGuard guard(x.device());
+  require_channels(weight, spec_.shape[1], G.device, "weight");
+  require_channels(stats.mean, stat_rows(spec_), G.device, "the saved mean");
+  require_channels(stats.inv_variance, stat_rows(spec_), G.device, "the saved inv_variance");
   CudnnNormGrads out;
   out.dx = torch::empty_like(x, x.options(), at::MemoryFormat::ChannelsLast3d);
   out.dweight = torch::empty_like(weight);

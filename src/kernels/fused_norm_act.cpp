@@ -160,6 +160,7 @@ bool applies(const torch::Tensor& x, const torch::Tensor& weight, const torch::T
   if (t != torch::kFloat && t != torch::kHalf && t != torch::kBFloat16) return false;
   if (x.is_contiguous() || !x.is_contiguous(at::MemoryFormat::ChannelsLast3d)) return false;
   if (x.size(1) > 1024 || x.numel() == 0) return false;
+  if (x.size(0) > 65535) return false;  // the batch is the launch grid's y (at most 65535 blocks)
   return is_channel_vector(weight, x) && is_channel_vector(bias, x);
 }
 

@@ -170,6 +170,8 @@ void by_channels(int64_t c, Fn&& fn) {
     fn(Variant<T, 4, Sigmoid>{});
   } else if (c <= 16) {
     fn(Variant<T, 16, Sigmoid>{});
+  } else if (c <= 32) {  // 17 to 32 channels: 156 to 176 registers on sm_90 and no spill (64-wide: 255, spills)
+    fn(Variant<T, 32, Sigmoid>{});
   } else {
     fn(Variant<T, static_cast<int>(kMaxLossChannels), Sigmoid>{});
   }

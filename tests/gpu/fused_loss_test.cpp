@@ -98,8 +98,9 @@ struct LossCase {
 TEST(FusedLoss, EqualsAtenForBothHeadsEveryDtypeAndShape) {
   U3D_REQUIRE_LOSS_KERNELS();
   const std::vector<LossCase> cases = {
-      {{2, 3, 9, 7, 5}, false, true},  {{1, 5, 6, 5, 7}, false, true},   // batch 1; the 16-wide kernels
-      {{2, 13, 4, 6, 5}, false, true}, {{1, 40, 3, 5, 4}, false, true},  // the 64-wide kernels
+      {{2, 3, 9, 7, 5}, false, true},  {{1, 5, 6, 5, 7}, false, true},   // the 4-wide kernels; batch 1, 16-wide
+      {{2, 13, 4, 6, 5}, false, true}, {{1, 40, 3, 5, 4}, false, true},  // the 16-wide and the 64-wide kernels
+      {{2, 25, 3, 4, 5}, false, true}, {{1, 20, 5, 3, 4}, true, true},   // the 32-wide kernels, both heads
       {{2, 2, 33, 17}, false, true},                                     // 2-D, ChannelsLast
       {{2, 4, 1, 15, 9}, false, true},                                   // a slice as (N, C, 1, H, W)
       {{2, 3, 9, 7, 5}, false, false},                                   // contiguous NCDHW

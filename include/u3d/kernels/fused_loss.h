@@ -11,7 +11,7 @@
 //           Sigmoid head: C = K - 1 channels (1 <= C <= kMaxLossChannels), channel c is label c + 1,
 //           p = sigmoid(x).
 //   labels  (N, D, H, W) (or (N, H, W)) int64, contiguous, on the logits' device; a label outside the
-//           classes counts in no sum (not checked: no host reads)
+//           classes is a voxel with no target (loss_math.h; not checked: no host reads)
 //   sums    RegionSums below, float32: ce differentiable, inter and psum differentiable in the logits,
 //           ysum without gradient; the gradient returned is in the logits' shape, dtype and layout
 //

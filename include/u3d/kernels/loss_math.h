@@ -8,8 +8,9 @@
 //   softmax head  K classes, p = softmax(x), y_k = [l == k]; ce = logsumexp(x) - x_l
 //   sigmoid head  C = K - 1 channels, p_c = sigmoid(x_c), y_c = [l == c + 1];
 //                 bce_c = max(x_c, 0) - x_c y_c + log1p(exp(-|x_c|))
-//   A label outside the classes (softmax: [0, K); sigmoid: [0, C]) has no y and adds no ce (not
-//   checked: the kernels read nothing back to the host).
+//   A label outside the classes (softmax: [0, K); sigmoid: [0, C]) has y = 0 in every channel: the
+//   softmax head adds no ce for it, the sigmoid head's bce counts it as background, and its p counts
+//   in psum (not checked: the kernels read nothing back to the host; ATen's path stops on it).
 // Table (per sample, float32, RegionColumns): inter_k = sum_v p_k y_k, psum_k = sum_v p_k,
 // ysum_k = sum_v y_k, and the sample's sum of ce (bce: over its channels too).
 // Backward, with the gradients of the table's columns g_inter (K), g_psum (K) and g_ce of sample n:
