@@ -2,7 +2,8 @@
 # ctest bundle.portable (label integration): scripts/bundle.sh on this build, unpacked into an
 # empty folder and run with a clean environment (env -i, only PATH to the torch venv's python, or
 # only U3D_LIBTORCH): --version, synth, a one-epoch training, --predict-only; no build-machine path
-# in any binary; a wrong LibTorch version (fake folder, fake torch package) gives one line, exit 2.
+# in any binary; the bundle, the working tree and the OpenKBP sample under the 64 MiB a lent GPU box
+# is sent; a wrong LibTorch version (fake folder, fake torch package) gives one line, exit 2.
 #   tests/bundle/bundle_test.sh BUILD_DIR TORCH_LIB_DIR [VENV_PYTHON]
 set -euo pipefail
 BUILD="$(cd "$1" && pwd)"
@@ -17,6 +18,16 @@ tar_path="$(bundle_tarball "$BUILD" "$T/dist")"
 size=$(stat -c %s "$tar_path")
 echo "bundle: $(basename "$tar_path"), $size bytes ($((size / 1024 / 1024)) MiB)"
 [ "$size" -lt $((64 * 1024 * 1024)) ] || fail "bundle is $size bytes, not under 64 MiB"
+# What a lent GPU box is sent (docs/install.md, "The first check on a lent GPU box"): the bundle, the
+# working tree and the OpenKBP sample of gpu-check's workflow sections, together at most 64 MiB.
+tree=$(git -C "$SRC" ls-files -z 2>/dev/null | (cd "$SRC" && xargs -0 -r stat -c %s 2>/dev/null) |
+       awk '{ s += $1 } END { print s + 0 }')
+sample="$SRC/../shared/data/openkbp-sample.tar.xz"
+sample_size=$([ -f "$sample" ] && stat -L -c %s "$sample" || echo 0)
+travel=$((size + tree + sample_size))
+echo "to a GPU box: bundle $size + working tree $tree + OpenKBP sample $sample_size = $travel bytes" \
+     "($((travel / 1024 / 1024)) MiB of 64)"
+[ "$travel" -lt $((64 * 1024 * 1024)) ] || fail "bundle, working tree and sample are $travel bytes, over 64 MiB"
 
 step "unpack into an empty folder"
 mkdir "$T/box"
