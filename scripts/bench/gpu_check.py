@@ -48,7 +48,8 @@ def main():
     p.add_argument("--plan", action="store_true", help="print each section's estimate on an H100 and exit")
     p.add_argument("--openkbp", default=None, help="OpenKBP data: provided-data folder or openkbp-sample.tar.xz")
     p.add_argument("--minutes", type=float, default=1.0, help="sections 11-14: training minutes of each workflow (training.max_minutes)")
-    p.add_argument("--trainer", default=None, help="trainer to check (default: the bundle's or build/release's)")
+    p.add_argument("--trainer", default=None, help="trainer to check (default: the bundle's or build/release's); its "
+                   "folder's tests/u3d_gpu_tests, where there is one, are the GPU tests run")
     p.add_argument("--python", default=os.environ.get("U3D_PYTHON") or shutil.which("python3") or sys.executable,
                    help="Python with torch for the PyTorch side (default U3D_PYTHON or python3)")
     p.add_argument("--suite", choices=["gpu-check", "speed"], default="gpu-check",

@@ -2,14 +2,15 @@
 # The speed report of issue 53 on one GPU box, from the release bundle or a build tree, inside a hard
 # deadline: gpu-check's loop, deadline and report (scripts/bench/gpu_check.py --suite speed, sections
 # in scripts/bench/gpucheck/sections_speed.py). The report starts with the machine (GPU, H100 or
-# H200, driver, torch, the trainer's commit); then per network and batch: the trainer with the CUDA
+# H200, driver, torch, the trainer's commit); then our kernels' GPU tests, per family (passed on
+# this GPU's architecture or not); then per network and batch: the trainer with the CUDA
 # graph and model.fused_kernels=on (and one --benchmark --profile breakdown of that step), PyTorch
 # torch.compile and eager of the same network (pytorch_step.py), the trainer with
 # model.fused_kernels=off, the convolution floor (conv_floor.py) and its share of the step; each
 # row beside NVIDIA's MLPerf figure for the GPU and the goals. It ends with a table to paste into
 # docs/performance.md (date, GPU, commit, command).
-#   part 1: OpenKBP baseline (batch 2), MLPerf 3D U-Net (batch 2 and its best of 2, 4, 7, 8)
-#   part 2: nnU-Net-like U-Net (batch 2), the 2D slice recipe (batch 16 and 128)
+#   part 1: the kernels' tests, OpenKBP baseline (batch 2), MLPerf 3D U-Net (batch 2 and its best of 2, 4, 7, 8)
+#   part 2: the kernels' tests, nnU-Net-like U-Net (batch 2), the 2D slice recipe (batch 16 and 128)
 # torch.compile costs about 100 s per network: each part is planned within 540 s of the H100
 # estimates (scripts/bench/gpucheck/estimates.py); --part all runs both in one deadline.
 #

@@ -68,6 +68,7 @@ def main():
         torch.zeros(1, device="cuda")  # the context now, so import_s holds its cost
     answer(0, True, {"torch": torch.__version__, "cuda": torch.version.cuda, "cuda_available": cuda,
                      "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+                     "capability": "sm_{}{}".format(*torch.cuda.get_device_capability(0)) if cuda else None,
                      "cudnn": torch.backends.cudnn.version(), "import_s": round(time.time() - t0, 2)})
     for line in sys.stdin:
         if not line.strip():

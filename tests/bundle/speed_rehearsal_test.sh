@@ -3,17 +3,19 @@
 # (about 30 s; skipped without the venv's torch).
 # 1. `--deadline 90` exits 0 with a report that starts with the machine (no GPU, torch's version, the
 #    commit) and ends with the table for docs/performance.md; section 1 PASSes its rehearsal, the
-#    networks are SKIPPED on the GPU (never PASS without CUDA), and the OpenKBP baseline's CPU
+#    kernels' GPU tests (section 2) all skip themselves, the networks are SKIPPED on the GPU (never
+#    PASS without CUDA), and the OpenKBP baseline's CPU
 #    rehearsal has a trainer row (with or without model.fused_kernels), a PyTorch eager row, the
 #    convolution floor and the --profile breakdown, all marked as rehearsal in the table.
-# 2. A run SIGKILLed while the OpenKBP section runs leaves a readable report (section 1 done,
-#    section 2 running, the machine's lines and the table) and no process of it alive.
+# 2. A run SIGKILLed while the OpenKBP section runs leaves a readable report (sections 1 and 2 done,
+#    section 3 running, the machine's lines and the table) and no process of it alive.
 # 3. The GPU path on a made-up GPU box (tests/bundle/speed_fakes.py stands in for the trainer, the
-#    torch side and nvidia-smi; made-up figures): --part all PASSes with every network's rows, the
-#    MLPerf best batch (7) with its fused-off, eager and floor rows, the goals and NVIDIA's figure in
-#    the table, each category of the fused step's profile against the unfused one's (a slower fused
-#    category flagged); under --deadline 100 the 3D networks' torch.compile (about 125 s each by the
-#    estimates) is left out (PARTIAL, named) and their other rows are there.
+#    torch side, nvidia-smi and u3d_gpu_tests beside the trainer; made-up figures): --part all PASSes
+#    with the kernels' families verified on sm_90, every network's rows, the MLPerf best batch (7)
+#    with its fused row and floor, the goals and NVIDIA's figure in the table, each category of the
+#    fused step's profile against the unfused one's (a slower fused category flagged); under
+#    --deadline 100 the 3D networks' torch.compile (about 125 s each by the estimates) is left out
+#    (PARTIAL, named) and their other rows are there.
 #   tests/bundle/speed_rehearsal_test.sh BUILD_DIR [VENV_PYTHON]
 set -euo pipefail
 source "$(dirname "$0")/../support/torch_test.sh"
@@ -40,15 +42,18 @@ check(lines[0] == "# speed report (scripts/bench/speed.sh)", f"first line {lines
 check(lines[2].startswith("- GPU: none") and "torch 2." in lines[2] and rep["commit"] in lines[2],
       f"the machine's line: {lines[2]!r}")
 check("## Table for docs/performance.md" in md and lines[-1].startswith("| "), "no closing table")
-check([s["num"] for s in rep["sections"]] == [1, 2, 3], "sections 1, 2, 3 expected")
+check([s["num"] for s in rep["sections"]] == [1, 2, 3, 4], "sections 1, 2, 3, 4 expected")
 by = {s["num"]: s for s in rep["sections"]}
 if mode == "finished":
     check(rep["finished"] and rep["overall"] == "REHEARSAL PASS", f"overall {rep['overall']}")
     check(by[1]["rehearsal"] == "PASS", f"section 1 rehearsal {by[1]['rehearsal']}: {by[1]['rehearsal_reason']}")
     for s in rep["sections"][1:]:
         check(s["status"] == "SKIPPED" and s["reason"], f"section {s['num']}: {s['status']} without CUDA")
-    k = by[2]["rehearsal_figures"]
-    check(by[2]["rehearsal"] == "PASS", f"OpenKBP rehearsal {by[2]['rehearsal']}: {by[2]['rehearsal_reason']}")
+    check(by[2]["id"] == "kernels" and by[2]["rehearsal"] == "PASS" and by[2]["rehearsal_figures"].get("results") ==
+          ["SKIPPED"], f"kernels' tests without CUDA: {by[2]['rehearsal']}, {by[2]['rehearsal_reason']}, "
+          f"{by[2]['rehearsal_figures']}")
+    k = by[3]["rehearsal_figures"]
+    check(by[3]["rehearsal"] == "PASS", f"OpenKBP rehearsal {by[3]['rehearsal']}: {by[3]['rehearsal_reason']}")
     kinds = {r["kind"] for r in k.get("rows", [])}
     check(kinds & {"fused", "nofused"} and "eager" in kinds, f"rows {kinds}")
     check(k.get("conv_floor", {}).get("2", {}).get("floor_ms", 0) > 0, "no convolution floor")
@@ -62,7 +67,7 @@ if mode == "finished":
     check("| MLPerf 3D U-Net | - | not measured" in md, "MLPerf not said not measured")
 else:
     check(not rep["finished"] and rep["overall"] == "RUNNING", f"finished {rep['finished']}, {rep['overall']}")
-    check([s["state"] for s in rep["sections"]] == ["done", "running", "pending"],
+    check([s["state"] for s in rep["sections"]] == ["done", "done", "running", "pending"],
           f"states {[s['state'] for s in rep['sections']]}")
 for e in errors:
     print("FAIL:", e)
@@ -72,24 +77,25 @@ head -n 4 "$T/r/gpu-report.md"
 sed -n '/## Table for docs/,$p' "$T/r/gpu-report.md"
 
 echo "== 2. SIGKILL while the OpenKBP section runs"
-kill_during 2 60 "$T/k" "$T/wk" "$T/k.log" "$speed" --deadline 90 --report "$T/k" --work "$T/wk" --part 1
+kill_during 3 60 "$T/k" "$T/wk" "$T/k.log" "$speed" --deadline 90 --report "$T/k" --work "$T/wk" --part 1
 python3 - "$T/k" killed <<'PY' || fail "the killed run's report"
 import json, os, sys
 d = sys.argv[1]
 rep = json.load(open(os.path.join(d, "gpu-report.json")))
 md = open(os.path.join(d, "gpu-report.md")).read()
 states = [s["state"] for s in rep["sections"]]
-ok = (not rep["finished"] and rep["overall"] == "RUNNING" and states == ["done", "running", "pending"]
+ok = (not rep["finished"] and rep["overall"] == "RUNNING" and states == ["done", "done", "running", "pending"]
       and md.startswith("# speed report") and "- GPU: none" in md and "## Table for docs/performance.md" in md)
 print("killed report:", rep["overall"], states)
 sys.exit(0 if ok else 1)
 PY
-echo "== 3. the GPU path on a made-up GPU box (tests/bundle/speed_fakes.py: trainer, torch side, nvidia-smi)"
-mkdir -p "$T/fake"
-for tool in trainer python nvidia-smi; do
+echo "== 3. the GPU path on a made-up GPU box (tests/bundle/speed_fakes.py: trainer, torch side, nvidia-smi, gtest)"
+mkdir -p "$T/fake/tests"
+for tool in trainer python nvidia-smi gtest; do
   printf '#!/bin/sh\nexec python3 "%s" %s "$@"\n' "$SRC/tests/bundle/speed_fakes.py" "$tool" > "$T/fake/$tool"
   chmod +x "$T/fake/$tool"
 done
+mv "$T/fake/gtest" "$T/fake/tests/u3d_gpu_tests"  # the GPU tests beside the trainer named
 for deadline in 900 100; do
   rc=0
   PATH="$T/fake:$PATH" "$speed" --deadline "$deadline" --report "$T/g$deadline" --work "$T/gw$deadline" --part all \
@@ -107,11 +113,17 @@ check(rep["overall"] == "PASS", f"overall {rep['overall']}: {[(s['num'], s['reas
 check(md.splitlines()[2].startswith("- GPU: NVIDIA H100 80GB HBM3 (H100); driver 570.86.15; torch 2.11.0+fake"),
       f"the machine's line: {md.splitlines()[2]!r}")
 by = {s["id"]: s["figures"] for s in rep["sections"]}
-for sid, n in (("openkbp", 4), ("mlperf", 9), ("nnunet", 4), ("slices", 8)):
+for sid, n in (("openkbp", 4), ("mlperf", 7), ("nnunet", 4), ("slices", 8)):
     check(len(by[sid].get("rows", [])) == n, f"{sid}: {len(by[sid].get('rows', []))} rows, expected {n}")
 check(by["mlperf"].get("best_batch") == 7, f"MLPerf best batch {by['mlperf'].get('best_batch')}, expected 7")
-check({r["kind"] for r in by["mlperf"]["rows"] if r["batch"] == 7} == {"fused", "unfused", "eager"},
-      "MLPerf at its best batch: fused, fused off and eager expected")
+check({r["kind"] for r in by["mlperf"]["rows"] if r["batch"] == 7} == {"fused"} and "7" in by["mlperf"]["conv_floor"],
+      "MLPerf at its best batch: its fused row and its floor expected")
+fam = by["kernels"].get("families", {})
+check(by["kernels"].get("architecture") == "sm_90" and sorted(fam) == ["batch_norm", "decoder_concat", "group_norm", "loss"]
+      and all(v["verdict"] == "passed on sm_90" for v in fam.values()) and fam["loss"]["tests"] == 2
+      and fam["decoder_concat"]["tests"] == 1, f"kernels' families: {by['kernels'].get('architecture')}, {fam}")
+check(by["kernels"].get("tests", {}).get("GpuTrainStep.GraphReplayFollowsEagerInBf16") is None,
+      "a test of no kernel ran in the kernels' section")
 check(set(by["slices"]["conv_floor"]) == {"16", "128"} and set(by["slices"]["profiles"]) == {"16", "128"},
       "2D: a floor and a profile per batch expected")
 check(set(by["openkbp"].get("unfused_profiles", {})) == {"2"}, "OpenKBP: the unfused step's profile expected")
@@ -125,10 +137,11 @@ for want in ("| OpenKBP baseline | 2 | normalisation | 4.000 | 4.400 | 0.91 |",
              "| OpenKBP baseline | 2 | 10 | 4.000 (2/2) | 2.000 (2/2) | 3.000 (1/2) | ours | ours 2.0e-03, cudnn 5.0e-03 | "
              "cudnn: not supported: cuDNN graph (check_support): no engine |",
              "| 2D slices (unet2d) | 128 | 10 | 256.000 (2/2) |",
-             "| OpenKBP baseline | 2 | 6 | 3.000 | 2.000 | 0.67 (pays) | 1.0e-06 |"):
+             "| OpenKBP baseline | 2 | 6 | 3.000 | 2.000 | 0.67 (pays) | 1.0e-06 |",
+             "| batch_norm | 2 of 2 passed | passed on sm_90 |", "| loss | 2 of 2 passed | passed on sm_90 |"):
     check(want in md, f"gpu-report.md lacks {want!r}")
 short = json.load(open(os.path.join(sys.argv[2], "gpu-report.json")))
-for s in short["sections"][1:4]:  # torch.compile of a 3D network (about 125 s) does not fit in 100 s
+for s in short["sections"][2:5]:  # torch.compile of a 3D network (about 125 s) does not fit in 100 s
     check(s["status"] == "PARTIAL" and "compile at batch 2 not run: estimate" in s["reason"]
           and "compile" not in {r["kind"] for r in s["figures"]["rows"]} and len(s["figures"]["rows"]) >= 3,
           f"--deadline 100: {s['id']} {s['status']}: {s['reason']}")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/bench/speed.sh (issue 53), on a machine without a GPU, in seconds:
 #   plan       ctest speed.plan (label integration): `--plan --deadline 540 --part 1` and `--part 2` exit 0
-#              and plan their networks (part 1: OpenKBP, MLPerf; part 2: nnU-Net-like, 2D slices) whole
+#              and plan the kernels' GPU tests and their networks (part 1: OpenKBP, MLPerf; part 2:
+#              nnU-Net-like, 2D slices) whole
 #              within 540 s of the H100 estimates; the plan runs nothing (a TRAINER that leaves a mark
 #              is never started, no report folder is made); `--deadline 5` says it is too short to
 #              start anything.
@@ -26,7 +27,8 @@ if [ "$1" = plan ]; then
     [ "$rc" = 0 ] || bad "--part $part: exit $rc"
     printf '%s\n' "$out" | python3 -c '
 import json, sys
-part, want = sys.argv[1], {"1": ["machine", "openkbp", "mlperf"], "2": ["machine", "nnunet", "slices"]}[sys.argv[1]]
+part, want = sys.argv[1], {"1": ["machine", "kernels", "openkbp", "mlperf"],
+                           "2": ["machine", "kernels", "nnunet", "slices"]}[sys.argv[1]]
 plan = json.loads(sys.stdin.read().strip().splitlines()[-1])
 ids = [r["id"] for r in plan["sections"]]
 problems = []

@@ -86,6 +86,15 @@ GPU_TEST_SECONDS = {
     "DataParallelCuda.CapturedNcclStepsTrainLikeEagerOnes": 8.0,  # 6.1 s
     "DataParallelCuda.WaitForDeviceGivesUpAfterTheTimeout": 4.0,  # 3.1 s
     "GpuBusy.ShareIsMeasuredOnCudaAndFallsWhenTheSamplerIsSlow": 12.0,  # 2 runs, 24 x 150 ms sleeps (not measured)
+    # The kernels' tests (tests/gpu/fused_*_test.cpp, cudnn_norm_act_test.cpp; none measured yet):
+    "FusedNormAct.EqualsAtenForEveryNormDtypeActivationAndShape": 4.0,  # many small cases x 3 dtypes, float64 reference
+    "FusedNormAct.TrainingStepsOfEveryNetworkFollowTheUnfusedOnes": 15.0,  # 6 networks x 2 x 20 captured steps
+    "FusedLoss.EqualsAtenForBothHeadsEveryDtypeAndShape": 3.0,
+    "FusedLoss.DeepSupervisionWithTheKernelsFollowsWithout": 2.0,
+    "FusedLoss.CapturedSegmentationStepsFollowTheUnfusedOnes": 6.0,  # 2 heads x 2 x captured steps
+    "CudnnNormAct.BatchNormReluInHalfEqualsAten": 2.0,
+    "CudnnNormAct.EveryNetworksPatternEqualsAtenOrIsRefusedInCudnnsWords": 8.0,  # 6 patterns x 2 graphs built
+    "NormBench.TimesAtenOursAndCudnnOnOneGpu": 8.0,  # a trainer bench-norm process
 }
 
 

@@ -121,6 +121,9 @@ class Check:
             self.tests_dir = os.path.join(self.build, "tests")
         if args.trainer:
             self.trainer = [args.trainer]
+            beside = os.path.join(os.path.dirname(os.path.abspath(args.trainer)), "tests")
+            if os.path.exists(os.path.join(beside, "u3d_gpu_tests")):  # a build tree's: the tests built with it
+                self.tests_dir = beside
         self.python = args.python
         self.cuda, self.gpus, self.gpu_name = False, 0, None
         self.peak_tflops = None

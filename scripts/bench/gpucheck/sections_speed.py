@@ -1,14 +1,15 @@
 """The speed script's sections (scripts/bench/speed.sh, issue 53), run by gpu-check's loop, deadline
 and report. Section 1 says what the machine is (GPU, H100 or H200, driver, torch, the trainer's
-commit). Then, per network, each row a step at one batch: the trainer with the CUDA graph and
+commit); section 2 runs our kernels' GPU tests and says per family whether they passed on this GPU
+(gpucheck/speed_kernels.py). Then, per network, each row a step at one batch: the trainer with the CUDA graph and
 model.fused_kernels on (with `--benchmark --profile`: the step's breakdown by category), PyTorch's
 torch.compile and eager of the same network (pytorch_step.py in the one torch process), the trainer
 with model.fused_kernels off (profiled too: the report compares each category fused against unfused,
 so a kernel slower than ATen's path shows), and the convolution floor (conv_floor.py) with its share of the step;
 last, the network's norm layers timed alone three ways (norm_bench.py: ATen, our kernels, cuDNN's graphs).
-Part 1: the OpenKBP baseline (2) and the MLPerf 3D U-Net (3) at batch 2 and at its best batch of
-2, 4, 7, 8 (gpu-check section 15's sweep); part 2: the nnU-Net-like U-Net (4) and the 2D slice recipe
-(5) at batch 16 and 128. torch.compile costs about 100 s per network, hence two parts, each planned
+Part 1: the OpenKBP baseline (3) and the MLPerf 3D U-Net (4) at batch 2 and at its best batch of
+2, 4, 7, 8 (gpu-check section 15's sweep); part 2: the nnU-Net-like U-Net (5) and the 2D slice recipe
+(6) at batch 16 and 128; both parts run sections 1 and 2. torch.compile costs about 100 s per network, hence two parts, each planned
 within 540 s of the H100 estimates. Within a section each item starts only when its estimate fits
 the time left (a PARTIAL names what did not); the report is rewritten after every command and ends
 with a table ready for docs/performance.md. Without CUDA the sections are SKIPPED; the OpenKBP
@@ -23,6 +24,7 @@ from .runner import ROOT
 from .sections_step import KBP_CFG, MLPERF_CFG, NNUNET_CFG, SWEEP_BATCHES, SWEEP_STEPS, SWEEP_WARMUP, bench, \
     mirror_argv, pytorch
 from .sections_tests import Facts, Spec
+from .speed_kernels import KernelTests, kernels_rows
 from .speed_tables import cell, fused_vs_unfused, norm_figures, norms_rows, space_to_depth_rows
 
 SLICES_CFG = os.path.join(ROOT, "configs", "slices_2d.yaml")
@@ -35,7 +37,7 @@ STEPS, WARMUP = 20, 5                         # timed and untimed steps of every
 FLOOR_STEPS, FLOOR_WARMUP = 10, 3             # conv_floor.py's repetitions per convolution
 NORM_STEPS, NORM_WARMUP = 20, 5               # norm_bench.py's (trainer bench-norm) runs per layer and way
 PROFILE_STEPS = 3                             # --benchmark --profile's profiled steps, after the timed ones
-PARTS = {"1": (1, 2, 3), "2": (1, 4, 5), "all": (1, 2, 3, 4, 5)}
+PARTS = {"1": (1, 2, 3, 4), "2": (1, 2, 5, 6), "all": (1, 2, 3, 4, 5, 6)}
 FUSED = {"on": "model.fused_kernels=on", "off": "model.fused_kernels=off"}
 TOOLS = {"fused": "trainer, graph, fused kernels on", "unfused": "trainer, graph, fused kernels off",
          "compile": "PyTorch torch.compile", "eager": "PyTorch eager", "nofused": "trainer, graph (no fused_kernels key)"}
@@ -261,7 +263,7 @@ class NetSpeed(Spec):
 
 
 class OpenKbpSpeed(NetSpeed):
-    num, sid, title = 2, "openkbp", "OpenKBP baseline (128^3, batch 2, bf16): fused, torch.compile, unfused, eager, floor, norms"
+    num, sid, title = 3, "openkbp", "OpenKBP baseline (128^3, batch 2, bf16): fused, torch.compile, unfused, eager, floor, norms"
     net, name, cfg = "openkbp", "OpenKBP baseline", KBP_CFG
     tiny = ["training.loss=l1", "training.device=cpu", "model.base_filters=2", "data.patch_size=64"]
 
@@ -285,7 +287,7 @@ class OpenKbpSpeed(NetSpeed):
 
 
 class MlperfSpeed(NetSpeed):
-    num, sid, title = 3, "mlperf", "MLPerf 3D U-Net (128^3, bf16): batch 2 and its best of 2, 4, 7, 8"
+    num, sid, title = 4, "mlperf", "MLPerf 3D U-Net (128^3, bf16): batch 2 and its best of 2, 4, 7, 8"
     net, name, cfg = "mlperf", "MLPerf 3D U-Net", MLPERF_CFG
 
     def data_s(self):
@@ -296,8 +298,10 @@ class MlperfSpeed(NetSpeed):
         return [f"data.path={kits}", "training.precision=bf16"]
 
     def step_items(self):
-        return super().step_items() + [("sweep", b) for b in SWEEP_BATCHES if b != 2] + [
-            ("unfused", "best"), ("eager", "best"), ("floor", "best")]
+        # at the best batch its fused row and its floor (the convolutions' share where the figure is
+        # quoted): its fused-off and eager rows (40 s) gave way to the kernels' tests (section 2)
+        # within the part's 540 s; batch 2 has every row
+        return super().step_items() + [("sweep", b) for b in SWEEP_BATCHES if b != 2] + [("floor", "best")]
 
     def best(self, got):
         runs = {b: r.get("samples_per_s") or 0 for (kind, b), r in got.items() if kind in ("fused", "nofused", "sweep")}
@@ -326,7 +330,7 @@ class MlperfSpeed(NetSpeed):
 
 
 class NnunetSpeed(NetSpeed):
-    num, sid, title = 4, "nnunet", "nnU-Net-like U-Net (128^3, batch 2, bf16): fused, torch.compile, unfused, eager, floor, norms"
+    num, sid, title = 5, "nnunet", "nnU-Net-like U-Net (128^3, batch 2, bf16): fused, torch.compile, unfused, eager, floor, norms"
     net, name, cfg = "nnunet", "nnU-Net-like U-Net", NNUNET_CFG
 
     def sets(self, check, s):  # the step benchmark reads the dataset's header (channels, classes)
@@ -335,7 +339,7 @@ class NnunetSpeed(NetSpeed):
 
 
 class SlicesSpeed(NetSpeed):
-    num, sid, title = 5, "slices", "2D slice recipe (256^2, precision auto): batch 16 and 128"
+    num, sid, title = 6, "slices", "2D slice recipe (256^2, precision auto): batch 16 and 128"
     net, name, cfg = "slices", "2D slices (unet2d)", SLICES_CFG
     batches = (16, 128)
 
@@ -359,7 +363,7 @@ class SlicesSpeed(NetSpeed):
 
 
 def specs(part):
-    every = [Machine(), OpenKbpSpeed(), MlperfSpeed(), NnunetSpeed(), SlicesSpeed()]
+    every = [Machine(), KernelTests(), OpenKbpSpeed(), MlperfSpeed(), NnunetSpeed(), SlicesSpeed()]
     return [sp for sp in every if sp.num in PARTS[part]]
 
 
@@ -402,7 +406,10 @@ class SpeedReport:
                  f"{str(nvidia) + ' samples/s' if nvidia else '(no figure for this GPU)'} |",
                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         goals, profiles, compare, norms, s2d = [], [], [], [], []
+        kernels = next((s for s in check.sections if s.sid == "kernels"), None)
         for s in check.sections[1:]:
+            if s is kernels:
+                continue
             figs = s.figures if s.figures.get("rows") or not s.rehearsal_figures.get("rows") else s.rehearsal_figures
             name = figs.get("network") or s.title.split(" (")[0]
             where = "" if figs is s.figures else " (CPU rehearsal, not a speed figure)"
@@ -427,6 +434,13 @@ class SpeedReport:
             compare += fused_vs_unfused(name + where, figs)
             norms += norms_rows(name + where, figs)
             s2d += space_to_depth_rows(name + where, figs)
+        if kernels is not None:
+            k = kernels.figures
+            lines += ["", f"Our kernels' GPU tests on {k.get('architecture') or 'no GPU'} (section 2: {kernels.status}"
+                      f"{', ' + kernels.reason if kernels.reason else ''}); a family goes into verified_architectures "
+                      "(src/model/fused_kernels.cpp) only where they passed and its fused step below is no slower than "
+                      "the unfused one:", "", "| family | its tests | on this GPU |", "|---|---|---|"]
+            lines += kernels_rows(k) or ["| - | not run | not measured |"]
         if profiles:
             lines += ["", "| network | batch | profiled ms per step | by category (trainer --benchmark --profile, fused) |",
                       "|---|---|---|---|"] + profiles
