@@ -4,12 +4,13 @@
 # that runs on a machine's own PyTorch (docs/install.md, "On a GPU box"). Layout of the bundle:
 #   bin/trainer               launcher: finds and checks LibTorch, runs libexec/trainer
 #   libexec/trainer           the real binary, RUNPATH $ORIGIN/../lib
-#   libexec/tests/u3d_*_tests the GoogleTest executables (scripts/gpu-check.sh runs them)
+#   libexec/tests/u3d_gpu_tests the GPU tests (scripts/gpu-check.sh and speed.sh run them; the CPU
+#                             suites stay in the build tree: CI runs them)
 #   libexec/u3d-run           the loader step shared by both
 #   lib/                      every shared library the executables need that is neither glibc,
 #                             the C++ runtime, nor LibTorch/CUDA (found with ldd, not listed by hand)
 #   share/unet3d-trainer/     bundle.env (what it was built for), tests.tsv (label, executable,
-#                             test of every ctest test), manifest.txt (files, SHA-256)
+#                             test of every GPU test), manifest.txt (files, SHA-256)
 #   configs/ scripts/gpu-check.sh scripts/bench/ scripts/python/ docs/ README.md LICENSE
 # Checks before packing: RUNPATH of every executable, no build-machine path in any file (source
 # and build folders, the LibTorch prefix), glibc symbol versions needed (<= 2.35, Ubuntu 22.04).
@@ -79,7 +80,7 @@ cp scripts/gpu-check.sh "$S/scripts/"
 cp -r scripts/bench scripts/python "$S/scripts/"
 find "$S/scripts" -name __pycache__ -prune -exec rm -rf {} +
 
-# Tests: label, executable and GoogleTest name of every ctest test (gtest_discover_tests).
+# Tests: label, executable and GoogleTest name of every ctest test of the executables in the bundle.
 ctest --test-dir "$BUILD" --show-only=json-v1 2>/dev/null | python3 -c '
 import json, os, sys
 d = json.load(sys.stdin)
@@ -88,9 +89,9 @@ for t in d["tests"]:
     labels = [p["value"] for p in t.get("properties", []) if p["name"] == "LABELS"]
     label = (labels[0][0] if labels and labels[0] else "none")
     flt = next((a.split("=", 1)[1] for a in cmd if a.startswith("--gtest_filter=")), "")
-    if cmd and flt:
+    if cmd and flt and os.path.exists(os.path.join(sys.argv[1], os.path.basename(cmd[0]))):
         print(f"{label}\t{os.path.basename(cmd[0])}\t{flt}")
-' > "$S/share/unet3d-trainer/tests.tsv"
+' "$S/libexec/tests" > "$S/share/unet3d-trainer/tests.tsv"
 [ -s "$S/share/unet3d-trainer/tests.tsv" ] || fail "ctest --show-only listed no tests in $BUILD"
 for exe in $(cut -f2 "$S/share/unet3d-trainer/tests.tsv" | sort -u); do
   [ -x "$S/libexec/tests/$exe" ] || fail "tests.tsv names $exe but the bundle has no libexec/tests/$exe"
