@@ -114,27 +114,13 @@ void set_types(fe::graph::Graph& g, fe::DataType_t io) {
   g.set_io_data_type(io).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
 }
 
-// The frontend's own exceptions (a cuDNN or CUDA runtime symbol it cannot load) as ours, on one line.
-template <typename F>
-void frontend_call(const char* what, F&& call) {
-  try {
-    call();
-  } catch (const TrainingError&) {
-    throw;
-  } catch (const std::exception& ex) {
-    throw TrainingError(fmt::format("cuDNN graph ({}): {}", what, one_line(ex.what())));
-  }
-}
-
 void build(fe::graph::Graph& g, cudnnHandle_t handle, int64_t& workspace) {
-  frontend_call("build", [&] {
-    check(g.validate(), "validate");
-    check(g.build_operation_graph(handle), "build_operation_graph");
-    check(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "create_execution_plans");
-    check(g.check_support(handle), "check_support");
-    check(g.build_plans(), "build_plans");
-    check(g.get_workspace_size(workspace), "get_workspace_size");
-  });
+  check(g.validate(), "validate");
+  check(g.build_operation_graph(handle), "build_operation_graph");
+  check(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "create_execution_plans");
+  check(g.check_support(handle), "check_support");
+  check(g.build_plans(), "build_plans");
+  check(g.get_workspace_size(workspace), "get_workspace_size");
 }
 
 void* ptr(const torch::Tensor& t) { return t.data_ptr(); }
@@ -176,7 +162,7 @@ struct CudnnNormAct::Graphs {
   void execute(const fe::graph::Graph& g, std::unordered_map<TensorAttr, void*>& pack, int64_t workspace,
                const torch::Tensor& like, const char* what) {
     const auto scratch = torch::empty({std::max<int64_t>(workspace, 1)}, like.options().dtype(torch::kByte));
-    frontend_call(what, [&] { check(g.execute(at::native::getCudnnHandle(), pack, scratch.data_ptr()), what); });
+    check(g.execute(at::native::getCudnnHandle(), pack, scratch.data_ptr()), what);
   }
 };
 
